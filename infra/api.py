@@ -1,0 +1,63 @@
+"""Library facade: what the command line does, callable from Python.
+
+Each function takes paths or typed objects and returns typed results; printing is the CLI's business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infra.catalog.loader import Catalog, load_catalog
+from infra.intent.loader import load_intent_file, load_profile_file, read_document
+from infra.intent.profile import ClusterProfile
+from infra.intent.resolve import ResolvedIntent, resolve
+
+__all__ = ["Catalog", "CheckResult", "check", "load_catalog", "load_intent", "schema"]
+
+
+def load_intent(path: str | Path, catalog_dirs: tuple[Path, ...] = ()) -> ResolvedIntent:
+    """Read, validate and resolve an intent (and its cluster profile) against the catalog."""
+    return resolve(load_intent_file(Path(path)), load_catalog(catalog_dirs))
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Outcome of `check`: a resolved intent, or a cluster profile with its devices looked up."""
+
+    kind: str
+    intent: ResolvedIntent | None = None
+    profile: ClusterProfile | None = None
+    devices: dict[str, str] | None = None
+    """Pool name -> catalog device name, for a profile."""
+
+
+def check(path: str | Path, catalog_dirs: tuple[Path, ...] = ()) -> CheckResult:
+    """Validate an intent or a cluster profile file; raises IntentError listing every problem."""
+    path = Path(path)
+    model, _ = read_document(path)
+    if isinstance(model, ClusterProfile):
+        from infra.errors import CatalogError, IntentError, Problem
+
+        profile, doc = load_profile_file(path)
+        catalog = load_catalog(catalog_dirs)
+        devices: dict[str, str] = {}
+        problems: list[Problem] = []
+        for i, pool in enumerate(profile.spec.pools):
+            try:
+                devices[pool.name] = catalog.device(pool.device).name
+            except CatalogError as exc:
+                problems += [Problem(p.message, doc.locate(("spec", "pools", i, "device")), p.fix)
+                             for p in exc.problems]
+        if problems:
+            raise IntentError(problems)
+        return CheckResult("ClusterProfile", profile=profile, devices=devices)
+    return CheckResult("ServingIntent", intent=load_intent(path, catalog_dirs))
+
+
+def schema() -> dict[str, Any]:
+    """JSON Schema of intent and cluster-profile files."""
+    from infra.intent.schema import intent_schema
+
+    return intent_schema()

@@ -1,0 +1,237 @@
+"""Load the packaged catalog, overlay a user's directories, and resolve names.
+
+A user's `--catalog DIR` has the same layout as the packaged data (`models/`, `devices/`, `frameworks/`,
+`conventions/`). An entry whose `name` matches a packaged one is merged into it key by key (so a file holding only
+`name` and `reference_price_per_hour` re-prices a card); an entry with a new name must be complete.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+from pydantic import ValidationError as PydanticValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from infra.catalog.hf import model_from_hf_config
+from infra.catalog.schema import DeviceSpec, FrameworkSpec, ModelSpec
+from infra.errors import CatalogError, Location, Problem
+
+T = TypeVar("T", bound=BaseModel)
+
+KINDS: dict[str, type[BaseModel]] = {"models": ModelSpec, "devices": DeviceSpec, "frameworks": FrameworkSpec}
+
+
+def _key(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum() or ch in "./")
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _read(path: Path | Any) -> tuple[dict[str, Any], str]:
+    name = str(path)
+    try:
+        data = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
+    except YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        loc = Location(name, mark.line + 1, mark.column + 1) if mark else Location(name)
+        raise CatalogError(Problem(f"YAML syntax error: {getattr(exc, 'problem', exc)}", loc,
+                                   "fix the catalog file's syntax")) from None
+    except OSError as exc:
+        raise CatalogError(Problem(f"cannot read catalog file: {exc.strerror}", Location(name))) from None
+    if not isinstance(data, dict):
+        raise CatalogError(Problem("a catalog file holds one mapping", Location(name, 1, 1),
+                                   "write one entry per file, starting with `name:`"))
+    return data, name
+
+
+def _validate(cls: type[T], data: dict[str, Any], file: str) -> T:
+    try:
+        return cls.model_validate(data)
+    except PydanticValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            path = ".".join(str(p) for p in err["loc"])
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown field"
+            problems.append(Problem(msg, Location(file, path=path),
+                                    f"see the {cls.__name__} fields in `infra catalog --help`"))
+        raise CatalogError(problems) from None
+
+
+@dataclass
+class Table:
+    """Entries of one kind, with every name and alias indexed."""
+
+    kind: str
+    entries: dict[str, Any] = field(default_factory=dict)
+    index: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+    def add(self, entry: Any, file: str) -> None:
+        names = [entry.name] + list(entry.aliases)
+        if isinstance(entry, ModelSpec):
+            names.append(entry.hf_id)
+        for n in names:
+            k = _key(n)
+            owner = self.index.get(k)
+            if owner is not None and owner != entry.name:
+                raise CatalogError(Problem(f"name {n!r} is already used by {owner!r}", Location(file, path="aliases"),
+                                           "remove the alias from one of the two entries"))
+            self.index[k] = entry.name
+        self.entries[entry.name] = entry
+        self.files[entry.name] = file
+
+    def find(self, ref: str) -> Any | None:
+        name = self.index.get(_key(ref))
+        return self.entries.get(name) if name else None
+
+    def suggest(self, ref: str, n: int = 3) -> list[str]:
+        keys = difflib.get_close_matches(_key(ref), list(self.index), n=n * 3, cutoff=0.5)
+        out: list[str] = []
+        for k in keys:
+            name = self.index[k]
+            if name not in out:
+                out.append(name)
+        return out[:n]
+
+
+class Catalog:
+    """Models, devices, frameworks and cluster conventions, packaged and overlaid."""
+
+    def __init__(self, overlays: list[Path] | tuple[Path, ...] = ()) -> None:
+        self.tables = {kind: Table(kind) for kind in KINDS}
+        self.conventions: dict[str, dict[str, Any]] = {}
+        raw: dict[str, dict[str, tuple[dict[str, Any], str]]] = {kind: {} for kind in KINDS}
+        packaged = resources.files("infra.catalog") / "data"
+        for kind in KINDS:
+            for item in sorted(packaged.joinpath(kind).iterdir(), key=lambda p: p.name):
+                if item.name.endswith((".yaml", ".yml")):
+                    data, file = _read(item)
+                    raw[kind][str(data.get("name"))] = (data, f"catalog/{kind}/{item.name}")
+        self._load_conventions(packaged.joinpath("conventions"))
+        for overlay in overlays:
+            overlay = Path(overlay)
+            if not overlay.is_dir():
+                raise CatalogError(Problem("catalog overlay is not a directory", Location(str(overlay)),
+                                           "give a directory holding models/, devices/ or frameworks/ YAML files"))
+            known = [d for d in (*KINDS, "conventions") if (overlay / d).is_dir()]
+            if not known:
+                raise CatalogError(Problem("catalog overlay holds none of models/, devices/, frameworks/, "
+                                           "conventions/", Location(str(overlay)),
+                                           "put each entry in the subdirectory of its kind"))
+            for kind in KINDS:
+                for item in sorted((overlay / kind).glob("*.y*ml")) if (overlay / kind).is_dir() else []:
+                    data, file = _read(item)
+                    name = data.get("name")
+                    if not isinstance(name, str):
+                        raise CatalogError(Problem("entry has no name", Location(file, path="name"),
+                                                   "start the entry with `name: ...`"))
+                    existing = self.resolve_raw(raw[kind], name)
+                    if existing is not None:
+                        base, _ = raw[kind].pop(existing)
+                        raw[kind][existing] = (_merge(base, {**data, "name": existing}), file)
+                    else:
+                        raw[kind][name] = (data, file)
+            self._load_conventions(overlay / "conventions")
+        for kind, cls in KINDS.items():
+            for name in sorted(raw[kind]):
+                data, file = raw[kind][name]
+                self.tables[kind].add(_validate(cls, data, file), file)
+
+    @staticmethod
+    def resolve_raw(entries: dict[str, tuple[dict[str, Any], str]], name: str) -> str | None:
+        k = _key(name)
+        for existing, (data, _) in entries.items():
+            names = [existing, *data.get("aliases", []), data.get("hf_id", "")]
+            if any(_key(str(n)) == k for n in names if n):
+                return existing
+        return None
+
+    def _load_conventions(self, folder: Any) -> None:
+        try:
+            items = sorted(folder.iterdir(), key=lambda p: p.name)
+        except (FileNotFoundError, NotADirectoryError, OSError):
+            return
+        for item in items:
+            if item.name.endswith((".yaml", ".yml")):
+                data, _ = _read(item)
+                for vendor, spec in (data.get("devices") or {}).items():
+                    self.conventions[vendor] = spec
+
+    # --- lookups -----------------------------------------------------------------------------------------------
+
+    @property
+    def models(self) -> dict[str, ModelSpec]:
+        return self.tables["models"].entries
+
+    @property
+    def devices(self) -> dict[str, DeviceSpec]:
+        return self.tables["devices"].entries
+
+    @property
+    def frameworks(self) -> dict[str, FrameworkSpec]:
+        return self.tables["frameworks"].entries
+
+    def _get(self, kind: str, ref: str, label: str, hint: str) -> Any:
+        entry = self.tables[kind].find(ref)
+        if entry is not None:
+            return entry
+        close = self.tables[kind].suggest(ref)
+        msg = f"unknown {label} {ref!r}"
+        if close:
+            msg += f"; did you mean {' or '.join(repr(c) for c in close)}?"
+        raise CatalogError(Problem(msg, fix=hint))
+
+    def model(self, ref: str, base_dir: Path | None = None) -> ModelSpec:
+        """A model by name, alias, Hugging Face id, or path to a config.json (relative to `base_dir`)."""
+        if ref.endswith(".json"):
+            path = Path(ref) if base_dir is None or Path(ref).is_absolute() else base_dir / ref
+            return model_from_hf_config(path)
+        return self._get("models", ref, "model", "use a name from `infra catalog models`, a Hugging Face id "
+                         "of a catalog model, or the path of a config.json")
+
+    def device(self, ref: str) -> DeviceSpec:
+        return self._get("devices", ref, "device", "use a name from `infra catalog devices`, or add the card with "
+                         "--catalog DIR")
+
+    def framework(self, ref: str) -> FrameworkSpec:
+        return self._get("frameworks", ref, "framework", "use a name from `infra catalog frameworks`")
+
+    def device_resources(self, vendor: str) -> dict[str, Any] | None:
+        """Packaged (or overlaid) default resource names for a vendor's devices."""
+        return self.conventions.get(vendor)
+
+    def fingerprint(self) -> str:
+        """Content hash of everything loaded, for plan provenance."""
+        import hashlib
+
+        blob = json.dumps({kind: {n: e.model_dump(mode="json") for n, e in sorted(t.entries.items())}
+                           for kind, t in self.tables.items()} | {"conventions": self.conventions},
+                          sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+_DEFAULT: Catalog | None = None
+
+
+def load_catalog(overlays: list[Path] | tuple[Path, ...] = ()) -> Catalog:
+    """The packaged catalog (cached) or a fresh one with overlays."""
+    global _DEFAULT
+    if overlays:
+        return Catalog(overlays)
+    if _DEFAULT is None:
+        _DEFAULT = Catalog()
+    return _DEFAULT

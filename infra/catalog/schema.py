@@ -1,0 +1,293 @@
+"""Typed shape of the catalog: models, devices and serving frameworks.
+
+The catalog is data (packaged YAML under `infra/catalog/data/`, overlaid by a user's `--catalog DIR`). Field names
+carry their unit (`memory_gb`, `memory_bandwidth_tbps`), so a number never travels without one. Device figures are
+`Figure`s: a value with the URL it came from and how far to trust it, because peak figures for some accelerators
+are secondary sources at best and the performance model must know which ones it leans on.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+Precision = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
+"""Numeric formats: weights (and for fp8/int8/fp4 also activations) in that format. `int4` is weight-only (W4A16)."""
+
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4")
+
+BYTES_PER_PARAM: dict[str, float] = {
+    "fp32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    # int4/fp4 weights carry one scale per group of 16-128 values; 0.5625 B is the NVFP4 figure (4 bit + FP8 scale
+    # per 16), within 3% of W4A16 with group 128 plus zero-points.
+    "int4": 0.5625,
+    "fp4": 0.5625,
+}
+
+Confidence = Literal["high", "medium", "low"]
+Vendor = Literal[
+    "nvidia", "amd", "huawei", "cambricon", "kunlunxin", "iluvatar", "metax", "hygon", "mthreads", "enflame"
+]
+ModelKind = Literal["llm", "vision_encoder", "audio_encoder", "codec", "dit"]
+WorkUnit = Literal["token", "image", "audio_second", "video_frame", "denoise_step"]
+Feature = Literal[
+    "pd_disaggregation",
+    "expert_parallel",
+    "attention_dp",
+    "pipeline_parallel",
+    "multi_node",
+    "chunked_prefill",
+    "prefix_caching",
+    "speculative_decoding",
+    "fp8_kv_cache",
+    "lora",
+]
+
+_URL = re.compile(r"^(https?|file)://\S+$")
+
+
+class CatalogModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+def _check_url(value: str) -> str:
+    if not _URL.match(value):
+        raise ValueError(f"source {value!r} is not an http(s) URL; every catalog figure cites where it came from")
+    return value
+
+
+Url = Annotated[str, AfterValidator(_check_url)]
+
+
+class Figure(CatalogModel):
+    """A number with its provenance."""
+
+    value: float = Field(ge=0)
+    """The figure itself, in the unit its field name states."""
+    source: Url
+    """URL of the datasheet, documentation or publication the figure comes from."""
+    confidence: Confidence
+    """high: vendor datasheet; medium: reputable secondary source; low: estimate or conflicting sources."""
+    note: str | None = None
+    """Why the figure is what it is, when that is not obvious (variant, sparsity, derivation)."""
+
+
+class Interconnect(CatalogModel):
+    """The scale-up link between devices of one node (or super-node)."""
+
+    kind: str
+    """Link technology, e.g. nvlink4, nvlink5, hccs, infinity-fabric, mlu-link, pcie4, pcie5."""
+    bandwidth_gbs: Figure
+    """Per-device bandwidth in GB/s, bidirectional as vendors quote it."""
+    domain_size: Figure
+    """How many devices share one full-bandwidth domain (8 for an HGX board, 72 for an NVL72 rack)."""
+
+
+class Quirk(CatalogModel):
+    """A known limitation the planner must respect."""
+
+    id: str
+    """Stable identifier, e.g. `no-fp8`, `no-nvlink`, `tp-shapes`."""
+    description: str
+    """What goes wrong and when."""
+    unsupported_precisions: list[Precision] = []
+    """Precisions that do not run (or not usefully) on this device."""
+    max_tp: int | None = None
+    """Largest tensor-parallel size known to work, when smaller than the node."""
+    frameworks: list[str] = []
+    """Frameworks the quirk applies to; empty means all."""
+    source: Url
+    """URL where the limitation is documented."""
+
+
+class DeviceSpec(CatalogModel):
+    """An accelerator as the performance model and planner see it."""
+
+    name: str
+    """Canonical name, e.g. `H100-SXM`, `Ascend-910B3`."""
+    aliases: list[str] = []
+    """Other spellings that resolve to this device (case-insensitive), e.g. `h100_sxm`, `H100 SXM5 80GB`."""
+    vendor: Vendor
+    """Maker; selects the cluster convention (resource names) used to request the device."""
+    architecture: str
+    """Micro-architecture or generation, e.g. hopper, blackwell, cdna3, davinci-v2."""
+    memory_gb: Figure
+    """Device memory in GB (10^9 bytes) as marketed."""
+    memory_bandwidth_tbps: Figure
+    """Peak memory bandwidth in TB/s."""
+    tflops: dict[Precision, Figure]
+    """Dense (non-sparse) peak tensor throughput per precision in TFLOPS (TOPS for int8). A precision absent here
+    has no hardware support."""
+    interconnect: Interconnect
+    """The intra-node link."""
+    devices_per_node: Figure
+    """Typical devices in one server."""
+    media_engines: dict[str, Figure] = {}
+    """Hardware video/image/audio engines by kind (nvdec, nvjpg, dvpp...), as counts per device."""
+    quirks: list[Quirk] = []
+    """Known limitations."""
+    reference_price_per_hour: Figure
+    """Reference on-demand price in USD per device-hour; a cluster profile's own price overrides it."""
+    tdp_watts: Figure | None = None
+    """Board power."""
+
+    @property
+    def precisions(self) -> list[str]:
+        """Precisions the device computes natively, minus those a quirk rules out; int4 weight-only runs wherever
+        16-bit does."""
+        unsupported = {p for q in self.quirks for p in q.unsupported_precisions if not q.frameworks}
+        native = set(self.tflops)
+        if native & {"bf16", "fp16"}:
+            native.add("int4")
+        return [p for p in PRECISIONS if p in native and p not in unsupported]
+
+
+class MoESpec(CatalogModel):
+    """Mixture-of-experts layout."""
+
+    experts: int = Field(gt=0)
+    """Routed experts per MoE layer."""
+    active_experts: int = Field(gt=0)
+    """Routed experts each token is sent to (top-k)."""
+    shared_experts: int = Field(default=0, ge=0)
+    """Always-active shared experts per MoE layer."""
+    expert_ffn_size: int = Field(gt=0)
+    """Intermediate size of one expert's FFN."""
+    dense_layers: int = Field(default=0, ge=0)
+    """Leading layers with a dense FFN instead of experts (e.g. 3 in DeepSeek-V3)."""
+
+    @model_validator(mode="after")
+    def _active_le_experts(self) -> MoESpec:
+        if self.active_experts > self.experts:
+            raise ValueError(f"active_experts {self.active_experts} exceeds experts {self.experts}")
+        return self
+
+
+class MLASpec(CatalogModel):
+    """Multi-head latent attention (DeepSeek-V2/V3 style): the KV cache holds a compressed latent per token."""
+
+    kv_lora_rank: int = Field(gt=0)
+    """Rank of the compressed KV latent (512 in DeepSeek-V3)."""
+    q_lora_rank: int | None = None
+    """Rank of the compressed query, if any."""
+    qk_rope_head_dim: int = Field(gt=0)
+    """Rotary part of each head's query/key (cached alongside the latent)."""
+    qk_nope_head_dim: int = Field(gt=0)
+    """Non-rotary part of each head's query/key."""
+    v_head_dim: int = Field(gt=0)
+    """Value head dimension."""
+
+
+class AttentionLayout(CatalogModel):
+    """Which layers keep a full KV cache and which do not."""
+
+    sliding_window: int | None = None
+    """Window length of sliding-window layers, in tokens."""
+    sliding_window_layers: int = Field(default=0, ge=0)
+    """Layers that use the sliding window (their KV cache is bounded by it)."""
+    linear_attention_layers: int = Field(default=0, ge=0)
+    """Layers with linear attention / state-space mixing (a fixed-size state, no per-token KV)."""
+
+
+class ModelSpec(CatalogModel):
+    """A model (or one stage of an omni-modal pipeline) as the performance model sees it."""
+
+    name: str
+    """Canonical short name, e.g. `Llama-3.1-70B`."""
+    hf_id: str
+    """Hugging Face repository id, e.g. `meta-llama/Llama-3.1-70B-Instruct`; resolves to this entry."""
+    aliases: list[str] = []
+    """Other ids and spellings that resolve here (case-insensitive)."""
+    family: str
+    """Model family, e.g. llama, qwen3, deepseek-v3."""
+    kind: ModelKind = "llm"
+    """What the model does in a pipeline: an autoregressive LLM, an encoder, an audio codec or a diffusion
+    transformer."""
+    work_unit: WorkUnit = "token"
+    """The unit of work it is scheduled by."""
+    layers: int = Field(gt=0)
+    """Transformer blocks."""
+    hidden_size: int = Field(gt=0)
+    """Model (residual stream) width."""
+    attention_heads: int = Field(gt=0)
+    """Query heads."""
+    kv_heads: int = Field(gt=0)
+    """Key/value heads (GQA groups; equals attention_heads for MHA)."""
+    head_dim: int = Field(gt=0)
+    """Per-head dimension."""
+    ffn_size: int = Field(gt=0)
+    """Intermediate size of the dense FFN (of the dense layers, for MoE models)."""
+    vocab_size: int = Field(gt=0)
+    """Vocabulary size."""
+    max_context: int = Field(gt=0)
+    """Longest supported context in tokens."""
+    moe: MoESpec | None = None
+    """Expert layout, for mixture-of-experts models."""
+    mla: MLASpec | None = None
+    """Latent-attention layout, for MLA models."""
+    attention: AttentionLayout = AttentionLayout()
+    """Sliding-window and linear-attention layers."""
+    params_total_b: float = Field(gt=0)
+    """Total parameters in billions."""
+    params_active_b: float = Field(gt=0)
+    """Parameters used per token in billions (equals total for dense models)."""
+    native_precision: Precision = "bf16"
+    """Precision the weights are published in."""
+    source: Url
+    """URL of the model's config.json or model card."""
+    confidence: Confidence = "high"
+    """high: read from the published config; medium/low: derived or reported."""
+    note: str | None = None
+    """Anything the numbers alone do not say."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelSpec:
+        if self.attention_heads % self.kv_heads:
+            raise ValueError(
+                f"attention_heads {self.attention_heads} is not a multiple of kv_heads {self.kv_heads}"
+            )
+        if self.params_active_b > self.params_total_b:
+            raise ValueError(
+                f"params_active_b {self.params_active_b} exceeds params_total_b {self.params_total_b}"
+            )
+        mixing = self.attention.sliding_window_layers + self.attention.linear_attention_layers
+        if mixing > self.layers:
+            raise ValueError(f"sliding-window plus linear-attention layers ({mixing}) exceed layers {self.layers}")
+        return self
+
+
+class FrameworkSpec(CatalogModel):
+    """A serving engine and what it supports."""
+
+    name: str
+    """Canonical name, e.g. `vllm`, `sglang`, `trtllm`, `vllm-ascend`, `mindie`, `lmdeploy`."""
+    aliases: list[str] = []
+    """Other spellings, e.g. `tensorrt-llm`."""
+    display_name: str
+    """Human name, e.g. `TensorRT-LLM`."""
+    version: str
+    """Reference version the support data describes."""
+    image: str
+    """Default container image for this version."""
+    vendors: list[Vendor]
+    """Device makers the engine runs on."""
+    devices: list[str] = []
+    """If set, the only devices (catalog names, of any of its vendors) the engine supports; empty means every
+    device of its vendors."""
+    precisions: list[Precision]
+    """Weight precisions the engine serves."""
+    features: list[Feature]
+    """Serving features available."""
+    source: Url
+    """URL of the documentation the support data comes from."""
+    note: str | None = None
+    """Caveats (plugin versions, experimental support)."""
+

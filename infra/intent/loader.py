@@ -1,0 +1,232 @@
+"""Read intent and cluster-profile files into validated models, with every problem located in the file.
+
+All problems of a file are reported together, each as `file:line:col: field.path: what — To fix: how`, with a
+"did you mean" for near-miss keys and names.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic import ValidationError as PydanticValidationError
+
+from infra.errors import IntentError, Location, Problem
+from infra.intent.base import API_VERSION
+from infra.intent.models import ServingIntent
+from infra.intent.profile import ClusterProfile, ClusterProfileSpec
+from infra.intent.yamlio import PathKey, SourceMap, dotted, load_yaml, read_text
+
+KINDS: dict[str, type[BaseModel]] = {"ServingIntent": ServingIntent, "ClusterProfile": ClusterProfile}
+
+_TYPE_WORDS = {
+    "int_type": "a whole number", "int_parsing": "a whole number", "int_from_float": "a whole number",
+    "float_type": "a number", "float_parsing": "a number", "bool_type": "true or false",
+    "bool_parsing": "true or false", "string_type": "a string", "dict_type": "a mapping (key: value lines)",
+    "list_type": "a list (lines starting with '- ')", "model_type": "a mapping (key: value lines)",
+    "model_attributes_type": "a mapping (key: value lines)",
+}
+
+
+@dataclass(frozen=True)
+class Document:
+    """A validated file with its source map, for locating later (semantic) problems."""
+
+    path: Path
+    data: dict[str, Any]
+    source: SourceMap
+
+    def locate(self, path: PathKey) -> Location:
+        return self.source.locate(path, self.data)
+
+
+def _unwrap(annotation: Any) -> list[Any]:
+    """Model classes reachable from an annotation through Optional/list/dict/Annotated."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType, list, dict):
+        out = []
+        for arg in typing.get_args(annotation):
+            out.extend(_unwrap(arg))
+        return out
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return []
+
+
+def _model_at(root: type[BaseModel], path: PathKey) -> type[BaseModel] | None:
+    """The model class that validates the mapping at `path` (a real data path), if any."""
+    current: type[BaseModel] | None = root
+    for step in path:
+        if current is None:
+            return None
+        if isinstance(step, int):
+            continue
+        field = next((f for n, f in current.model_fields.items() if (f.alias or n) == step), None)
+        if field is None:
+            return None
+        models = _unwrap(field.annotation)
+        current = models[0] if models else None
+    return current
+
+
+def _field_doc(root: type[BaseModel], path: PathKey) -> str | None:
+    if not path or isinstance(path[-1], int):
+        return None
+    parent = _model_at(root, path[:-1])
+    if parent is None:
+        return None
+    field = next((f for n, f in parent.model_fields.items() if (f.alias or n) == path[-1]), None)
+    if field is None or not field.description:
+        return None
+    return field.description.split("\n")[0].rstrip(".")
+
+
+def _allowed_keys(root: type[BaseModel], path: PathKey) -> list[str]:
+    cls = _model_at(root, path)
+    if cls is None:
+        return []
+    return [f.alias or n for n, f in cls.model_fields.items()]
+
+
+def _did_you_mean(word: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(str(word), options, n=2, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
+def problems_from_pydantic(exc: PydanticValidationError, root: type[BaseModel], data: dict[str, Any],
+                           smap: SourceMap) -> list[Problem]:
+    """Turn pydantic's errors into located problems, one per distinct place."""
+    problems: list[Problem] = []
+    seen: set[tuple[str, str]] = set()
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        real = SourceMap.real_path(loc, data)
+        kind = err["type"]
+        msg = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        fix: str | None = None
+        location = smap.locate(real)
+        if kind == "extra_forbidden":
+            key = loc[-1]
+            parent = SourceMap.real_path(loc[:-1], data)
+            allowed = _allowed_keys(root, parent)
+            msg = f"unknown field {key!r}" + _did_you_mean(str(key), allowed)
+            fix = (f"remove it or use one of: {', '.join(allowed)}" if allowed else "remove it")
+            location = smap.locate(real, key=True)
+        elif kind == "missing":
+            name = loc[-1]
+            parent = SourceMap.real_path(loc[:-1], data)
+            doc = _field_doc(root, parent + (name,)) if isinstance(name, str) else None
+            msg = f"missing required field {name!r}"
+            fix = f"add `{name}:`" + (f" ({doc})" if doc else "")
+            location = smap.locate(parent, key=True)
+            location = Location(location.file, location.line, location.column, dotted(parent + (name,)))
+        elif kind == "literal_error":
+            expected = str(err.get("ctx", {}).get("expected", ""))
+            options = [o.strip().strip("'") for o in expected.replace(" or ", ",").split(",") if o.strip()]
+            got = err.get("input")
+            msg = f"{got!r} is not allowed here" + _did_you_mean(str(got), options)
+            fix = f"use one of: {', '.join(options)}"
+        elif kind in _TYPE_WORDS:
+            got = err.get("input")
+            shown = "nothing" if got is None else repr(got) if not isinstance(got, (dict, list)) else \
+                ("a mapping" if isinstance(got, dict) else "a list")
+            msg = f"expected {_TYPE_WORDS[kind]}, got {shown}"
+            doc = _field_doc(root, real if len(real) == len([s for s in loc if s in real]) else real)
+            fix = doc and f"this field is: {doc}"
+        elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "too_short",
+                      "string_pattern_mismatch", "too_long"):
+            doc = _field_doc(root, real)
+            fix = f"this field is: {doc}" if doc else None
+        elif kind == "value_error":
+            if "; " in msg:
+                msg, fix = msg.rsplit("; ", 1)
+        if fix is None:
+            doc = _field_doc(root, real)
+            fix = f"this field is: {doc}" if doc else "see `infra schema` for the accepted forms"
+        key = (location.prefix(), msg)
+        if key in seen:
+            continue
+        seen.add(key)
+        problems.append(Problem(msg, location, fix))
+    return problems
+
+
+def read_document(path: Path, expected_kind: str | None = None) -> tuple[BaseModel, Document]:
+    """Parse and validate one intent or profile file."""
+    file = str(path)
+    text = read_text(path, "intent" if expected_kind != "ClusterProfile" else "cluster profile")
+    data, smap = load_yaml(text, file)
+    doc = Document(path, data, smap)
+    api = data.get("apiVersion")
+    if api != API_VERSION:
+        loc = smap.locate(("apiVersion",)) if "apiVersion" in data else Location(file, 1, 1, "apiVersion")
+        msg = "missing apiVersion" if api is None else f"unsupported apiVersion {api!r}"
+        raise IntentError(Problem(msg, loc, f"start the file with `apiVersion: {API_VERSION}`"))
+    kind = data.get("kind")
+    if kind not in KINDS:
+        loc = smap.locate(("kind",)) if "kind" in data else Location(file, 1, 1, "kind")
+        msg = "missing kind" if kind is None else f"unknown kind {kind!r}" + _did_you_mean(str(kind), list(KINDS))
+        raise IntentError(Problem(msg, loc, f"use kind: {' or kind: '.join(KINDS)}"))
+    if expected_kind and kind != expected_kind:
+        raise IntentError(Problem(f"expected a {expected_kind}, this file is a {kind}", smap.locate(("kind",)),
+                                  f"pass a {expected_kind} file here"))
+    cls = KINDS[kind]
+    try:
+        model = cls.model_validate(data)
+    except PydanticValidationError as exc:
+        raise IntentError(problems_from_pydantic(exc, cls, data, smap)) from None
+    return model, doc
+
+
+@dataclass(frozen=True)
+class LoadedIntent:
+    """An intent with its inventory resolved and the documents it came from."""
+
+    intent: ServingIntent
+    cluster: ClusterProfileSpec
+    document: Document
+    profile_document: Document | None
+    profile_name: str
+
+    def cluster_path(self) -> PathKey:
+        """Field path prefix of the pools: in the profile file or inline in the intent."""
+        return ("spec",) if self.profile_document else ("spec", "cluster")
+
+    def cluster_document(self) -> Document:
+        return self.profile_document or self.document
+
+
+def load_intent_file(path: Path) -> LoadedIntent:
+    """Read an intent and the cluster profile it references; syntax and in-file checks only."""
+    model, doc = read_document(Path(path), "ServingIntent")
+    assert isinstance(model, ServingIntent)
+    source = model.spec.cluster
+    if source.profile is not None:
+        ref = Path(source.profile)
+        profile_path = ref if ref.is_absolute() else Path(path).parent / ref
+        try:
+            profile, pdoc = read_document(profile_path, "ClusterProfile")
+        except IntentError as exc:
+            if not profile_path.exists():
+                raise IntentError(Problem(f"cluster profile {source.profile!r} not found (looked at {profile_path})",
+                                          doc.locate(("spec", "cluster", "profile")),
+                                          "give the profile's path relative to this intent file")) from None
+            raise exc
+        assert isinstance(profile, ClusterProfile)
+        return LoadedIntent(model, profile.spec, doc, pdoc, profile.metadata.name)
+    spec = source.inline_spec()
+    assert spec is not None
+    return LoadedIntent(model, spec, doc, None, model.metadata.name)
+
+
+def load_profile_file(path: Path) -> tuple[ClusterProfile, Document]:
+    model, doc = read_document(Path(path), "ClusterProfile")
+    assert isinstance(model, ClusterProfile)
+    return model, doc

@@ -1,0 +1,180 @@
+"""The cluster profile: what devices a cluster has, where they sit, what they cost, and the cluster's conventions.
+
+A profile is its own file (`kind: ClusterProfile`), referenced from intents by path, or written inline in an
+intent's `spec.cluster`. Resource names and CRD versions are data here: infra never assumes them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from infra.catalog.schema import Vendor
+from infra.intent.base import API_VERSION, Metadata, Name, Strict, require_unique
+from infra.intent.units import Bandwidth, Bytes, MoneyPerHour
+
+
+class Nic(Strict):
+    """A network interface used for traffic between nodes (multi-node parallelism, KV-cache transfer)."""
+
+    name: str
+    """Interface or RDMA device name as the node reports it, e.g. `mlx5_0`."""
+    kind: Literal["infiniband", "roce", "ethernet", "efa"] = "ethernet"
+    """Transport: infiniband or roce give RDMA; ethernet is TCP."""
+    bandwidth: Bandwidth
+    """Line rate, e.g. 400Gbps."""
+    pcie_root: str | None = None
+    """PCIe root complex the NIC hangs off, to pair it with the device on the same root."""
+
+
+class Topology(Strict):
+    """Where a pool's (or node's) devices sit in the network."""
+
+    zone: str | None = None
+    """Availability zone (`topology.kubernetes.io/zone`)."""
+    switch: str | None = None
+    """Leaf switch (or rail) the nodes connect to; P/D groups that must talk fast stay under one switch."""
+    scale_up_domain: str | None = None
+    """Name of the NVLink/HCCS domain when it spans several nodes (an NVL72 rack, a CloudMatrix super-node);
+    unset means each node is its own domain."""
+
+
+class Node(Strict):
+    """One node, when a pool lists its nodes individually."""
+
+    name: str
+    """Node name (`kubernetes.io/hostname`)."""
+    devices: int | None = Field(default=None, ge=1)
+    """Devices on this node; defaults to the pool's `devices_per_node`."""
+    topology: Topology = Topology()
+    """Overrides the pool's topology for this node."""
+
+
+class Pool(Strict):
+    """A homogeneous group of nodes with one device type and one price."""
+
+    name: Name
+    """Pool name, unique in the profile."""
+    device: str
+    """Device type, a catalog name or alias (see `infra catalog devices`), e.g. `H100-SXM`, `Ascend-910B3`."""
+    nodes: int | list[Node]
+    """Number of nodes, or the nodes themselves with their own topology."""
+    devices_per_node: int = Field(ge=1)
+    """Devices in each node."""
+    price: MoneyPerHour | None = None
+    """Price per device-hour, e.g. `$2.49/h`; unset uses the catalog's reference price."""
+    owned: bool = False
+    """The devices are already paid for: planning still minimises their use, at `price` (or zero if unset)."""
+    spot: bool = False
+    """Spot / preemptible capacity: cheaper, but may be reclaimed; used only when an intent allows spot."""
+    topology: Topology = Topology()
+    """Zone, switch and scale-up domain shared by the pool's nodes."""
+    nics: list[Nic] = []
+    """Inter-node network interfaces of each node."""
+    node_selector: dict[str, str] = {}
+    """Labels that select this pool's nodes (rendered as nodeSelector)."""
+    allocatable_memory: Bytes | None = None
+    """Memory per device the scheduler can hand out, when less than the catalog figure (e.g. HAMi's 310P3
+    21527MiB)."""
+    multi_node: bool = True
+    """Whether one replica may span several nodes of this pool (needs a fast NIC)."""
+
+    @property
+    def node_count(self) -> int:
+        return self.nodes if isinstance(self.nodes, int) else len(self.nodes)
+
+    @property
+    def device_count(self) -> int:
+        if isinstance(self.nodes, int):
+            return self.nodes * self.devices_per_node
+        return sum(n.devices or self.devices_per_node for n in self.nodes)
+
+    @model_validator(mode="after")
+    def _nodes_positive(self) -> Pool:
+        if isinstance(self.nodes, int) and self.nodes < 1:
+            raise ValueError(f"nodes is {self.nodes}; a pool needs at least one node (remove the pool instead)")
+        if isinstance(self.nodes, list):
+            if not self.nodes:
+                raise ValueError("nodes is an empty list; list at least one node or give a count")
+            require_unique([n.name for n in self.nodes], "node")
+        return self
+
+
+class DeviceResources(Strict):
+    """How pods request one vendor's devices in this cluster (HAMi or the vendor's device plugin)."""
+
+    count: str
+    """Extended resource for whole devices, e.g. `nvidia.com/gpu`, `huawei.com/Ascend910B3`."""
+    shared_count: str | None = None
+    """Resource for a shared slice when it differs from `count` (e.g. `metax-tech.com/sgpu`)."""
+    memory: str | None = None
+    """Resource for a memory slice, e.g. `nvidia.com/gpumem`; unset means no fractional sharing."""
+    memory_unit: Bytes = 1024 * 1024
+    """Bytes per unit of `memory` (1MiB for NVIDIA, 256MiB for Cambricon and Iluvatar, 512MiB for Moore
+    Threads, 1GiB for MetaX)."""
+    cores: str | None = None
+    """Resource for a compute share in percent, e.g. `nvidia.com/gpucores`."""
+
+
+class Crds(Strict):
+    """Custom resources installed in the cluster and their served API versions; unset means not installed."""
+
+    leaderworkerset: str | None = None
+    """LeaderWorkerSet API version (e.g. `leaderworkerset.x-k8s.io/v1`), for multi-node replicas."""
+    disaggregatedset: str | None = None
+    """LWS DisaggregatedSet API version, for prefill/decode groups."""
+    volcano: str | None = None
+    """Volcano scheduling API version (e.g. `scheduling.volcano.sh/v1beta1`), for gang scheduling."""
+    kserve: str | None = None
+    """KServe API version."""
+    inference_extension: str | None = None
+    """Gateway API Inference Extension InferencePool version (e.g. `inference.networking.k8s.io/v1`)."""
+    keda: str | None = None
+    """KEDA ScaledObject version (`keda.sh/v1alpha1`); without it autoscaling renders an HPA."""
+    dra: str | None = None
+    """Dynamic Resource Allocation API version (`resource.k8s.io/v1`)."""
+
+
+class Conventions(Strict):
+    """The cluster's own way of doing things."""
+
+    scheduler: str = "default-scheduler"
+    """Pod scheduler name, e.g. `hami-scheduler`, `volcano`."""
+    namespace: str = "default"
+    """Namespace manifests are rendered into."""
+    devices: dict[Vendor, DeviceResources] = {}
+    """Resource names per vendor; vendors not listed use the packaged HAMi defaults
+    (`infra catalog conventions`)."""
+    crds: Crds = Crds()
+    """Installed custom resources."""
+    model_cache: str | None = None
+    """PersistentVolumeClaim holding model weights, mounted by every serving pod; unset downloads at start."""
+
+
+class ClusterProfileSpec(Strict):
+    """Inventory and conventions."""
+
+    pools: list[Pool] = Field(min_length=1)
+    """Device pools the planner may use."""
+    conventions: Conventions = Conventions()
+    """Resource names, scheduler, installed CRDs."""
+
+    @model_validator(mode="after")
+    def _unique_pools(self) -> ClusterProfileSpec:
+        require_unique([p.name for p in self.pools], "pool")
+        return self
+
+
+class ClusterProfile(Strict):
+    """A cluster's inventory and conventions (`kind: ClusterProfile`)."""
+
+    api_version: Literal[API_VERSION] = Field(alias="apiVersion")  # type: ignore[valid-type]
+    """Always `infra.dev/v1alpha1`."""
+    kind: Literal["ClusterProfile"]
+    """Always `ClusterProfile`."""
+    metadata: Metadata
+    """Name and labels."""
+    spec: ClusterProfileSpec
+    """Pools and conventions."""
+

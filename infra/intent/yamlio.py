@@ -1,0 +1,159 @@
+"""YAML in, plain data plus a map of where every value stood.
+
+ruamel.yaml keeps line and column of every key and item; we flatten its round-trip objects into plain dicts and
+lists (what pydantic validates) and keep a `SourceMap` from field path to position, so an error deep inside a
+validated model still points at the user's line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.constructor import DuplicateKeyError
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+from infra.errors import IntentError, Location, Problem
+
+PathKey = tuple[str | int, ...]
+
+
+@dataclass
+class SourceMap:
+    """Positions (1-based line, column) of keys and values in one YAML document."""
+
+    file: str
+    keys: dict[PathKey, tuple[int, int]] = field(default_factory=dict)
+    values: dict[PathKey, tuple[int, int]] = field(default_factory=dict)
+
+    def locate(self, path: PathKey, data: Any = None, *, key: bool = False) -> Location:
+        """The location of the deepest prefix of `path` that exists in the document.
+
+        Validation paths contain steps that are not in the document (union member names, `[key]`); those are
+        skipped when `data` is given, by walking the data alongside.
+        """
+        real = self.real_path(path, data) if data is not None else tuple(path)
+        while True:
+            table = self.keys if key else self.values
+            pos = table.get(real) or self.keys.get(real) or self.values.get(real)
+            if pos or not real:
+                break
+            real = real[:-1]
+        line, col = pos if pos else (None, None)
+        return Location(self.file, line, col, dotted(real))
+
+    @staticmethod
+    def real_path(path: PathKey, data: Any) -> PathKey:
+        out: list[str | int] = []
+        node = data
+        for step in path:
+            if isinstance(node, dict) and step in node:
+                node = node[step]
+                out.append(step)
+            elif isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node):
+                node = node[step]
+                out.append(step)
+        return tuple(out)
+
+
+def dotted(path: PathKey) -> str:
+    """`spec.services[0].slo.ttft` from `('spec', 'services', 0, 'slo', 'ttft')`."""
+    text = ""
+    for step in path:
+        if isinstance(step, int):
+            text += f"[{step}]"
+        else:
+            text += ("." if text else "") + str(step)
+    return text
+
+
+def _plain(node: Any, path: PathKey, smap: SourceMap) -> Any:
+    if isinstance(node, CommentedMap):
+        out: dict[Any, Any] = {}
+        for k, v in node.items():
+            sub = path + (k if isinstance(k, (str, int)) else str(k),)
+            try:
+                kl, kc, vl, vc = node.lc.data[k]
+                smap.keys[sub] = (kl + 1, kc + 1)
+                smap.values[sub] = (vl + 1, vc + 1)
+            except (KeyError, TypeError, ValueError):
+                pass
+            out[k if isinstance(k, (str, int)) else str(k)] = _plain(v, sub, smap)
+        return out
+    if isinstance(node, CommentedSeq):
+        items = []
+        for i, v in enumerate(node):
+            sub = path + (i,)
+            try:
+                vl, vc = node.lc.data[i]
+                smap.values[sub] = (vl + 1, vc + 1)
+                smap.keys[sub] = (vl + 1, vc + 1)
+            except (KeyError, TypeError, ValueError, IndexError):
+                pass
+            items.append(_plain(v, sub, smap))
+        return items
+    if isinstance(node, str):
+        return str(node)
+    if isinstance(node, bool):
+        return bool(node)
+    if isinstance(node, int):
+        return int(node)
+    if isinstance(node, float):
+        return float(node)
+    return node
+
+
+def read_text(path: Path, what: str) -> str:
+    """The file's text, or an IntentError that says why it cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise IntentError(Problem(f"{what} file not found", Location(str(path)),
+                                  "check the path (relative paths are resolved from the current directory "
+                                  "for the command line and from the referring file inside a file)")) from None
+    except IsADirectoryError:
+        raise IntentError(Problem(f"{what} path is a directory, not a file", Location(str(path)),
+                                  "give the path of a YAML file")) from None
+    except UnicodeDecodeError as exc:
+        raise IntentError(Problem(f"{what} is not UTF-8 text ({exc.reason} at byte {exc.start})",
+                                  Location(str(path)), "save the file as UTF-8")) from None
+    except OSError as exc:
+        raise IntentError(Problem(f"cannot read {what}: {exc.strerror}", Location(str(path)),
+                                  "check the file's permissions")) from None
+
+
+def load_yaml(text: str, file: str) -> tuple[Any, SourceMap]:
+    """Parse one YAML document into plain data and its source map."""
+    yaml = YAML(typ="rt")
+    yaml.allow_duplicate_keys = False
+    smap = SourceMap(file)
+    try:
+        docs = [d for d in yaml.load_all(text)]
+    except DuplicateKeyError as exc:
+        mark = exc.problem_mark
+        key = (exc.problem or "").split('"')[1] if '"' in (exc.problem or "") else "a key"
+        raise IntentError(Problem(f"duplicate key {key!r}", Location(file, mark.line + 1, mark.column + 1),
+                                  "keep one of the two entries")) from None
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        what = (exc.problem or exc.context or "invalid YAML").strip()
+        loc = Location(file, mark.line + 1, mark.column + 1) if mark else Location(file)
+        raise IntentError(Problem(f"YAML syntax error: {what}", loc,
+                                  "fix the indentation or quoting at this position (a value containing ': ' "
+                                  "or starting with '{', '[', '*' or '&' needs quotes)")) from None
+    except YAMLError as exc:
+        raise IntentError(Problem(f"YAML syntax error: {exc}", Location(file), "fix the YAML syntax")) from None
+    if len(docs) != 1:
+        raise IntentError(Problem(
+            "file is empty" if not docs else f"file holds {len(docs)} YAML documents, expected one",
+            Location(file, 1, 1),
+            "put one intent (or cluster profile) per file" if docs else "write an intent; `infra schema` "
+            "describes the format and examples/ has samples"))
+    data = _plain(docs[0], (), smap)
+    if not isinstance(data, dict):
+        raise IntentError(Problem(f"top level is a {type(data).__name__}, expected a mapping",
+                                  Location(file, 1, 1), "start the file with `apiVersion: infra.dev/v1alpha1`"))
+    return data, smap
