@@ -203,10 +203,65 @@ class LoadedIntent:
         return self.profile_document or self.document
 
 
+def _trace_problems(intent: ServingIntent, doc: Document) -> list[Problem]:
+    """Trace files named by length distributions exist and hold `input_tokens`/`output_tokens` records."""
+    problems: list[Problem] = []
+    checked: dict[str, Problem | None] = {}
+    places: list[tuple[PathKey, Any]] = []
+    for si, svc in enumerate(intent.spec.services):
+        base = ("spec", "services", si)
+        places += [(base + ("workload", f), getattr(svc.workload, f)) for f in ("input_tokens", "output_tokens")]
+        for ti, stage in enumerate(svc.pipeline or []):
+            places += [(base + ("pipeline", ti, "work", f), getattr(stage.work, f))
+                       for f in ("input_tokens", "output_tokens")]
+    for where, dist in places:
+        if dist is None or dist.trace is None:
+            continue
+        if dist.trace not in checked:
+            checked[dist.trace] = _check_trace(doc.path.parent / dist.trace, dist.trace)
+        problem = checked[dist.trace]
+        if problem is not None:
+            problems.append(Problem(problem.message, doc.locate(where + ("trace",)), problem.fix))
+    return problems
+
+
+def _check_trace(path: Path, name: str) -> Problem | None:
+    import json
+
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return Problem(f"trace file {name!r} not found (looked at {path})",
+                       fix="give the JSONL file's path relative to the intent file")
+    except (OSError, UnicodeDecodeError) as exc:
+        return Problem(f"cannot read trace file {name!r}: {exc}", fix="check the file")
+    records = 0
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            return Problem(f"trace {name} line {n}: invalid JSON ({exc.msg})", fix="write one JSON object per line")
+        ok = isinstance(rec, dict) and all(
+            isinstance(rec.get(k), int) and not isinstance(rec.get(k), bool) and rec[k] >= 0
+            for k in ("input_tokens", "output_tokens"))
+        if not ok:
+            return Problem(f"trace {name} line {n}: needs whole-number input_tokens and output_tokens",
+                           fix='write lines like {"timestamp": 0.5, "input_tokens": 812, "output_tokens": 96}')
+        records += 1
+    if records == 0:
+        return Problem(f"trace file {name!r} holds no requests", fix="record at least one request per line")
+    return None
+
+
 def load_intent_file(path: Path) -> LoadedIntent:
     """Read an intent and the cluster profile it references; syntax and in-file checks only."""
     model, doc = read_document(Path(path), "ServingIntent")
     assert isinstance(model, ServingIntent)
+    traces = _trace_problems(model, doc)
+    if traces:
+        raise IntentError(traces)
     source = model.spec.cluster
     if source.profile is not None:
         ref = Path(source.profile)

@@ -1,0 +1,5 @@
+"""`python -m infra` is the `infra` command."""
+
+from infra.cli import main
+
+main()
