@@ -24,11 +24,12 @@ def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
     return default
 
 
-def count_params(
+def param_breakdown(
     *, layers: int, hidden: int, heads: int, kv_heads: int, head_dim: int, ffn: int, vocab: int, tied: bool,
     moe: MoESpec | None, mla: MLASpec | None, shared_ffn: int | None = None,
-) -> tuple[float, float]:
-    """(total, active) parameters in billions, from the layer shapes."""
+) -> dict[str, float]:
+    """Parameters by part, from the layer shapes: `attn` and `dense_ffn` per layer, `expert` (one routed expert),
+    `shared` (the shared experts of one MoE layer), `router` per MoE layer, and `embed` (input and output)."""
     if mla is not None:
         qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
         q = hidden * mla.q_lora_rank + mla.q_lora_rank * heads * qk if mla.q_lora_rank else hidden * heads * qk
@@ -37,18 +38,25 @@ def count_params(
         attn = q + kv + heads * mla.v_head_dim * hidden
     else:
         attn = hidden * head_dim * (2 * heads + 2 * kv_heads)
-    dense_ffn = 3 * hidden * ffn
-    embed = vocab * hidden * (1 if tied else 2)
+    out = {"attn": float(attn), "dense_ffn": 3.0 * hidden * ffn, "embed": float(vocab * hidden * (1 if tied else 2)),
+           "expert": 0.0, "shared": 0.0, "router": 0.0}
+    if moe is not None:
+        out["expert"] = 3.0 * hidden * moe.expert_ffn_size
+        out["shared"] = 3.0 * hidden * shared_ffn if shared_ffn else moe.shared_experts * out["expert"]
+        out["router"] = float(hidden * moe.experts)
+    return out
+
+
+def count_params(**shape: Any) -> tuple[float, float]:
+    """(total, active) parameters in billions, from the layer shapes."""
+    p = param_breakdown(**shape)
+    layers, moe = shape["layers"], shape["moe"]
     if moe is None:
-        total = layers * (attn + dense_ffn) + embed
+        total = layers * (p["attn"] + p["dense_ffn"]) + p["embed"]
         return total / 1e9, total / 1e9
-    expert = 3 * hidden * moe.expert_ffn_size
-    shared = 3 * hidden * shared_ffn if shared_ffn else moe.shared_experts * expert
     moe_layers = layers - moe.dense_layers
-    base = layers * attn + moe.dense_layers * dense_ffn + moe_layers * (shared + hidden * moe.experts) + embed
-    total = base + moe_layers * moe.experts * expert
-    active = base + moe_layers * moe.active_experts * expert
-    return total / 1e9, active / 1e9
+    base = layers * p["attn"] + moe.dense_layers * p["dense_ffn"] + moe_layers * (p["shared"] + p["router"]) + p["embed"]
+    return (base + moe_layers * moe.experts * p["expert"]) / 1e9, (base + moe_layers * moe.active_experts * p["expert"]) / 1e9
 
 
 def model_from_hf_config(path: Path) -> ModelSpec:

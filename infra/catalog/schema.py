@@ -141,12 +141,13 @@ class DeviceSpec(CatalogModel):
 
     @property
     def precisions(self) -> list[str]:
-        """Precisions the device computes natively, minus those a quirk rules out; int4 weight-only runs wherever
-        16-bit does."""
+        """Precisions the device serves, minus those a quirk rules out: what it computes natively, plus 4-bit
+        weights (int4, and fp4 without fp4 tensor cores) dequantised to 16-bit wherever 16-bit runs, as the Marlin
+        kernels of vLLM and SGLang do on Ampere and Hopper."""
         unsupported = {p for q in self.quirks for p in q.unsupported_precisions if not q.frameworks}
         native = set(self.tflops)
         if native & {"bf16", "fp16"}:
-            native.add("int4")
+            native.update(("int4", "fp4"))
         return [p for p in PRECISIONS if p in native and p not in unsupported]
 
 

@@ -1,0 +1,177 @@
+"""Fit the performance model's efficiency factors to measured deployments, and report how well they generalise.
+
+    python benchmarks/calibrate.py --csv ../shared/data/silicon_calibration.csv [--write] [--lomo] [--json]
+
+Fits, in log space with a robust (soft-L1) loss on TTFT and TPOT:
+1. pooled factors over every row (the fallback for unmeasured pairs);
+2. per framework/device group, shrunk towards the pooled factors so thin groups stay sensible.
+`--write` commits them to infra/perf/data/calibration.json with the date and the data's fingerprint.
+`--lomo` refits with each model held out and scores the held-out rows: the figure that says how the model does
+on models it has never seen. Requires scipy (in the `dev` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import least_squares
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from infra.catalog.loader import load_catalog  # noqa: E402
+from infra.perf.calibration import Factors  # noqa: E402
+from infra.perf.replay import Case, ape, compiled, load_rows, summarize, to_case  # noqa: E402
+
+OUT = ROOT / "infra" / "perf" / "data" / "calibration.json"
+NAMES = Factors.names()
+LO = np.array([Factors.BOUNDS[n][0] for n in NAMES])
+HI = np.array([Factors.BOUNDS[n][1] for n in NAMES])
+# Parameters are optimised as logs of a positive offset so that 0-valued overheads stay reachable.
+OFFSET = np.array([0.0 if Factors.BOUNDS[n][0] > 0 else 0.5 for n in NAMES])
+PRIOR_STRENGTH = 1.0
+"""Pull of the pooled factors on a group's fit, in residual units per unit of log-parameter: a group needs a few
+dozen rows of evidence to move a factor far from the pool."""
+
+
+def to_params(x: np.ndarray) -> np.ndarray:
+    return np.clip(np.exp(x) - OFFSET, LO, HI)
+
+
+def to_x(values: np.ndarray) -> np.ndarray:
+    return np.log(np.clip(values, LO, HI) + OFFSET)
+
+
+Prepared = list[tuple[Case, object]]
+
+
+def prepare(rows: list[dict[str, str]], catalog) -> tuple[Prepared, list[tuple[dict[str, str], str]]]:
+    out, skipped = [], []
+    for row in rows:
+        case = to_case(row, catalog)
+        if isinstance(case, str):
+            skipped.append((row, case))
+            continue
+        run = compiled(case, catalog)
+        if isinstance(run, str):
+            skipped.append((row, run))
+            continue
+        out.append((case, run))
+    return out, skipped
+
+
+def residuals(x: np.ndarray, items: Prepared, prior: np.ndarray | None) -> np.ndarray:
+    f = Factors.from_vector(list(to_params(x)))
+    res = []
+    for case, run in items:
+        ttft, tpot = run(f)
+        for pred, meas in ((ttft, case.ttft_ms), (tpot, case.tpot_ms)):
+            res.append(math.log(pred / meas) if math.isfinite(pred) and pred > 0 else 5.0)
+    if prior is not None:
+        res.extend(PRIOR_STRENGTH * (x - prior))
+    return np.asarray(res)
+
+
+def fit(items: Prepared, start: Factors, prior: np.ndarray | None = None, max_nfev: int = 60) -> Factors:
+    x0 = to_x(np.array(start.vector()))
+    sol = least_squares(residuals, x0, args=(items, prior), loss="soft_l1", f_scale=0.3, max_nfev=max_nfev,
+                        diff_step=1e-3)
+    return Factors.from_vector([round(float(v), 5) for v in to_params(sol.x)])
+
+
+def fit_all(items: Prepared) -> tuple[Factors, dict[str, Factors]]:
+    pooled = fit(items, Factors(), max_nfev=80)
+    prior = to_x(np.array(pooled.vector()))
+    groups: dict[str, Prepared] = {}
+    for item in items:
+        groups.setdefault(item[0].group, []).append(item)
+    fitted = {g: fit(rows, pooled, prior) for g, rows in sorted(groups.items())}
+    return pooled, fitted
+
+
+def score(items: Prepared, pooled: Factors, groups: dict[str, Factors]) -> list[tuple[Case, float, float]]:
+    out = []
+    for case, run in items:
+        ttft, tpot = run(groups.get(case.group, pooled))
+        out.append((case, ttft, tpot))
+    return out
+
+
+def fmt(block: dict) -> str:
+    def pct(v):
+        return "-" if v is None else f"{100 * v:5.1f}%"
+    return (f"n={block['n']:5d}  TTFT median {pct(block['ttft_median_ape'])} p90 {pct(block['ttft_p90_ape'])}  "
+            f"TPOT median {pct(block['tpot_median_ape'])} p90 {pct(block['tpot_p90_ape'])}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--csv", default=str(ROOT.parent / "shared" / "data" / "silicon_calibration.csv"))
+    ap.add_argument("--write", action="store_true", help="write infra/perf/data/calibration.json")
+    ap.add_argument("--lomo", action="store_true", help="also report leave-one-model-out figures")
+    ap.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
+    args = ap.parse_args()
+
+    catalog = load_catalog()
+    rows = load_rows(args.csv)
+    items, skipped = prepare(rows, catalog)
+    pooled, groups = fit_all(items)
+    in_sample = summarize([r for r in score(items, pooled, groups) if math.isfinite(r[1])], skipped)
+    print(f"rows {len(rows)}, used {len(items)}, skipped {len(skipped)}")
+    print("in-sample        ", fmt(in_sample))
+    figures: dict = {"in_sample": {k: in_sample[k] for k in ("n", "ttft_median_ape", "ttft_p90_ape",
+                                                            "tpot_median_ape", "tpot_p90_ape")},
+                     "skipped": len(skipped)}
+    if args.lomo:
+        held: list[tuple[Case, float, float]] = []
+        for model in sorted({c.model for c, _ in items}):
+            train = [it for it in items if it[0].model != model]
+            test = [it for it in items if it[0].model == model]
+            p, g = fit_all(train)
+            scored = score(test, p, g)
+            held += scored
+            block = summarize(scored, [])
+            print(f"held out {model:22s}", fmt(block))
+        lomo = summarize(held, skipped)
+        print("leave-one-model-out", fmt(lomo))
+        for key in ("by_mode", "by_backend", "by_system"):
+            for name, block in lomo[key].items():
+                print(f"  lomo {key[3:]:8s} {name:10s}", fmt(block))
+        figures["lomo"] = {k: lomo[k] for k in ("n", "ttft_median_ape", "ttft_p90_ape", "tpot_median_ape",
+                                                "tpot_p90_ape")}
+    if args.write:
+        from infra.catalog.loader import load_catalog as _lc
+
+        devices = {}
+        for key in groups:
+            dev = _lc().device(key.split("/")[1])
+            bf16 = (dev.tflops.get("bf16") or dev.tflops.get("fp16")).value
+            devices[dev.name] = {"bw": dev.memory_bandwidth_tbps.value, "bf16": bf16}
+        data = {
+            "fitted": dt.date.today().isoformat(),
+            "data": Path(args.csv).name,
+            "data_sha256": hashlib.sha256(Path(args.csv).read_bytes()).hexdigest(),
+            "rows_used": len(items),
+            "fit": figures,
+            "pooled": pooled.as_dict(),
+            "devices": dict(sorted(devices.items())),
+            "groups": {g: {"factors": f.as_dict(), "rows": sum(1 for c, _ in items if c.group == g)}
+                       for g, f in sorted(groups.items())},
+        }
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        OUT.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        print(f"wrote {OUT.relative_to(ROOT)}")
+    if args.json:
+        print(json.dumps(figures, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

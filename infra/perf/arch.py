@@ -1,0 +1,258 @@
+"""Memory fit and step times of one worker: a roofline per operator family plus communication.
+
+`compile_worker` turns (model, device, precision, layout, efficiency factors) into per-device coefficients once;
+`Worker.step` then prices an engine step (a decode batch plus prefill tokens) with a few dozen float operations,
+which is what lets the planner score thousands of candidates per second.
+
+Per device and per step, for each operator family the time is max(FLOPs / (peak x compute efficiency),
+bytes / (bandwidth x memory efficiency)):
+- dense linear layers (attention projections, dense FFN, shared experts, LM head): all their weights are read
+  once per step, FLOPs grow with tokens;
+- routed experts: only the experts some token picked are read (expected distinct experts of E local ones after N
+  draws of k), FLOPs are k experts per token spread over the MoE group;
+- attention: FLOPs grow with query tokens x context, bytes with the KV cache read by decode; prefill attention is
+  compute-bound and decode attention memory-bound, so the two add under one attention-kernel efficiency;
+- norms and elementwise: a fixed number of passes over the hidden state;
+- communication: tensor-parallel all-reduces (two per layer) and expert-parallel all-to-all (dispatch and
+  combine per MoE layer) over NVLink/HCCS inside the scale-up domain, the NIC beyond it;
+- a fixed engine overhead per step (scheduling, kernel launches) from calibration.
+Pipeline stages run one after another for a token, so a step takes pp times a stage.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from infra.catalog.hf import param_breakdown
+from infra.catalog.schema import BYTES_PER_PARAM, DeviceSpec, ModelSpec
+from infra.perf.calibration import Factors
+from infra.perf.shape import Parallel
+
+GB = 1e9
+RUNTIME_OVERHEAD_BYTES = 2.0e9
+"""CUDA/CANN context, CUDA graphs, allocator slack: what vLLM and SGLang report outside weights and KV (1.5-3 GB)."""
+ACTIVATION_PASSES = 24
+"""Live activation buffers per token of the step budget, in hidden-size bf16 vectors (attention, FFN and sampling
+scratch), which is where profiled peak activation memory lands for max_num_tokens = 8192."""
+ELEMENTWISE_PASSES = 16
+"""Reads and writes of the hidden state per layer by norms, residual adds, rotary embedding and activations."""
+NIC_GBS = 50.0
+"""Per-device scale-out bandwidth when a worker spans scale-up domains: one 400 Gb/s NIC per device."""
+COLLECTIVE_LATENCY_S = 8e-6
+"""Fixed cost of one collective inside a node (NCCL small-message latency); doubled across nodes."""
+
+
+def compute_precision(precision: str, device: DeviceSpec) -> str:
+    """The tensor-core format the GEMMs run in: weight-only int4 computes in 16-bit, fp4 falls back to fp8."""
+    if precision == "int4":
+        return "bf16" if "bf16" in device.tflops else "fp16"
+    if precision in device.tflops:
+        return precision
+    for alt in ("fp8", "bf16", "fp16"):
+        if alt in device.tflops:
+            return alt
+    return next(iter(device.tflops))
+
+
+def peak_tflops(device: DeviceSpec, fmt: str) -> float:
+    fig = device.tflops.get(fmt) or device.tflops.get("bf16") or device.tflops.get("fp16")
+    return fig.value if fig else max(f.value for f in device.tflops.values())
+
+
+@dataclass(frozen=True)
+class MemoryFit:
+    """Where a worker's device memory goes, per device."""
+
+    device_gb: float
+    usable_gb: float
+    weights_gb: float
+    activations_gb: float
+    kv_gb: float
+    kv_bytes_per_token: float
+    """KV bytes per token per device for layers whose cache grows with the sequence."""
+    kv_tokens: int
+    """Tokens of KV cache per attention group (what vLLM reports as KV cache capacity)."""
+
+    @property
+    def fits(self) -> bool:
+        return self.kv_gb > 0
+
+    def explain(self) -> str:
+        if self.fits:
+            return (f"fits: {self.weights_gb:.1f} GB weights + {self.activations_gb:.1f} GB activations and runtime "
+                    f"of {self.usable_gb:.1f} GB usable leaves {self.kv_gb:.1f} GB for {self.kv_tokens} KV tokens")
+        return (f"does not fit: {self.weights_gb:.1f} GB weights + {self.activations_gb:.1f} GB activations and "
+                f"runtime per device exceed the {self.usable_gb:.1f} GB usable of {self.device_gb:.0f} GB by "
+                f"{-self.kv_gb:.1f} GB")
+
+
+@dataclass(frozen=True)
+class Worker:
+    """Per-device coefficients of one worker layout, ready for fast step pricing."""
+
+    parallel: Parallel
+    factors: Factors
+    memory: MemoryFit
+    flops_s: float
+    attn_flops_s: float
+    bw_bytes_s: float
+    link_bytes_s: float
+    collective_latency_s: float
+    dense_bytes: float
+    dense_flops_per_token: float
+    logit_flops_per_token: float
+    expert_bytes_local: float
+    expert_flops_per_token: float
+    experts: int
+    experts_local: float
+    active_experts: int
+    attn_flops_per_qk: float
+    """Attention FLOPs per (query token x context token) per device, summed over full-attention layers."""
+    swa_flops_per_qk: float
+    window: float
+    kv_full_per_token: float
+    kv_swa_per_token: float
+    elem_bytes_per_token: float
+    ar_per_step: float
+    ar_bytes_per_token: float
+    a2a_per_step: float
+    a2a_bytes_per_token: float
+    pp: int
+    stage_layers: float
+
+    def kv_bytes(self, context: float) -> float:
+        """KV bytes of one sequence of `context` tokens on one device."""
+        return self.kv_full_per_token * context + self.kv_swa_per_token * min(context, self.window)
+
+    def max_sequences(self, context: float) -> int:
+        """Sequences of this length that fit the KV cache of one attention group."""
+        per = self.kv_bytes(context)
+        return int(self.memory.kv_gb * GB / per) if per > 0 else 1 << 30
+
+    def token_time(self, decode: float, context: float, prefill: float = 0.0, prefill_context: float = 0.0) -> float:
+        """Seconds per output token of each decoding sequence: a step, over the tokens a step emits."""
+        return self.step(decode, context, prefill, prefill_context) / self.factors.accept
+
+    def step(self, decode: float, context: float, prefill: float = 0.0, prefill_context: float = 0.0) -> float:
+        """Seconds for one engine step of one attention group: `decode` sequences at mean `context` tokens,
+        plus `prefill` new tokens whose queries see `prefill_context` tokens on average."""
+        f = self.factors
+        tokens = decode + prefill
+        group_tokens = tokens * self.parallel.attention_dp
+        lin = max((tokens * self.dense_flops_per_token + decode * self.logit_flops_per_token) / (self.flops_s * f.gemm),
+                  self.dense_bytes / (self.bw_bytes_s * f.mem))
+        moe = 0.0
+        if self.experts:
+            touched = self.experts_local * -math.expm1(group_tokens * math.log1p(-self.active_experts / self.experts))
+            moe = max(group_tokens * self.expert_flops_per_token / (self.flops_s * f.gemm),
+                      touched * self.expert_bytes_local / (self.bw_bytes_s * f.mem))
+        qk = decode * context + prefill * prefill_context
+        qk_swa = decode * min(context, self.window) + prefill * min(prefill_context, self.window)
+        attn = ((qk * self.attn_flops_per_qk + qk_swa * self.swa_flops_per_qk) / self.attn_flops_s
+                + decode * self.kv_bytes(context) / self.bw_bytes_s) / f.attn
+        elem = tokens * self.elem_bytes_per_token / (self.bw_bytes_s * f.mem)
+        comm = 0.0
+        if self.ar_per_step:
+            comm += self.ar_per_step * (self.collective_latency_s + tokens * self.ar_bytes_per_token /
+                                        (self.link_bytes_s * f.comm))
+        if self.a2a_per_step:
+            comm += self.a2a_per_step * (2 * self.collective_latency_s + tokens * self.a2a_bytes_per_token /
+                                         (self.link_bytes_s * f.comm))
+        return self.pp * (lin + moe + attn + elem + comm) + f.step_ms * 1e-3
+
+
+def kv_precision_for(precision: str, kv_precision: str | None, fp8_kv: bool, device: DeviceSpec) -> str:
+    if kv_precision:
+        return kv_precision
+    if precision in ("fp8", "fp4", "int4", "int8") and fp8_kv and "fp8" in device.tflops:
+        return "fp8"
+    return "bf16"
+
+
+def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, parallel: Parallel, factors: Factors,
+                   *, kv_precision: str = "bf16", memory_utilization: float = 0.9, max_num_tokens: int = 8192,
+                   device_memory_gb: float | None = None) -> Worker:
+    """Per-device coefficients for `model` on `device` laid out as `parallel` (shape checks are the caller's)."""
+    tp, pp, ep, moe_tp, dp = parallel.tp, parallel.pp, parallel.ep, parallel.moe_tp, parallel.attention_dp
+    moe = model.moe
+    parts = param_breakdown(layers=model.layers, hidden=model.hidden_size, heads=model.attention_heads,
+                            kv_heads=model.kv_heads, head_dim=model.head_dim, ffn=model.ffn_size,
+                            vocab=model.vocab_size, tied=False, moe=moe, mla=model.mla)
+    layers = model.layers
+    dense_layers = moe.dense_layers if moe else layers
+    moe_layers = layers - dense_layers if moe else 0
+    experts = moe.experts if moe else 0
+    computed_total = (layers * parts["attn"] + dense_layers * parts["dense_ffn"] + parts["embed"]
+                      + moe_layers * (parts["shared"] + parts["router"] + experts * parts["expert"]))
+    # The catalog's published total is the authority; shapes miss biases, norms and vision towers.
+    scale = model.params_total_b * 1e9 / computed_total if computed_total else 1.0
+
+    w = BYTES_PER_PARAM.get(precision, 2.0)
+    w_attn = w if precision not in ("fp4", "int4") else (1.0 if "fp8" in device.tflops else 2.0)
+    fmt = compute_precision(precision, device)
+
+    attn_params = layers * parts["attn"] * scale / (tp * pp)
+    dense_params = (dense_layers * parts["dense_ffn"] + moe_layers * parts["shared"]) * scale / (tp * pp)
+    lm_head = parts["embed"] / 2 * scale / tp
+    dense_bytes = attn_params * w_attn + dense_params * w + lm_head * 2.0
+    expert_params_local = moe_layers * parts["expert"] * scale / (moe_tp * pp) if moe else 0.0
+    experts_local = experts / ep if moe else 0.0
+    weights = dense_bytes + parts["embed"] / 2 * scale / tp * 2.0 + experts_local * expert_params_local * w
+
+    kv_b = 1.0 if kv_precision in ("fp8", "int8") else 2.0
+    if model.mla is not None:
+        per_layer = (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * kv_b
+        d_qk = model.mla.kv_lora_rank + model.mla.qk_rope_head_dim
+        d_v = model.mla.kv_lora_rank
+    else:
+        per_layer = 2 * max(model.kv_heads / tp, 1.0) * model.head_dim * kv_b
+        d_qk = d_v = model.head_dim
+    swa_layers = model.attention.sliding_window_layers
+    linear_layers = model.attention.linear_attention_layers
+    full_layers = layers - swa_layers - linear_layers
+    kv_full = full_layers * per_layer / pp
+    kv_swa = swa_layers * per_layer / pp
+    window = float(model.attention.sliding_window or 0) if swa_layers else 0.0
+    heads_dev = model.attention_heads / tp
+    attn_qk = 2 * heads_dev * (d_qk + d_v) * full_layers / pp
+    swa_qk = 2 * heads_dev * (d_qk + d_v) * swa_layers / pp
+
+    device_gb = device_memory_gb if device_memory_gb is not None else device.memory_gb.value
+    usable = device_gb * memory_utilization
+    activations = (max_num_tokens * model.hidden_size * 2 * ACTIVATION_PASSES / max(tp, 1)
+                   + RUNTIME_OVERHEAD_BYTES) / GB
+    kv_gb = usable - weights / GB - activations
+    kv_tokens = int(kv_gb * GB / (kv_full + kv_swa)) if kv_gb > 0 and (kv_full + kv_swa) > 0 else 0
+    memory = MemoryFit(device_gb, usable, weights / GB, activations, kv_gb, kv_full + kv_swa, max(kv_tokens, 0))
+
+    domain = device.interconnect.domain_size.value
+    within = parallel.devices <= domain
+    link = device.interconnect.bandwidth_gbs.value / 2 if within else min(NIC_GBS,
+                                                                           device.interconnect.bandwidth_gbs.value / 2)
+    ar_per_step = 2 * layers / pp if max(tp, moe_tp) > 1 else 0.0
+    # Expert parallelism sends each token to the devices holding its experts (dispatch in fp8, combine in 16-bit);
+    # with k experts over ep devices a token reaches (ep - 1)(1 - (1 - 1/ep)^k) other devices on average. Expert
+    # tensor parallelism needs no all-to-all: its reduction rides on the tensor-parallel all-reduce.
+    a2a_per_step = moe_layers / pp if moe and ep > 1 else 0.0
+    remote = (ep - 1) * (1 - (1 - 1 / ep) ** (moe.active_experts if moe else 0)) if ep > 1 else 0.0
+    return Worker(
+        parallel=parallel, factors=factors, memory=memory,
+        flops_s=peak_tflops(device, fmt) * 1e12, attn_flops_s=peak_tflops(device, "bf16") * 1e12,
+        bw_bytes_s=device.memory_bandwidth_tbps.value * 1e12, link_bytes_s=link * GB,
+        collective_latency_s=COLLECTIVE_LATENCY_S * (1 if within else 2),
+        dense_bytes=dense_bytes,
+        dense_flops_per_token=2 * (attn_params + dense_params),
+        logit_flops_per_token=2 * lm_head,
+        expert_bytes_local=expert_params_local * w,
+        expert_flops_per_token=(2 * (moe.active_experts if moe else 0) * moe_layers * parts["expert"] * scale
+                                / (moe_tp * ep * pp)) if moe else 0.0,
+        experts=experts, experts_local=experts_local, active_experts=moe.active_experts if moe else 0,
+        attn_flops_per_qk=attn_qk, swa_flops_per_qk=swa_qk, window=window or 1e18,
+        kv_full_per_token=kv_full, kv_swa_per_token=kv_swa,
+        elem_bytes_per_token=ELEMENTWISE_PASSES * model.hidden_size * 2 * layers / pp,
+        ar_per_step=ar_per_step, ar_bytes_per_token=2 * (max(tp, moe_tp) - 1) / max(tp, moe_tp) * model.hidden_size * 2,
+        a2a_per_step=a2a_per_step,
+        a2a_bytes_per_token=remote * model.hidden_size * 3,
+        pp=pp, stage_layers=layers / pp,
+    )

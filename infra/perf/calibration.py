@@ -1,0 +1,131 @@
+"""Efficiency factors: how far below the roofline a framework runs on a device, fitted to measurements.
+
+`benchmarks/calibrate.py` fits them to `silicon_calibration.csv` and writes `infra/perf/data/calibration.json`
+(with the date, the data's fingerprint and the fit error). Lookups fall back, and say so: the exact
+(framework, device) pair; else the same framework on the calibrated device closest in bandwidth and compute;
+else the same device under any framework; else the pooled defaults. Frameworks that are vendor builds of another
+(vllm-ascend, vllm-mlu, ...) borrow their parent's factors.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from infra.catalog.schema import DeviceSpec
+
+
+@dataclass(frozen=True)
+class Factors:
+    """Efficiency factors of one framework on one device."""
+
+    gemm: float = 0.55
+    """Achieved fraction of peak tensor FLOPs in GEMMs."""
+    mem: float = 0.7
+    """Achieved fraction of peak memory bandwidth."""
+    attn: float = 0.5
+    """Achieved fraction of the roofline in attention kernels (peak 16-bit FLOPs for prefill, bandwidth for the KV
+    cache reads of decode)."""
+    comm: float = 0.6
+    """Achieved fraction of link bandwidth in collectives."""
+    step_ms: float = 2.0
+    """Fixed engine overhead per step (scheduler, sampling, launches)."""
+    request_ms: float = 20.0
+    """Fixed per-request latency before the first token (HTTP, tokenisation, admission)."""
+    transfer_ms: float = 20.0
+    """Fixed per-request cost of handing a request from prefill to decode workers (routing, KV-transfer setup)."""
+    queue: float = 0.3
+    """Closed loop: weight of the first, synchronised wave of prefills in the mean TTFT (0 = steady state only)."""
+    accept: float = 1.0
+    """Tokens emitted per decode step (above 1 when the framework runs speculative decoding such as MTP)."""
+    mix: float = 1.0
+    """Closed loop: fraction of prefill work that lands inside decode steps (interference on TPOT)."""
+
+    BOUNDS = {
+        "gemm": (0.05, 1.0), "mem": (0.1, 1.0), "attn": (0.02, 1.0), "comm": (0.05, 1.0), "step_ms": (0.0, 40.0),
+        "request_ms": (0.0, 500.0), "transfer_ms": (0.0, 2000.0), "queue": (0.0, 1.0), "mix": (0.0, 2.0),
+        "accept": (1.0, 3.0),
+    }
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    def vector(self) -> list[float]:
+        return [getattr(self, n) for n in self.names()]
+
+    @classmethod
+    def from_vector(cls, values: list[float]) -> Factors:
+        return cls(**dict(zip(cls.names(), (float(v) for v in values))))
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+PARENT_FRAMEWORK = {"vllm-ascend": "vllm", "vllm-mlu": "vllm", "vllm-kunlun": "vllm", "vllm-metax": "vllm",
+                    "vllm-fl": "vllm", "mindie": "trtllm", "lmdeploy": "vllm"}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Factors for one (framework, device), and how they were found."""
+
+    factors: Factors
+    calibrated: bool
+    source: str
+    """`fit:<framework>/<device>`, or how the factors were borrowed."""
+    distance: float = 0.0
+    """How far the device is from the one the factors were fitted on (0 = same); log-ratio of bandwidth and FLOPs."""
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict[str, Any]:
+    path = resources.files("infra.perf") / "data" / "calibration.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {"groups": {}, "devices": {}, "pooled": {}}
+
+
+def table() -> dict[str, Any]:
+    """The committed calibration data (read-only)."""
+    return _table()
+
+
+def _device_distance(a: dict[str, float], b: DeviceSpec) -> float:
+    bw = b.memory_bandwidth_tbps.value
+    fl = (b.tflops.get("bf16") or b.tflops.get("fp16") or next(iter(b.tflops.values()))).value
+    return abs(math.log(a["bw"] / bw)) + abs(math.log(a["bf16"] / fl))
+
+
+def lookup(framework: str, device: DeviceSpec) -> Calibration:
+    """Factors for a framework on a device, exact when fitted, otherwise borrowed and marked so."""
+    data = _table()
+    groups: dict[str, dict[str, Any]] = data.get("groups", {})
+    devices: dict[str, dict[str, float]] = data.get("devices", {})
+    fw = framework
+    key = f"{fw}/{device.name}"
+    if key in groups:
+        return Calibration(Factors(**groups[key]["factors"]), True, f"fit:{key}")
+    fw_eff = PARENT_FRAMEWORK.get(fw, fw)
+    candidates = [(k, g) for k, g in groups.items() if k.split("/")[0] == fw_eff]
+    if not candidates:
+        candidates = [(k, g) for k, g in groups.items() if k.split("/")[1] == device.name]
+    if not candidates:
+        candidates = list(groups.items())
+    if candidates and devices:
+        best = min(candidates, key=lambda kg: (_device_distance(devices[kg[0].split("/")[1]], device), kg[0]))
+        dist = _device_distance(devices[best[0].split("/")[1]], device)
+        borrowed = Factors(**best[1]["factors"])
+        if device.vendor != "nvidia":
+            # Vendor stacks beyond CUDA reach a smaller share of peak in every public comparison; until measured,
+            # take the conservative side rather than the optimistic one.
+            borrowed = replace(borrowed, gemm=borrowed.gemm * 0.75, mem=borrowed.mem * 0.85,
+                               attn=borrowed.attn * 0.75)
+        return Calibration(borrowed, False, f"borrowed:{best[0]}", round(dist, 3))
+    pooled = data.get("pooled") or {}
+    return Calibration(Factors(**pooled) if pooled else Factors(), False, "defaults", float("inf"))

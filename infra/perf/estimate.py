@@ -1,0 +1,223 @@
+"""The performance model's front door: check a deployment's shape, then predict its metrics under a workload.
+
+A shape that cannot work (tensor parallelism not dividing the heads, a precision the device lacks, weights that
+do not fit) is an explanation, never a number. Every estimate says whether its efficiency factors were fitted on
+this framework and device, and if not, where they were borrowed from and how far that is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from infra.catalog.loader import Catalog
+from infra.catalog.schema import DeviceSpec, FrameworkSpec, ModelSpec
+from infra.errors import InfraError, Location, Problem
+from infra.perf.arch import GB, NIC_GBS, MemoryFit, Worker, compile_worker, kv_precision_for
+from infra.perf.calibration import Calibration, Factors, lookup
+from infra.perf.serving import (
+    PERCENTILES,
+    Prediction,
+    closed_loop_agg,
+    disagg,
+    open_loop_agg,
+)
+from infra.perf.shape import Deployment, Parallel, Role, Workload
+
+
+class ShapeError(InfraError):
+    """A deployment that cannot run as described."""
+
+
+def shape_problems(model: ModelSpec, device: DeviceSpec, framework: FrameworkSpec, precision: str,
+                   parallel: Parallel, role: str = "agg") -> list[str]:
+    """Why this layout of this model cannot run on this device with this framework (empty when it can)."""
+    out: list[str] = []
+    where = "" if role == "agg" else f"{role}: "
+    if device.vendor not in framework.vendors or (framework.devices and device.name not in framework.devices):
+        out.append(f"{framework.name} does not run on {device.name}")
+    if precision not in device.precisions:
+        out.append(f"{device.name} does not support {precision} (it supports {', '.join(device.precisions)})")
+    if precision not in framework.precisions:
+        out.append(f"{framework.name} does not serve {precision} weights")
+    for name, value in (("tp", parallel.tp), ("pp", parallel.pp), ("ep", parallel.ep), ("moe_tp", parallel.moe_tp),
+                        ("attention_dp", parallel.attention_dp)):
+        if value < 1:
+            out.append(f"{where}{name} must be at least 1 (got {value})")
+    if out:
+        return out
+    if model.attention_heads % parallel.tp:
+        out.append(f"{where}tp {parallel.tp} does not divide {model.name}'s {model.attention_heads} attention heads")
+    elif model.mla is None and parallel.tp > model.kv_heads and parallel.tp % model.kv_heads:
+        out.append(f"{where}tp {parallel.tp} is neither a divisor nor a multiple of {model.kv_heads} KV heads")
+    elif model.mla is None and parallel.tp < model.kv_heads and model.kv_heads % parallel.tp:
+        out.append(f"{where}tp {parallel.tp} does not divide {model.name}'s {model.kv_heads} KV heads")
+    if parallel.pp > model.layers:
+        out.append(f"{where}pp {parallel.pp} exceeds {model.name}'s {model.layers} layers")
+    if model.moe is None:
+        if parallel.ep > 1 or parallel.moe_tp > 1:
+            out.append(f"{where}{model.name} has no experts; expert parallelism (ep/moe_tp) needs a MoE model")
+    else:
+        if parallel.ep > model.moe.experts:
+            out.append(f"{where}ep {parallel.ep} exceeds {model.name}'s {model.moe.experts} experts")
+        if model.moe.expert_ffn_size % parallel.moe_tp:
+            out.append(f"{where}moe_tp {parallel.moe_tp} does not divide the expert FFN size "
+                       f"{model.moe.expert_ffn_size}")
+    features = set(framework.features)
+    if parallel.ep > 1 and "expert_parallel" not in features:
+        out.append(f"{framework.name} has no expert parallelism")
+    if parallel.attention_dp > 1 and "attention_dp" not in features:
+        out.append(f"{framework.name} has no attention data parallelism")
+    if parallel.pp > 1 and "pipeline_parallel" not in features:
+        out.append(f"{framework.name} has no pipeline parallelism")
+    return out
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Predicted metrics of a deployment under a workload, with everything needed to trust or doubt them."""
+
+    deployment: Deployment
+    workload: Workload
+    prediction: Prediction
+    memory: dict[str, MemoryFit]
+    calibration: Calibration
+    devices: int
+    """Devices the deployment occupies in total."""
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        p = self.prediction
+        ms = {k: {q: round(v * 1000, 4) for q, v in getattr(p, k).items()} for k in ("ttft", "tpot", "itl", "e2e")}
+        return {
+            "model": self.deployment.model, "device": self.deployment.device, "framework": self.deployment.framework,
+            "precision": self.deployment.precision, "mode": self.deployment.mode,
+            "workload": {"isl": self.workload.isl, "osl": self.workload.osl,
+                         "concurrency": self.workload.concurrency, "rate": self.workload.rate},
+            **{f"{k}_ms": v for k, v in ms.items()},
+            "throughput_rps": round(p.throughput_rps, 6), "output_tokens_per_s": round(p.output_tokens_per_s, 3),
+            "batch_per_group": round(p.batch, 3), "load": round(p.load, 4), "stable": p.stable,
+            "workers": p.workers, "devices": self.devices,
+            "memory": {r: {"weights_gb": round(m.weights_gb, 3), "kv_gb": round(m.kv_gb, 3),
+                           "kv_tokens": m.kv_tokens} for r, m in self.memory.items()},
+            "calibrated": self.calibration.calibrated, "calibration_source": self.calibration.source,
+            "extrapolation_distance": self.calibration.distance,
+            "notes": self.notes + p.assumptions,
+        }
+
+
+def _role_worker(model: ModelSpec, device: DeviceSpec, fw: FrameworkSpec, dep: Deployment, role_name: str,
+                 role: Role, cal: Calibration, device_memory_gb: float | None) -> Worker:
+    problems = shape_problems(model, device, fw, dep.precision, role.parallel, role_name)
+    if problems:
+        raise ShapeError([Problem(p, Location(path=f"deployment.{role_name}"),
+                                  "change the layout, precision, device or framework") for p in problems])
+    kv = kv_precision_for(dep.precision, dep.kv_precision, "fp8_kv_cache" in fw.features, device)
+    worker = compile_worker(model, device, dep.precision, role.parallel, cal.factors, kv_precision=kv,
+                            memory_utilization=dep.memory_utilization, max_num_tokens=role.max_num_tokens,
+                            device_memory_gb=device_memory_gb)
+    if not worker.memory.fits:
+        raise ShapeError(Problem(f"{model.name} {dep.precision} {role.parallel.label()} on {device.name}: "
+                                 f"{worker.memory.explain()}", Location(path=f"deployment.{role_name}"),
+                                 "use more devices per replica (tp/pp/ep), a smaller precision, or a device "
+                                 "with more memory"))
+    return worker
+
+
+def build_workers(dep: Deployment, catalog: Catalog, *, device_memory_gb: float | None = None,
+                  factors: Factors | None = None) -> tuple[dict[str, Worker], Calibration, float]:
+    """Compile the workers of every role (checking shapes and memory), their calibration, and the bytes/s of the
+    link that carries KV caches from prefill to decode workers."""
+    model = catalog.model(dep.model)
+    device = catalog.device(dep.device)
+    fw = catalog.framework(dep.framework)
+    cal = Calibration(factors, True, "given") if factors is not None else lookup(fw.name, device)
+    if dep.mode != "agg" and "pd_disaggregation" not in fw.features:
+        raise ShapeError(Problem(f"{fw.name} does not support prefill/decode disaggregation",
+                                 fix="use mode agg or another framework"))
+    workers = {name: _role_worker(model, device, fw, dep, name, role, cal, device_memory_gb)
+               for name, role in dep.roles().items()}
+    within = dep.prefill.parallel.devices + dep.decode.parallel.devices <= device.interconnect.domain_size.value
+    link = (device.interconnect.bandwidth_gbs.value / 2 if within else NIC_GBS) * GB
+    return workers, cal, link
+
+
+def predict(dep: Deployment, wl: Workload, workers: dict[str, Worker], link: float) -> Prediction:
+    """Serving-layer prediction from compiled workers."""
+    if dep.mode == "agg":
+        w = workers["agg"]
+        if w.max_sequences(wl.isl + wl.osl) < 1:
+            raise ShapeError(Problem(f"one request of {wl.isl + wl.osl:g} tokens needs "
+                                     f"{w.kv_bytes(wl.isl + wl.osl) / GB:.2f} GB of KV cache per device but only "
+                                     f"{w.memory.kv_gb:.2f} GB is left",
+                                     fix="use more devices per replica or shorter requests"))
+        return closed_loop_agg(w, dep.agg, wl) if wl.concurrency is not None else open_loop_agg(w, dep.agg, wl)
+    return disagg(workers["prefill"], workers["decode"], dep.prefill, dep.decode, wl, link)
+
+
+def estimate(dep: Deployment, wl: Workload, catalog: Catalog, *, device_memory_gb: float | None = None,
+             factors: Factors | None = None) -> Estimate:
+    """Predict the metrics of `dep` under `wl`; raises ShapeError when the deployment cannot run. `factors`
+    replaces the calibrated efficiency factors (for fitting them)."""
+    workers, cal, link = build_workers(dep, catalog, device_memory_gb=device_memory_gb, factors=factors)
+    notes = []
+    if not cal.calibrated:
+        notes.append(f"not calibrated for {dep.framework} on {dep.device}: efficiency factors {cal.source} "
+                     f"(device distance {cal.distance:g})")
+    pred = predict(dep, wl, workers, link)
+    devices = sum(w.parallel.devices * pred.workers.get(name, 1) for name, w in workers.items())
+    return Estimate(dep, wl, pred, {name: w.memory for name, w in workers.items()}, cal, devices, notes)
+
+
+def meets(pred: Prediction, slos: dict[tuple[str, str], float]) -> bool:
+    """Whether every (metric, percentile) -> seconds objective holds."""
+    if not pred.stable:
+        return False
+    for (metric, pct), target in slos.items():
+        values = getattr(pred, metric)
+        value = values.get(pct)
+        if value is None:
+            value = values["p99.9"] if float(pct[1:]) > 99 else values["p99"]
+        if value > target:
+            return False
+    return True
+
+
+def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], catalog: Catalog,
+             *, device_memory_gb: float | None = None) -> tuple[float, Estimate | None]:
+    """Largest open-loop request rate whose prediction meets every objective (goodput capacity), by bisection;
+    (0, None) when even a trickle misses them."""
+
+    def at(rate: float) -> Estimate:
+        return estimate(dep, Workload(isl=wl.isl, osl=wl.osl, rate=rate, arrival_cv=wl.arrival_cv,
+                                      isl_cv=wl.isl_cv, osl_cv=wl.osl_cv, prefix_hit=wl.prefix_hit), catalog,
+                        device_memory_gb=device_memory_gb)
+
+    lo, hi = 0.0, 1e-3
+    best: Estimate | None = None
+    first = at(hi)
+    if not meets(first.prediction, slos):
+        return 0.0, None
+    best = first
+    while True:
+        e = at(hi * 2)
+        if not meets(e.prediction, slos) or hi > 1e6:
+            break
+        hi *= 2
+        best = e
+    lo = hi
+    hi = hi * 2
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        e = at(mid)
+        if meets(e.prediction, slos):
+            lo, best = mid, e
+        else:
+            hi = mid
+        if hi - lo < 1e-4 * hi:
+            break
+    return lo, best
+
+
+__all__ = ["Estimate", "PERCENTILES", "ShapeError", "build_workers", "estimate", "max_rate", "meets", "predict",
+           "shape_problems"]

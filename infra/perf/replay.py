@@ -1,0 +1,189 @@
+"""Replay measured deployments through the model: the shared core of calibration and fidelity benchmarks.
+
+Rows follow the `silicon_calibration.csv` format (see shared/data/README.md): one deployment measured at a fixed
+concurrency with fixed input/output lengths, mean TTFT and TPOT.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from infra.catalog.loader import Catalog
+from infra.errors import InfraError
+from infra.perf.calibration import Factors
+from infra.perf.estimate import build_workers, estimate
+from infra.perf.estimate import predict as serving_predict
+from infra.perf.shape import Deployment, Parallel, Role, Workload
+
+REPLAY_MEMORY = 0.95
+"""Benchmarked deployments run engines at their highest memory settings (SGLang sizes its static pool at 0.88-0.95
+of memory, TRT-LLM's KV fraction is set on top of weights); planning keeps the safer 0.9."""
+
+_CONC = re.compile(r"silicon_concurrency=(\d+)")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured row, mapped onto the model's types."""
+
+    row: dict[str, str]
+    group: str
+    """`framework/device` (catalog names), the unit calibration factors are fitted per."""
+    model: str
+    deployment: Deployment
+    workload: Workload
+    ttft_ms: float
+    tpot_ms: float
+
+
+def _int(value: str, default: int = 1) -> int:
+    try:
+        v = int(float(value))
+    except (TypeError, ValueError):
+        return default
+    return v if v > 0 else default
+
+
+def load_rows(path: str | Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
+    """The case for a row, or why it cannot be replayed."""
+    try:
+        model = catalog.model(row["model_path"])
+        device = catalog.device(row["system"])
+        framework = catalog.framework(row["backend"])
+    except InfraError as exc:
+        return str(exc.problems[0].message)
+    m = _CONC.search(row.get("silicon_data_source", ""))
+    if not m:
+        return "no silicon_concurrency in silicon_data_source"
+    try:
+        ttft, tpot = float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"])
+        isl, osl = float(row["isl"]), float(row["osl"])
+    except (KeyError, ValueError):
+        return "missing isl/osl/ttft/tpot"
+    if ttft <= 0 or tpot <= 0:
+        return "non-positive measurement"
+    precision = row.get("precision") or model.native_precision
+    dense = model.moe is None
+
+    def parallel(prefix: str) -> Parallel:
+        tp = _int(row.get(f"{prefix}tp_size", ""))
+        dp = _int(row.get(f"{prefix}attention_dp_size", ""))
+        ep = 1 if dense else _int(row.get(f"{prefix}moe_ep_size", ""))
+        moe_tp = 1 if dense else _int(row.get(f"{prefix}moe_tp_size", ""))
+        if model.mla is not None and model.attention_heads % tp:
+            # Wide deployments (tp 12..72 on NVL72 racks) record the device count as tp; a tp that does not divide
+            # the heads can only run as data-parallel attention with the experts spread over the same devices.
+            tp, dp = 1, tp * dp
+        if model.moe is not None and model.moe.expert_ffn_size % moe_tp:
+            ep, moe_tp = ep * moe_tp, 1
+        return Parallel(tp=tp, pp=_int(row.get(f"{prefix}pp_size", "")), ep=ep, moe_tp=moe_tp, attention_dp=dp)
+
+    def role(prefix: str) -> Role:
+        batch = row.get(f"{prefix}batch_size", "")
+        workers = row.get(f"{prefix}num_workers", "")
+        return Role(parallel=parallel(prefix), batch_cap=_int(batch) if batch else None,
+                    workers=_int(workers) if workers else None)
+
+    if row.get("mode") == "disagg":
+        dep = Deployment(model.name, device.name, framework.name, precision, "disagg",
+                         prefill=role("prefill_"), decode=role("decode_"), memory_utilization=REPLAY_MEMORY)
+    else:
+        dep = Deployment(model.name, device.name, framework.name, precision, "agg", agg=role(""),
+                         memory_utilization=REPLAY_MEMORY)
+    return Case(row, f"{framework.name}/{device.name}", model.name, dep,
+                Workload(isl=isl, osl=osl, concurrency=int(m.group(1))), ttft, tpot)
+
+
+def predict(case: Case, catalog: Catalog, factors: Factors | None = None) -> tuple[float, float] | str:
+    """(TTFT ms, TPOT ms) predicted for a case, or why not."""
+    try:
+        est = estimate(case.deployment, case.workload, catalog, factors=factors)
+    except InfraError as exc:
+        return exc.problems[0].message
+    p = est.prediction
+    if not p.stable:
+        return "prediction unstable: " + "; ".join(p.assumptions)
+    return p.ttft["mean"] * 1000, p.tpot["mean"] * 1000
+
+
+def compiled(case: Case, catalog: Catalog) -> Callable[[Factors], tuple[float, float]] | str:
+    """A fast predictor for refitting: the workers are compiled once and only their factors change."""
+    try:
+        workers, _, link = build_workers(case.deployment, catalog, factors=Factors())
+        serving_predict(case.deployment, case.workload, workers, link)
+    except InfraError as exc:
+        return exc.problems[0].message
+
+    def run(factors: Factors) -> tuple[float, float]:
+        ws = {k: replace(w, factors=factors) for k, w in workers.items()}
+        p = serving_predict(case.deployment, case.workload, ws, link)
+        if not p.stable:
+            return float("inf"), float("inf")
+        return p.ttft["mean"] * 1000, p.tpot["mean"] * 1000
+
+    return run
+
+
+def ape(pred: float, meas: float) -> float:
+    return abs(pred - meas) / meas
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"n": 0}
+    ordered = sorted(values)
+    p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
+    return {"n": len(values), "median": statistics.median(values), "p90": p90}
+
+
+def summarize(results: list[tuple[Case, float, float]], skipped: list[tuple[dict[str, str], str]]) -> dict[str, Any]:
+    """Median and p90 absolute percentage error of TTFT and TPOT, overall and by mode, backend and system."""
+    def block(rs: list[tuple[Case, float, float]]) -> dict[str, Any]:
+        t = _stats([ape(a, c.ttft_ms) for c, a, _ in rs])
+        p = _stats([ape(b, c.tpot_ms) for c, _, b in rs])
+        return {"n": len(rs), "ttft_median_ape": t.get("median"), "ttft_p90_ape": t.get("p90"),
+                "tpot_median_ape": p.get("median"), "tpot_p90_ape": p.get("p90")}
+
+    out: dict[str, Any] = {**block(results), "skipped": len(skipped),
+                           "skipped_fraction": len(skipped) / max(1, len(skipped) + len(results))}
+    for key, fn in (("mode", lambda c: c.deployment.mode), ("backend", lambda c: c.deployment.framework),
+                    ("system", lambda c: c.deployment.device), ("model", lambda c: c.model)):
+        groups: dict[str, list[tuple[Case, float, float]]] = {}
+        for r in results:
+            groups.setdefault(fn(r[0]), []).append(r)
+        out[f"by_{key}"] = {k: block(v) for k, v in sorted(groups.items())}
+    reasons: dict[str, int] = {}
+    for _, why in skipped:
+        reasons[why] = reasons.get(why, 0) + 1
+    out["skip_reasons"] = dict(sorted(reasons.items(), key=lambda kv: -kv[1]))
+    return out
+
+
+def replay(rows: list[dict[str, str]], catalog: Catalog, factors_for=None) -> tuple[list[tuple[Case, float, float]],
+                                                                                   list[tuple[dict[str, str], str]]]:
+    """Predict every row; `factors_for(case)` may supply factors (None uses the committed calibration)."""
+    results, skipped = [], []
+    for row in rows:
+        case = to_case(row, catalog)
+        if isinstance(case, str):
+            skipped.append((row, case))
+            continue
+        got = predict(case, catalog, factors_for(case) if factors_for else None)
+        if isinstance(got, str):
+            skipped.append((row, got))
+        else:
+            results.append((case, got[0], got[1]))
+    return results, skipped
+
+
+__all__ = ["Case", "ape", "compiled", "load_rows", "predict", "replay", "summarize", "to_case"]

@@ -1,0 +1,300 @@
+"""From step times to request latencies: continuous batching under a closed or an open loop.
+
+Closed loop (N clients, each sending when its last reply is done; how benchmarks such as the calibration set are
+run). With fixed lengths the clients stay in phase: a burst of prefills, then decode steps together.
+- TPOT: one decode step of the per-group batch at the mean context (prompt + half the output), plus the share of
+  prefill work that lands inside decode steps (`mix`);
+- TTFT: the burst's prefill split into chunks of the step budget; a request waits on average for `queue` of them;
+- when the KV cache or the batch cap holds fewer sequences than there are clients, the rest queue: throughput is
+  cap / (prefill + decode time of one request), and by Little's law E2E = N / throughput.
+
+Open loop (Poisson or gamma arrivals at a rate): the decode batch B solves B = rate x time in system; each step
+also prefills the tokens that arrived during it. The prefill queue is a G/G/1 queue per attention group (Kingman's
+approximation with the arrival and length variability), its waiting time tail taken as exponential, which gives
+TTFT percentiles. ITL's tail is a decode step that carries a full prefill chunk.
+
+Disaggregated deployments price prefill and decode workers separately and add the KV-cache transfer between
+them. When worker counts are not given they are sized as a planner would: enough decode groups to hold every
+client at the largest batch that fits, and prefill workers to keep up with the decode throughput at 80% load. The
+prediction says when it assumed them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from infra.perf.arch import Worker
+from infra.perf.shape import Role, Workload
+
+PERCENTILES = ("p50", "p90", "p95", "p99", "p99.9")
+_Z = {"p50": 0.0, "p90": 1.2816, "p95": 1.6449, "p99": 2.3263, "p99.9": 3.0902}
+PREFILL_TARGET_LOAD = 0.8
+
+
+def z_of(percentile: str) -> float:
+    """Standard-normal quantile of a percentile name (`p99.9` -> 3.09)."""
+    if percentile in _Z:
+        return _Z[percentile]
+    q = float(percentile[1:]) / 100
+    # Acklam-free: a rational approximation good to 4.5e-4 (Abramowitz & Stegun 26.2.23).
+    p = min(q, 1 - q)
+    t = math.sqrt(-2 * math.log(p))
+    z = t - (2.515517 + 0.802853 * t + 0.010328 * t * t) / (1 + 1.432788 * t + 0.189269 * t * t + 0.001308 * t ** 3)
+    return z if q >= 0.5 else -z
+
+
+def _lognormal_q(mean: float, cv: float, z: float) -> float:
+    if cv <= 0:
+        return mean
+    s2 = math.log1p(cv * cv)
+    return mean * math.exp(math.sqrt(s2) * z - s2 / 2)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted request metrics of one deployment under one workload (seconds, requests/s)."""
+
+    ttft: dict[str, float]
+    tpot: dict[str, float]
+    itl: dict[str, float]
+    e2e: dict[str, float]
+    throughput_rps: float
+    output_tokens_per_s: float
+    batch: float
+    """Mean decode sequences per attention group."""
+    load: float
+    """Open loop: utilisation of the busiest queue (prefill or KV/batch capacity), 0..1; closed loop: batch / cap."""
+    stable: bool
+    """False when the load exceeds what the deployment can sustain (latencies then grow without bound)."""
+    workers: dict[str, int]
+    assumptions: list[str] = field(default_factory=list)
+
+
+def _unstable(workers: dict[str, int], load: float, note: str) -> Prediction:
+    inf = float("inf")
+    d = {"mean": inf, **{p: inf for p in PERCENTILES}}
+    return Prediction(d, d, d, d, 0.0, 0.0, 0.0, load, False, workers, [note])
+
+
+def _burst_ttft(w: Worker, n: float, isl_eff: float, isl: float, chunk: int, queue: float) -> tuple[float, float,
+                                                                                                      float]:
+    """(first, mean, last) completion times of the prefills of n requests arriving together."""
+    total = n * isl_eff
+    if total <= chunk:
+        t = w.step(0.0, 0.0, total, isl / 2)
+        return t, t, t
+    chunks = total / chunk
+    t_chunk = w.step(0.0, 0.0, chunk, isl / 2)
+    first = t_chunk * max(1.0, isl_eff / chunk)
+    last = t_chunk * chunks
+    return first, first + queue * (last - first), last
+
+
+def _spread(mean: float, first: float, last: float) -> dict[str, float]:
+    out = {"mean": mean}
+    for p in PERCENTILES:
+        q = float(p[1:]) / 100
+        out[p] = max(mean if q <= 0.5 and first == last else first + q * (last - first), 0.0)
+    out["p50"] = max(out["p50"], min(mean, last))
+    return out
+
+
+def _flat(value: float) -> dict[str, float]:
+    return {"mean": value, **{p: value for p in PERCENTILES}}
+
+
+def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
+    f = w.factors
+    workers = role.workers or 1
+    groups = workers * w.parallel.attention_dp
+    c = wl.concurrency / groups
+    isl, osl = wl.isl, wl.osl
+    isl_eff = isl * (1 - wl.prefix_hit)
+    # Sequences in a steady stream are at every stage of their output, so the cache holds their mean length.
+    cap = min(role.batch_cap or 1 << 30, w.max_sequences(isl + osl / 2))
+    if cap < 1:
+        return _unstable({"agg": workers}, float("inf"), "one request does not fit the KV cache")
+    ctx = isl + osl / 2
+    chunk = role.max_num_tokens
+    req = f.request_ms * 1e-3
+    own = w.step(0.0, 0.0, min(isl_eff, chunk), isl / 2) * max(1.0, isl_eff / chunk) - f.step_ms * 1e-3
+    b = min(c, cap)
+    tpot = w.token_time(b, ctx)
+    x = c / (req + own + (osl - 1) * tpot)
+    ttft_ss = req + own
+    for _ in range(50):
+        tpot_new = w.token_time(b, ctx, f.mix * x * isl_eff * tpot * f.accept, isl / 2)
+        rho = min(x * own, 0.98)
+        wait = rho / (1 - rho) * own / 2 + tpot_new / 2
+        ttft_new = req + own + wait
+        if c <= cap:
+            x_new = c / (ttft_new + (osl - 1) * tpot_new)
+        else:
+            x_new = cap / (own + (osl - 1) * tpot_new)
+            ttft_new = max(ttft_new, c / x_new - (osl - 1) * tpot_new)
+        done = abs(tpot_new - tpot) < 1e-7 and abs(x_new - x) < 1e-6 * x
+        tpot, x, ttft_ss = 0.5 * (tpot + tpot_new), 0.5 * (x + x_new), ttft_new
+        if done:
+            break
+    first, burst, last = _burst_ttft(w, b, isl_eff, isl, chunk, 0.5)
+    # Benchmarks start every client at once; that first wave's queue of prefills weighs on the mean TTFT.
+    ttft_mean = ttft_ss + f.queue * max(0.0, req + burst - ttft_ss)
+    ttft = _spread(ttft_mean, min(ttft_mean, req + first), max(ttft_mean, req + last * f.queue + ttft_ss *
+                                                                 (1 - f.queue)))
+    tp = _flat(tpot)
+    e2e_d = {k: ttft[k] + (osl - 1) * tpot for k in ttft}
+    return Prediction(ttft, tp, tp, e2e_d, x * groups, x * groups * osl, b, b / cap, True, {"agg": workers})
+
+
+def _kingman_wait(rho: float, service: float, ca: float, cs: float) -> float:
+    return (ca * ca + cs * cs) / 2 * rho / (1 - rho) * service
+
+
+def _queue_percentiles(service_mean: float, wait_mean: float, rho: float, isl_cv: float,
+                       extra: float) -> dict[str, float]:
+    out = {"mean": extra + service_mean + wait_mean}
+    for p in PERCENTILES:
+        q = float(p[1:]) / 100
+        tail = 1 - q
+        wait = (wait_mean / rho) * math.log(rho / tail) if rho > tail and rho > 0 else 0.0
+        out[p] = extra + _lognormal_q(service_mean, isl_cv, z_of(p)) + wait
+    return out
+
+
+def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
+    f = w.factors
+    workers = role.workers or 1
+    groups = workers * w.parallel.attention_dp
+    lam = wl.rate / groups
+    isl, osl = wl.isl, wl.osl
+    isl_eff = isl * (1 - wl.prefix_hit)
+    ctx = isl + osl / 2
+    cap = min(role.batch_cap or 1 << 30, w.max_sequences(isl + osl / 2))
+    if cap < 1:
+        return _unstable({"agg": workers}, float("inf"), "one request does not fit the KV cache")
+    chunk = role.max_num_tokens
+    b = max(lam * osl * w.step(1.0, ctx), 1e-9)
+    t = w.step(b, ctx)
+    for _ in range(60):
+        t_new = w.step(b, ctx, lam * isl_eff * t, isl / 2)
+        b_new = lam * ((osl - 1) * t_new / f.accept + t_new * max(1.0, isl_eff / max(chunk - b, 1.0)))
+        if b_new > 4 * cap or lam * isl_eff * t_new > chunk:
+            return _unstable({"agg": workers}, max(b_new / cap, lam * isl_eff * t_new / chunk),
+                             "arrival rate exceeds what the replicas sustain")
+        if abs(t_new - t) < 1e-9 * t and abs(b_new - b) < 1e-6 * max(b, 1):
+            t, b = t_new, b_new
+            break
+        t, b = 0.5 * (t + t_new), 0.5 * (b + b_new)
+    budget = max(chunk - b, 1.0)
+    rho_pf = lam * isl_eff * t / budget
+    load = max(b / cap, rho_pf)
+    if b > cap or rho_pf >= 1:
+        return _unstable({"agg": workers}, load, "arrival rate exceeds what the replicas sustain")
+    service = t * max(1.0, isl_eff / budget)
+    wait = _kingman_wait(rho_pf, service, wl.arrival_cv, wl.isl_cv) + t / 2
+    ttft = _queue_percentiles(service, wait, rho_pf, wl.isl_cv, f.request_ms * 1e-3)
+    full = w.step(b, ctx, budget, isl / 2)
+    share = min(1.0, rho_pf)
+    tpot = {"mean": t / f.accept}
+    itl = {"mean": t}
+    for p in PERCENTILES:
+        z = z_of(p)
+        tpot[p] = t / f.accept * (1 + max(z, 0) * share * (full / t - 1) / math.sqrt(max(osl, 1)))
+        itl[p] = full if (1 - float(p[1:]) / 100) < share else t
+    e2e = {k: ttft[k] + (_lognormal_q(osl, wl.osl_cv, z_of(k) if k != "mean" else 0.0) - 1) * tpot[k]
+           for k in ttft}
+    return Prediction(ttft, tpot, itl, e2e, wl.rate, wl.rate * osl, b, load, True, {"agg": workers})
+
+
+def _kv_transfer(w_prefill: Worker, isl: float, link_bytes_s: float) -> float:
+    devices = w_prefill.parallel.devices
+    return w_prefill.kv_bytes(isl) * devices / max(link_bytes_s, 1.0)
+
+
+def _prefill_rate(wp: Worker, isl_eff: float, isl: float, chunk: int) -> float:
+    """Requests per second one prefill group completes when kept busy."""
+    if isl_eff <= chunk:
+        k = max(1, int(chunk // isl_eff))
+        return k / wp.step(0.0, 0.0, k * isl_eff, isl / 2)
+    return 1.0 / (wp.step(0.0, 0.0, chunk, isl / 2) * isl_eff / chunk)
+
+
+def _size_decode(wd: Worker, role: Role, clients: float, isl: float, osl: float) -> tuple[int, float, bool]:
+    cap = min(role.batch_cap or 1 << 30, wd.max_sequences(isl + osl / 2))
+    if role.workers:
+        return role.workers, cap, False
+    groups_needed = math.ceil(clients / max(cap, 1))
+    return max(1, math.ceil(groups_needed / wd.parallel.attention_dp)), cap, True
+
+
+def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, link_bytes_s: float) -> Prediction:
+    f = wd.factors
+    isl, osl = wl.isl, wl.osl
+    isl_eff = isl * (1 - wl.prefix_hit)
+    ctx = isl + osl / 2
+    notes: list[str] = []
+    if wl.concurrency is not None:
+        n_d, cap, assumed_d = _size_decode(wd, decode, wl.concurrency, isl, osl)
+    else:
+        # Open loop: size decode for the rate at the batch cap's step time.
+        cap = min(decode.batch_cap or 1 << 30, wd.max_sequences(isl + osl / 2))
+        if cap < 1:
+            return _unstable({"prefill": 0, "decode": 0}, float("inf"), "one request does not fit decode KV cache")
+        per_group = cap / (osl * wd.step(cap, ctx))
+        n_d = decode.workers or max(1, math.ceil(wl.rate / (PREFILL_TARGET_LOAD * per_group) /
+                                                 wd.parallel.attention_dp))
+        assumed_d = decode.workers is None
+    if cap < 1:
+        return _unstable({"prefill": 0, "decode": 0}, float("inf"), "one request does not fit the decode KV cache")
+    d_groups = n_d * wd.parallel.attention_dp
+    chunk = prefill.max_num_tokens
+    per_prefill_group = _prefill_rate(wp, isl_eff, isl, chunk)
+    transfer = _kv_transfer(wp, isl, link_bytes_s) + f.transfer_ms * 1e-3
+    req = f.request_ms * 1e-3
+    if wl.concurrency is not None:
+        c = wl.concurrency
+        b = min(c / d_groups, cap)
+        tpot = wd.token_time(b, ctx)
+        x_decode = d_groups * b / ((osl - 1) * tpot)
+        n_p = prefill.workers or max(1, math.ceil(x_decode / (PREFILL_TARGET_LOAD * per_prefill_group)
+                                                  / wp.parallel.attention_dp))
+        p_groups = n_p * wp.parallel.attention_dp
+        first, mean, last = _burst_ttft(wp, c / p_groups if c / d_groups <= cap else b * d_groups / p_groups,
+                                        isl_eff, isl, chunk, wp.factors.queue)
+        ttft_mean = req + mean + transfer
+        if c / d_groups <= cap:
+            e2e = ttft_mean + (osl - 1) * tpot
+            x = c / e2e
+        else:
+            x = min(x_decode, p_groups * per_prefill_group)
+            e2e = c / x
+            ttft_mean = max(ttft_mean, e2e - (osl - 1) * tpot)
+        ttft = _spread(ttft_mean, req + first + transfer, max(req + last + transfer, 2 * ttft_mean - req - first))
+        tp = _flat(tpot)
+        e2e_d = {k: ttft[k] + (osl - 1) * tpot for k in ttft}
+        if assumed_d or prefill.workers is None:
+            notes.append(f"worker counts not given: assumed {n_p} prefill and {n_d} decode workers")
+        return Prediction(ttft, tp, tp, e2e_d, x, x * osl, b, b / cap, True, {"prefill": n_p, "decode": n_d}, notes)
+    lam = wl.rate
+    n_p = prefill.workers or max(1, math.ceil(lam / (PREFILL_TARGET_LOAD * per_prefill_group)
+                                              / wp.parallel.attention_dp))
+    p_groups = n_p * wp.parallel.attention_dp
+    rho_pf = lam / p_groups / per_prefill_group
+    b = lam / d_groups * osl * wd.step(1.0, ctx)
+    for _ in range(40):
+        b = 0.5 * b + 0.5 * lam / d_groups * osl * wd.token_time(b, ctx)
+    if rho_pf >= 1 or b > cap:
+        return _unstable({"prefill": n_p, "decode": n_d}, max(rho_pf, b / cap),
+                         "arrival rate exceeds what the workers sustain")
+    tpot_mean = wd.token_time(b, ctx)
+    service = wp.step(0.0, 0.0, isl_eff, isl / 2)
+    wait = _kingman_wait(rho_pf, service, wl.arrival_cv, wl.isl_cv)
+    ttft = _queue_percentiles(service, wait, rho_pf, wl.isl_cv, req + transfer)
+    tpot = _flat(tpot_mean)
+    e2e = {k: ttft[k] + (_lognormal_q(osl, wl.osl_cv, z_of(k) if k != "mean" else 0.0) - 1) * tpot_mean
+           for k in ttft}
+    if prefill.workers is None or decode.workers is None:
+        notes.append(f"worker counts not given: sized {n_p} prefill and {n_d} decode workers for the rate")
+    return Prediction(ttft, tpot, tpot, e2e, lam, lam * osl, b, max(rho_pf, b / cap), True,
+                      {"prefill": n_p, "decode": n_d}, notes)
