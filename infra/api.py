@@ -14,7 +14,7 @@ from infra.intent.loader import load_intent_file, load_profile_file, read_docume
 from infra.intent.profile import ClusterProfile
 from infra.intent.resolve import ResolvedIntent, resolve
 
-__all__ = ["Catalog", "CheckResult", "check", "load_catalog", "load_intent", "schema"]
+__all__ = ["Catalog", "CheckResult", "check", "estimate", "estimate_cases", "load_catalog", "load_intent", "schema"]
 
 
 def load_intent(path: str | Path, catalog_dirs: tuple[Path, ...] = ()) -> ResolvedIntent:
@@ -61,3 +61,29 @@ def schema() -> dict[str, Any]:
     from infra.intent.schema import intent_schema
 
     return intent_schema()
+
+
+def estimate(case: dict[str, Any], catalog_dirs: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Predicted metrics (or goodput capacity) of one deployment under one workload, as JSON-ready data.
+
+    `case` holds the fields of `infra.perf.cases.EstimateCase` (the same keys as `infra estimate --cases`)."""
+    from infra.errors import Location
+    from infra.perf.cases import case_from, run_case
+
+    return run_case(case_from(case, Location(path="")), load_catalog(catalog_dirs))
+
+
+def estimate_cases(path: str | Path, catalog_dirs: tuple[Path, ...] = ()) -> list[dict[str, Any]]:
+    """One result per line of a JSONL file of cases; a line that fails gives `{"line": n, "error": ...}`."""
+    from infra.errors import InfraError, Location
+    from infra.perf.cases import case_from, read_cases, run_case
+
+    catalog = load_catalog(catalog_dirs)
+    out = []
+    for n, obj in read_cases(Path(path)):
+        try:
+            result = run_case(case_from(obj, Location(str(path), n, 1)), catalog)
+            out.append({"line": n, **result})
+        except InfraError as exc:
+            out.append({"line": n, "error": "; ".join(str(p) for p in exc.problems)})
+    return out

@@ -105,6 +105,92 @@ def catalog_cmd(
         print_catalog(_console(), cat, kind, name)
 
 
+def _role_option(text: str | None, flag: str) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    out: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise InfraError(f"{flag} item {part!r} has no '=' — To fix: write e.g. {flag} tp=4,ep=4,workers=2")
+        out[key.strip().replace("-", "_")] = value.strip()
+    return out
+
+
+@app.command()
+def estimate(
+    model: Annotated[Optional[str], typer.Option(help="Model: catalog name, Hugging Face id or config.json.",
+                                                 show_default=False)] = None,
+    device: Annotated[Optional[str], typer.Option(help="Device (catalog name).", show_default=False)] = None,
+    framework: Annotated[str, typer.Option(help="Serving framework.")] = "vllm",
+    precision: Annotated[Optional[str], typer.Option(help="Weight precision (default: the model's).",
+                                                     show_default=False)] = None,
+    tp: Annotated[int, typer.Option(help="Tensor parallel size.")] = 1,
+    pp: Annotated[int, typer.Option(help="Pipeline parallel size.")] = 1,
+    ep: Annotated[int, typer.Option(help="Expert parallel size.")] = 1,
+    moe_tp: Annotated[int, typer.Option("--moe-tp", help="Tensor parallel size inside experts.")] = 1,
+    dp: Annotated[int, typer.Option(help="Attention data-parallel groups.")] = 1,
+    batch: Annotated[Optional[int], typer.Option(help="Batch cap per attention group.", show_default=False)] = None,
+    workers: Annotated[Optional[int], typer.Option(help="Replicas.", show_default=False)] = None,
+    max_num_tokens: Annotated[str, typer.Option("--max-num-tokens", help="Tokens per step.")] = "8192",
+    mode: Annotated[str, typer.Option(help="agg or disagg.")] = "agg",
+    prefill: Annotated[Optional[str], typer.Option(help="Disagg prefill layout, e.g. tp=4,ep=4,workers=2.",
+                                                   show_default=False)] = None,
+    decode: Annotated[Optional[str], typer.Option(help="Disagg decode layout, e.g. tp=8,batch=128.",
+                                                  show_default=False)] = None,
+    isl: Annotated[Optional[str], typer.Option(help="Input tokens per request (mean), e.g. 2k.",
+                                               show_default=False)] = None,
+    osl: Annotated[Optional[str], typer.Option(help="Output tokens per request (mean).", show_default=False)] = None,
+    isl_cv: Annotated[float, typer.Option("--isl-cv", help="Input-length coefficient of variation.")] = 0.0,
+    osl_cv: Annotated[float, typer.Option("--osl-cv", help="Output-length coefficient of variation.")] = 0.0,
+    concurrency: Annotated[Optional[int], typer.Option(help="Closed loop: concurrent clients.",
+                                                       show_default=False)] = None,
+    rate: Annotated[Optional[str], typer.Option(help="Open loop: request rate, e.g. 20/s.",
+                                                show_default=False)] = None,
+    arrival_cv: Annotated[float, typer.Option("--arrival-cv", help="Inter-arrival CV (1 = Poisson).")] = 1.0,
+    prefix_hit: Annotated[str, typer.Option("--prefix-hit", help="Prefix-cache hit fraction.")] = "0",
+    max_rate: Annotated[bool, typer.Option("--max-rate", help="Report the largest rate meeting --slo.")] = False,
+    slo: Annotated[Optional[str], typer.Option(help="Objectives, e.g. ttft_p99=300ms,tpot_p99=40ms.",
+                                               show_default=False)] = None,
+    cases: Annotated[Optional[Path], typer.Option(help="JSONL file of cases (same keys as the flags); one JSON "
+                                                       "result per line.", show_default=False)] = None,
+    catalog: CatalogOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Predict TTFT, TPOT, ITL, E2E and throughput of one deployment under one workload (or many, with --cases)."""
+    from infra import api
+
+    dirs = tuple(catalog or ())
+    if cases is not None:
+        results = api.estimate_cases(cases, dirs)
+        for result in results:
+            sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+        if any("error" in r for r in results):
+            sys.exit(EXIT_BAD_INPUT)
+        return
+    from infra.perf.cases import parse_slo
+
+    case: dict[str, Any] = {
+        "model": model, "device": device, "framework": framework, "precision": precision, "tp": tp, "pp": pp,
+        "ep": ep, "moe_tp": moe_tp, "dp": dp, "batch": batch, "workers": workers, "max_num_tokens": max_num_tokens,
+        "mode": mode, "prefill": _role_option(prefill, "--prefill"), "decode": _role_option(decode, "--decode"),
+        "isl": isl, "osl": osl, "isl_cv": isl_cv, "osl_cv": osl_cv, "concurrency": concurrency, "rate": rate,
+        "arrival_cv": arrival_cv, "prefix_hit": prefix_hit, "max_rate": max_rate,
+        "slo": parse_slo(slo) if slo else {},
+    }
+    missing = [flag for flag, key in (("--model", "model"), ("--device", "device"), ("--isl", "isl"),
+                                      ("--osl", "osl")) if case[key] is None]
+    if missing:
+        raise InfraError(f"missing {', '.join(missing)} — To fix: give them, or --cases FILE.jsonl")
+    result = api.estimate({k: v for k, v in case.items() if v is not None}, dirs)
+    if as_json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        from infra.report.estimate import print_estimate
+
+        print_estimate(_console(), result)
+
+
 def _fail(message: str, code: int) -> None:
     sys.stderr.write(message.rstrip("\n") + "\n")
     sys.exit(code)

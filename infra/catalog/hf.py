@@ -68,12 +68,14 @@ def model_from_hf_config(path: Path) -> ModelSpec:
         raise CatalogError(Problem("model config.json not found", Location(file),
                                    "check the path, or use a catalog model name")) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise CatalogError(Problem(f"cannot read model config: {exc}", Location(file))) from None
+        raise CatalogError(Problem(f"cannot read model config: {exc}", Location(file),
+                                   "check the file and its permissions")) from None
     except json.JSONDecodeError as exc:
         raise CatalogError(Problem(f"invalid JSON: {exc.msg}", Location(file, exc.lineno, exc.colno),
                                    "fix the JSON syntax")) from None
     if not isinstance(cfg, dict):
-        raise CatalogError(Problem("config.json must hold an object", Location(file, 1, 1)))
+        raise CatalogError(Problem("config.json must hold an object", Location(file),
+                                   "use the model's Hugging Face config.json, a JSON object of its settings"))
     if isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg, **cfg["text_config"]}
 

@@ -85,7 +85,14 @@ def _field_doc(root: type[BaseModel], path: PathKey) -> str | None:
     field = next((f for n, f in parent.model_fields.items() if (f.alias or n) == path[-1]), None)
     if field is None or not field.description:
         return None
-    return field.description.split("\n")[0].rstrip(".")
+    text = " ".join(field.description.split())
+    return text.split(". ")[0].rstrip(".")
+
+
+def _node(data: Any, path: PathKey) -> Any:
+    for step in path:
+        data = data[step]
+    return data
 
 
 def _allowed_keys(root: type[BaseModel], path: PathKey) -> list[str]:
@@ -105,7 +112,24 @@ def problems_from_pydantic(exc: PydanticValidationError, root: type[BaseModel], 
     """Turn pydantic's errors into located problems, one per distinct place."""
     problems: list[Problem] = []
     seen: set[tuple[str, str]] = set()
-    for err in exc.errors(include_url=False):
+    errors = exc.errors(include_url=False)
+    reals = [SourceMap.real_path(tuple(e["loc"]), data) for e in errors]
+    extras = {(r[:-1], str(e["loc"][-1])) for e, r in zip(errors, reals) if e["type"] == "extra_forbidden"}
+    kept = []
+    for err, real in zip(errors, reals):
+        kind = err["type"]
+        # A union (a count or a list of nodes) reports every member's complaint; when the value is a mapping or
+        # a list, the scalar members' "expected a number" is noise next to the real problem deeper down.
+        if kind in _TYPE_WORDS and isinstance(err.get("input"), (dict, list)) and any(
+                len(r) > len(real) and r[:len(real)] == real for r in reals):
+            continue
+        # A misspelt key is reported once, as the unknown key with its "did you mean", not also as missing.
+        if kind == "missing" and any(parent == SourceMap.real_path(tuple(err["loc"][:-1]), data) and
+                                     difflib.get_close_matches(str(err["loc"][-1]), [key], n=1, cutoff=0.6)
+                                     for parent, key in extras):
+            continue
+        kept.append(err)
+    for err in kept:
         loc = tuple(err["loc"])
         real = SourceMap.real_path(loc, data)
         kind = err["type"]
@@ -126,7 +150,8 @@ def problems_from_pydantic(exc: PydanticValidationError, root: type[BaseModel], 
             msg = f"missing required field {name!r}"
             fix = f"add `{name}:`" + (f" ({doc})" if doc else "")
             location = smap.locate(parent, key=True)
-            location = Location(location.file, location.line, location.column, dotted(parent + (name,)))
+            line, column = (location.line, location.column) if location.line else (1, 1)
+            location = Location(location.file, line, column, dotted(parent + (name,)))
         elif kind == "literal_error":
             expected = str(err.get("ctx", {}).get("expected", ""))
             options = [o.strip().strip("'") for o in expected.replace(" or ", ",").split(",") if o.strip()]
@@ -147,6 +172,9 @@ def problems_from_pydantic(exc: PydanticValidationError, root: type[BaseModel], 
         elif kind == "value_error":
             if "; " in msg:
                 msg, fix = msg.rsplit("; ", 1)
+            # A check over a whole mapping or list points at its key, not at its first entry.
+            if isinstance(_node(data, real), (dict, list)) and real:
+                location = smap.locate(real, key=True)
         if fix is None:
             doc = _field_doc(root, real)
             fix = f"this field is: {doc}" if doc else "see `infra schema` for the accepted forms"
@@ -255,24 +283,59 @@ def _check_trace(path: Path, name: str) -> Problem | None:
     return None
 
 
+def _name_problems(intent: ServingIntent, doc: Document) -> list[Problem]:
+    """Names that repeat and stages that run after stages that do not precede them, located exactly."""
+    problems: list[Problem] = []
+    seen: dict[str, int] = {}
+    for si, svc in enumerate(intent.spec.services):
+        if svc.name in seen:
+            problems.append(Problem(f"service names repeat: {svc.name} (also service {seen[svc.name]})",
+                                    doc.locate(("spec", "services", si, "name")),
+                                    "give every service its own name"))
+        seen.setdefault(svc.name, si)
+        names = [st.name for st in svc.pipeline or []]
+        for ti, stage in enumerate(svc.pipeline or []):
+            where = ("spec", "services", si, "pipeline", ti)
+            if stage.name in names[:ti]:
+                problems.append(Problem(f"stage names repeat: {stage.name}", doc.locate(where + ("name",)),
+                                        "give every stage of the pipeline its own name"))
+            for ai, up in enumerate(stage.after or []):
+                if up in names[:ti]:
+                    continue
+                hint = "it is not a stage" if up not in names else "it comes later"
+                problems.append(Problem(f"stage {stage.name!r} runs after {up!r}, but {hint}",
+                                        doc.locate(where + ("after", ai)),
+                                        f"name an earlier stage ({', '.join(names[:ti]) or 'none'}) or list the "
+                                        "stages in the order data flows"))
+    return problems
+
+
 def load_intent_file(path: Path) -> LoadedIntent:
     """Read an intent and the cluster profile it references; syntax and in-file checks only."""
     model, doc = read_document(Path(path), "ServingIntent")
     assert isinstance(model, ServingIntent)
-    traces = _trace_problems(model, doc)
-    if traces:
-        raise IntentError(traces)
+    problems = _name_problems(model, doc) + _trace_problems(model, doc)
+    if problems:
+        raise IntentError(problems)
     source = model.spec.cluster
     if source.profile is not None:
         ref = Path(source.profile)
         profile_path = ref if ref.is_absolute() else Path(path).parent / ref
+        here = doc.locate(("spec", "cluster", "profile"))
+        if not profile_path.exists():
+            raise IntentError(Problem(f"cluster profile {source.profile!r} not found (looked at {profile_path})",
+                                      here, "give the profile's path relative to this intent file"))
+        if profile_path.is_dir():
+            raise IntentError(Problem(f"cluster profile {source.profile!r} is a directory", here,
+                                      "give the path of the ClusterProfile YAML file inside it"))
         try:
             profile, pdoc = read_document(profile_path, "ClusterProfile")
         except IntentError as exc:
-            if not profile_path.exists():
-                raise IntentError(Problem(f"cluster profile {source.profile!r} not found (looked at {profile_path})",
-                                          doc.locate(("spec", "cluster", "profile")),
-                                          "give the profile's path relative to this intent file")) from None
+            first = exc.problems[0]
+            if first.message.startswith("expected a ClusterProfile"):
+                raise IntentError(Problem(f"{source.profile!r} is not a cluster profile "
+                                          f"({first.message.split(', ')[-1]})", here,
+                                          "point profile at a file with kind: ClusterProfile")) from None
             raise exc
         assert isinstance(profile, ClusterProfile)
         return LoadedIntent(model, profile.spec, doc, pdoc, profile.metadata.name)

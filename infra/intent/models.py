@@ -166,7 +166,8 @@ class RateSpec(Strict):
         elif self.peak is None:
             raise ValueError("a rate needs a peak (e.g. rate: {peak: 40/s, baseline: 10/s}) or a daily profile")
         if self.peak_rps <= 0:
-            raise ValueError("the peak rate is zero; nothing to serve")
+            raise ValueError("the peak rate is zero, so there is nothing to serve; set peak to the highest "
+                             "request rate to plan for, e.g. peak: 40/s")
         if self.baseline is not None and self.peak is not None and self.baseline > self.peak:
             raise ValueError(f"baseline ({self.baseline:g}/s) is above peak ({self.peak:g}/s); swap them")
         return self
@@ -230,16 +231,21 @@ class Slo(Strict):
             )
         return value
 
+    @field_validator("ttft", "tpot", "itl", "e2e")
+    @classmethod
+    def _ordered(cls, value: dict[str, float], info) -> dict[str, float]:
+        metric = info.field_name
+        ordered = sorted(value.items(), key=lambda kv: percentile_value(kv[0]))
+        for (ka, va), (kb, vb) in zip(ordered, ordered[1:]):
+            if vb < va:
+                raise ValueError(
+                    f"{metric}.{kb} ({_ms(vb)}) is below {metric}.{ka} ({_ms(va)}): a higher percentile "
+                    f"cannot be faster; raise {kb} or lower {ka}"
+                )
+        return value
+
     @model_validator(mode="after")
     def _coherent(self) -> Slo:
-        for metric in ("ttft", "tpot", "itl", "e2e"):
-            ordered = sorted(getattr(self, metric).items(), key=lambda kv: percentile_value(kv[0]))
-            for (ka, va), (kb, vb) in zip(ordered, ordered[1:]):
-                if vb < va:
-                    raise ValueError(
-                        f"{metric}.{kb} ({_ms(vb)}) is below {metric}.{ka} ({_ms(va)}): a higher percentile "
-                        f"cannot be faster; raise {kb} or lower {ka}"
-                    )
         if self.e2e:
             longest = max(self.e2e.values())
             for metric in ("tpot", "itl", "ttft"):
@@ -416,16 +422,8 @@ class Service(Strict):
             raise ValueError("give either model or pipeline, exactly one")
         if self.model is not None and (self.workload.input_tokens is None or self.workload.output_tokens is None):
             raise ValueError("workload needs input_tokens and output_tokens (e.g. input_tokens: {mean: 2k})")
-        if self.pipeline is not None:
-            if not self.pipeline:
-                raise ValueError("pipeline is empty; list at least one stage")
-            names = [s.name for s in self.pipeline]
-            require_unique(names, "stage")
-            for i, stage in enumerate(self.pipeline):
-                for up in stage.after or []:
-                    if up not in names[:i]:
-                        hint = "it is not a stage" if up not in names else "it comes later; list stages in order"
-                        raise ValueError(f"stage {stage.name!r} runs after {up!r}, but {hint}")
+        if self.pipeline is not None and not self.pipeline:
+            raise ValueError("pipeline is empty; list at least one stage")
         return self
 
 
@@ -445,9 +443,16 @@ class ClusterSource(Strict):
             raise ValueError("give either profile (a file) or pools (inline), exactly one")
         if self.profile is not None and self.conventions is not None:
             raise ValueError("conventions are given inline but a profile is referenced; move them into the profile")
-        if self.pools is not None:
-            require_unique([p.name for p in self.pools], "pool")
         return self
+
+    @field_validator("pools")
+    @classmethod
+    def _pools(cls, pools: list[Pool] | None) -> list[Pool] | None:
+        if pools is not None:
+            if not pools:
+                raise ValueError("pools is empty; list at least one pool")
+            require_unique([p.name for p in pools], "pool")
+        return pools
 
     def inline_spec(self) -> ClusterProfileSpec | None:
         if self.pools is None:
@@ -465,10 +470,6 @@ class IntentSpec(Strict):
     budget: Budget = Budget()
     """Limits on all services together."""
 
-    @model_validator(mode="after")
-    def _unique(self) -> IntentSpec:
-        require_unique([s.name for s in self.services], "service")
-        return self
 
 
 class ServingIntent(Strict):

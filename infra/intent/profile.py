@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from infra.catalog.schema import Vendor
 from infra.intent.base import API_VERSION, Metadata, Name, Strict, require_unique
@@ -90,15 +90,17 @@ class Pool(Strict):
             return self.nodes * self.devices_per_node
         return sum(n.devices or self.devices_per_node for n in self.nodes)
 
-    @model_validator(mode="after")
-    def _nodes_positive(self) -> Pool:
-        if isinstance(self.nodes, int) and self.nodes < 1:
-            raise ValueError(f"nodes is {self.nodes}; a pool needs at least one node (remove the pool instead)")
-        if isinstance(self.nodes, list):
-            if not self.nodes:
+    @field_validator("nodes")
+    @classmethod
+    def _nodes_positive(cls, nodes: int | list[Node]) -> int | list[Node]:
+        if isinstance(nodes, int) and nodes < 1:
+            raise ValueError(f"nodes is {nodes}, but a pool needs at least one node; give a count of 1 or more, "
+                             "or remove the pool")
+        if isinstance(nodes, list):
+            if not nodes:
                 raise ValueError("nodes is an empty list; list at least one node or give a count")
-            require_unique([n.name for n in self.nodes], "node")
-        return self
+            require_unique([n.name for n in nodes], "node")
+        return nodes
 
 
 class DeviceResources(Strict):
@@ -160,10 +162,11 @@ class ClusterProfileSpec(Strict):
     conventions: Conventions = Conventions()
     """Resource names, scheduler, installed CRDs."""
 
-    @model_validator(mode="after")
-    def _unique_pools(self) -> ClusterProfileSpec:
-        require_unique([p.name for p in self.pools], "pool")
-        return self
+    @field_validator("pools")
+    @classmethod
+    def _unique_pools(cls, pools: list[Pool]) -> list[Pool]:
+        require_unique([p.name for p in pools], "pool")
+        return pools
 
 
 class ClusterProfile(Strict):

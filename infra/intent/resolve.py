@@ -48,7 +48,16 @@ def pool_device_memory_gb(pool: Pool, device: DeviceSpec) -> float:
 
 
 def _catalog_problem(exc: CatalogError, where: Location) -> list[Problem]:
-    return [Problem(p.message, where if not p.location.file else p.location, p.fix) for p in exc.problems]
+    """Catalog problems placed at the intent line that asked, unless they point inside a file of their own (a line of
+    a config.json), which is then where to look."""
+    out = []
+    for p in exc.problems:
+        if p.location.file and p.location.line:
+            out.append(Problem(p.message, p.location, p.fix or "fix the referenced file"))
+            continue
+        msg = f"{p.location.prefix()}: {p.message}" if p.location.file else p.message
+        out.append(Problem(msg, where, p.fix or "check the model reference"))
+    return out
 
 
 def resolve(loaded: LoadedIntent, catalog: Catalog) -> ResolvedIntent:

@@ -71,6 +71,8 @@ def parse_duration(value: Any) -> float:
             f"{value!r} has no unit; write {value}ms or {value}s so nobody has to guess"
         )
     num, unit = _split(value, "duration", "150ms or 2s")
+    if unit == "":
+        raise ValueError(f"{value!r} has no unit; write {value}ms or {value}s so nobody has to guess")
     if unit not in _DURATION_UNITS:
         raise ValueError(f"{value!r}: unknown time unit {unit!r}; use us, ms, s, min or h")
     return _finite(num * _DURATION_UNITS[unit], value, "duration")
@@ -125,6 +127,8 @@ def parse_bandwidth(value: Any) -> float:
         raise ValueError(f"{value!r} has no unit; write {value}GB/s or {value}Gbps")
     num, unit = _split(value, "bandwidth", "900GB/s or 400Gbps")
     unit = unit.replace(" ", "")
+    if unit == "":
+        raise ValueError(f"{value!r} has no unit; write {value}GB/s or {value}Gbps")
     table = {"GB/s": 1.0, "GBps": 1.0, "TB/s": 1e3, "TBps": 1e3, "MB/s": 1e-3, "Gb/s": 0.125, "Gbps": 0.125,
              "Gbit/s": 0.125, "Tb/s": 125.0, "Tbps": 125.0, "Mb/s": 1.25e-4, "Mbps": 1.25e-4}
     if unit not in table:

@@ -14,7 +14,9 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.constructor import DuplicateKeyError
+from ruamel.yaml.comments import TaggedScalar
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.reader import ReaderError
 
 from infra.errors import IntentError, Location, Problem
 
@@ -71,6 +73,8 @@ def dotted(path: PathKey) -> str:
 
 
 def _plain(node: Any, path: PathKey, smap: SourceMap) -> Any:
+    if isinstance(node, TaggedScalar):
+        raise _Tagged(path, str(getattr(node.tag, "value", node.tag)))
     if isinstance(node, CommentedMap):
         out: dict[Any, Any] = {}
         for k, v in node.items():
@@ -106,22 +110,37 @@ def _plain(node: Any, path: PathKey, smap: SourceMap) -> Any:
     return node
 
 
+def _position(text: str, offset: int) -> tuple[int, int]:
+    before = text[:offset]
+    return before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1
+
+
+class _Tagged(Exception):
+    """A value carrying a custom YAML tag, found while flattening."""
+
+    def __init__(self, path: PathKey, tag: str):
+        self.path, self.tag = path, tag
+
+
 def read_text(path: Path, what: str) -> str:
     """The file's text, or an IntentError that says why it cannot be read."""
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_bytes().decode("utf-8")
     except FileNotFoundError:
-        raise IntentError(Problem(f"{what} file not found", Location(str(path)),
+        raise IntentError(Problem(f"{what} file not found", Location(str(path), 1, 1),
                                   "check the path (relative paths are resolved from the current directory "
                                   "for the command line and from the referring file inside a file)")) from None
     except IsADirectoryError:
-        raise IntentError(Problem(f"{what} path is a directory, not a file", Location(str(path)),
+        raise IntentError(Problem(f"{what} path is a directory, not a file", Location(str(path), 1, 1),
                                   "give the path of a YAML file")) from None
     except UnicodeDecodeError as exc:
-        raise IntentError(Problem(f"{what} is not UTF-8 text ({exc.reason} at byte {exc.start})",
-                                  Location(str(path)), "save the file as UTF-8")) from None
+        before = exc.object[: exc.start]
+        line = before.count(b"\n") + 1
+        column = exc.start - (before.rfind(b"\n") + 1) + 1
+        raise IntentError(Problem(f"{what} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x}: {exc.reason})",
+                                  Location(str(path), line, column), "save the file as UTF-8")) from None
     except OSError as exc:
-        raise IntentError(Problem(f"cannot read {what}: {exc.strerror}", Location(str(path)),
+        raise IntentError(Problem(f"cannot read {what}: {exc.strerror}", Location(str(path), 1, 1),
                                   "check the file's permissions")) from None
 
 
@@ -137,22 +156,46 @@ def load_yaml(text: str, file: str) -> tuple[Any, SourceMap]:
         key = (exc.problem or "").split('"')[1] if '"' in (exc.problem or "") else "a key"
         raise IntentError(Problem(f"duplicate key {key!r}", Location(file, mark.line + 1, mark.column + 1),
                                   "keep one of the two entries")) from None
+    except ReaderError as exc:
+        line, column = _position(text, exc.position)
+        char = f"#x{ord(exc.character):04x}" if isinstance(exc.character, str) else repr(exc.character)
+        raise IntentError(Problem(f"YAML syntax error: character {char} is not allowed ({exc.reason})",
+                                  Location(file, line, column),
+            "remove the control character (a NUL or similar byte) from the file")) from None
     except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        what = (exc.problem or exc.context or "invalid YAML").strip()
-        loc = Location(file, mark.line + 1, mark.column + 1) if mark else Location(file)
+        problem = (exc.problem or "").strip()
+        # An unclosed quote or bracket is only noticed at the end of the file; its opening is where to look.
+        mark = exc.context_mark if ("end of stream" in problem and exc.context_mark) else (
+            exc.problem_mark or exc.context_mark)
+        what = " ".join(x for x in ((exc.context or "").strip(), problem) if x) or "invalid YAML"
+        loc = Location(file, mark.line + 1, mark.column + 1) if mark else Location(file, 1, 1)
         raise IntentError(Problem(f"YAML syntax error: {what}", loc,
                                   "fix the indentation or quoting at this position (a value containing ': ' "
-                                  "or starting with '{', '[', '*' or '&' needs quotes)")) from None
+                                  "or starting with '{', '[', '*' or '&' needs quotes; indent with spaces, "
+                                  "not tabs)")) from None
     except YAMLError as exc:
-        raise IntentError(Problem(f"YAML syntax error: {exc}", Location(file), "fix the YAML syntax")) from None
+        raise IntentError(Problem(f"YAML error: {exc}", Location(file, 1, 1), "fix the YAML syntax")) from None
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError) as exc:
+        # ruamel raises plain Python errors for values its explicit tags cannot convert (`!!int two`) and for
+        # complex keys; point at the first line that uses one.
+        line = next((i for i, t in enumerate(text.splitlines(), 1)
+                     if "!!" in t or t.lstrip().startswith("? ")), 1)
+        what = "a complex key (`? ...`) is not supported" if "unhashable" in str(exc) else str(exc)
+        raise IntentError(Problem(f"YAML value cannot be read: {what}", Location(file, line, 1),
+                                  "write plain values without YAML tags (!!int, !!float, ...) or complex keys")) \
+            from None
     if len(docs) != 1:
         raise IntentError(Problem(
             "file is empty" if not docs else f"file holds {len(docs)} YAML documents, expected one",
             Location(file, 1, 1),
             "put one intent (or cluster profile) per file" if docs else "write an intent; `infra schema` "
             "describes the format and examples/ has samples"))
-    data = _plain(docs[0], (), smap)
+    try:
+        data = _plain(docs[0], (), smap)
+    except _Tagged as exc:
+        loc = smap.locate(exc.path)
+        raise IntentError(Problem(f"YAML tag {exc.tag} is not supported", loc,
+                                  "write the plain value; infra files use no YAML tags")) from None
     if not isinstance(data, dict):
         raise IntentError(Problem(f"top level is a {type(data).__name__}, expected a mapping",
                                   Location(file, 1, 1), "start the file with `apiVersion: infra.dev/v1alpha1`"))

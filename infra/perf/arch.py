@@ -97,7 +97,6 @@ class Worker:
     flops_s: float
     attn_flops_s: float
     bw_bytes_s: float
-    link_bytes_s: float
     collective_latency_s: float
     dense_bytes: float
     dense_flops_per_token: float
@@ -115,9 +114,11 @@ class Worker:
     kv_swa_per_token: float
     elem_bytes_per_token: float
     ar_per_step: float
-    ar_bytes_per_token: float
+    ar_s_per_token: float
+    """Seconds one token adds to one all-reduce at full link efficiency (NVLink part plus NIC part)."""
     a2a_per_step: float
-    a2a_bytes_per_token: float
+    a2a_s_per_token: float
+    """Seconds one token adds to one MoE dispatch + combine at full link efficiency."""
     pp: int
     stage_layers: float
 
@@ -154,11 +155,9 @@ class Worker:
         elem = tokens * self.elem_bytes_per_token / (self.bw_bytes_s * f.mem)
         comm = 0.0
         if self.ar_per_step:
-            comm += self.ar_per_step * (self.collective_latency_s + tokens * self.ar_bytes_per_token /
-                                        (self.link_bytes_s * f.comm))
+            comm += self.ar_per_step * (self.collective_latency_s + tokens * self.ar_s_per_token / f.comm)
         if self.a2a_per_step:
-            comm += self.a2a_per_step * (2 * self.collective_latency_s + tokens * self.a2a_bytes_per_token /
-                                         (self.link_bytes_s * f.comm))
+            comm += self.a2a_per_step * (2 * self.collective_latency_s + tokens * self.a2a_s_per_token / f.comm)
         return self.pp * (lin + moe + attn + elem + comm) + f.step_ms * 1e-3
 
 
@@ -226,20 +225,33 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
     kv_tokens = int(kv_gb * GB / (kv_full + kv_swa)) if kv_gb > 0 and (kv_full + kv_swa) > 0 else 0
     memory = MemoryFit(device_gb, usable, weights / GB, activations, kv_gb, kv_full + kv_swa, max(kv_tokens, 0))
 
-    domain = device.interconnect.domain_size.value
-    within = parallel.devices <= domain
-    link = device.interconnect.bandwidth_gbs.value / 2 if within else min(NIC_GBS,
-                                                                           device.interconnect.bandwidth_gbs.value / 2)
-    ar_per_step = 2 * layers / pp if max(tp, moe_tp) > 1 else 0.0
+    # Collectives are hierarchical (NCCL, HCCL): inside a scale-up domain over NVLink/HCCS, and across domains
+    # only the 1/g share each device owns goes over its NIC.
+    domain = max(1.0, device.interconnect.domain_size.value)
+    scale_up = device.interconnect.bandwidth_gbs.value / 2 * GB
+    nic = NIC_GBS * GB
+    group = max(tp, moe_tp)
+    local = min(group, domain)
+    nodes = math.ceil(group / domain)
+    ar_s = 2 * (local - 1) / local * model.hidden_size * 2 / scale_up if local > 1 else 0.0
+    if nodes > 1:
+        ar_s += 2 * (nodes - 1) / nodes * model.hidden_size * 2 / (local * nic)
+    ar_per_step = 2 * layers / pp if group > 1 else 0.0
     # Expert parallelism sends each token to the devices holding its experts (dispatch in fp8, combine in 16-bit);
-    # with k experts over ep devices a token reaches (ep - 1)(1 - (1 - 1/ep)^k) other devices on average. Expert
-    # tensor parallelism needs no all-to-all: its reduction rides on the tensor-parallel all-reduce.
+    # with k experts over ep devices a token reaches (ep - 1)(1 - (1 - 1/ep)^k) other devices on average, the
+    # share outside the token's domain over the NIC. Expert tensor parallelism needs no all-to-all: its reduction
+    # rides on the tensor-parallel all-reduce.
     a2a_per_step = moe_layers / pp if moe and ep > 1 else 0.0
-    remote = (ep - 1) * (1 - (1 - 1 / ep) ** (moe.active_experts if moe else 0)) if ep > 1 else 0.0
+    a2a_s = 0.0
+    if moe and ep > 1:
+        remote = (ep - 1) * (1 - (1 - 1 / ep) ** moe.active_experts)
+        in_domain = (min(ep, domain) - 1) / (ep - 1)
+        a2a_s = remote * model.hidden_size * 3 * (in_domain / scale_up + (1 - in_domain) / nic)
+    within = parallel.devices <= domain
     return Worker(
         parallel=parallel, factors=factors, memory=memory,
         flops_s=peak_tflops(device, fmt) * 1e12, attn_flops_s=peak_tflops(device, "bf16") * 1e12,
-        bw_bytes_s=device.memory_bandwidth_tbps.value * 1e12, link_bytes_s=link * GB,
+        bw_bytes_s=device.memory_bandwidth_tbps.value * 1e12,
         collective_latency_s=COLLECTIVE_LATENCY_S * (1 if within else 2),
         dense_bytes=dense_bytes,
         dense_flops_per_token=2 * (attn_params + dense_params),
@@ -251,8 +263,6 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
         attn_flops_per_qk=attn_qk, swa_flops_per_qk=swa_qk, window=window or 1e18,
         kv_full_per_token=kv_full, kv_swa_per_token=kv_swa,
         elem_bytes_per_token=ELEMENTWISE_PASSES * model.hidden_size * 2 * layers / pp,
-        ar_per_step=ar_per_step, ar_bytes_per_token=2 * (max(tp, moe_tp) - 1) / max(tp, moe_tp) * model.hidden_size * 2,
-        a2a_per_step=a2a_per_step,
-        a2a_bytes_per_token=remote * model.hidden_size * 3,
+        ar_per_step=ar_per_step, ar_s_per_token=ar_s, a2a_per_step=a2a_per_step, a2a_s_per_token=a2a_s,
         pp=pp, stage_layers=layers / pp,
     )

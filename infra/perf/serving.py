@@ -1,17 +1,19 @@
 """From step times to request latencies: continuous batching under a closed or an open loop.
 
 Closed loop (N clients, each sending when its last reply is done; how benchmarks such as the calibration set are
-run). With fixed lengths the clients stay in phase: a burst of prefills, then decode steps together.
-- TPOT: one decode step of the per-group batch at the mean context (prompt + half the output), plus the share of
-  prefill work that lands inside decode steps (`mix`);
-- TTFT: the burst's prefill split into chunks of the step budget; a request waits on average for `queue` of them;
+run), solved as a fixed point of throughput X = N / (TTFT + (osl - 1) TPOT):
+- TPOT: one decode step of the per-group batch at the mean context (prompt + half the output), plus the prefill
+  tokens that arrive during a step (X x prompt x step time, weighted by `mix`: how much of that work lands inside
+  decode steps);
+- TTFT: the request's own prefill, the wait for the running step, and an M/D/1 queue behind other prefills; plus
+  a share (`queue`) of the first wave, when every client starts at once and prefills queue in chunks;
 - when the KV cache or the batch cap holds fewer sequences than there are clients, the rest queue: throughput is
   cap / (prefill + decode time of one request), and by Little's law E2E = N / throughput.
 
 Open loop (Poisson or gamma arrivals at a rate): the decode batch B solves B = rate x time in system; each step
 also prefills the tokens that arrived during it. The prefill queue is a G/G/1 queue per attention group (Kingman's
-approximation with the arrival and length variability), its waiting time tail taken as exponential, which gives
-TTFT percentiles. ITL's tail is a decode step that carries a full prefill chunk.
+approximation with the arrival and length variability), its waiting-time tail taken as exponential, which gives
+TTFT percentiles. ITL's tail is a decode step that also prefills an arriving prompt.
 
 Disaggregated deployments price prefill and decode workers separately and add the KV-cache transfer between
 them. When worker counts are not given they are sized as a planner would: enough decode groups to hold every
@@ -119,25 +121,33 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     chunk = role.max_num_tokens
     req = f.request_ms * 1e-3
     own = w.step(0.0, 0.0, min(isl_eff, chunk), isl / 2) * max(1.0, isl_eff / chunk) - f.step_ms * 1e-3
+    # Attention-DP groups step in lockstep through the shared MoE layers: a prefill in any group stalls them all,
+    # so each request occupies the group's prefill capacity for dp times its own prefill.
+    dp = w.parallel.attention_dp
+    occupy = own * dp
     b = min(c, cap)
     tpot = w.token_time(b, ctx)
-    x = c / (req + own + (osl - 1) * tpot)
     ttft_ss = req + own
-    for _ in range(50):
-        tpot_new = w.token_time(b, ctx, f.mix * x * isl_eff * tpot * f.accept, isl / 2)
-        rho = min(x * own, 0.98)
-        wait = rho / (1 - rho) * own / 2 + tpot_new / 2
-        ttft_new = req + own + wait
-        if c <= cap:
-            x_new = c / (ttft_new + (osl - 1) * tpot_new)
+    x = c / (ttft_ss + (osl - 1) * tpot)
+    for _ in range(60):
+        tpot_new = w.token_time(b, ctx, f.mix * dp * x * isl_eff * tpot * f.accept, isl / 2)
+        decode_time = (osl - 1) * tpot_new
+        rho = min(x * occupy, 0.9)
+        ttft_new = req + own + rho / (1 - rho) * occupy / 2 + tpot_new / 2
+        # A closed loop cannot queue more than its clients: once prefill saturates, throughput is 1 / occupy and
+        # the clients not decoding wait in line (Little's law).
+        ttft_new = max(ttft_new, req + c * occupy - decode_time)
+        if c > cap:
+            x_new = min(cap / (own + decode_time), c / (ttft_new + decode_time))
+            ttft_new = max(ttft_new, c / x_new - decode_time)
         else:
-            x_new = cap / (own + (osl - 1) * tpot_new)
-            ttft_new = max(ttft_new, c / x_new - (osl - 1) * tpot_new)
-        done = abs(tpot_new - tpot) < 1e-7 and abs(x_new - x) < 1e-6 * x
-        tpot, x, ttft_ss = 0.5 * (tpot + tpot_new), 0.5 * (x + x_new), ttft_new
+            x_new = c / (ttft_new + decode_time)
+        b_new = min(cap, c * decode_time / (ttft_new + decode_time))
+        done = abs(tpot_new - tpot) < 1e-9 + 1e-7 * tpot and abs(x_new - x) < 1e-7 * x
+        tpot, x, ttft_ss, b = 0.5 * (tpot + tpot_new), 0.5 * (x + x_new), ttft_new, 0.5 * (b + b_new)
         if done:
             break
-    first, burst, last = _burst_ttft(w, b, isl_eff, isl, chunk, 0.5)
+    first, burst, last = _burst_ttft(w, min(c, cap), isl_eff, isl, chunk, 0.5)
     # Benchmarks start every client at once; that first wave's queue of prefills weighs on the mean TTFT.
     ttft_mean = ttft_ss + f.queue * max(0.0, req + burst - ttft_ss)
     ttft = _spread(ttft_mean, min(ttft_mean, req + first), max(ttft_mean, req + last * f.queue + ttft_ss *
@@ -151,14 +161,16 @@ def _kingman_wait(rho: float, service: float, ca: float, cs: float) -> float:
     return (ca * ca + cs * cs) / 2 * rho / (1 - rho) * service
 
 
-def _queue_percentiles(service_mean: float, wait_mean: float, rho: float, isl_cv: float,
-                       extra: float) -> dict[str, float]:
-    out = {"mean": extra + service_mean + wait_mean}
+def _queue_percentiles(service_mean: float, wait_mean: float, rho: float, isl_cv: float, extra: float,
+                       phase: float = 0.0) -> dict[str, float]:
+    """Service (lognormal with the length CV) + queueing wait (exponential tail with P(wait > 0) = rho) + the
+    wait for the running step to end (uniform over one step)."""
+    out = {"mean": extra + service_mean + wait_mean + phase / 2}
     for p in PERCENTILES:
         q = float(p[1:]) / 100
         tail = 1 - q
         wait = (wait_mean / rho) * math.log(rho / tail) if rho > tail and rho > 0 else 0.0
-        out[p] = extra + _lognormal_q(service_mean, isl_cv, z_of(p)) + wait
+        out[p] = extra + _lognormal_q(service_mean, isl_cv, z_of(p)) + wait + phase * q
     return out
 
 
@@ -192,16 +204,18 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     if b > cap or rho_pf >= 1:
         return _unstable({"agg": workers}, load, "arrival rate exceeds what the replicas sustain")
     service = t * max(1.0, isl_eff / budget)
-    wait = _kingman_wait(rho_pf, service, wl.arrival_cv, wl.isl_cv) + t / 2
-    ttft = _queue_percentiles(service, wait, rho_pf, wl.isl_cv, f.request_ms * 1e-3)
-    full = w.step(b, ctx, budget, isl / 2)
-    share = min(1.0, rho_pf)
+    wait = _kingman_wait(rho_pf, service, wl.arrival_cv, wl.isl_cv)
+    ttft = _queue_percentiles(service, wait, rho_pf, wl.isl_cv, f.request_ms * 1e-3, phase=t)
+    # A decode step that also prefills one arriving prompt is the slow step a token can land in.
+    slow = w.step(b, ctx, min(budget, isl_eff), isl / 2)
+    share = min(1.0, lam * t * max(1.0, isl_eff / budget))
     tpot = {"mean": t / f.accept}
-    itl = {"mean": t}
+    itl = {"mean": t / f.accept}
     for p in PERCENTILES:
         z = z_of(p)
-        tpot[p] = t / f.accept * (1 + max(z, 0) * share * (full / t - 1) / math.sqrt(max(osl, 1)))
-        itl[p] = full if (1 - float(p[1:]) / 100) < share else t
+        tpot[p] = t / f.accept * (1 + max(z, 0) * math.sqrt(share * (1 - share)) * (slow / t - 1)
+                                  / math.sqrt(max(osl, 1)))
+        itl[p] = slow if (1 - float(p[1:]) / 100) < share else t / f.accept
     e2e = {k: ttft[k] + (_lognormal_q(osl, wl.osl_cv, z_of(k) if k != "mean" else 0.0) - 1) * tpot[k]
            for k in ttft}
     return Prediction(ttft, tpot, itl, e2e, wl.rate, wl.rate * osl, b, load, True, {"agg": workers})

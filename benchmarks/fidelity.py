@@ -1,0 +1,65 @@
+"""Replay measured deployments through the performance model and report its error.
+
+    python benchmarks/fidelity.py --csv PATH [--json]
+
+PATH is any CSV in the silicon_calibration.csv format (shared/data/README.md), including rows of models and
+systems the model was never fitted to (any model in the catalog). Prints the rows used and skipped (with reasons),
+then the median and p90 absolute percentage error of mean TTFT and TPOT, overall and by mode, backend, system and
+model. With --json the last line is one JSON object with at least n, skipped, ttft_median_ape, ttft_p90_ape,
+tpot_median_ape, tpot_p90_ape. Leave-one-model-out figures come from `benchmarks/calibrate.py --lomo`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from infra.catalog.loader import load_catalog  # noqa: E402
+from infra.perf.calibration import table  # noqa: E402
+from infra.perf.replay import load_rows, replay, summarize  # noqa: E402
+
+
+def _pct(v: float | None) -> str:
+    return "    -" if v is None else f"{100 * v:5.1f}%"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--csv", required=True, help="measurements in the silicon_calibration.csv format")
+    ap.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
+    args = ap.parse_args()
+    if not Path(args.csv).is_file():
+        print(f"error: {args.csv}: file not found — To fix: give the path of a CSV", file=sys.stderr)
+        return 1
+    rows = load_rows(args.csv)
+    results, skipped = replay(rows, load_catalog())
+    s = summarize(results, skipped)
+    cal = table()
+    print(f"calibration fitted {cal.get('fitted', 'never')} on {cal.get('data', '-')}")
+    print(f"rows {len(rows)}: used {s['n']}, skipped {s['skipped']} ({100 * s['skipped_fraction']:.1f}%)")
+    for why, n in s["skip_reasons"].items():
+        print(f"  skipped {n:4d}: {why}")
+    print(f"{'':24s} {'n':>5s}  {'TTFT med':>8s} {'TTFT p90':>8s}  {'TPOT med':>8s} {'TPOT p90':>8s}")
+
+    def line(name: str, b: dict) -> None:
+        print(f"{name:24s} {b['n']:5d}  {_pct(b['ttft_median_ape']):>8s} {_pct(b['ttft_p90_ape']):>8s}  "
+              f"{_pct(b['tpot_median_ape']):>8s} {_pct(b['tpot_p90_ape']):>8s}")
+
+    line("overall", s)
+    for key in ("by_mode", "by_backend", "by_system", "by_model"):
+        for name, block in s[key].items():
+            line(f"{key[3:]} {name}", block)
+    if args.json:
+        keep = ("n", "skipped", "skipped_fraction", "ttft_median_ape", "ttft_p90_ape", "tpot_median_ape",
+                "tpot_p90_ape", "by_mode", "by_backend", "by_system", "by_model")
+        print(json.dumps({k: s[k] for k in keep}, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""How fast the performance model scores candidates: the planner's fast path and the full estimate.
+
+    python benchmarks/perf_speed.py [--n 20000] [--json]
+
+Fast path per candidate: memory fit of a layout (weights, activations, KV capacity), the decode and prefill step
+times at the workload's lengths, and the steady-state batch the KV cache allows, for a sweep over models,
+devices, precisions and tensor-parallel sizes. Full path: `estimate()` with the closed-loop serving model.
+Single process, single thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from infra.catalog.loader import load_catalog  # noqa: E402
+from infra.errors import InfraError  # noqa: E402
+from infra.perf.arch import compile_worker  # noqa: E402
+from infra.perf.calibration import lookup  # noqa: E402
+from infra.perf.estimate import estimate  # noqa: E402
+from infra.perf.shape import Deployment, Parallel, Role, Workload  # noqa: E402
+
+MODELS = ["Llama-3.1-8B", "Llama-3.1-70B", "Qwen3-32B", "Qwen3-235B-A22B", "DeepSeek-V3", "gpt-oss-120b"]
+DEVICES = ["H100-SXM", "H200", "B200", "A100-80G", "L40S", "Ascend-910B3", "MI300X"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=20000, help="fast-path candidates to score")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    cat = load_catalog()
+    combos = []
+    for m, d, tp in itertools.product(MODELS, DEVICES, (1, 2, 4, 8)):
+        model, device = cat.model(m), cat.device(d)
+        for precision in ("bf16", "fp8"):
+            if precision in device.precisions:
+                combos.append((model, device, precision, Parallel(tp=tp, ep=tp if model.moe else 1)))
+    factors = {d: lookup("vllm", cat.device(d)).factors for d in DEVICES}
+    isl, osl = 2048.0, 256.0
+
+    start = time.perf_counter()
+    scored = fits = 0
+    while scored < args.n:
+        for model, device, precision, par in combos:
+            w = compile_worker(model, device, precision, par, factors[device.name])
+            if w.memory.fits:
+                fits += 1
+                batch = min(256, w.max_sequences(isl + osl / 2))
+                w.step(batch, isl + osl / 2)
+                w.step(0.0, 0.0, isl, isl / 2)
+            scored += 1
+            if scored >= args.n:
+                break
+    fast = scored / (time.perf_counter() - start)
+
+    deps = [Deployment(m.name, d.name, "vllm", p, agg=Role(par)) for m, d, p, par in combos]
+    wl = Workload(isl=isl, osl=osl, concurrency=64)
+    start = time.perf_counter()
+    full_n = 0
+    for dep in deps * 3:
+        try:
+            estimate(dep, wl, cat)
+        except InfraError:  # shapes that do not fit are part of what the planner scores
+            pass
+        full_n += 1
+    full = full_n / (time.perf_counter() - start)
+    print(f"fast path: {fast:,.0f} candidates/s ({scored} scored, {fits} fit memory)")
+    print(f"full estimate: {full:,.0f} estimates/s ({full_n} deployments, closed loop)")
+    if args.json:
+        print(json.dumps({"fast_path_per_s": round(fast), "full_estimate_per_s": round(full)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

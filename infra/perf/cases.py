@@ -1,0 +1,203 @@
+"""`infra estimate` inputs: one deployment and one workload, from flags or from a line of a JSONL file.
+
+The same typed case serves both, so a flag and a JSON key mean the same thing and fail the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+from pydantic import ValidationError as PydanticValidationError
+
+from infra.catalog.loader import Catalog
+from infra.errors import InfraError, Location, Problem
+from infra.intent.base import Strict
+from infra.intent.units import Count, Duration, Fraction, Rate, parse_duration
+from infra.perf.estimate import Estimate, estimate, max_rate
+from infra.perf.shape import Deployment, Parallel, Role, Workload
+
+_SLO_METRICS = ("ttft", "tpot", "itl", "e2e")
+
+
+class RoleCase(Strict):
+    """Layout of one worker role."""
+
+    tp: int = Field(default=1, ge=1)
+    """Tensor parallel size."""
+    pp: int = Field(default=1, ge=1)
+    """Pipeline parallel size."""
+    ep: int = Field(default=1, ge=1)
+    """Expert parallel size."""
+    moe_tp: int = Field(default=1, ge=1)
+    """Tensor parallel size inside the experts."""
+    dp: int = Field(default=1, ge=1)
+    """Attention data-parallel groups."""
+    batch: int | None = Field(default=None, ge=1)
+    """Batch cap per attention group (max_num_seqs)."""
+    workers: int | None = Field(default=None, ge=1)
+    """Replicas of this role."""
+    max_num_tokens: Count = 8192
+    """Tokens per step (chunked-prefill budget)."""
+
+    def role(self) -> Role:
+        return Role(Parallel(self.tp, self.pp, self.ep, self.moe_tp, self.dp), self.batch, self.workers,
+                    self.max_num_tokens)
+
+
+class EstimateCase(RoleCase):
+    """One deployment under one workload."""
+
+    model: str
+    """Catalog model name, Hugging Face id, or config.json path."""
+    device: str
+    """Catalog device name."""
+    framework: str = "vllm"
+    """Serving framework."""
+    precision: str | None = None
+    """Weight precision; defaults to the model's published one when the device supports it, else bf16."""
+    mode: Literal["agg", "disagg"] = "agg"
+    """Aggregated, or prefill/decode disaggregated (then give prefill and decode)."""
+    prefill: RoleCase | None = None
+    """Prefill workers' layout (disaggregated)."""
+    decode: RoleCase | None = None
+    """Decode workers' layout (disaggregated)."""
+    isl: Count
+    """Input tokens per request (mean)."""
+    osl: Count
+    """Output tokens per request (mean)."""
+    isl_cv: float = Field(default=0.0, ge=0)
+    """Coefficient of variation of input lengths."""
+    osl_cv: float = Field(default=0.0, ge=0)
+    """Coefficient of variation of output lengths."""
+    concurrency: int | None = Field(default=None, ge=1)
+    """Closed loop: concurrent clients."""
+    rate: Rate | None = None
+    """Open loop: requests per second."""
+    arrival_cv: float = Field(default=1.0, ge=0)
+    """Coefficient of variation of inter-arrival times (1 = Poisson)."""
+    prefix_hit: Fraction = 0.0
+    """Fraction of prompt tokens found in the prefix cache."""
+    memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    """Fraction of device memory the engine may use."""
+    max_rate: bool = False
+    """Report the largest rate meeting `slo` instead of metrics at a given load."""
+    slo: dict[str, Duration] = {}
+    """Objectives for max_rate, e.g. {ttft_p99: 300ms, tpot_p99: 40ms}."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EstimateCase:
+        if self.max_rate:
+            if not self.slo:
+                raise ValueError("max_rate needs objectives; e.g. slo: ttft_p99=300ms,tpot_p99=40ms")
+        elif (self.concurrency is None) == (self.rate is None):
+            raise ValueError("give exactly one of concurrency (closed loop) or rate (open loop)")
+        for key in self.slo:
+            metric, _, pct = key.partition("_")
+            if metric not in _SLO_METRICS or not pct.startswith("p"):
+                raise ValueError(f"objective {key!r} is not metric_percentile; write e.g. ttft_p99 or tpot_p50")
+        if self.mode == "disagg" and (self.prefill is None or self.decode is None):
+            raise ValueError("a disaggregated deployment needs prefill and decode layouts; add both")
+        return self
+
+    def deployment(self, catalog: Catalog) -> Deployment:
+        model = catalog.model(self.model)
+        device = catalog.device(self.device)
+        precision = self.precision or (model.native_precision if model.native_precision in device.precisions
+                                       else "bf16")
+        if self.mode == "agg":
+            return Deployment(model.name, device.name, self.framework, precision, "agg", agg=self.role(),
+                              memory_utilization=self.memory_utilization)
+        assert self.prefill is not None and self.decode is not None
+        return Deployment(model.name, device.name, self.framework, precision, "disagg",
+                          prefill=self.prefill.role(), decode=self.decode.role(),
+                          memory_utilization=self.memory_utilization)
+
+    def workload(self) -> Workload:
+        return Workload(isl=self.isl, osl=self.osl, concurrency=self.concurrency,
+                        rate=self.rate if self.rate is not None else (1.0 if self.max_rate else None),
+                        arrival_cv=self.arrival_cv, isl_cv=self.isl_cv, osl_cv=self.osl_cv,
+                        prefix_hit=self.prefix_hit)
+
+    def objectives(self) -> dict[tuple[str, str], float]:
+        return {(k.partition("_")[0], k.partition("_")[2]): v for k, v in self.slo.items()}
+
+
+def parse_slo(text: str) -> dict[str, str]:
+    """`ttft_p99=300ms,tpot_p99=40ms` -> {"ttft_p99": "300ms", "tpot_p99": "40ms"}, each duration checked."""
+    out: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise InfraError(Problem(f"--slo item {part!r} has no '='", Location(path="--slo"),
+                                     "write metric_percentile=duration, e.g. ttft_p99=300ms,tpot_p99=40ms"))
+        try:
+            parse_duration(value.strip())
+            out[key.strip().lower()] = value.strip()
+        except ValueError as exc:
+            raise InfraError(Problem(str(exc), Location(path=f"--slo {key.strip()}"),
+                                     "durations need a unit, e.g. 300ms")) from None
+    return out
+
+
+def case_from(data: dict[str, Any], where: Location) -> EstimateCase:
+    try:
+        return EstimateCase.model_validate(data)
+    except PydanticValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False):
+            path = ".".join(str(p) for p in err["loc"])
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = f"unknown field; fields are {', '.join(EstimateCase.model_fields)}"
+            fix = None
+            if "; " in msg:
+                msg, fix = msg.rsplit("; ", 1)
+            problems.append(Problem(msg, Location(where.file, where.line, where.column,
+                                                  ".".join(filter(None, (where.path, path)))),
+                                    fix or "see `infra estimate --help`"))
+        raise InfraError(problems) from None
+
+
+def run_case(case: EstimateCase, catalog: Catalog) -> dict[str, Any]:
+    """The JSON result of one case: metrics at a load, or the goodput capacity under objectives."""
+    dep = case.deployment(catalog)
+    wl = case.workload()
+    if case.max_rate:
+        rate, est = max_rate(dep, wl, case.objectives(), catalog)
+        out: dict[str, Any] = {"max_rate_rps": round(rate, 6), "slo_ms": {k: round(v * 1000, 4)
+                                                                          for k, v in sorted(case.slo.items())}}
+        if est is not None:
+            out["at_max_rate"] = est.to_json()
+        return out
+    return estimate(dep, wl, catalog).to_json()
+
+
+def estimate_one(case: EstimateCase, catalog: Catalog) -> Estimate:
+    return estimate(case.deployment(catalog), case.workload(), catalog)
+
+
+def read_cases(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, object) for every non-empty line of a JSONL file."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise InfraError(Problem("cases file not found", Location(str(path)), "check the path")) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InfraError(Problem(f"cannot read cases file: {exc}", Location(str(path)))) from None
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InfraError(Problem(f"invalid JSON: {exc.msg}", Location(str(path), n, exc.colno),
+                                     "write one JSON object per line")) from None
+        if not isinstance(obj, dict):
+            raise InfraError(Problem("each line must be a JSON object", Location(str(path), n, 1),
+                                     'write e.g. {"model": "Llama-3.1-8B", "device": "H100-SXM", ...}'))
+        out.append((n, obj))
+    return out

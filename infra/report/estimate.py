@@ -1,0 +1,49 @@
+"""What `infra estimate` prints: metrics by percentile, throughput, memory, and how far to trust them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+_COLS = ("mean", "p50", "p90", "p99", "p99.9")
+
+
+def _fmt(ms: float) -> str:
+    if ms == float("inf"):
+        return "inf"
+    return f"{ms:,.1f}" if ms < 10_000 else f"{ms / 1000:,.1f}s"
+
+
+def _metrics(console: Console, r: dict[str, Any], title: str) -> None:
+    t = Table(title=title, title_justify="left")
+    t.add_column("ms")
+    for c in _COLS:
+        t.add_column(c, justify="right")
+    for metric in ("ttft", "tpot", "itl", "e2e"):
+        values = r[f"{metric}_ms"]
+        t.add_row(metric.upper(), *(_fmt(values[c]) for c in _COLS))
+    console.print(t)
+    console.print(f"throughput {r['throughput_rps']:.3f} req/s, {r['output_tokens_per_s']:,.0f} output tok/s; "
+                  f"batch {r['batch_per_group']:.1f} per attention group, load {r['load']:.0%}; "
+                  f"{r['devices']} device(s), workers {r['workers']}")
+    for role, m in r["memory"].items():
+        console.print(f"memory ({role}): {m['weights_gb']:.1f} GB weights per device, {m['kv_gb']:.1f} GB KV cache "
+                      f"= {m['kv_tokens']:,} tokens")
+    cal = "calibrated" if r["calibrated"] else f"NOT calibrated ({r['calibration_source']})"
+    console.print(f"efficiency factors: {cal}")
+    for note in r["notes"]:
+        console.print(f"note: {note}")
+    if not r["stable"]:
+        console.print("[red]unstable: the load exceeds what this deployment sustains[/red]")
+
+
+def print_estimate(console: Console, r: dict[str, Any]) -> None:
+    if "max_rate_rps" in r:
+        slo = ", ".join(f"{k} {v:g}ms" for k, v in r["slo_ms"].items())
+        console.print(f"goodput capacity: {r['max_rate_rps']:.3f} req/s meets {slo}")
+        if "at_max_rate" in r:
+            _metrics(console, r["at_max_rate"], "at that rate")
+        return
+    _metrics(console, r, f"{r['model']} {r['precision']} on {r['device']} with {r['framework']} ({r['mode']})")

@@ -1,0 +1,68 @@
+"""`infra estimate` as a user runs it: flags, JSON, batches of cases, goodput capacity, and clean refusals."""
+
+from __future__ import annotations
+
+import json
+
+from .test_cli import infra
+
+BASE = ["estimate", "--model", "Llama-3.1-70B", "--device", "H200", "--framework", "vllm", "--precision", "fp8",
+        "--tp", "4", "--isl", "2k", "--osl", "256"]
+
+
+def test_estimate_closed_loop_json():
+    out = infra(*BASE, "--concurrency", "32", "--json")
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["model"] == "Llama-3.1-70B" and r["workload"]["concurrency"] == 32
+    assert 0 < r["ttft_ms"]["mean"] < 60_000 and 0 < r["tpot_ms"]["mean"] < 1000
+    assert r["calibrated"] is True and r["devices"] == 4
+
+
+def test_estimate_table_and_open_loop():
+    out = infra(*BASE, "--rate", "3/s", "--isl-cv", "0.5", "--arrival-cv", "1.5")
+    assert out.returncode == 0, out.stderr
+    assert "TTFT" in out.stdout and "p99" in out.stdout and "calibrated" in out.stdout
+
+
+def test_max_rate():
+    out = infra(*BASE, "--max-rate", "--slo", "ttft_p99=2s,tpot_p99=60ms", "--json")
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["max_rate_rps"] > 0
+    assert r["at_max_rate"]["ttft_ms"]["p99"] <= 2000.5 and r["at_max_rate"]["tpot_ms"]["p99"] <= 60.01
+
+
+def test_cases_file(tmp_path):
+    cases = tmp_path / "cases.jsonl"
+    good = {"model": "Qwen/Qwen3-32B", "device": "H100-SXM", "framework": "sglang", "precision": "fp8", "tp": 2,
+            "isl": 1024, "osl": 128, "concurrency": 16}
+    disagg = {"model": "DeepSeek-V3", "device": "H200", "framework": "sglang", "precision": "fp8", "mode": "disagg",
+              "prefill": {"tp": 8, "ep": 8}, "decode": {"tp": 8, "ep": 8, "workers": 2}, "isl": "2k", "osl": 512,
+              "rate": "4/s"}
+    bad_shape = {**good, "tp": 3}
+    bad_field = {**good, "tensor_parallel": 2}
+    cases.write_text("\n".join(json.dumps(c) for c in (good, disagg, bad_shape, bad_field)) + "\n\n")
+    out = infra("estimate", "--cases", str(cases))
+    assert out.returncode == 1  # some lines failed
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [x["line"] for x in lines] == [1, 2, 3, 4]
+    assert "ttft_ms" in lines[0] and lines[1]["workers"]["decode"] == 2
+    assert "does not divide" in lines[2]["error"]
+    assert "unknown field" in lines[3]["error"] and "cases.jsonl:4" in lines[3]["error"]
+
+
+def test_refusals_are_one_line_with_a_fix():
+    for args, fragment in (
+        (["estimate", "--model", "Llama-3.1-70B", "--device", "H100-SXM", "--precision", "bf16", "--isl", "1k",
+          "--osl", "100", "--concurrency", "1"], "does not fit"),
+        (["estimate", "--model", "Llama-3.1-70", "--device", "H200", "--isl", "1k", "--osl", "1",
+          "--concurrency", "1"], "did you mean"),
+        ([*BASE], "exactly one of concurrency"),
+        ([*BASE, "--rate", "3/fortnight"], "unknown rate unit"),
+        ([*BASE, "--max-rate", "--slo", "ttft_p99=2"], "no unit"),
+        (["estimate", "--device", "H200"], "missing --model"),
+    ):
+        out = infra(*args)
+        assert out.returncode == 1, (args, out.stdout)
+        assert fragment in out.stderr and "To fix" in out.stderr and "Traceback" not in out.stderr, out.stderr

@@ -1,0 +1,151 @@
+"""The performance model: memory accounting, shape checks, physics-monotone predictions, calibration lookups."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from infra.catalog.loader import load_catalog
+from infra.perf.arch import compile_worker
+from infra.perf.calibration import Factors, lookup
+from infra.perf.estimate import ShapeError, estimate, max_rate, meets
+from infra.perf.shape import Deployment, Parallel, Role, Workload
+
+CAT = load_catalog()
+
+
+def worker(model="Llama-3.1-8B", device="H100-SXM", precision="bf16", par=Parallel(), kv="bf16"):
+    return compile_worker(CAT.model(model), CAT.device(device), precision, par, Factors(), kv_precision=kv)
+
+
+def test_kv_bytes_per_token_gqa_and_mla():
+    # Llama-3.1-8B: 32 layers x (K and V) x 8 KV heads x 128 dims x 2 bytes
+    assert worker().kv_full_per_token == 32 * 2 * 8 * 128 * 2
+    # Tensor parallelism splits KV heads; beyond 8 ways heads are replicated, not split further
+    assert worker(par=Parallel(tp=4)).kv_full_per_token == 32 * 2 * 2 * 128 * 2
+    # DeepSeek-V3 MLA caches one 512 + 64 latent per layer (fp8): 61 x 576 bytes, whatever the TP size
+    ds = worker("DeepSeek-V3", "H200", "fp8", Parallel(tp=8, ep=8), kv="fp8")
+    assert ds.kv_full_per_token == 61 * 576
+    assert ds.kv_full_per_token == worker("DeepSeek-V3", "H200", "fp8", Parallel(tp=4, ep=8), kv="fp8").kv_full_per_token
+
+
+def test_sliding_window_caps_kv_growth():
+    w = worker("gpt-oss-120b", "H200", "fp4", Parallel(tp=2, ep=2))
+    assert w.kv_swa_per_token > 0
+    short, long = w.kv_bytes(1000), w.kv_bytes(100_000)
+    assert long < 100 * short  # full-attention layers grow, windowed ones stop at the window
+
+
+def test_weights_split_by_parallelism():
+    one = worker("Llama-3.1-70B", "H200", "fp8")
+    four = worker("Llama-3.1-70B", "H200", "fp8", Parallel(tp=4))
+    assert 68 < one.memory.weights_gb < 76  # 70.6B parameters at one byte, plus 16-bit embeddings
+    assert four.memory.weights_gb == pytest.approx(one.memory.weights_gb / 4, rel=0.05)
+
+
+def test_memory_misfit_is_explained():
+    w = worker("Llama-3.1-70B", "H100-SXM", "bf16")
+    assert not w.memory.fits
+    text = w.memory.explain()
+    assert "does not fit" in text and "GB" in text
+    dep = Deployment("Llama-3.1-70B", "H100-SXM", "vllm", "bf16", agg=Role(Parallel(tp=1)))
+    with pytest.raises(ShapeError, match="does not fit"):
+        estimate(dep, Workload(isl=1000, osl=100, concurrency=1), CAT)
+
+
+@pytest.mark.parametrize("dep,fragment", [
+    (Deployment("Llama-3.1-70B", "H200", "vllm", "fp8", agg=Role(Parallel(tp=3))), "does not divide"),
+    (Deployment("Llama-3.1-8B", "H200", "vllm", "bf16", agg=Role(Parallel(tp=2, ep=2))), "no experts"),
+    (Deployment("Llama-3.1-8B", "A100-80G", "vllm", "fp8", agg=Role(Parallel())), "does not support fp8"),
+    (Deployment("Llama-3.1-8B", "Ascend-910B3", "trtllm", "bf16", agg=Role(Parallel())), "does not run on"),
+    (Deployment("Qwen3-235B-A22B", "H200", "vllm", "fp8", agg=Role(Parallel(tp=4, ep=256))), "exceeds"),
+    (Deployment("Llama-3.1-8B", "H200", "vllm", "bf16", "disagg"), "does not support"),
+])
+def test_impossible_shapes_are_explained(dep, fragment):
+    if dep.mode == "disagg":
+        dep = dataclasses.replace(dep, framework="lmdeploy-nonexistent")
+        with pytest.raises(Exception, match="unknown framework"):
+            estimate(dep, Workload(isl=100, osl=10, concurrency=1), CAT)
+        return
+    with pytest.raises(ShapeError, match=fragment):
+        estimate(dep, Workload(isl=100, osl=10, concurrency=1), CAT)
+
+
+def test_calibration_lookup_says_when_it_borrows():
+    assert lookup("trtllm", CAT.device("H200")).calibrated
+    borrowed = lookup("vllm-ascend", CAT.device("Ascend-910B3"))
+    assert not borrowed.calibrated and borrowed.source.startswith("borrowed:vllm/") and borrowed.distance > 0
+    dep = Deployment("Qwen3-32B", "Ascend-910B3", "vllm-ascend", "bf16", agg=Role(Parallel(tp=4)))
+    est = estimate(dep, Workload(isl=1000, osl=200, concurrency=8), CAT)
+    assert not est.to_json()["calibrated"] and "not calibrated" in est.notes[0]
+
+
+def _agg(model="Llama-3.1-70B", device="H200", precision="fp8", tp=4, batch=None):
+    return Deployment(model, device, "vllm", precision, agg=Role(Parallel(tp=tp), batch_cap=batch))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 200), st.integers(1, 200), st.sampled_from([256, 1024, 4096]), st.sampled_from([64, 512]))
+def test_more_clients_never_lower_latency(c1, c2, isl, osl):
+    lo, hi = sorted((c1, c2))
+    a = estimate(_agg(), Workload(isl=isl, osl=osl, concurrency=lo), CAT).prediction
+    b = estimate(_agg(), Workload(isl=isl, osl=osl, concurrency=hi), CAT).prediction
+    assert b.tpot["mean"] >= a.tpot["mean"] * (1 - 1e-6)
+    assert b.ttft["mean"] >= a.ttft["mean"] * (1 - 1e-6)
+    assert b.throughput_rps >= a.throughput_rps * (1 - 1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.floats(0.05, 20), st.floats(0.05, 20), st.sampled_from([512, 2048]))
+def test_more_rate_never_lowers_latency(r1, r2, isl):
+    lo, hi = sorted((r1, r2))
+    a = estimate(_agg(), Workload(isl=isl, osl=256, rate=lo), CAT).prediction
+    b = estimate(_agg(), Workload(isl=isl, osl=256, rate=hi), CAT).prediction
+    for metric in ("ttft", "tpot", "e2e"):
+        for k in ("mean", "p50", "p99"):
+            assert getattr(b, metric)[k] >= getattr(a, metric)[k] * (1 - 1e-6), (metric, k)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(1, 512), st.floats(1, 512), st.floats(100, 32000), st.floats(1.0, 3.0))
+def test_step_time_monotone_in_batch_context_and_bandwidth(b1, b2, ctx, scale):
+    w = worker("Qwen3-32B", "H200", "fp8", Parallel(tp=2))
+    lo, hi = sorted((b1, b2))
+    assert w.step(hi, ctx) >= w.step(lo, ctx)
+    assert w.step(lo, ctx * 2) >= w.step(lo, ctx)
+    faster = dataclasses.replace(w, bw_bytes_s=w.bw_bytes_s * scale)
+    assert faster.step(lo, ctx) <= w.step(lo, ctx)
+
+
+def test_open_loop_overload_is_unstable_not_a_number():
+    p = estimate(_agg("Llama-3.1-8B", "L4", "fp8", tp=1), Workload(isl=4000, osl=500, rate=500), CAT).prediction
+    assert not p.stable and p.ttft["p99"] == float("inf")
+
+
+def test_percentiles_are_ordered():
+    p = estimate(_agg(), Workload(isl=2000, osl=300, rate=4, arrival_cv=2, isl_cv=0.8, osl_cv=0.5), CAT).prediction
+    for metric in (p.ttft, p.tpot, p.itl, p.e2e):
+        values = [metric[k] for k in ("p50", "p90", "p95", "p99", "p99.9")]
+        assert values == sorted(values)
+
+
+def test_max_rate_meets_objectives_and_just_above_does_not():
+    slo = {("ttft", "p99"): 1.0, ("tpot", "p99"): 0.05}
+    wl = Workload(isl=2000, osl=300, rate=1)
+    rate, est = max_rate(_agg(), wl, slo, CAT)
+    assert rate > 0 and est is not None and meets(est.prediction, slo)
+    above = estimate(_agg(), dataclasses.replace(wl, rate=rate * 1.02), CAT).prediction
+    assert not meets(above.prediction if hasattr(above, "prediction") else above, slo)
+
+
+def test_disaggregated_estimate_sizes_workers_and_says_so():
+    dep = Deployment("DeepSeek-V3", "H200", "sglang", "fp8", "disagg",
+                     prefill=Role(Parallel(tp=8, ep=8)), decode=Role(Parallel(tp=8, ep=8)))
+    est = estimate(dep, Workload(isl=2000, osl=500, concurrency=256), CAT)
+    p = est.prediction
+    assert p.workers["prefill"] >= 1 and p.workers["decode"] >= 1
+    assert any("assumed" in n for n in p.assumptions)
+    assert est.devices == 8 * (p.workers["prefill"] + p.workers["decode"])
