@@ -106,18 +106,23 @@ def _flat(value: float) -> dict[str, float]:
     return {"mean": value, **{p: value for p in PERCENTILES}}
 
 
+def _agg_basics(w: Worker, role: Role, wl: Workload) -> tuple[int, int, float, float, float]:
+    """(workers, attention groups, prompt tokens to compute, mean context, sequences one group can hold)."""
+    workers = role.workers or 1
+    isl_eff = wl.isl * (1 - wl.prefix_hit)
+    # Sequences in a steady stream are at every stage of their output, so the cache holds their mean length.
+    ctx = wl.isl + wl.osl / 2
+    cap = min(role.batch_cap or 1 << 30, w.max_sequences(ctx))
+    return workers, workers * w.parallel.attention_dp, isl_eff, ctx, cap
+
+
 def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     f = w.factors
-    workers = role.workers or 1
-    groups = workers * w.parallel.attention_dp
-    c = wl.concurrency / groups
-    isl, osl = wl.isl, wl.osl
-    isl_eff = isl * (1 - wl.prefix_hit)
-    # Sequences in a steady stream are at every stage of their output, so the cache holds their mean length.
-    cap = min(role.batch_cap or 1 << 30, w.max_sequences(isl + osl / 2))
+    workers, groups, isl_eff, ctx, cap = _agg_basics(w, role, wl)
     if cap < 1:
         return _unstable({"agg": workers}, float("inf"), "one request does not fit the KV cache")
-    ctx = isl + osl / 2
+    c = wl.concurrency / groups
+    isl, osl = wl.isl, wl.osl
     chunk = role.max_num_tokens
     req = f.request_ms * 1e-3
     own = w.step(0.0, 0.0, min(isl_eff, chunk), isl / 2) * max(1.0, isl_eff / chunk) - f.step_ms * 1e-3
@@ -176,15 +181,11 @@ def _queue_percentiles(service_mean: float, wait_mean: float, rho: float, isl_cv
 
 def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     f = w.factors
-    workers = role.workers or 1
-    groups = workers * w.parallel.attention_dp
-    lam = wl.rate / groups
-    isl, osl = wl.isl, wl.osl
-    isl_eff = isl * (1 - wl.prefix_hit)
-    ctx = isl + osl / 2
-    cap = min(role.batch_cap or 1 << 30, w.max_sequences(isl + osl / 2))
+    workers, groups, isl_eff, ctx, cap = _agg_basics(w, role, wl)
     if cap < 1:
         return _unstable({"agg": workers}, float("inf"), "one request does not fit the KV cache")
+    lam = wl.rate / groups
+    isl, osl = wl.isl, wl.osl
     chunk = role.max_num_tokens
     b = max(lam * osl * w.step(1.0, ctx), 1e-9)
     t = w.step(b, ctx)
