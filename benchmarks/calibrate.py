@@ -4,7 +4,8 @@
 
 Fits, in log space with a robust (soft-L1) loss on TTFT and TPOT:
 1. pooled factors over every row (the fallback for unmeasured pairs);
-2. per framework/device group, shrunk towards the pooled factors so thin groups stay sensible.
+2. per framework (or per framework/device pair with --group-by pair), shrunk towards the pooled factors so thin
+   groups stay sensible.
 `--write` commits them to infra/perf/data/calibration.json with the date and the data's fingerprint.
 `--lomo` refits with each model held out and scores the held-out rows: the figure that says how the model does
 on models it has never seen. Requires scipy (in the `dev` extra).
@@ -92,13 +93,29 @@ def fit(items: Prepared, start: Factors, prior: np.ndarray | None = None, max_nf
     return Factors(**{n: round(float(v), 5) for n, v in zip(NAMES, to_params(sol.x))})
 
 
+GROUP_BY = "framework"
+"""How factors are shared: `pair` (framework/device), `framework`, or `none` (one pooled set). Per framework is the
+default because it generalises best to models left out of the fit (leave-one-model-out), which is what matters
+for models nobody has measured; per pair fits the measured models more closely."""
+
+
+def group_key(case: Case) -> str:
+    fw, dev = case.group.split("/")
+    return {"pair": case.group, "framework": fw, "none": "all"}[GROUP_BY]
+
+
 def fit_all(items: Prepared) -> tuple[Factors, dict[str, Factors]]:
     pooled = fit(items, Factors(), max_nfev=80)
+    if GROUP_BY == "none":
+        return pooled, {}
     prior = to_x(np.array([getattr(pooled, n) for n in NAMES]))
     groups: dict[str, Prepared] = {}
     for item in items:
-        groups.setdefault(item[0].group, []).append(item)
+        groups.setdefault(group_key(item[0]), []).append(item)
     fitted = {g: fit(rows, pooled, prior) for g, rows in sorted(groups.items())}
+    if GROUP_BY == "framework":
+        # Expand to every framework/device pair seen, so lookups stay by pair.
+        fitted = {c.group: fitted[group_key(c)] for c, _ in items}
     return pooled, fitted
 
 
@@ -121,9 +138,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--csv", default=str(ROOT.parent / "shared" / "data" / "silicon_calibration.csv"))
     ap.add_argument("--write", action="store_true", help="write infra/perf/data/calibration.json")
+    ap.add_argument("--out", default=str(OUT), help="where --write puts the factors")
     ap.add_argument("--lomo", action="store_true", help="also report leave-one-model-out figures")
     ap.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
+    ap.add_argument("--group-by", choices=("pair", "framework", "none"), default=GROUP_BY,
+                    help="share factors per framework/device pair, per framework, or not at all")
+    ap.add_argument("--prior", type=float, default=PRIOR_STRENGTH, help="pull of the pooled factors on groups")
     args = ap.parse_args()
+    globals()["GROUP_BY"] = args.group_by
+    globals()["PRIOR_STRENGTH"] = args.prior
 
     catalog = load_catalog()
     rows = load_rows(args.csv)
@@ -171,9 +194,11 @@ def main() -> int:
             "groups": {g: {"factors": f.as_dict(), "rows": sum(1 for c, _ in items if c.group == g)}
                        for g, f in sorted(groups.items())},
         }
-        OUT.parent.mkdir(parents=True, exist_ok=True)
-        OUT.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-        print(f"wrote {OUT.relative_to(ROOT)}")
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        data["group_by"], data["prior_strength"] = GROUP_BY, PRIOR_STRENGTH
+        out.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        print(f"wrote {out}")
     if args.json:
         print(json.dumps(figures, sort_keys=True))
     return 0

@@ -14,7 +14,8 @@ from infra.intent.loader import load_intent_file, load_profile_file, read_docume
 from infra.intent.profile import ClusterProfile
 from infra.intent.resolve import ResolvedIntent, resolve
 
-__all__ = ["Catalog", "CheckResult", "check", "estimate", "estimate_cases", "load_catalog", "load_intent", "schema"]
+__all__ = ["Catalog", "CheckResult", "PlanResult", "check", "estimate", "estimate_cases", "load_catalog", "load_intent",
+           "plan", "schema"]
 
 
 def load_intent(path: str | Path, catalog_dirs: tuple[Path, ...] = ()) -> ResolvedIntent:
@@ -87,3 +88,45 @@ def estimate_cases(path: str | Path, catalog_dirs: tuple[Path, ...] = ()) -> lis
         except InfraError as exc:
             out.append({"line": n, "error": "; ".join(str(p) for p in exc.problems)})
     return out
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """A solved intent: the DeploymentPlan as data, its report, and what was written."""
+
+    plan: dict[str, Any]
+    report: str
+    considered: list[Any]
+    written: list[Path]
+
+
+def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
+         catalog_dirs: tuple[Path, ...] = ()) -> PlanResult:
+    """Plan an intent: the cheapest deployment that meets every objective, or InfeasibleError (exit 2) with the
+    conflict and the relaxations that would fix it. With `output`, writes plan.yaml and report.md there."""
+    from infra.errors import InfeasibleError
+    from infra.planner.plan import build_plan
+    from infra.report.plan import plan_markdown, plan_yaml
+
+    resolved = load_intent(path, catalog_dirs)
+    try:
+        data, considered = build_plan(resolved, top=top)
+    except InfeasibleError as exc:
+        if output is not None:
+            from infra.files import write_atomic
+            from infra.report.plan import infeasible_markdown
+
+            write_atomic(Path(output) / "report.md",
+                         infeasible_markdown(resolved.loaded.intent.metadata.name, exc.problems,
+                                             getattr(exc, "considered", [])))
+        raise
+    report = plan_markdown(data, considered)
+    written: list[Path] = []
+    if output is not None:
+        from infra.files import write_atomic
+
+        out = Path(output)
+        write_atomic(out / "plan.yaml", plan_yaml(data))
+        write_atomic(out / "report.md", report)
+        written = [out / "plan.yaml", out / "report.md"]
+    return PlanResult(data, report, considered, written)

@@ -51,6 +51,27 @@ def _main(
 
 
 @app.command()
+def plan(
+    path: Annotated[Path, typer.Argument(help="Intent YAML file.", show_default=False)],
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write plan.yaml and report.md here.",
+                                                   show_default=False)] = None,
+    top: Annotated[int, typer.Option(help="Alternatives of another kind to report.")] = 3,
+    catalog: CatalogOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Solve an intent: the cheapest deployment meeting every objective, or why none does and what to relax."""
+    from infra import api
+
+    result = api.plan(path, output, top=top, catalog_dirs=tuple(catalog or ()))
+    if as_json:
+        print(json.dumps(result.plan, indent=2, sort_keys=True))
+    else:
+        from infra.report.plan import print_plan
+
+        print_plan(_console(), result.plan, result.considered, result.written)
+
+
+@app.command()
 def check(
     path: Annotated[Path, typer.Argument(help="Intent (or cluster profile) YAML file.", show_default=False)],
     catalog: CatalogOpt = None,

@@ -39,6 +39,8 @@ ELEMENTWISE_PASSES = 16
 """Reads and writes of the hidden state per layer by norms, residual adds, rotary embedding and activations."""
 NIC_GBS = 50.0
 """Per-device scale-out bandwidth when a worker spans scale-up domains: one 400 Gb/s NIC per device."""
+MOE_TILE_ROWS = 64
+"""Rows of the smallest tensor-core tile grouped-GEMM kernels use (64 or 128 on Hopper/Blackwell)."""
 COLLECTIVE_LATENCY_S = 8e-6
 """Fixed cost of one collective inside a node (NCCL small-message latency); doubled across nodes."""
 
@@ -102,7 +104,8 @@ class Worker:
     dense_flops_per_token: float
     logit_flops_per_token: float
     expert_bytes_local: float
-    expert_flops_per_token: float
+    expert_flops_per_row: float
+    """FLOPs of one token's pass through one local expert (all MoE layers of the stage), per device."""
     experts: int
     experts_local: float
     active_experts: int
@@ -146,7 +149,11 @@ class Worker:
         moe = 0.0
         if self.experts:
             touched = self.experts_local * -math.expm1(group_tokens * math.log1p(-self.active_experts / self.experts))
-            moe = max(group_tokens * self.expert_flops_per_token / (self.flops_s * f.gemm),
+            # Each touched expert runs a GEMM over the rows routed to it; below a tensor-core tile the tile is
+            # computed all the same, so small per-expert batches cost a full tile of rows.
+            rows = max(group_tokens * self.active_experts * self.experts_local / self.experts,
+                       touched * MOE_TILE_ROWS)
+            moe = max(rows * self.expert_flops_per_row / (self.flops_s * f.gemm),
                       touched * self.expert_bytes_local / (self.bw_bytes_s * f.mem))
         qk = decode * context + prefill * prefill_context
         qk_swa = decode * min(context, self.window) + prefill * min(prefill_context, self.window)
@@ -257,8 +264,7 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
         dense_flops_per_token=2 * (attn_params + dense_params),
         logit_flops_per_token=2 * lm_head,
         expert_bytes_local=expert_params_local * w,
-        expert_flops_per_token=(2 * (moe.active_experts if moe else 0) * moe_layers * parts["expert"] * scale
-                                / (moe_tp * ep * pp)) if moe else 0.0,
+        expert_flops_per_row=2 * moe_layers * parts["expert"] * scale / (moe_tp * pp) if moe else 0.0,
         experts=experts, experts_local=experts_local, active_experts=moe.active_experts if moe else 0,
         attn_flops_per_qk=attn_qk, swa_flops_per_qk=swa_qk, window=window or 1e18,
         kv_full_per_token=kv_full, kv_swa_per_token=kv_swa,

@@ -116,6 +116,17 @@ def _agg_basics(w: Worker, role: Role, wl: Workload) -> tuple[int, int, float, f
     return workers, workers * w.parallel.attention_dp, isl_eff, ctx, cap
 
 
+def _prompt_cost(w: Worker, b: float, ctx: float, isl_eff: float, isl: float, chunk: int) -> tuple[float, float]:
+    """(time of the steps that carry one prompt, time the prompt adds to the engine): a prompt goes into decode
+    steps in chunks of the step budget. What it adds is priced as the prompt's own work without the fixed step
+    overhead, so it does not depend on how many sequences happen to be decoding alongside."""
+    per = min(isl_eff, chunk)
+    n = max(1.0, isl_eff / chunk)
+    with_prompt = w.step(b, ctx, per, isl / 2)
+    alone = w.step(0.0, 0.0, per, isl / 2) - w.factors.step_ms * 1e-3
+    return with_prompt * n, alone * n
+
+
 def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     f = w.factors
     workers, groups, isl_eff, ctx, cap = _agg_basics(w, role, wl)
@@ -125,33 +136,46 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     isl, osl = wl.isl, wl.osl
     chunk = role.max_num_tokens
     req = f.request_ms * 1e-3
-    own = w.step(0.0, 0.0, min(isl_eff, chunk), isl / 2) * max(1.0, isl_eff / chunk) - f.step_ms * 1e-3
     # Attention-DP groups step in lockstep through the shared MoE layers: a prefill in any group stalls them all,
-    # so each request occupies the group's prefill capacity for dp times its own prefill.
+    # so each prompt takes dp times its own cost from every group's time.
     dp = w.parallel.attention_dp
-    occupy = own * dp
+    per = min(isl_eff, chunk)
+    chunks = max(1.0, isl_eff / chunk)
+    inc = (w.step(0.0, 0.0, per, isl / 2) - f.step_ms * 1e-3) * chunks
+    occupy = inc * dp
+    decode_steps = max(osl - 1, 1e-9)
+
+    def at(x: float, b: float) -> tuple[float, float, float, float]:
+        """(TPOT, TTFT, decoding sequences, prompt steps) at throughput x per group with b sequences decoding."""
+        rho = min(x * occupy, 0.999)
+        base = w.step(b, ctx)
+        tpot = base / (f.accept * max(1 - f.mix * rho, 1e-3))
+        own = w.step(b, ctx, per, isl / 2) * chunks
+        ttft = req + own + rho / (1 - rho) * occupy / 2 + base / 2
+        return tpot, ttft, min(cap, x * decode_steps * tpot), own
+
+    # Little's law over the whole loop: c = x (TTFT + (osl - 1) TPOT); the right side grows with x without
+    # bound (the prefill queue and the stretched decode steps), so bisection on x finds the one solution. The
+    # decoding count b follows x along the way.
+    lo, hi = 0.0, 1.0 / occupy if occupy > 0 else 1e9
     b = min(c, cap)
-    tpot = w.token_time(b, ctx)
-    ttft_ss = req + own
-    x = c / (ttft_ss + (osl - 1) * tpot)
-    for _ in range(60):
-        tpot_new = w.token_time(b, ctx, f.mix * dp * x * isl_eff * tpot * f.accept, isl / 2)
-        decode_time = (osl - 1) * tpot_new
-        rho = min(x * occupy, 0.9)
-        ttft_new = req + own + rho / (1 - rho) * occupy / 2 + tpot_new / 2
-        # A closed loop cannot queue more than its clients: once prefill saturates, throughput is 1 / occupy and
-        # the clients not decoding wait in line (Little's law).
-        ttft_new = max(ttft_new, req + c * occupy - decode_time)
-        if c > cap:
-            x_new = min(cap / (own + decode_time), c / (ttft_new + decode_time))
-            ttft_new = max(ttft_new, c / x_new - decode_time)
+    tpot = ttft = own = 0.0
+    for _ in range(40):
+        x = (lo + hi) / 2
+        tpot, ttft, b, own = at(x, b)
+        if x * (ttft + decode_steps * tpot) > c:
+            hi = x
         else:
-            x_new = c / (ttft_new + decode_time)
-        b_new = min(cap, c * decode_time / (ttft_new + decode_time))
-        done = abs(tpot_new - tpot) < 1e-9 + 1e-7 * tpot and abs(x_new - x) < 1e-7 * x
-        tpot, x, ttft_ss, b = 0.5 * (tpot + tpot_new), 0.5 * (x + x_new), ttft_new, 0.5 * (b + b_new)
-        if done:
+            lo = x
+        if hi - lo < 1e-4 * hi:
             break
+    x = lo if lo > 0 else hi
+    tpot, ttft_ss, b, own = at(x, b)
+    # When the KV cache or batch cap holds fewer sequences than there are clients, the rest queue for a slot.
+    x_cap = cap / (own + decode_steps * tpot)
+    if c > cap and x > x_cap:
+        x = x_cap
+        ttft_ss = max(ttft_ss, c / x - decode_steps * tpot)
     first, burst, last = _burst_ttft(w, min(c, cap), isl_eff, isl, chunk, 0.5)
     # Benchmarks start every client at once; that first wave's queue of prefills weighs on the mean TTFT.
     ttft_mean = ttft_ss + f.queue * max(0.0, req + burst - ttft_ss)
@@ -187,36 +211,38 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     lam = wl.rate / groups
     isl, osl = wl.isl, wl.osl
     chunk = role.max_num_tokens
-    b = max(lam * osl * w.step(1.0, ctx), 1e-9)
-    t = w.step(b, ctx)
-    for _ in range(60):
-        t_new = w.step(b, ctx, lam * isl_eff * t, isl / 2)
-        b_new = lam * ((osl - 1) * t_new / f.accept + t_new * max(1.0, isl_eff / max(chunk - b, 1.0)))
-        if b_new > 4 * cap or lam * isl_eff * t_new > chunk:
-            return _unstable({"agg": workers}, max(b_new / cap, lam * isl_eff * t_new / chunk),
-                             "arrival rate exceeds what the replicas sustain")
-        if abs(t_new - t) < 1e-9 * t and abs(b_new - b) < 1e-6 * max(b, 1):
-            t, b = t_new, b_new
+    dp = w.parallel.attention_dp
+    b = max(lam * osl * w.step(1.0, ctx) / f.accept, 1e-9)
+    step = w.step(b, ctx)
+    rho = 0.0
+    own = inc = 0.0
+    for _ in range(80):
+        own, inc = _prompt_cost(w, b, ctx, isl_eff, isl, chunk)
+        rho = lam * dp * inc
+        if rho >= 1 or f.mix * rho >= 1 or b > 4 * cap:
+            return _unstable({"agg": workers}, max(rho, b / cap), "arrival rate exceeds what the replicas sustain")
+        step_new = w.step(b, ctx) / (1 - f.mix * rho)
+        b_new = lam * ((osl - 1) * step_new / f.accept + own)
+        done = abs(step_new - step) < 1e-9 * step and abs(b_new - b) < 1e-6 * max(b, 1)
+        step, b = 0.5 * (step + step_new), 0.5 * (b + b_new)
+        if done:
             break
-        t, b = 0.5 * (t + t_new), 0.5 * (b + b_new)
-    budget = max(chunk - b, 1.0)
-    rho_pf = lam * isl_eff * t / budget
-    load = max(b / cap, rho_pf)
-    if b > cap or rho_pf >= 1:
+    load = max(b / cap, rho)
+    if b > cap:
         return _unstable({"agg": workers}, load, "arrival rate exceeds what the replicas sustain")
-    service = t * max(1.0, isl_eff / budget)
-    wait = _kingman_wait(rho_pf, service, wl.arrival_cv, wl.isl_cv)
-    ttft = _queue_percentiles(service, wait, rho_pf, wl.isl_cv, f.request_ms * 1e-3, phase=t)
+    t = step
+    wait = _kingman_wait(rho, own, wl.arrival_cv, wl.isl_cv)
+    ttft = _queue_percentiles(own, wait, rho, wl.isl_cv, f.request_ms * 1e-3, phase=t)
     # A decode step that also prefills one arriving prompt is the slow step a token can land in.
-    slow = w.step(b, ctx, min(budget, isl_eff), isl / 2)
-    share = min(1.0, lam * t * max(1.0, isl_eff / budget))
+    slow = own / max(1.0, isl_eff / chunk)
+    share = min(1.0, lam * dp * t * max(1.0, isl_eff / chunk))
     tpot = {"mean": t / f.accept}
     itl = {"mean": t / f.accept}
     for p in PERCENTILES:
         z = z_of(p)
-        tpot[p] = t / f.accept * (1 + max(z, 0) * math.sqrt(share * (1 - share)) * (slow / t - 1)
+        tpot[p] = t / f.accept * (1 + max(z, 0) * math.sqrt(share * (1 - share)) * max(slow / t - 1, 0.0)
                                   / math.sqrt(max(osl, 1)))
-        itl[p] = slow if (1 - float(p[1:]) / 100) < share else t / f.accept
+        itl[p] = max(slow, t / f.accept) if (1 - float(p[1:]) / 100) < share else t / f.accept
     e2e = {k: ttft[k] + (_lognormal_q(osl, wl.osl_cv, z_of(k) if k != "mean" else 0.0) - 1) * tpot[k]
            for k in ttft}
     return Prediction(ttft, tpot, itl, e2e, wl.rate, wl.rate * osl, b, load, True, {"agg": workers})

@@ -1,0 +1,242 @@
+"""Candidate replica shapes for each service, scored by the performance model.
+
+A candidate is one way to run one replica of a service: a pool (and so a device and a price), a framework, a
+precision and a parallel layout. It is kept only if it runs (shape checks and memory fit) and carries some load
+while meeting every objective of the service; its capacity is that load (requests/s for an open loop, clients
+for a closed one), its cost the pool's price times its devices.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from infra.catalog.schema import DeviceSpec, FrameworkSpec, ModelSpec
+from infra.errors import InfraError
+from infra.intent.models import LengthDistribution, Service
+from infra.intent.profile import Pool
+from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
+from infra.perf.estimate import Estimate, estimate, max_rate, meets, shape_problems
+from infra.perf.serving import z_of
+from infra.perf.shape import Deployment, Parallel, Role, Workload
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One replica shape of one service on one pool."""
+
+    service: str
+    pool: str
+    device: str
+    framework: str
+    precision: str
+    parallel: Parallel
+    devices: int
+    """Devices one replica occupies."""
+    capacity: float
+    """Load one replica carries within every objective: requests/s (open loop) or clients (closed loop)."""
+    price_per_device_hour: float
+    spot: bool
+    zone: str
+    estimate: Estimate
+    """The prediction at that capacity."""
+
+    @property
+    def cost_per_hour(self) -> float:
+        return self.devices * self.price_per_device_hour
+
+    @property
+    def key(self) -> str:
+        return f"{self.service}/{self.pool}/{self.framework}/{self.precision}/{self.parallel.label()}"
+
+
+def length_stats(dist: LengthDistribution | None) -> tuple[float, float]:
+    """(mean, coefficient of variation) of a length distribution given by numbers (traces: `_trace_field`)."""
+    if dist is None:
+        return 1.0, 0.0
+    if dist.fixed is not None:
+        return float(dist.fixed), 0.0
+    if dist.histogram is not None:
+        lo, total, s1, s2 = 0.0, 0.0, 0.0, 0.0
+        for bar in dist.histogram:
+            mid = (lo + bar.le) / 2
+            total += bar.weight
+            s1 += bar.weight * mid
+            s2 += bar.weight * mid * mid
+            lo = bar.le
+        mean = s1 / total
+        return mean, math.sqrt(max(s2 / total - mean * mean, 0.0)) / mean if mean else 0.0
+    pct = sorted(dist.percentiles.items(), key=lambda kv: float(kv[0][1:]))
+    mean = float(dist.mean) if dist.mean is not None else None
+    if pct:
+        # Fit a lognormal through the highest percentile and the median (or mean): cv from its sigma.
+        top_key, top = pct[-1]
+        mid = dist.percentiles.get("p50") or mean or top
+        z = z_of(top_key)
+        sigma = math.log(max(top, 1.0) / max(mid, 1.0)) / z if z > 0 and top > mid else 0.0
+        cv = math.sqrt(math.expm1(sigma * sigma))
+        if mean is None:
+            mean = mid * math.exp(sigma * sigma / 2)
+        return mean, cv
+    return float(mean or 1.0), 0.0
+
+
+def _trace_field(dist: LengthDistribution | None, base: Path, field: str) -> tuple[float, float] | None:
+    if dist is None or dist.trace is None:
+        return None
+    xs = [float(json.loads(line)[field]) for line in (base / dist.trace).read_text(encoding="utf-8").splitlines()
+          if line.strip()]
+    mean = sum(xs) / len(xs)
+    return mean, math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs)) / mean if mean else 0.0
+
+
+def service_workload(svc: Service, base: Path) -> Workload:
+    """The perf model's workload for a service at its peak."""
+    w = svc.workload
+    isl, isl_cv = _trace_field(w.input_tokens, base, "input_tokens") or length_stats(w.input_tokens)
+    osl, osl_cv = _trace_field(w.output_tokens, base, "output_tokens") or length_stats(w.output_tokens)
+    cv = {"poisson": 1.0, "constant": 0.0, "gamma": w.arrival.cv or 1.0}[w.arrival.process]
+    return Workload(isl=max(isl, 1.0), osl=max(osl, 1.0), concurrency=w.concurrency,
+                    rate=w.rate.peak_rps if w.rate is not None else None, arrival_cv=cv, isl_cv=isl_cv,
+                    osl_cv=osl_cv, prefix_hit=w.prefix_sharing)
+
+
+def objectives(svc: Service) -> dict[tuple[str, str], float]:
+    return {(metric, pct): seconds for metric, pct, seconds in svc.slo.targets()}
+
+
+def _tp_options(model: ModelSpec, pool: Pool, allow_multi: bool) -> list[Parallel]:
+    out = []
+    tp = 1
+    while tp <= pool.devices_per_node:
+        if pool.devices_per_node % tp == 0:
+            out.append(tp)
+        tp *= 2
+    shapes = []
+    for t in out:
+        if model.moe is not None:
+            shapes.append(Parallel(tp=t, ep=t))
+        shapes.append(Parallel(tp=t, moe_tp=t if model.moe is not None else 1))
+    shapes = list(dict.fromkeys(shapes))
+    if allow_multi and pool.node_count > 1:
+        for pp in (2, 4):
+            if pp <= pool.node_count:
+                base = pool.devices_per_node
+                if model.moe is not None:
+                    shapes.append(Parallel(tp=base, pp=pp, ep=base))
+                shapes.append(Parallel(tp=base, pp=pp, moe_tp=base if model.moe is not None else 1))
+    return list(dict.fromkeys(shapes))
+
+
+def _precisions(svc: Service, model: ModelSpec, device: DeviceSpec, fw: FrameworkSpec) -> list[str]:
+    if svc.precisions:
+        wanted = list(svc.precisions)
+    else:
+        # Without a stated choice, serve the weights as published (or 16-bit where the device lacks that format).
+        wanted = [model.native_precision if model.native_precision in device.precisions else "bf16"]
+    return [p for p in wanted if p in device.precisions and p in fw.precisions]
+
+
+def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], resolved: ResolvedIntent,
+              pool: Pool, device: DeviceSpec) -> tuple[float, Estimate | None]:
+    from infra.catalog.loader import load_catalog
+
+    catalog = load_catalog()
+    mem = pool_device_memory_gb(pool, device)
+    if wl.rate is not None:
+        return max_rate(dep, wl, slo, catalog, device_memory_gb=mem)
+    # Closed loop: the most clients one replica serves within the objectives (bisection over integers).
+    def ok(n: int) -> Estimate | None:
+        est = estimate(dep, replace(wl, concurrency=n), catalog, device_memory_gb=mem)
+        return est if meets(est.prediction, slo) else None
+
+    first = ok(1)
+    if first is None:
+        return 0.0, None
+    lo, hi, best = 1, 2, first
+    while hi <= 1 << 16:
+        e = ok(hi)
+        if e is None:
+            break
+        lo, best, hi = hi, e, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        e = ok(mid)
+        if e is None:
+            hi = mid
+        else:
+            lo, best = mid, e
+    return float(lo), best
+
+
+@dataclass(frozen=True)
+class Considered:
+    """A shape that was looked at, kept or not, for the candidates table."""
+
+    service: str
+    pool: str
+    framework: str
+    precision: str
+    parallel: str
+    outcome: str
+    """`candidate`, or why it was dropped."""
+
+
+def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0) -> tuple[list[Candidate],
+                                                                                   list[Considered]]:
+    """Every runnable, useful replica shape of every service, and the record of what was dropped and why.
+    `slo_scale` multiplies every objective (used to find how far an objective must relax)."""
+    from infra.catalog.loader import load_catalog
+
+    catalog = load_catalog()
+    base = resolved.loaded.document.path.parent
+    out: list[Candidate] = []
+    seen: list[Considered] = []
+    for rs in resolved.services:
+        svc = rs.service
+        if rs.model is None:
+            raise InfraError(f"service {svc.name!r} is a pipeline; planning pipelines is not available in this "
+                             "version — To fix: plan each stage's model as its own service for now")
+        if svc.preferences.disaggregation == "on":
+            raise InfraError(f"service {svc.name!r} asks for disaggregation: on, which this version cannot plan — "
+                             "To fix: set preferences.disaggregation to auto or off")
+        wl = service_workload(svc, base)
+        slo = {k: v * slo_scale for k, v in objectives(svc).items()}
+        for pool in resolved.loaded.cluster.pools:
+            device = resolved.pools[pool.name]
+            if device.name not in rs.devices or (pool.spot and svc.preferences.spot == "never"):
+                continue
+            price = pool.price if pool.price is not None else device.reference_price_per_hour.value
+            zone = pool.topology.zone or "-"
+            for fw in rs.frameworks:
+                if device.vendor not in fw.vendors or (fw.devices and device.name not in fw.devices):
+                    continue
+                for precision in _precisions(svc, rs.model, device, fw):
+                    allow_multi = (pool.multi_node and svc.preferences.multi_node and "multi_node" in fw.features)
+                    for par in _tp_options(rs.model, pool, allow_multi):
+                        label = par.label()
+                        why = shape_problems(rs.model, device, fw, precision, par)
+                        if why:
+                            seen.append(Considered(svc.name, pool.name, fw.name, precision, label, why[0]))
+                            continue
+                        if par.devices > pool.device_count:
+                            seen.append(Considered(svc.name, pool.name, fw.name, precision, label,
+                                                   f"needs {par.devices} devices, pool has {pool.device_count}"))
+                            continue
+                        dep = Deployment(rs.model.name, device.name, fw.name, precision, agg=Role(par))
+                        try:
+                            cap, est = _capacity(dep, wl, slo, resolved, pool, device)
+                        except InfraError as exc:
+                            seen.append(Considered(svc.name, pool.name, fw.name, precision, label,
+                                                   exc.problems[0].message))
+                            continue
+                        if cap <= 0 or est is None:
+                            seen.append(Considered(svc.name, pool.name, fw.name, precision, label,
+                                                   "misses the objectives even at the lightest load"))
+                            continue
+                        seen.append(Considered(svc.name, pool.name, fw.name, precision, label, "candidate"))
+                        out.append(Candidate(svc.name, pool.name, device.name, fw.name, precision, par,
+                                             par.devices, cap, price, pool.spot, zone, est))
+    return out, seen

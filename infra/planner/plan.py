@@ -1,0 +1,340 @@
+"""From an intent to a DeploymentPlan: candidates, the CP-SAT solve, predictions at the planned load, binding
+constraints, alternatives of another kind, and, for an infeasible intent, the conflict and the cheapest
+relaxations, each solved for real.
+
+The plan is plain data (dicts of str/int/float/list) so that it serialises to the same bytes for the same inputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from typing import Any
+
+from infra.catalog.loader import load_catalog
+from infra.errors import InfeasibleError, Location, Problem
+from infra.intent.resolve import ResolvedIntent
+from infra.perf.calibration import table as calibration_table
+from infra.perf.estimate import estimate
+from infra.planner.candidates import Candidate, Considered, enumerate_candidates, objectives, service_workload
+from infra.planner.solve import Limits, Solution, limits_from, minimal_conflict, solve
+
+PLAN_VERSION = "infra.dev/v1alpha1"
+SLO_STEPS = (1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)
+"""How far objectives are loosened, in turn, to find the smallest relaxation that makes an intent feasible."""
+
+
+def _r(x: float, nd: int = 4) -> float:
+    return float(f"{x:.{nd}g}") if x == x and abs(x) != float("inf") else x
+
+
+def _fingerprint(resolved: ResolvedIntent) -> str:
+    blob = json.dumps({
+        "intent": resolved.loaded.intent.model_dump(mode="json", by_alias=True),
+        "cluster": resolved.loaded.cluster.model_dump(mode="json", by_alias=True),
+        "catalog": load_catalog().fingerprint(),
+        "calibration": calibration_table().get("data_sha256", ""),
+    }, sort_keys=True)
+    return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _tokens_per_request(resolved: ResolvedIntent) -> dict[str, float]:
+    base = resolved.loaded.document.path.parent
+    out = {}
+    for rs in resolved.services:
+        wl = service_workload(rs.service, base)
+        out[rs.service.name] = wl.isl + wl.osl
+    return out
+
+
+def _predicted(resolved: ResolvedIntent, cand: Candidate, load: float) -> dict[str, Any]:
+    """Metrics of one replica at its share of the load, against the service's objectives."""
+    rs = next(r for r in resolved.services if r.service.name == cand.service)
+    base = resolved.loaded.document.path.parent
+    wl = service_workload(rs.service, base)
+    wl = dataclasses.replace(wl, rate=load) if wl.rate is not None else dataclasses.replace(
+        wl, concurrency=max(1, int(round(load))))
+    est = estimate(cand.estimate.deployment, wl, load_catalog())
+    out = {}
+    for (metric, pct), target in sorted(objectives(rs.service).items()):
+        values = getattr(est.prediction, metric)
+        got = values.get(pct, values["p99"])
+        out[f"{metric}_{pct}"] = {"target_ms": _r(target * 1000), "predicted_ms": _r(got * 1000),
+                                  "margin": _r(1 - got / target, 3)}
+    return out
+
+
+def _binding(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution, limits: Limits) -> list[str]:
+    out = []
+    used = {c.key: c for c in cands if c.key in sol.replicas}
+    for pool, total in sorted(limits.pool_devices.items()):
+        taken = sum(c.devices * sol.replicas[k] for k, c in used.items() if c.pool == pool)
+        if taken and taken >= total:
+            out.append(f"inventory: pool {pool} fully used ({taken}/{total} devices)")
+    for s, cap in sorted(limits.budget_hour.items()):
+        if cap is None:
+            continue
+        cost = sum(c.cost_per_hour * sol.replicas[k] for k, c in used.items() if c.service == s)
+        if cost >= 0.97 * cap:
+            out.append(f"budget: service {s} at ${cost:.2f}/h of ${cap:.2f}/h")
+    if limits.total_budget_hour is not None and sol.cost_per_hour >= 0.97 * limits.total_budget_hour:
+        out.append(f"budget: total at ${sol.cost_per_hour:.2f}/h of ${limits.total_budget_hour:.2f}/h")
+    for s, n in sorted(limits.min_replicas.items()):
+        if n > 1 and sum(sol.replicas[k] for k, c in used.items() if c.service == s) == n:
+            out.append(f"availability: service {s} at its minimum of {n} replicas")
+    return out
+
+
+def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution,
+                 limits: Limits) -> list[dict[str, Any]]:
+    services = []
+    for rs in resolved.services:
+        s = rs.service.name
+        mine = [c for c in cands if c.service == s and c.key in sol.replicas]
+        capacity = sum(c.capacity * sol.replicas[c.key] for c in mine)
+        demand = limits.demand[s]
+        allocs = []
+        for c in sorted(mine, key=lambda c: c.key):
+            n = sol.replicas[c.key]
+            load = demand * c.capacity / capacity if capacity else 0.0
+            allocs.append({
+                "pool": c.pool, "device": c.device, "framework": c.framework, "precision": c.precision,
+                "parallel": dataclasses.asdict(c.parallel), "replicas": n, "devices_per_replica": c.devices,
+                "devices": n * c.devices, "capacity_per_replica": _r(c.capacity),
+                "load_per_replica": _r(load), "cost_per_hour": _r(n * c.cost_per_hour, 6),
+                "predicted": _predicted(resolved, c, max(load, 1e-6)),
+                "calibrated": c.estimate.calibration.calibrated,
+                "calibration_source": c.estimate.calibration.source,
+            })
+        cost = sum(c.cost_per_hour * sol.replicas[c.key] for c in mine)
+        wl = rs.service.workload
+        unit = "requests/s" if wl.rate is not None else "clients"
+        entry: dict[str, Any] = {
+            "name": s, "model": rs.model.name if rs.model else None,
+            "demand": {"value": _r(demand), "unit": unit}, "capacity": {"value": _r(capacity), "unit": unit},
+            "headroom": _r(capacity / demand - 1 if demand else 0.0, 3), "allocations": allocs,
+            "cost_per_hour": _r(cost, 6),
+        }
+        if wl.rate is not None and demand:
+            tok = _tokens_per_request(resolved)[s]
+            entry["cost_per_million_tokens"] = _r(cost / (demand * 3600 * tok) * 1e6, 4)
+            entry["cost_per_request"] = _r(cost / (demand * 3600), 4)
+        services.append(entry)
+    return services
+
+
+def _kind(c: Candidate) -> tuple[str, str]:
+    return c.device, c.framework
+
+
+def _alternatives(cands: list[Candidate], sol: Solution, limits: Limits, top: int) -> list[dict[str, Any]]:
+    """Best plans that use another device type or another framework than the chosen one, with cost deltas."""
+    chosen = {_kind(c) for c in cands if c.key in sol.replicas}
+    devices = {d for d, _ in chosen}
+    frameworks = {f for _, f in chosen}
+    out = []
+    tried = set()
+    for label, keep in (
+        *((f"only {d}", lambda c, d=d: c.device == d) for d in sorted({c.device for c in cands} - devices)),
+        *((f"without {d}", lambda c, d=d: c.device != d) for d in sorted(devices)),
+        *((f"only {f}", lambda c, f=f: c.framework == f) for f in sorted({c.framework for c in cands} - frameworks)),
+    ):
+        if len(out) >= top:
+            break
+        exclude = {c.key for c in cands if not keep(c)}
+        frozen = frozenset(exclude)
+        if frozen in tried or len(exclude) == len(cands):
+            continue
+        tried.add(frozen)
+        alt = solve(cands, limits, exclude=exclude, time_limit_s=5.0)
+        if alt.status not in ("OPTIMAL", "FEASIBLE"):
+            continue
+        used = [c for c in cands if c.key in alt.replicas]
+        out.append({
+            "label": label, "cost_per_hour": _r(alt.cost_per_hour, 6),
+            "delta_per_hour": _r(alt.cost_per_hour - sol.cost_per_hour, 6),
+            "uses": sorted({f"{alt.replicas[c.key]} x {c.device} {c.framework} {c.precision} {c.parallel.label()}"
+                            for c in used}),
+        })
+    return out
+
+
+def _relaxations(resolved: ResolvedIntent, cands: list[Candidate], limits: Limits,
+                 core: list[str]) -> list[Problem]:
+    """The cheapest change to each conflicting limit that makes the intent feasible, each checked by a solve and
+    placed at the line it would change."""
+    doc = resolved.loaded.document
+    names = [r.service.name for r in resolved.services]
+    out: list[Problem] = []
+    unbounded = dataclasses.replace(limits, budget_hour={k: None for k in limits.budget_hour},
+                                    total_budget_hour=None)
+    free = solve(cands, unbounded, time_limit_s=5.0) if cands else None
+    if any(k.startswith("budget:") for k in core) and free and free.status in ("OPTIMAL", "FEASIBLE"):
+        if limits.total_budget_hour is not None and "budget:total" in core:
+            out.append(Problem(f"feasible with a total budget of ${free.cost_per_hour:.2f}/h instead of "
+                               f"${limits.total_budget_hour:.2f}/h", doc.locate(("spec", "budget", "per_hour")),
+                               f"set per_hour: ${free.cost_per_hour:.2f}/h"))
+        for k in core:
+            if k.startswith("budget:") and k != "budget:total":
+                s = k.split(":", 1)[1]
+                cost = sum(c.cost_per_hour * free.replicas.get(c.key, 0) for c in cands if c.service == s)
+                out.append(Problem(f"feasible with service {s}'s budget at ${cost:.2f}/h instead of "
+                                   f"${limits.budget_hour[s]:.2f}/h",
+                                   doc.locate(("spec", "services", names.index(s), "budget")),
+                                   f"allow ${cost:.2f}/h (per_hour, or the $/Mtok or $/request equivalent)"))
+    if any(k.startswith(("pool:", "demand:", "zones:", "replicas:")) for k in core) and cands:
+        grown = solve(cands, limits, extra_devices=_room(cands, limits), time_limit_s=5.0)
+        if grown.status in ("OPTIMAL", "FEASIBLE"):
+            need: dict[str, int] = {}
+            for c in cands:
+                need[c.pool] = need.get(c.pool, 0) + c.devices * grown.replicas.get(c.key, 0)
+            cdoc = resolved.loaded.cluster_document()
+            for i, pool in enumerate(resolved.loaded.cluster.pools):
+                n = need.get(pool.name, 0)
+                if n > limits.pool_devices[pool.name]:
+                    dev = resolved.pools[pool.name].name
+                    out.append(Problem(f"feasible with {n - limits.pool_devices[pool.name]} more {dev} in pool "
+                                       f"{pool.name} (${grown.cost_per_hour:.2f}/h in all)",
+                                       cdoc.locate(resolved.loaded.cluster_path() + ("pools", i, "nodes")),
+                                       f"add nodes to pool {pool.name}"))
+    for s in sorted(limits.demand):
+        if f"demand:{s}" in core or not any(c.service == s for c in cands):
+            svc = next(r.service for r in resolved.services if r.service.name == s)
+            fallback: Problem | None = None
+            for scale in SLO_STEPS:
+                relaxed, _ = enumerate_candidates(resolved, slo_scale=scale)
+                relaxed = [c for c in relaxed if c.service == s]
+                if not relaxed:
+                    continue
+                parts = "; ".join(f"{m} {p} {v * scale * 1000:.0f}ms instead of {v * 1000:.0f}ms"
+                                  for m, p, v in svc.slo.targets())
+                where = doc.locate(("spec", "services", names.index(s), "slo"))
+                # Checked jointly: the other services keep their candidates and every limit stays as written.
+                pool = [c for c in cands if c.service != s] + relaxed
+                trial = solve(pool, limits, time_limit_s=5.0)
+                if trial.status in ("OPTIMAL", "FEASIBLE"):
+                    out.append(Problem(f"feasible with service {s}'s objectives loosened x{scale:g}: {parts} "
+                                       f"(${trial.cost_per_hour:.2f}/h)", where,
+                                       "loosen the objectives that matter least to users"))
+                    fallback = None
+                    break
+                if fallback is None:
+                    paid = solve(pool, unbounded, extra_devices=_room(pool, limits), time_limit_s=5.0)
+                    if paid.status in ("OPTIMAL", "FEASIBLE"):
+                        more = _extra_devices(resolved, pool, paid, limits)
+                        fallback = Problem(f"feasible with service {s}'s objectives loosened x{scale:g}: {parts}; "
+                                           + (f"{more}; " if more else "")
+                                           + f"and a budget of ${paid.cost_per_hour:.2f}/h", where,
+                                           "loosen the objectives, add the devices and raise the budget together")
+            if fallback is not None:
+                out.append(fallback)
+    return out
+
+
+def _room(cands: list[Candidate], limits: Limits) -> dict[str, int]:
+    """Devices to add to each pool so that any one candidate alone could carry its service's whole demand."""
+    room: dict[str, int] = {}
+    for c in cands:
+        need = math.ceil(limits.demand[c.service] / c.capacity) * c.devices + limits.min_replicas[c.service] * c.devices
+        room[c.pool] = min(max(room.get(c.pool, 0), need), 1_000_000)
+    return room
+
+
+def _extra_devices(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution, limits: Limits) -> str:
+    need: dict[str, int] = {}
+    for c in cands:
+        need[c.pool] = need.get(c.pool, 0) + c.devices * sol.replicas.get(c.key, 0)
+    return ", ".join(f"{n - limits.pool_devices[p]} more {resolved.pools[p].name} in pool {p}"
+                     for p, n in sorted(need.items()) if n > limits.pool_devices[p])
+
+
+_CORE_WORDS = {
+    "demand": ("serve {v}", ("workload", "rate")),
+    "budget": ("stay within its budget", ("budget",)),
+    "replicas": ("keep its minimum replicas", ("availability", "min_replicas")),
+    "zones": ("spread across its zones", ("availability", "zones")),
+}
+
+
+def _core_problems(resolved: ResolvedIntent, core: list[str], relax: list[Problem], cands: list[Candidate],
+                   considered: list[Considered]) -> list[Problem]:
+    doc = resolved.loaded.document
+    names = [r.service.name for r in resolved.services]
+    problems = []
+    fix = ("relax one of them as the 'feasible with' lines below say" if relax
+           else "loosen the objectives, raise the budget or add devices")
+    for item in core:
+        kind, _, target = item.partition(":")
+        if kind == "pool":
+            cdoc = resolved.loaded.cluster_document()
+            idx = next(i for i, p in enumerate(resolved.loaded.cluster.pools) if p.name == target)
+            loc = cdoc.locate(resolved.loaded.cluster_path() + ("pools", idx, "nodes"))
+            problems.append(Problem(f"pool {target} has too few devices for what the services need", loc, fix))
+        elif kind == "budget" and target == "total":
+            problems.append(Problem("the total budget is too small", doc.locate(("spec", "budget", "per_hour")), fix))
+        elif target in names:
+            si = names.index(target)
+            svc = resolved.services[si].service
+            words, path = _CORE_WORDS.get(kind, (kind, ()))
+            if kind == "demand" and not any(c.service == target for c in cands):
+                problems.append(Problem(f"no replica shape of service {target} meets its objectives at any load "
+                                        f"({sum(1 for c in considered if c.service == target)} shapes tried; with -o DIR, "
+                                        "DIR/report.md lists each and why)", doc.locate(("spec", "services", si, "slo")),
+                                        fix))
+                continue
+            if kind == "demand":
+                wl = svc.workload
+                what = f"{wl.rate.peak_rps:g} requests/s" if wl.rate is not None else f"{wl.concurrency} clients"
+                words = words.format(v=what) + " within its objectives"
+                path = ("workload", "rate") if wl.rate is not None else ("workload", "concurrency")
+            problems.append(Problem(f"service {target} cannot {words} together with the other constraints",
+                                    doc.locate(("spec", "services", si) + path), fix))
+    return problems
+
+
+def build_plan(resolved: ResolvedIntent, *, top: int = 3) -> tuple[dict[str, Any], list[Considered]]:
+    """Solve the intent; a DeploymentPlan as data, and every shape considered. Raises InfeasibleError."""
+    cands, considered = enumerate_candidates(resolved)
+    limits = limits_from(resolved, _tokens_per_request(resolved))
+    sol = solve(cands, limits)
+    if sol.status not in ("OPTIMAL", "FEASIBLE"):
+        core = sol.core or [f"demand:{s}" for s in sorted(limits.demand)]
+        no_cands = [s for s in sorted(limits.demand) if not any(c.service == s for c in cands)]
+        core = sorted(set(minimal_conflict(cands, limits, core)) | {f"demand:{s}" for s in no_cands})
+        # A service with no usable shape at all is the whole story for that service.
+        core = [k for k in core if k.partition(":")[2] not in no_cands or k.startswith("demand:")]
+        relax = _relaxations(resolved, cands, limits, core)
+        conflict = _core_problems(resolved, core, relax, cands, considered) or [
+            Problem("no deployment satisfies the intent", Location(str(resolved.loaded.document.path), 1, 1),
+                    "loosen the objectives, raise the budget or add devices")]
+        error = InfeasibleError(conflict + relax)
+        error.considered = considered  # type: ignore[attr-defined]
+        raise error
+    services = _allocations(resolved, cands, sol, limits)
+    plan = {
+        "apiVersion": PLAN_VERSION,
+        "kind": "DeploymentPlan",
+        "metadata": {"name": resolved.loaded.intent.metadata.name},
+        "spec": {
+            "fingerprint": _fingerprint(resolved),
+            "solver": {"engine": "cp-sat", "status": sol.status, "gap": _r(sol.gap, 4),
+                       "candidates": len(cands), "considered": len(considered)},
+            "cost": {"per_hour": _r(sol.cost_per_hour, 6),
+                     "by_pool": {p: _r(sum(c.cost_per_hour * sol.replicas[c.key] for c in cands
+                                            if c.pool == p and c.key in sol.replicas), 6)
+                                 for p in sorted({c.pool for c in cands if c.key in sol.replicas})}},
+            "services": services,
+            "binding": _binding(resolved, cands, sol, limits),
+            "alternatives": _alternatives(cands, sol, limits, top),
+            "assumptions": [
+                "aggregated serving only: disaggregated candidates are not planned in this version",
+                "capacity per replica is the largest load whose predicted percentiles meet every objective",
+            ],
+            "provenance": {"catalog": load_catalog().fingerprint(),
+                           "calibration": {"fitted": calibration_table().get("fitted"),
+                                           "data_sha256": calibration_table().get("data_sha256")}},
+        },
+    }
+    return plan, considered

@@ -1,0 +1,181 @@
+"""Choose replica counts: a CP-SAT model over the scored candidates.
+
+Formulation (all services jointly, one inventory):
+
+    variables   n[c] in 0..U[c]     replicas of candidate c (a service x pool x framework x precision x layout)
+                z[s, zone] in {0,1} service s has a replica in zone
+    demand      sum_{c of s} cap[c] * n[c] >= D[s]                 for every service s      [literal demand:s]
+    replicas    sum_{c of s} n[c] >= min_replicas[s]                                        [literal replicas:s]
+    zones       z[s, zone] <= sum_{c of s in zone} n[c];  sum_zone z[s, zone] >= zones[s]   [literal zones:s]
+    inventory   sum_{c on pool p} devices[c] * n[c] <= devices[p]   for every pool p         [literal pool:p]
+    budget/h    sum_{c of s} cost[c] * n[c] <= B_h[s]   (and over all services, the total)   [literal budget:s]
+    $/Mtok      sum cost[c] n[c] <= B_tok[s] * tokens_per_hour[s] / 1e6                      [literal budget:s]
+    $/request   sum cost[c] n[c] <= B_req[s] * requests_per_hour[s]                         [literal budget:s]
+    objective   minimise  W * sum cost[c] n[c]  -  sum_s (sum_{c of s} cap[c] n[c] - D[s]) / D[s] scaled
+                (least cost first; among equal costs, the most capacity above demand: SLO margin)
+
+Capacities are scaled to integers (milli-requests/s or clients x 1000) and costs to tenths of a cent per hour.
+Replicas of a layout that divides a node's devices pack exactly into nodes (a node holds devices_per_node / tp of
+them); multi-node layouts take whole nodes; so the device count per pool is the exact packing constraint.
+Every constraint group is switched by an assumption literal; when the model is infeasible, CP-SAT's sufficient
+assumptions name the groups in conflict, which are mapped back to the intent's fields and lines. The solver runs
+single-threaded with a fixed seed, so the same inputs give the same plan.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from infra.intent.resolve import ResolvedIntent
+from infra.planner.candidates import Candidate
+
+CAP_SCALE = 1000
+COST_SCALE = 1000  # tenths of a cent
+
+
+@dataclass(frozen=True)
+class Solution:
+    """Replica counts per candidate and what the solver said."""
+
+    status: str
+    replicas: dict[str, int]
+    """Candidate key -> replicas (only those used)."""
+    cost_per_hour: float
+    objective: float
+    bound: float
+    gap: float
+    core: list[str] = field(default_factory=list)
+    """Constraint groups in conflict, when infeasible (e.g. `demand:chat`, `budget:total`, `pool:h100-a`)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-service demand and limits, and global ones; the planner fills it from the intent (relaxations edit it)."""
+
+    demand: dict[str, float]
+    min_replicas: dict[str, int]
+    zones: dict[str, int]
+    budget_hour: dict[str, float | None]
+    pool_devices: dict[str, int]
+    total_budget_hour: float | None = None
+
+
+def limits_from(resolved: ResolvedIntent, tokens_per_request: dict[str, float]) -> Limits:
+    """Demand and caps as the intent states them; $/Mtok and $/request budgets become $/h at peak."""
+    intent = resolved.loaded.intent
+    demand, min_r, zones, budget = {}, {}, {}, {}
+    for rs in resolved.services:
+        svc = rs.service
+        wl = svc.workload
+        demand[svc.name] = float(wl.rate.peak_rps if wl.rate is not None else wl.concurrency)
+        min_r[svc.name] = svc.availability.min_replicas
+        zones[svc.name] = svc.availability.zones
+        caps = []
+        if svc.budget.per_hour is not None:
+            caps.append(svc.budget.per_hour)
+        if wl.rate is not None:
+            per_hour = wl.rate.peak_rps * 3600
+            if svc.budget.per_million_tokens is not None:
+                caps.append(svc.budget.per_million_tokens * per_hour * tokens_per_request[svc.name] / 1e6)
+            if svc.budget.per_request is not None:
+                caps.append(svc.budget.per_request * per_hour)
+        budget[svc.name] = min(caps) if caps else None
+    return Limits(demand, min_r, zones, budget,
+                  {p.name: p.device_count for p in resolved.loaded.cluster.pools},
+                  intent.spec.budget.per_hour)
+
+
+def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 20.0,
+          extra_devices: dict[str, int] | None = None, exclude: set[str] | None = None,
+          active: set[str] | None = None) -> Solution:
+    """Cheapest replica counts that meet every limit; `extra_devices` adds devices to pools and `exclude` drops
+    candidates (both for relaxations and alternatives); `active`, when given, enforces only those constraint
+    groups (for shrinking a conflict)."""
+    exclude = exclude or set()
+    cands = [c for c in candidates if c.key not in exclude]
+    m = cp_model.CpModel()
+    pool_devices = {p: n + (extra_devices or {}).get(p, 0) for p, n in limits.pool_devices.items()}
+    n = {}
+    uppers: dict[str, int] = {}
+    for c in cands:
+        # No cheapest plan needs more replicas of one shape than carry the whole demand plus the availability
+        # minimums; the pools' limits stay in their own (switchable) constraints.
+        upper = math.ceil(limits.demand[c.service] / c.capacity) + max(limits.min_replicas[c.service],
+                                                                       limits.zones[c.service])
+        uppers[c.key] = upper
+        n[c.key] = m.new_int_var(0, upper, f"n[{c.key}]")
+    lits: dict[str, cp_model.IntVar] = {}
+
+    def lit(name: str):
+        if name not in lits:
+            lits[name] = m.new_bool_var(name)
+        return lits[name]
+
+    services = sorted(limits.demand)
+    cost_terms = {s: [] for s in services}
+    cap_terms = {s: [] for s in services}
+    for c in cands:
+        cost_terms[c.service].append(int(round(c.cost_per_hour * COST_SCALE)) * n[c.key])
+        cap_terms[c.service].append(int(round(c.capacity * CAP_SCALE)) * n[c.key])
+    for s in services:
+        mine = [c for c in cands if c.service == s]
+        m.add(sum(cap_terms[s]) >= int(round(limits.demand[s] * CAP_SCALE))).only_enforce_if(lit(f"demand:{s}"))
+        m.add(sum(n[c.key] for c in mine) >= limits.min_replicas[s]).only_enforce_if(lit(f"replicas:{s}"))
+        if limits.zones[s] > 1:
+            zs = sorted({c.zone for c in mine})
+            zvars = []
+            for z in zs:
+                zv = m.new_bool_var(f"z[{s},{z}]")
+                m.add(zv <= sum(n[c.key] for c in mine if c.zone == z))
+                zvars.append(zv)
+            m.add(sum(zvars) >= limits.zones[s]).only_enforce_if(lit(f"zones:{s}"))
+        if limits.budget_hour.get(s) is not None:
+            m.add(sum(cost_terms[s]) <= int(limits.budget_hour[s] * COST_SCALE)).only_enforce_if(lit(f"budget:{s}"))
+    for p, total in sorted(pool_devices.items()):
+        on = [c for c in cands if c.pool == p]
+        if on:
+            m.add(sum(c.devices * n[c.key] for c in on) <= total).only_enforce_if(lit(f"pool:{p}"))
+    all_cost = sum(t for s in services for t in cost_terms[s])
+    if limits.total_budget_hour is not None:
+        m.add(all_cost <= int(limits.total_budget_hour * COST_SCALE)).only_enforce_if(lit("budget:total"))
+    # Second objective, SLO margin: each replica's capacity in thousandths of its service's demand. Cost is
+    # weighted above the largest margin any assignment can reach, so it decides first.
+    coef = {c.key: int(round(1000 * c.capacity / max(limits.demand[c.service], 1e-9))) for c in cands}
+    margin = sum(coef[c.key] * n[c.key] for c in cands)
+    weight = 1 + sum(coef[c.key] * uppers[c.key] for c in cands)
+    m.minimize(weight * all_cost - margin)
+    m.add_assumptions([lits[k] for k in sorted(lits) if active is None or k in active])
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = 0
+    solver.parameters.max_time_in_seconds = time_limit_s
+    status = solver.solve(m)
+    name = solver.status_name(status)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        used = {c.key: int(solver.value(n[c.key])) for c in cands if solver.value(n[c.key]) > 0}
+        cost = sum(c.cost_per_hour * used.get(c.key, 0) for c in cands)
+        obj, bound = solver.objective_value, solver.best_objective_bound
+        gap = abs(obj - bound) / max(abs(obj), 1e-9) if status == cp_model.FEASIBLE else 0.0
+        return Solution(name, dict(sorted(used.items())), round(cost, 6), obj, bound, gap)
+    core = []
+    if status == cp_model.INFEASIBLE:
+        index = {v.index: k for k, v in lits.items()}
+        core = sorted(index[i] for i in solver.sufficient_assumptions_for_infeasibility())
+        if not core:
+            core = sorted(k for k in lits if active is None or k in active)
+    return Solution(name, {}, 0.0, 0.0, 0.0, 0.0, core)
+
+
+def minimal_conflict(candidates: list[Candidate], limits: Limits, core: list[str]) -> list[str]:
+    """Shrink a conflict to a minimal one: drop each group whose removal leaves the rest still infeasible."""
+    kept = list(core)
+    for item in list(core):
+        trial = [k for k in kept if k != item]
+        if not trial:
+            break
+        if solve(candidates, limits, active=set(trial), time_limit_s=5.0).status == "INFEASIBLE":
+            kept = trial
+    return kept

@@ -1,0 +1,118 @@
+"""How a plan is shown: plan.yaml (the contract), report.md (for reviewers) and the terminal summary."""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from ruamel.yaml import YAML
+
+from infra.planner.candidates import Considered
+
+
+def plan_yaml(plan: dict[str, Any]) -> str:
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style = False
+    yaml.sort_base_mapping_type_on_output = False
+    yaml.width = 4096
+    buf = io.StringIO()
+    yaml.dump(plan, buf)
+    return buf.getvalue()
+
+
+def _alloc_line(a: dict[str, Any]) -> str:
+    par = a["parallel"]
+    layout = f"tp{par['tp']}" + (f" pp{par['pp']}" if par["pp"] > 1 else "") + (f" ep{par['ep']}" if par["ep"] > 1
+                                                                                  else "")
+    return (f"{a['replicas']} x {a['device']} ({layout}, {a['framework']}, {a['precision']}) in pool {a['pool']}: "
+            f"{a['devices']} devices, ${a['cost_per_hour']:.2f}/h")
+
+
+def rationale(plan: dict[str, Any]) -> str:
+    spec = plan["spec"]
+    parts = []
+    for svc in spec["services"]:
+        allocs = "; ".join(_alloc_line(a) for a in svc["allocations"])
+        margins = [f"{k} {v['predicted_ms']:g}ms of {v['target_ms']:g}ms" for a in svc["allocations"][:1]
+                   for k, v in a["predicted"].items()]
+        parts.append(f"Service {svc['name']} ({svc['model']}) needs {svc['demand']['value']:g} {svc['demand']['unit']}; "
+                     f"the cheapest way found is {allocs}, with {svc['headroom']:.0%} headroom"
+                     + (f" and predicted {', '.join(margins)}" if margins else "") + ".")
+    alts = spec["alternatives"]
+    if alts:
+        best = min(alts, key=lambda a: a["delta_per_hour"])
+        parts.append(f"The next best of another kind ({best['label']}) costs ${best['delta_per_hour']:+.2f}/h more.")
+    if spec["binding"]:
+        parts.append("Binding: " + "; ".join(spec["binding"]) + ".")
+    return " ".join(parts)
+
+
+def _considered_table(considered: list[Considered], chosen: set[tuple[str, str, str]]) -> list[str]:
+    lines = ["## Candidates considered", "", "| service | pool | framework | precision | layout | outcome |",
+             "|---|---|---|---|---|---|"]
+    for c in considered:
+        mark = " (chosen)" if c.outcome == "candidate" and (c.pool, c.framework, c.precision) in chosen else ""
+        lines.append(f"| {c.service} | {c.pool} | {c.framework} | {c.precision} | {c.parallel} | "
+                     f"{c.outcome}{mark} |")
+    return lines
+
+
+def infeasible_markdown(name: str, problems: list[Any], considered: list[Considered]) -> str:
+    lines = [f"# No feasible plan: {name}", "", "## Conflict and relaxations", ""]
+    lines += [f"- {p}" for p in problems]
+    lines += [""] + _considered_table(considered, set())
+    return "\n".join(lines) + "\n"
+
+
+def plan_markdown(plan: dict[str, Any], considered: list[Considered]) -> str:
+    spec = plan["spec"]
+    lines = [f"# Deployment plan: {plan['metadata']['name']}", "",
+             f"Total **${spec['cost']['per_hour']:.2f}/h**; solver {spec['solver']['status']} "
+             f"(gap {spec['solver']['gap']:g}) over {spec['solver']['candidates']} candidates of "
+             f"{spec['solver']['considered']} shapes considered. Input fingerprint `{spec['fingerprint']}`.", "",
+             rationale(plan), ""]
+    for svc in spec["services"]:
+        lines += [f"## {svc['name']}", "", "| allocation | objective | target | predicted | margin |",
+                  "|---|---|---|---|---|"]
+        for a in svc["allocations"]:
+            for k, v in a["predicted"].items():
+                lines.append(f"| {_alloc_line(a)} | {k} | {v['target_ms']:g} ms | {v['predicted_ms']:g} ms | "
+                             f"{v['margin']:.0%} |")
+            if not a["calibrated"]:
+                lines.append(f"| ^ not calibrated on this device ({a['calibration_source']}) | | | | |")
+        lines.append("")
+    if spec["alternatives"]:
+        lines += ["## Alternatives", "", "| alternative | $/h | delta | uses |", "|---|---|---|---|"]
+        for alt in spec["alternatives"]:
+            lines.append(f"| {alt['label']} | {alt['cost_per_hour']:.2f} | {alt['delta_per_hour']:+.2f} | "
+                         f"{'; '.join(alt['uses'])} |")
+        lines.append("")
+    chosen = {(a["pool"], a["framework"], a["precision"]) for s in spec["services"] for a in s["allocations"]}
+    lines += _considered_table(considered, chosen)
+    lines += ["", "## Assumptions", ""] + [f"- {a}" for a in spec["assumptions"]]
+    return "\n".join(lines) + "\n"
+
+
+def print_plan(console: Console, plan: dict[str, Any], considered: list[Considered], written: list[Any]) -> None:
+    spec = plan["spec"]
+    t = Table(title=f"plan {plan['metadata']['name']}: ${spec['cost']['per_hour']:.2f}/h ({spec['solver']['status']})",
+              title_justify="left")
+    for col in ("service", "replicas", "device", "layout", "framework", "precision", "$/h", "objectives (predicted/target)"):
+        t.add_column(col)
+    for svc in spec["services"]:
+        for a in svc["allocations"]:
+            par = a["parallel"]
+            obj = ", ".join(f"{k} {v['predicted_ms']:g}/{v['target_ms']:g}ms" for k, v in a["predicted"].items())
+            t.add_row(svc["name"], str(a["replicas"]), a["device"], f"tp{par['tp']}" + (f" pp{par['pp']}" if par["pp"] > 1 else "")
+                      + (f" ep{par['ep']}" if par["ep"] > 1 else ""), a["framework"], a["precision"],
+                      f"{a['cost_per_hour']:.2f}", obj)
+    console.print(t)
+    counts = Counter(c.outcome if c.outcome == "candidate" else "dropped" for c in considered)
+    console.print(f"{counts['candidate']} candidates scored, {counts['dropped']} shapes dropped "
+                  "(see report.md for each and why)")
+    console.print(rationale(plan))
+    for path in written:
+        console.print(f"wrote {path}")

@@ -1,0 +1,38 @@
+"""`infra plan` as a user runs it: the main job of the README, and an infeasible intent."""
+
+from __future__ import annotations
+
+import json
+
+from .test_cli import infra
+from ..conftest import ROOT
+
+
+def test_plan_main_job(tmp_path):
+    out = infra("plan", str(ROOT / "examples" / "chat-mixed-fleet.yaml"), "-o", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert "plan chat-prod" in out.stdout and "wrote" in out.stdout
+    assert (tmp_path / "plan.yaml").exists() and (tmp_path / "report.md").exists()
+
+
+def test_plan_json():
+    out = infra("plan", str(ROOT / "examples" / "small-model-shared.yaml"), "--json")
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["kind"] == "DeploymentPlan" and plan["spec"]["services"][0]["name"] == "summarise"
+
+
+def test_infeasible_exits_2_with_located_explanation(tmp_path):
+    out = infra("plan", str(ROOT / "examples" / "infeasible.yaml"), "-o", str(tmp_path))
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert lines and all(line.startswith("error: ") and "infeasible.yaml:" in line and " — To fix: " in line
+                         for line in lines), lines
+    assert any("feasible with" in line for line in lines)
+    assert "Candidates considered" in (tmp_path / "report.md").read_text()
+    assert not (tmp_path / "plan.yaml").exists()
+
+
+def test_unplannable_feature_is_a_clear_input_error():
+    out = infra("plan", str(ROOT / "examples" / "omni-speech.yaml"))
+    assert out.returncode == 1 and "pipeline" in out.stderr and "To fix" in out.stderr

@@ -1,0 +1,148 @@
+"""The planner: CP-SAT matches brute force, limits hold, infeasibility is explained, plans are deterministic."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import random
+
+import pytest
+
+from infra import api
+from infra.errors import InfeasibleError
+from infra.perf.shape import Parallel
+from infra.planner.candidates import Candidate, length_stats
+from infra.planner.solve import Limits, minimal_conflict, solve
+
+from ..conftest import ROOT
+
+EXAMPLE = ROOT / "examples" / "chat-mixed-fleet.yaml"
+
+
+def _cand(service, pool, devices, capacity, price, zone="a", tag="x"):
+    return Candidate(service, pool, "H100-SXM", tag, "fp8", Parallel(tp=devices), devices, capacity, price, False,
+                     zone, None)  # type: ignore[arg-type]
+
+
+def _brute(cands, limits):
+    best = None
+    ranges = [range(0, limits.pool_devices[c.pool] // c.devices + 1) for c in cands]
+    for counts in itertools.product(*ranges):
+        use = dict(zip((c.key for c in cands), counts))
+        ok = True
+        for s, d in limits.demand.items():
+            mine = [c for c in cands if c.service == s]
+            if sum(c.capacity * use[c.key] for c in mine) < d - 1e-9 or sum(use[c.key] for c in mine) < \
+                    limits.min_replicas[s]:
+                ok = False
+            cost_s = sum(c.cost_per_hour * use[c.key] for c in mine)
+            if limits.budget_hour.get(s) is not None and cost_s > limits.budget_hour[s] + 1e-9:
+                ok = False
+        for p, total in limits.pool_devices.items():
+            if sum(c.devices * use[c.key] for c in cands if c.pool == p) > total:
+                ok = False
+        if ok:
+            cost = sum(c.cost_per_hour * use[c.key] for c in cands)
+            best = cost if best is None else min(best, cost)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_cp_sat_cost_equals_brute_force(seed):
+    rng = random.Random(seed)
+    cands = []
+    for i in range(rng.randint(2, 4)):
+        svc = rng.choice(["a", "b"])
+        cands.append(_cand(svc, rng.choice(["p1", "p2"]), rng.choice([1, 2, 4]), round(rng.uniform(0.5, 5), 2),
+                           round(rng.uniform(0.5, 4), 2), tag=f"f{i}"))
+    services = sorted({c.service for c in cands})
+    limits = Limits(demand={s: round(rng.uniform(1, 8), 2) for s in services},
+                    min_replicas={s: rng.choice([1, 2]) for s in services}, zones={s: 1 for s in services},
+                    budget_hour={s: rng.choice([None, 40.0]) for s in services},
+                    pool_devices={"p1": rng.choice([4, 8]), "p2": rng.choice([2, 8])})
+    sol = solve(cands, limits)
+    brute = _brute(cands, limits)
+    if brute is None:
+        assert sol.status == "INFEASIBLE" and sol.core
+    else:
+        assert sol.status == "OPTIMAL"
+        assert sol.cost_per_hour == pytest.approx(brute)
+
+
+def test_minimal_conflict_drops_innocent_groups():
+    cands = [_cand("a", "p1", 1, 1.0, 1.0)]
+    limits = Limits({"a": 10.0}, {"a": 1}, {"a": 1}, {"a": 100.0}, {"p1": 4})
+    sol = solve(cands, limits)
+    assert sol.status == "INFEASIBLE"
+    assert set(minimal_conflict(cands, limits, sol.core)) == {"demand:a", "pool:p1"}
+
+
+def test_zone_spread_is_enforced():
+    cands = [_cand("a", "p1", 1, 10.0, 1.0, zone="z1", tag="f1"), _cand("a", "p2", 1, 10.0, 5.0, zone="z2",
+                                                                         tag="f2")]
+    one = solve(cands, Limits({"a": 5.0}, {"a": 1}, {"a": 1}, {"a": None}, {"p1": 4, "p2": 4}))
+    two = solve(cands, Limits({"a": 5.0}, {"a": 1}, {"a": 2}, {"a": None}, {"p1": 4, "p2": 4}))
+    assert one.cost_per_hour == 1.0 and two.cost_per_hour == 6.0
+
+
+def test_length_stats():
+    from infra.intent.models import LengthDistribution
+
+    assert length_stats(LengthDistribution.model_validate(2000)) == (2000.0, 0.0)
+    mean, cv = length_stats(LengthDistribution.model_validate({"mean": 1000, "p50": 800, "p99": 4000}))
+    assert mean == 1000 and 0.5 < cv < 1.5
+    mean, _ = length_stats(LengthDistribution.model_validate({"histogram": [{"le": 100, "weight": 1},
+                                                                             {"le": 300, "weight": 1}]}))
+    assert mean == pytest.approx(125)
+
+
+def test_plan_example_meets_everything(tmp_path):
+    result = api.plan(EXAMPLE, tmp_path)
+    spec = result.plan["spec"]
+    assert spec["solver"]["status"] == "OPTIMAL" and spec["cost"]["per_hour"] > 0
+    svc = spec["services"][0]
+    assert svc["capacity"]["value"] >= svc["demand"]["value"]
+    assert sum(a["replicas"] for a in svc["allocations"]) >= 2  # min_replicas
+    assert len({a["pool"] for a in svc["allocations"]}) >= 1
+    for a in svc["allocations"]:
+        for v in a["predicted"].values():
+            assert v["predicted_ms"] <= v["target_ms"] * 1.0001
+    assert spec["cost"]["per_hour"] <= 90  # the intent's budget
+    assert (tmp_path / "plan.yaml").read_text().startswith("apiVersion: infra.dev/v1alpha1")
+    assert "Candidates considered" in (tmp_path / "report.md").read_text()
+
+
+def test_plans_are_byte_identical(tmp_path):
+    a = api.plan(EXAMPLE, tmp_path / "a")
+    b = api.plan(EXAMPLE, tmp_path / "b")
+    assert (tmp_path / "a" / "plan.yaml").read_bytes() == (tmp_path / "b" / "plan.yaml").read_bytes()
+    assert a.report == b.report
+
+
+def test_tighter_budget_is_infeasible_with_relaxation(tmp_path):
+    text = EXAMPLE.read_text().replace("per_hour: $90/h", "per_hour: $5/h")
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "mixed-h100-ascend.yaml").write_text(
+        (ROOT / "examples" / "profiles" / "mixed-h100-ascend.yaml").read_text())
+    path = tmp_path / "intent.yaml"
+    path.write_text(text)
+    with pytest.raises(InfeasibleError) as exc:
+        api.plan(path)
+    messages = [str(p) for p in exc.value.problems]
+    assert any("budget" in m and f"{path}:" in m for m in messages)
+    assert any("feasible with" in m and "instead of $5.00/h" in m for m in messages)
+    assert exc.value.exit_code == 2
+
+
+def test_more_demand_never_costs_less(tmp_path):
+    costs = []
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "mixed-h100-ascend.yaml").write_text(
+        (ROOT / "examples" / "profiles" / "mixed-h100-ascend.yaml").read_text())
+    for rate in (10, 20, 40):
+        path = tmp_path / f"i{rate}.yaml"
+        path.write_text(EXAMPLE.read_text().replace("peak: 40/s", f"peak: {rate}/s").replace("per_hour: $90/h",
+                                                                                             "per_hour: $900/h"))
+        costs.append(api.plan(path).plan["spec"]["cost"]["per_hour"])
+    assert costs == sorted(costs)
+    assert dataclasses.is_dataclass(api.PlanResult)
