@@ -1,0 +1,88 @@
+"""How planning time grows with the problem: services, device types, devices and nodes.
+
+    python benchmarks/plan_scale.py [--json] [--quick]
+
+Each case writes a synthetic intent and cluster profile (services on catalog models with open-loop load and
+latency objectives; pools of catalog devices), then times `infra.api.plan` end to end: candidate scoring by the
+performance model and the CP-SAT solve. With --json the last line is
+{"cases": [{"services": S, "device_types": T, "devices": D, "nodes": N, "seconds": X, "gap": G}, ...]}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from infra import api  # noqa: E402
+from infra.errors import InfraError  # noqa: E402
+
+DEVICES = ["H100-SXM", "H200", "B200", "A100-80G", "L40S", "L4", "H20", "MI300X", "Ascend-910B3", "RTX-4090",
+           "L20", "H100-PCIe"]
+MODELS = ["Llama-3.1-8B", "Qwen3-8B", "Qwen2.5-7B", "Mistral-7B-v0.3", "Qwen3-32B", "Llama-3.1-70B"]
+
+
+def write_case(folder: Path, services: int, types: int, nodes_per_pool: int) -> None:
+    pools = []
+    for i, dev in enumerate(DEVICES[:types]):
+        pools.append(f"""    - name: pool-{i}
+      device: {dev}
+      nodes: {nodes_per_pool}
+      devices_per_node: 8
+      topology: {{zone: zone-{i % 3}}}""")
+    svcs = []
+    for s in range(services):
+        svcs.append(f"""    - name: svc-{s}
+      model: {MODELS[s % len(MODELS)]}
+      workload:
+        rate: {1 + (s * 7) % 20}/s
+        input_tokens: {{mean: {500 + (s * 131) % 3000}, p99: {4000 + (s * 131) % 3000}}}
+        output_tokens: {{mean: {100 + (s * 37) % 400}}}
+      slo:
+        ttft: {{p99: 2s}}
+        tpot: {{p99: 80ms}}
+      preferences:
+        frameworks: [vllm]""")
+    (folder / "profile.yaml").write_text("apiVersion: infra.dev/v1alpha1\nkind: ClusterProfile\nmetadata: {name: scale}\n"
+                                         "spec:\n  pools:\n" + "\n".join(pools) + "\n")
+    (folder / "intent.yaml").write_text("apiVersion: infra.dev/v1alpha1\nkind: ServingIntent\nmetadata: {name: scale}\n"
+                                        "spec:\n  cluster: {profile: profile.yaml}\n  services:\n" + "\n".join(svcs) + "\n")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="only the small cases")
+    args = ap.parse_args()
+    grid = [(1, 4, 2), (5, 4, 8), (10, 8, 32)] + ([] if args.quick else [(50, 12, 104)])
+    cases = []
+    print(f"{'services':>8s} {'types':>5s} {'devices':>7s} {'nodes':>5s} {'seconds':>8s} {'gap':>6s}  status")
+    for services, types, nodes in grid:
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            write_case(folder, services, types, nodes)
+            start = time.perf_counter()
+            try:
+                result = api.plan(folder / "intent.yaml")
+                status, gap = result.plan["spec"]["solver"]["status"], result.plan["spec"]["solver"]["gap"]
+            except InfraError as exc:
+                status, gap = f"{type(exc).__name__}", None
+            seconds = time.perf_counter() - start
+        row = {"services": services, "device_types": types, "devices": types * nodes * 8, "nodes": types * nodes,
+               "seconds": round(seconds, 3), "gap": gap}
+        cases.append(row)
+        print(f"{services:8d} {types:5d} {row['devices']:7d} {row['nodes']:5d} {seconds:8.2f} "
+              f"{'-' if gap is None else f'{gap:.4f}':>6s}  {status}")
+    if args.json:
+        print(json.dumps({"cases": cases}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
