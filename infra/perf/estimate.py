@@ -188,10 +188,17 @@ def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], 
     """Largest open-loop request rate whose prediction meets every objective (goodput capacity), by bisection;
     (0, None) when even a trickle misses them."""
 
+    # Compile the workers once; only the load changes between probes.
+    workers, cal, link = build_workers(dep, catalog, device_memory_gb=device_memory_gb)
+    notes = [] if cal.calibrated else [f"not calibrated for {dep.framework} on {dep.device}: efficiency factors "
+                                        f"{cal.source} (device distance {cal.distance:g})"]
+
     def at(rate: float) -> Estimate:
-        return estimate(dep, Workload(isl=wl.isl, osl=wl.osl, rate=rate, arrival_cv=wl.arrival_cv,
-                                      isl_cv=wl.isl_cv, osl_cv=wl.osl_cv, prefix_hit=wl.prefix_hit), catalog,
-                        device_memory_gb=device_memory_gb)
+        load = Workload(isl=wl.isl, osl=wl.osl, rate=rate, arrival_cv=wl.arrival_cv, isl_cv=wl.isl_cv,
+                        osl_cv=wl.osl_cv, prefix_hit=wl.prefix_hit)
+        pred = predict(dep, load, workers, link)
+        devices = sum(w.parallel.devices * pred.workers.get(name, 1) for name, w in workers.items())
+        return Estimate(dep, load, pred, {name: w.memory for name, w in workers.items()}, cal, devices, notes)
 
     lo, hi = 0.0, 1e-3
     best: Estimate | None = None
@@ -199,14 +206,15 @@ def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], 
     if not meets(first.prediction, slos):
         return 0.0, None
     best = first
+    # Grow by 8x to bracket the capacity, then bisect to 0.2%: a planner sizes replicas, it does not need more.
     while True:
-        e = at(hi * 2)
+        e = at(hi * 8)
         if not meets(e.prediction, slos) or hi > 1e6:
             break
-        hi *= 2
+        hi *= 8
         best = e
     lo = hi
-    hi = hi * 2
+    hi = hi * 8
     for _ in range(40):
         mid = (lo + hi) / 2
         e = at(mid)
@@ -214,7 +222,7 @@ def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], 
             lo, best = mid, e
         else:
             hi = mid
-        if hi - lo < 1e-4 * hi:
+        if hi - lo < 2e-3 * hi:
             break
     return lo, best
 

@@ -8,6 +8,7 @@ for a closed one), its cost the pool's price times its devices.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, replace
@@ -18,7 +19,7 @@ from infra.errors import InfraError
 from infra.intent.models import LengthDistribution, Service
 from infra.intent.profile import Pool
 from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
-from infra.perf.estimate import Estimate, estimate, max_rate, meets, shape_problems
+from infra.perf.estimate import Estimate, build_workers, max_rate, meets, predict, shape_problems
 from infra.perf.serving import z_of
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 
@@ -42,14 +43,26 @@ class Candidate:
     zone: str
     estimate: Estimate
     """The prediction at that capacity."""
+    decode_workers: int = 0
+    """Disaggregated units: decode workers (each of layout `parallel`) per prefill worker; 0 = aggregated."""
+
+    @property
+    def mode(self) -> str:
+        return "disagg" if self.decode_workers else "agg"
 
     @property
     def cost_per_hour(self) -> float:
         return self.devices * self.price_per_device_hour
 
     @property
+    def layout(self) -> str:
+        if not self.decode_workers:
+            return self.parallel.label()
+        return f"P {self.parallel.label()} + {self.decode_workers}xD {self.parallel.label()}"
+
+    @property
     def key(self) -> str:
-        return f"{self.service}/{self.pool}/{self.framework}/{self.precision}/{self.parallel.label()}"
+        return f"{self.service}/{self.pool}/{self.framework}/{self.precision}/{self.layout}"
 
 
 def length_stats(dist: LengthDistribution | None) -> tuple[float, float]:
@@ -147,10 +160,17 @@ def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], 
     mem = pool_device_memory_gb(pool, device)
     if wl.rate is not None:
         return max_rate(dep, wl, slo, catalog, device_memory_gb=mem)
-    # Closed loop: the most clients one replica serves within the objectives (bisection over integers).
+    # Closed loop: the most clients one replica serves within the objectives (bisection over integers), with
+    # the workers compiled once.
+    workers, cal, link = build_workers(dep, catalog, device_memory_gb=mem)
+
     def ok(n: int) -> Estimate | None:
-        est = estimate(dep, replace(wl, concurrency=n), catalog, device_memory_gb=mem)
-        return est if meets(est.prediction, slo) else None
+        load = replace(wl, concurrency=n)
+        pred = predict(dep, load, workers, link)
+        if not meets(pred, slo):
+            return None
+        devices = sum(w.parallel.devices * pred.workers.get(name, 1) for name, w in workers.items())
+        return Estimate(dep, load, pred, {name: w.memory for name, w in workers.items()}, cal, devices)
 
     first = ok(1)
     if first is None:
@@ -169,6 +189,45 @@ def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], 
         else:
             lo, best = mid, e
     return float(lo), best
+
+
+DECODE_WORKERS = (1, 2, 4)
+"""Decode workers per prefill worker in a disaggregated unit (the prefill:decode ratios tried)."""
+
+
+def _deployments(rs: ResolvedService, svc: Service, device: DeviceSpec, fw: FrameworkSpec, precision: str,
+                 par: Parallel, pool: Pool) -> list[tuple[Deployment, int]]:
+    """The aggregated deployment of a layout and, where the intent and framework allow, its disaggregated units
+    (one prefill worker and k decode workers of the same layout)."""
+    assert rs.model is not None
+    out: list[tuple[Deployment, int]] = []
+    mode = svc.preferences.disaggregation
+    if mode != "on":
+        out.append((Deployment(rs.model.name, device.name, fw.name, precision, agg=Role(par)), 0))
+    if mode != "off" and "pd_disaggregation" in fw.features:
+        for k in DECODE_WORKERS:
+            out.append((Deployment(rs.model.name, device.name, fw.name, precision, "disagg",
+                                   prefill=Role(par, workers=1), decode=Role(par, workers=k)), k))
+    return out
+
+
+def prune_dominated(cands: list[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
+    """(kept, dropped): within one service, pool, framework and mode, a shape is dropped when another needs no
+    more devices per replica and carries at least as much load per device; replicas of that one do the same job
+    for no more money."""
+    groups: dict[tuple[str, str, str, str], list[Candidate]] = {}
+    for c in cands:
+        groups.setdefault((c.service, c.pool, c.framework, c.mode), []).append(c)
+    kept, dropped = [], []
+    for group in groups.values():
+        for c in group:
+            eff = c.capacity / c.devices
+            if any(d is not c and d.devices <= c.devices and d.capacity / d.devices >= eff
+                   and (d.devices < c.devices or d.capacity / d.devices > eff or d.key < c.key) for d in group):
+                dropped.append(c)
+            else:
+                kept.append(c)
+    return kept, dropped
 
 
 @dataclass(frozen=True)
@@ -199,9 +258,6 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0) -> tu
         if rs.model is None:
             raise InfraError(f"service {svc.name!r} is a pipeline; planning pipelines is not available in this "
                              "version — To fix: plan each stage's model as its own service for now")
-        if svc.preferences.disaggregation == "on":
-            raise InfraError(f"service {svc.name!r} asks for disaggregation: on, which this version cannot plan — "
-                             "To fix: set preferences.disaggregation to auto or off")
         wl = service_workload(svc, base)
         slo = {k: v * slo_scale for k, v in objectives(svc).items()}
         for pool in resolved.loaded.cluster.pools:
@@ -225,18 +281,29 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0) -> tu
                             seen.append(Considered(svc.name, pool.name, fw.name, precision, label,
                                                    f"needs {par.devices} devices, pool has {pool.device_count}"))
                             continue
-                        dep = Deployment(rs.model.name, device.name, fw.name, precision, agg=Role(par))
-                        try:
-                            cap, est = _capacity(dep, wl, slo, resolved, pool, device)
-                        except InfraError as exc:
-                            seen.append(Considered(svc.name, pool.name, fw.name, precision, label,
-                                                   exc.problems[0].message))
-                            continue
-                        if cap <= 0 or est is None:
-                            seen.append(Considered(svc.name, pool.name, fw.name, precision, label,
-                                                   "misses the objectives even at the lightest load"))
-                            continue
-                        seen.append(Considered(svc.name, pool.name, fw.name, precision, label, "candidate"))
-                        out.append(Candidate(svc.name, pool.name, device.name, fw.name, precision, par,
-                                             par.devices, cap, price, pool.spot, zone, est))
-    return out, seen
+                        for dep, workers in _deployments(rs, svc, device, fw, precision, par, pool):
+                            devices = par.devices * (1 + workers)
+                            shown = label if not workers else f"P {label} + {workers}xD {label}"
+                            if devices > pool.device_count:
+                                seen.append(Considered(svc.name, pool.name, fw.name, precision, shown,
+                                                       f"needs {devices} devices, pool has {pool.device_count}"))
+                                continue
+                            try:
+                                cap, est = _capacity(dep, wl, slo, resolved, pool, device)
+                            except InfraError as exc:
+                                seen.append(Considered(svc.name, pool.name, fw.name, precision, shown,
+                                                       exc.problems[0].message))
+                                continue
+                            if cap <= 0 or est is None:
+                                seen.append(Considered(svc.name, pool.name, fw.name, precision, shown,
+                                                       "misses the objectives even at the lightest load"))
+                                continue
+                            seen.append(Considered(svc.name, pool.name, fw.name, precision, shown, "candidate"))
+                            out.append(Candidate(svc.name, pool.name, device.name, fw.name, precision, par,
+                                                 devices, cap, price, pool.spot, zone, est, workers))
+    kept, dropped = prune_dominated(out)
+    gone = {c.key for c in dropped}
+    seen = [dataclasses.replace(x, outcome="dominated by a shape with fewer devices and more load per device")
+            if x.outcome == "candidate" and f"{x.service}/{x.pool}/{x.framework}/{x.precision}/{x.parallel}" in gone
+            else x for x in seen]
+    return kept, seen

@@ -101,7 +101,9 @@ def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution
             load = demand * c.capacity / capacity if capacity else 0.0
             allocs.append({
                 "pool": c.pool, "device": c.device, "framework": c.framework, "precision": c.precision,
-                "parallel": dataclasses.asdict(c.parallel), "replicas": n, "devices_per_replica": c.devices,
+                "mode": c.mode, "parallel": dataclasses.asdict(c.parallel),
+                **({"prefill_workers": 1, "decode_workers": c.decode_workers} if c.decode_workers else {}),
+                "replicas": n, "devices_per_replica": c.devices,
                 "devices": n * c.devices, "capacity_per_replica": _r(c.capacity),
                 "load_per_replica": _r(load), "cost_per_hour": _r(n * c.cost_per_hour, 6),
                 "predicted": _predicted(resolved, c, max(load, 1e-6)),
@@ -134,12 +136,14 @@ def _alternatives(cands: list[Candidate], sol: Solution, limits: Limits, top: in
     chosen = {_kind(c) for c in cands if c.key in sol.replicas}
     devices = {d for d, _ in chosen}
     frameworks = {f for _, f in chosen}
+    modes = {c.mode for c in cands if c.key in sol.replicas}
     out = []
     tried = set()
     for label, keep in (
         *((f"only {d}", lambda c, d=d: c.device == d) for d in sorted({c.device for c in cands} - devices)),
         *((f"without {d}", lambda c, d=d: c.device != d) for d in sorted(devices)),
         *((f"only {f}", lambda c, f=f: c.framework == f) for f in sorted({c.framework for c in cands} - frameworks)),
+        *((f"{m} only", lambda c, m=m: c.mode == m) for m in sorted({c.mode for c in cands} - modes)),
     ):
         if len(out) >= top:
             break
@@ -155,7 +159,7 @@ def _alternatives(cands: list[Candidate], sol: Solution, limits: Limits, top: in
         out.append({
             "label": label, "cost_per_hour": _r(alt.cost_per_hour, 6),
             "delta_per_hour": _r(alt.cost_per_hour - sol.cost_per_hour, 6),
-            "uses": sorted({f"{alt.replicas[c.key]} x {c.device} {c.framework} {c.precision} {c.parallel.label()}"
+            "uses": sorted({f"{alt.replicas[c.key]} x {c.device} {c.framework} {c.precision} {c.layout}"
                             for c in used}),
         })
     return out
@@ -329,7 +333,8 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3) -> tuple[dict[str, Any
             "binding": _binding(resolved, cands, sol, limits),
             "alternatives": _alternatives(cands, sol, limits, top),
             "assumptions": [
-                "aggregated serving only: disaggregated candidates are not planned in this version",
+                "disaggregated units pair one prefill worker with 1, 2 or 4 decode workers of the same layout "
+                "on one pool",
                 "capacity per replica is the largest load whose predicted percentiles meet every objective",
             ],
             "provenance": {"catalog": load_catalog().fingerprint(),

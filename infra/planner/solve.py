@@ -11,15 +11,15 @@ Formulation (all services jointly, one inventory):
     budget/h    sum_{c of s} cost[c] * n[c] <= B_h[s]   (and over all services, the total)   [literal budget:s]
     $/Mtok      sum cost[c] n[c] <= B_tok[s] * tokens_per_hour[s] / 1e6                      [literal budget:s]
     $/request   sum cost[c] n[c] <= B_req[s] * requests_per_hour[s]                         [literal budget:s]
-    objective   minimise  W * sum cost[c] n[c]  -  sum_s (sum_{c of s} cap[c] n[c] - D[s]) / D[s] scaled
-                (least cost first; among equal costs, the most capacity above demand: SLO margin)
+    objective   lexicographic: first minimise sum cost[c] n[c]; then, with cost held at that optimum, maximise
+                sum_c n[c] * cap[c] / D[service of c] (the most capacity above demand: SLO margin)
 
 Capacities are scaled to integers (milli-requests/s or clients x 1000) and costs to tenths of a cent per hour.
 Replicas of a layout that divides a node's devices pack exactly into nodes (a node holds devices_per_node / tp of
 them); multi-node layouts take whole nodes; so the device count per pool is the exact packing constraint.
 Every constraint group is switched by an assumption literal; when the model is infeasible, CP-SAT's sufficient
 assumptions name the groups in conflict, which are mapped back to the intent's fields and lines. The solver runs
-single-threaded with a fixed seed, so the same inputs give the same plan.
+single-threaded with a fixed seed and a deterministic time budget, so the same inputs give the same plan.
 """
 
 from __future__ import annotations
@@ -141,25 +141,33 @@ def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 
     all_cost = sum(t for s in services for t in cost_terms[s])
     if limits.total_budget_hour is not None:
         m.add(all_cost <= int(limits.total_budget_hour * COST_SCALE)).only_enforce_if(lit("budget:total"))
-    # Second objective, SLO margin: each replica's capacity in thousandths of its service's demand. Cost is
-    # weighted above the largest margin any assignment can reach, so it decides first.
-    coef = {c.key: int(round(1000 * c.capacity / max(limits.demand[c.service], 1e-9))) for c in cands}
-    margin = sum(coef[c.key] * n[c.key] for c in cands)
-    weight = 1 + sum(coef[c.key] * uppers[c.key] for c in cands)
-    m.minimize(weight * all_cost - margin)
     m.add_assumptions([lits[k] for k in sorted(lits) if active is None or k in active])
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.random_seed = 0
-    solver.parameters.max_time_in_seconds = time_limit_s
+    # Lexicographic: least cost first; then, at that cost, the most capacity above demand (each replica's
+    # capacity in thousandths of its service's demand), which is the SLO margin.
+    m.minimize(all_cost)
+    solver = _solver(time_limit_s)
     status = solver.solve(m)
     name = solver.status_name(status)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        used = {c.key: int(solver.value(n[c.key])) for c in cands if solver.value(n[c.key]) > 0}
+        best = int(round(solver.objective_value))
+        gap = (abs(solver.objective_value - solver.best_objective_bound) / max(abs(solver.objective_value), 1e-9)
+               if status == cp_model.FEASIBLE else 0.0)
+        bound = solver.best_objective_bound
+        first = {c.key: int(solver.value(n[c.key])) for c in cands}
+        coef = {c.key: int(round(1000 * c.capacity / max(limits.demand[c.service], 1e-9))) for c in cands}
+        m.add(all_cost <= best)
+        m.clear_objective()
+        m.maximize(sum(coef[c.key] * n[c.key] for c in cands))
+        for c in cands:
+            m.add_hint(n[c.key], first[c.key])
+        second = _solver(max(time_limit_s / 4, 1.0))
+        status2 = second.solve(m)
+        values = ({k: int(second.value(v)) for k, v in n.items()}
+                  if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE) else first)
+        used = {k: v for k, v in values.items() if v > 0}
         cost = sum(c.cost_per_hour * used.get(c.key, 0) for c in cands)
-        obj, bound = solver.objective_value, solver.best_objective_bound
-        gap = abs(obj - bound) / max(abs(obj), 1e-9) if status == cp_model.FEASIBLE else 0.0
-        return Solution(name, dict(sorted(used.items())), round(cost, 6), obj, bound, gap)
+        return Solution(name, dict(sorted(used.items())), round(cost, 6), best / COST_SCALE,
+                        bound / COST_SCALE, gap)
     core = []
     if status == cp_model.INFEASIBLE:
         index = {v.index: k for k, v in lits.items()}
@@ -167,6 +175,18 @@ def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 
         if not core:
             core = sorted(k for k in lits if active is None or k in active)
     return Solution(name, {}, 0.0, 0.0, 0.0, 0.0, core)
+
+
+def _solver(seconds: float) -> cp_model.CpSolver:
+    """Single worker, fixed seed and a deterministic time budget: the same model gives the same answer."""
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = 0
+    solver.parameters.max_deterministic_time = seconds
+    # The covering structure (capacity >= demand, devices <= pool) is LP-friendly; a fuller linearisation
+    # gives the single worker the bounds it needs on large inventories.
+    solver.parameters.linearization_level = 2
+    return solver
 
 
 def minimal_conflict(candidates: list[Candidate], limits: Limits, core: list[str]) -> list[str]:

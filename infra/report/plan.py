@@ -23,12 +23,18 @@ def plan_yaml(plan: dict[str, Any]) -> str:
     return buf.getvalue()
 
 
-def _alloc_line(a: dict[str, Any]) -> str:
+def _layout(a: dict[str, Any]) -> str:
     par = a["parallel"]
     layout = f"tp{par['tp']}" + (f" pp{par['pp']}" if par["pp"] > 1 else "") + (f" ep{par['ep']}" if par["ep"] > 1
                                                                                   else "")
-    return (f"{a['replicas']} x {a['device']} ({layout}, {a['framework']}, {a['precision']}) in pool {a['pool']}: "
-            f"{a['devices']} devices, ${a['cost_per_hour']:.2f}/h")
+    if a.get("mode") == "disagg":
+        return f"1 prefill + {a['decode_workers']} decode workers of {layout}"
+    return layout
+
+
+def _alloc_line(a: dict[str, Any]) -> str:
+    return (f"{a['replicas']} x {a['device']} ({_layout(a)}, {a['framework']}, {a['precision']}) in pool "
+            f"{a['pool']}: {a['devices']} devices, ${a['cost_per_hour']:.2f}/h")
 
 
 def rationale(plan: dict[str, Any]) -> str:
@@ -104,10 +110,8 @@ def print_plan(console: Console, plan: dict[str, Any], considered: list[Consider
         t.add_column(col)
     for svc in spec["services"]:
         for a in svc["allocations"]:
-            par = a["parallel"]
             obj = ", ".join(f"{k} {v['predicted_ms']:g}/{v['target_ms']:g}ms" for k, v in a["predicted"].items())
-            t.add_row(svc["name"], str(a["replicas"]), a["device"], f"tp{par['tp']}" + (f" pp{par['pp']}" if par["pp"] > 1 else "")
-                      + (f" ep{par['ep']}" if par["ep"] > 1 else ""), a["framework"], a["precision"],
+            t.add_row(svc["name"], str(a["replicas"]), a["device"], _layout(a), a["framework"], a["precision"],
                       f"{a['cost_per_hour']:.2f}", obj)
     console.print(t)
     counts = Counter(c.outcome if c.outcome == "candidate" else "dropped" for c in considered)

@@ -146,3 +146,30 @@ def test_more_demand_never_costs_less(tmp_path):
         costs.append(api.plan(path).plan["spec"]["cost"]["per_hour"])
     assert costs == sorted(costs)
     assert dataclasses.is_dataclass(api.PlanResult)
+
+
+def _example_outcome(path):
+    text = path.read_text()
+    if "pipeline:" in text:
+        return "pipeline"
+    if path.name == "infeasible.yaml":
+        return "infeasible"
+    return "planned"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example_is_planned(path):
+    from infra.errors import InfraError
+
+    expected = _example_outcome(path)
+    if expected == "planned":
+        spec = api.plan(path).plan["spec"]
+        assert spec["solver"]["status"] == "OPTIMAL"
+        for svc in spec["services"]:
+            assert svc["capacity"]["value"] >= svc["demand"]["value"] * (1 - 1e-9)
+    elif expected == "infeasible":
+        with pytest.raises(InfeasibleError):
+            api.plan(path)
+    else:
+        with pytest.raises(InfraError, match="pipeline"):
+            api.plan(path)
