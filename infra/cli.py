@@ -62,7 +62,22 @@ def plan(
     """Solve an intent: the cheapest deployment meeting every objective, or why none does and what to relax."""
     from infra import api
 
-    result = api.plan(path, output, top=top, catalog_dirs=tuple(catalog or ()))
+    from contextlib import nullcontext
+
+    live = None
+    if sys.stderr.isatty():
+        from rich.console import Console
+        from rich.progress import Progress
+
+        live = Progress(console=Console(stderr=True), transient=True)
+    with live or nullcontext():
+        task = live.add_task("scoring candidates", total=None) if live else None
+
+        def progress(done: int, total: int) -> None:
+            if live is not None:
+                live.update(task, completed=done, total=total)
+
+        result = api.plan(path, output, top=top, catalog_dirs=tuple(catalog or ()), progress=progress)
     if as_json:
         print(json.dumps(result.plan, indent=2, sort_keys=True))
     else:

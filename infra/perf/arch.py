@@ -46,8 +46,9 @@ COLLECTIVE_LATENCY_S = 8e-6
 
 
 def compute_precision(precision: str, device: DeviceSpec) -> str:
-    """The tensor-core format the GEMMs run in: weight-only int4 computes in 16-bit, fp4 falls back to fp8."""
-    if precision == "int4":
+    """The tensor-core format the GEMMs run in: native when the device has it; 4-bit weights without fp4 tensor
+    cores are dequantised and computed in 16-bit (Marlin-style W4A16 kernels), as is weight-only int4."""
+    if precision in ("int4", "fp4") and precision not in device.tflops:
         return "bf16" if "bf16" in device.tflops else "fp16"
     if precision in device.tflops:
         return precision

@@ -13,6 +13,7 @@ import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 from infra.catalog.schema import DeviceSpec, FrameworkSpec, ModelSpec
 from infra.errors import InfraError
@@ -243,17 +244,18 @@ class Considered:
     """`candidate`, or why it was dropped."""
 
 
-def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0) -> tuple[list[Candidate],
-                                                                                   list[Considered]]:
+def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
+                         progress: Callable[[int, int], None] | None = None) -> tuple[list[Candidate],
+                                                                                     list[Considered]]:
     """Every runnable, useful replica shape of every service, and the record of what was dropped and why.
-    `slo_scale` multiplies every objective (used to find how far an objective must relax)."""
-    from infra.catalog.loader import load_catalog
-
-    catalog = load_catalog()
+    `slo_scale` multiplies every objective (used to find how far an objective must relax); `progress(done,
+    total)` is told after each service."""
     base = resolved.loaded.document.path.parent
     out: list[Candidate] = []
     seen: list[Considered] = []
-    for rs in resolved.services:
+    for done, rs in enumerate(resolved.services):
+        if progress is not None:
+            progress(done, len(resolved.services))
         svc = rs.service
         if rs.model is None:
             raise InfraError(f"service {svc.name!r} is a pipeline; planning pipelines is not available in this "
@@ -301,6 +303,8 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0) -> tu
                             seen.append(Considered(svc.name, pool.name, fw.name, precision, shown, "candidate"))
                             out.append(Candidate(svc.name, pool.name, device.name, fw.name, precision, par,
                                                  devices, cap, price, pool.spot, zone, est, workers))
+    if progress is not None:
+        progress(len(resolved.services), len(resolved.services))
     kept, dropped = prune_dominated(out)
     gone = {c.key for c in dropped}
     seen = [dataclasses.replace(x, outcome="dominated by a shape with fewer devices and more load per device")

@@ -11,7 +11,7 @@ import dataclasses
 import hashlib
 import json
 import math
-from typing import Any
+from typing import Any, Callable
 
 from infra.catalog.loader import load_catalog
 from infra.errors import InfeasibleError, Location, Problem
@@ -298,9 +298,10 @@ def _core_problems(resolved: ResolvedIntent, core: list[str], relax: list[Proble
     return problems
 
 
-def build_plan(resolved: ResolvedIntent, *, top: int = 3) -> tuple[dict[str, Any], list[Considered]]:
+def build_plan(resolved: ResolvedIntent, *, top: int = 3,
+               progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, Any], list[Considered]]:
     """Solve the intent; a DeploymentPlan as data, and every shape considered. Raises InfeasibleError."""
-    cands, considered = enumerate_candidates(resolved)
+    cands, considered = enumerate_candidates(resolved, progress=progress)
     limits = limits_from(resolved, _tokens_per_request(resolved))
     sol = solve(cands, limits)
     if sol.status not in ("OPTIMAL", "FEASIBLE"):
