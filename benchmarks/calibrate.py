@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from infra.catalog.loader import load_catalog  # noqa: E402
 from infra.perf.calibration import Factors  # noqa: E402
-from infra.perf.replay import Case, ape, compiled, load_rows, summarize, to_case  # noqa: E402
+from infra.perf.replay import Case, compiled, load_rows, summarize, to_case  # noqa: E402
 
 OUT = ROOT / "infra" / "perf" / "data" / "calibration.json"
 NAMES = [n for n in Factors.names() if n != "accept"]

@@ -125,7 +125,7 @@ class Arrival(Strict):
         if self.process == "gamma" and self.cv is None:
             raise ValueError("a gamma arrival process needs its burstiness: add cv (e.g. cv: 2)")
         if self.process != "gamma" and self.cv is not None:
-            raise ValueError(f"cv applies to gamma arrivals only; remove cv or set process: gamma")
+            raise ValueError("cv applies to gamma arrivals only; remove cv or set process: gamma")
         return self
 
 

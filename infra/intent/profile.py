@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from infra.catalog.schema import Vendor
 from infra.intent.base import API_VERSION, Metadata, Name, Strict, require_unique

@@ -109,6 +109,7 @@ class Worker:
     """FLOPs of one token's pass through one local expert (all MoE layers of the stage), per device."""
     experts: int
     experts_local: float
+    moe_layers_per_stage: float
     active_experts: int
     attn_flops_per_qk: float
     """Attention FLOPs per (query token x context token) per device, summed over full-attention layers."""
@@ -156,6 +157,7 @@ class Worker:
                        touched * MOE_TILE_ROWS)
             moe = max(rows * self.expert_flops_per_row / (self.flops_s * f.gemm),
                       touched * self.expert_bytes_local / (self.bw_bytes_s * f.mem))
+            moe += tokens * self.active_experts * self.moe_layers_per_stage * f.moe_ns * 1e-9
         qk = decode * context + prefill * prefill_context
         qk_swa = decode * min(context, self.window) + prefill * min(prefill_context, self.window)
         attn = ((qk * self.attn_flops_per_qk + qk_swa * self.swa_flops_per_qk) / self.attn_flops_s
@@ -181,7 +183,7 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
                    *, kv_precision: str = "bf16", memory_utilization: float = 0.9, max_num_tokens: int = 8192,
                    device_memory_gb: float | None = None) -> Worker:
     """Per-device coefficients for `model` on `device` laid out as `parallel` (shape checks are the caller's)."""
-    tp, pp, ep, moe_tp, dp = parallel.tp, parallel.pp, parallel.ep, parallel.moe_tp, parallel.attention_dp
+    tp, pp, ep, moe_tp = parallel.tp, parallel.pp, parallel.ep, parallel.moe_tp
     moe = model.moe
     parts = param_breakdown(layers=model.layers, hidden=model.hidden_size, heads=model.attention_heads,
                             kv_heads=model.kv_heads, head_dim=model.head_dim, ffn=model.ffn_size,
@@ -266,7 +268,8 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
         logit_flops_per_token=2 * lm_head,
         expert_bytes_local=expert_params_local * w,
         expert_flops_per_row=2 * moe_layers * parts["expert"] * scale / (moe_tp * pp) if moe else 0.0,
-        experts=experts, experts_local=experts_local, active_experts=moe.active_experts if moe else 0,
+        experts=experts, experts_local=experts_local, moe_layers_per_stage=moe_layers / pp,
+        active_experts=moe.active_experts if moe else 0,
         attn_flops_per_qk=attn_qk, swa_flops_per_qk=swa_qk, window=window or 1e18,
         kv_full_per_token=kv_full, kv_swa_per_token=kv_swa,
         elem_bytes_per_token=ELEMENTWISE_PASSES * model.hidden_size * 2 * layers / pp,

@@ -40,6 +40,9 @@ class Factors:
     """Fixed per-request cost of handing a request from prefill to decode workers (routing, KV-transfer setup)."""
     queue: float = 0.3
     """Closed loop: weight of the first, synchronised wave of prefills in the mean TTFT (0 = steady state only)."""
+    moe_ns: float = 0.0
+    """Routing, permutation and gather cost per token, per routed expert, per MoE layer, in nanoseconds: the part
+    of a MoE layer that grows with tokens x experts rather than with FLOPs or weight bytes."""
     accept: float = 1.0
     """Tokens emitted per decode step (above 1 when the framework runs speculative decoding such as MTP)."""
     mix: float = 1.0
@@ -48,7 +51,7 @@ class Factors:
     BOUNDS = {
         "gemm": (0.05, 1.0), "mem": (0.1, 1.0), "attn": (0.02, 1.0), "comm": (0.05, 1.0), "step_ms": (0.0, 40.0),
         "request_ms": (0.0, 500.0), "transfer_ms": (0.0, 2000.0), "queue": (0.0, 1.0), "mix": (0.0, 2.0),
-        "accept": (1.0, 3.0),
+        "accept": (1.0, 3.0), "moe_ns": (0.0, 500.0),
     }
 
     @classmethod

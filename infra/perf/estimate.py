@@ -125,11 +125,13 @@ def _role_worker(model: ModelSpec, device: DeviceSpec, fw: FrameworkSpec, dep: D
 
 
 def build_workers(dep: Deployment, catalog: Catalog, *, device_memory_gb: float | None = None,
-                  factors: Factors | None = None) -> tuple[dict[str, Worker], Calibration, float]:
+                  factors: Factors | None = None,
+                  device_spec: DeviceSpec | None = None) -> tuple[dict[str, Worker], Calibration, float]:
     """Compile the workers of every role (checking shapes and memory), their calibration, and the bytes/s of the
-    link that carries KV caches from prefill to decode workers."""
+    link that carries KV caches from prefill to decode workers. `device_spec` replaces the catalog's figures for
+    the device (a slice of it, or a user's measured card)."""
     model = catalog.model(dep.model)
-    device = catalog.device(dep.device)
+    device = device_spec or catalog.device(dep.device)
     fw = catalog.framework(dep.framework)
     cal = Calibration(factors, True, "given") if factors is not None else lookup(fw.name, device)
     if dep.mode != "agg" and "pd_disaggregation" not in fw.features:
@@ -184,12 +186,13 @@ def meets(pred: Prediction, slos: dict[tuple[str, str], float]) -> bool:
 
 
 def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], catalog: Catalog,
-             *, device_memory_gb: float | None = None) -> tuple[float, Estimate | None]:
+             *, device_memory_gb: float | None = None,
+             device_spec: DeviceSpec | None = None) -> tuple[float, Estimate | None]:
     """Largest open-loop request rate whose prediction meets every objective (goodput capacity), by bisection;
     (0, None) when even a trickle misses them."""
 
     # Compile the workers once; only the load changes between probes.
-    workers, cal, link = build_workers(dep, catalog, device_memory_gb=device_memory_gb)
+    workers, cal, link = build_workers(dep, catalog, device_memory_gb=device_memory_gb, device_spec=device_spec)
     notes = [] if cal.calibrated else [f"not calibrated for {dep.framework} on {dep.device}: efficiency factors "
                                         f"{cal.source} (device distance {cal.distance:g})"]
 

@@ -46,17 +46,31 @@ class Candidate:
     """The prediction at that capacity."""
     decode_workers: int = 0
     """Disaggregated units: decode workers (each of layout `parallel`) per prefill worker; 0 = aggregated."""
+    share: float = 1.0
+    """Fraction of one device a replica takes when devices are shared through memory/core slices (HAMi)."""
 
     @property
     def mode(self) -> str:
         return "disagg" if self.decode_workers else "agg"
 
     @property
+    def consumption(self) -> float:
+        """Devices' worth of capacity one replica takes (a fraction for a shared slice)."""
+        return self.devices * self.share
+
+    @property
+    def slots(self) -> int:
+        """`consumption` in quarter devices, the unit pools are packed in."""
+        return int(round(self.consumption * SLOTS_PER_DEVICE))
+
+    @property
     def cost_per_hour(self) -> float:
-        return self.devices * self.price_per_device_hour
+        return self.consumption * self.price_per_device_hour
 
     @property
     def layout(self) -> str:
+        if self.share < 1:
+            return f"{self.parallel.label()}@{self.share:g}"
         if not self.decode_workers:
             return self.parallel.label()
         return f"P {self.parallel.label()} + {self.decode_workers}xD {self.parallel.label()}"
@@ -154,16 +168,16 @@ def _precisions(svc: Service, model: ModelSpec, device: DeviceSpec, fw: Framewor
 
 
 def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], resolved: ResolvedIntent,
-              pool: Pool, device: DeviceSpec) -> tuple[float, Estimate | None]:
+              pool: Pool, device: DeviceSpec, memory_gb: float | None = None) -> tuple[float, Estimate | None]:
     from infra.catalog.loader import load_catalog
 
     catalog = load_catalog()
-    mem = pool_device_memory_gb(pool, device)
+    mem = memory_gb if memory_gb is not None else pool_device_memory_gb(pool, device)
     if wl.rate is not None:
-        return max_rate(dep, wl, slo, catalog, device_memory_gb=mem)
+        return max_rate(dep, wl, slo, catalog, device_memory_gb=mem, device_spec=device)
     # Closed loop: the most clients one replica serves within the objectives (bisection over integers), with
     # the workers compiled once.
-    workers, cal, link = build_workers(dep, catalog, device_memory_gb=mem)
+    workers, cal, link = build_workers(dep, catalog, device_memory_gb=mem, device_spec=device)
 
     def ok(n: int) -> Estimate | None:
         load = replace(wl, concurrency=n)
@@ -192,6 +206,9 @@ def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], 
     return float(lo), best
 
 
+SLOTS_PER_DEVICE = 4
+SHARES = (0.25, 0.5)
+"""Slices a device may be cut into for small models: halves and quarters pack whole devices exactly."""
 DECODE_WORKERS = (1, 2, 4)
 """Decode workers per prefill worker in a disaggregated unit (the prefill:decode ratios tried)."""
 
@@ -222,13 +239,50 @@ def prune_dominated(cands: list[Candidate]) -> tuple[list[Candidate], list[Candi
     kept, dropped = [], []
     for group in groups.values():
         for c in group:
-            eff = c.capacity / c.devices
-            if any(d is not c and d.devices <= c.devices and d.capacity / d.devices >= eff
-                   and (d.devices < c.devices or d.capacity / d.devices > eff or d.key < c.key) for d in group):
+            eff = c.capacity / c.consumption
+            if any(d is not c and d.consumption <= c.consumption and d.capacity / d.consumption >= eff
+                   and (d.consumption < c.consumption or d.capacity / d.consumption > eff or d.key < c.key)
+                   for d in group):
                 dropped.append(c)
             else:
                 kept.append(c)
     return kept, dropped
+
+
+def _can_share(resolved: ResolvedIntent, svc: Service, device: DeviceSpec) -> bool:
+    res = resolved.device_resources.get(device.vendor)
+    return svc.preferences.fractional_sharing and res is not None and res.memory is not None
+
+
+def _shared(rs: ResolvedService, svc: Service, device: DeviceSpec, fw: FrameworkSpec, precision: str, pool: Pool,
+            wl: Workload, slo: dict[tuple[str, str], float], resolved: ResolvedIntent, price: float, zone: str,
+            seen: list[Considered]) -> list[Candidate]:
+    """Replicas on a slice of one device: its memory share as the device's memory, and its core share (HAMi's
+    compute limit) scaling the device's throughput; bandwidth is shared in the same proportion."""
+    assert rs.model is not None
+    out = []
+    for share in SHARES:
+        scaled = device.model_copy(update={
+            "memory_bandwidth_tbps": device.memory_bandwidth_tbps.model_copy(
+                update={"value": device.memory_bandwidth_tbps.value * share}),
+            "tflops": {k: f.model_copy(update={"value": f.value * share}) for k, f in device.tflops.items()},
+        })
+        dep = Deployment(rs.model.name, device.name, fw.name, precision, agg=Role(Parallel()))
+        label = f"tp1@{share:g}"
+        try:
+            cap, est = _capacity(dep, wl, slo, resolved, pool, scaled,
+                                 memory_gb=pool_device_memory_gb(pool, device) * share)
+        except InfraError as exc:
+            seen.append(Considered(svc.name, pool.name, fw.name, precision, label, exc.problems[0].message))
+            continue
+        if cap <= 0 or est is None:
+            seen.append(Considered(svc.name, pool.name, fw.name, precision, label,
+                                   "misses the objectives even at the lightest load"))
+            continue
+        seen.append(Considered(svc.name, pool.name, fw.name, precision, label, "candidate"))
+        out.append(Candidate(svc.name, pool.name, device.name, fw.name, precision, Parallel(), 1, cap, price,
+                             pool.spot, zone, est, 0, share))
+    return out
 
 
 @dataclass(frozen=True)
@@ -283,6 +337,9 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
                             seen.append(Considered(svc.name, pool.name, fw.name, precision, label,
                                                    f"needs {par.devices} devices, pool has {pool.device_count}"))
                             continue
+                        if par == Parallel() and _can_share(resolved, svc, device):
+                            out += _shared(rs, svc, device, fw, precision, pool, wl, slo, resolved, price, zone,
+                                           seen)
                         for dep, workers in _deployments(rs, svc, device, fw, precision, par, pool):
                             devices = par.devices * (1 + workers)
                             shown = label if not workers else f"P {label} + {workers}xD {label}"

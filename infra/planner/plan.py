@@ -70,9 +70,9 @@ def _binding(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution, li
     out = []
     used = {c.key: c for c in cands if c.key in sol.replicas}
     for pool, total in sorted(limits.pool_devices.items()):
-        taken = sum(c.devices * sol.replicas[k] for k, c in used.items() if c.pool == pool)
+        taken = sum(c.consumption * sol.replicas[k] for k, c in used.items() if c.pool == pool)
         if taken and taken >= total:
-            out.append(f"inventory: pool {pool} fully used ({taken}/{total} devices)")
+            out.append(f"inventory: pool {pool} fully used ({taken:g}/{total} devices)")
     for s, cap in sorted(limits.budget_hour.items()):
         if cap is None:
             continue
@@ -103,8 +103,9 @@ def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution
                 "pool": c.pool, "device": c.device, "framework": c.framework, "precision": c.precision,
                 "mode": c.mode, "parallel": dataclasses.asdict(c.parallel),
                 **({"prefill_workers": 1, "decode_workers": c.decode_workers} if c.decode_workers else {}),
-                "replicas": n, "devices_per_replica": c.devices,
-                "devices": n * c.devices, "capacity_per_replica": _r(c.capacity),
+                **({"share": c.share} if c.share < 1 else {}),
+                "replicas": n, "devices_per_replica": c.consumption,
+                "devices": n * c.consumption, "capacity_per_replica": _r(c.capacity),
                 "load_per_replica": _r(load), "cost_per_hour": _r(n * c.cost_per_hour, 6),
                 "predicted": _predicted(resolved, c, max(load, 1e-6)),
                 "calibrated": c.estimate.calibration.calibrated,
@@ -193,7 +194,7 @@ def _relaxations(resolved: ResolvedIntent, cands: list[Candidate], limits: Limit
         if grown.status in ("OPTIMAL", "FEASIBLE"):
             need: dict[str, int] = {}
             for c in cands:
-                need[c.pool] = need.get(c.pool, 0) + c.devices * grown.replicas.get(c.key, 0)
+                need[c.pool] = need.get(c.pool, 0) + math.ceil(c.consumption * grown.replicas.get(c.key, 0))
             cdoc = resolved.loaded.cluster_document()
             for i, pool in enumerate(resolved.loaded.cluster.pools):
                 n = need.get(pool.name, 0)
@@ -241,7 +242,8 @@ def _room(cands: list[Candidate], limits: Limits) -> dict[str, int]:
     """Devices to add to each pool so that any one candidate alone could carry its service's whole demand."""
     room: dict[str, int] = {}
     for c in cands:
-        need = math.ceil(limits.demand[c.service] / c.capacity) * c.devices + limits.min_replicas[c.service] * c.devices
+        need = math.ceil((math.ceil(limits.demand[c.service] / c.capacity) + limits.min_replicas[c.service])
+                         * c.consumption)
         room[c.pool] = min(max(room.get(c.pool, 0), need), 1_000_000)
     return room
 
@@ -249,7 +251,7 @@ def _room(cands: list[Candidate], limits: Limits) -> dict[str, int]:
 def _extra_devices(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution, limits: Limits) -> str:
     need: dict[str, int] = {}
     for c in cands:
-        need[c.pool] = need.get(c.pool, 0) + c.devices * sol.replicas.get(c.key, 0)
+        need[c.pool] = need.get(c.pool, 0) + math.ceil(c.consumption * sol.replicas.get(c.key, 0))
     return ", ".join(f"{n - limits.pool_devices[p]} more {resolved.pools[p].name} in pool {p}"
                      for p, n in sorted(need.items()) if n > limits.pool_devices[p])
 
@@ -337,6 +339,8 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3,
                 "disaggregated units pair one prefill worker with 1, 2 or 4 decode workers of the same layout "
                 "on one pool",
                 "capacity per replica is the largest load whose predicted percentiles meet every objective",
+                "a device slice (fractional sharing) gets that share of the device's memory, compute and "
+                "bandwidth",
             ],
             "provenance": {"catalog": load_catalog().fingerprint(),
                            "calibration": {"fitted": calibration_table().get("fitted"),

@@ -7,7 +7,8 @@ Formulation (all services jointly, one inventory):
     demand      sum_{c of s} cap[c] * n[c] >= D[s]                 for every service s      [literal demand:s]
     replicas    sum_{c of s} n[c] >= min_replicas[s]                                        [literal replicas:s]
     zones       z[s, zone] <= sum_{c of s in zone} n[c];  sum_zone z[s, zone] >= zones[s]   [literal zones:s]
-    inventory   sum_{c on pool p} devices[c] * n[c] <= devices[p]   for every pool p         [literal pool:p]
+    inventory   sum_{c on pool p} slots[c] * n[c] <= 4 * devices[p]   for every pool p       [literal pool:p]
+                (slots are quarter devices: a whole-device replica of k devices takes 4k, a HAMi slice 1 or 2)
     budget/h    sum_{c of s} cost[c] * n[c] <= B_h[s]   (and over all services, the total)   [literal budget:s]
     $/Mtok      sum cost[c] n[c] <= B_tok[s] * tokens_per_hour[s] / 1e6                      [literal budget:s]
     $/request   sum cost[c] n[c] <= B_req[s] * requests_per_hour[s]                         [literal budget:s]
@@ -16,7 +17,8 @@ Formulation (all services jointly, one inventory):
 
 Capacities are scaled to integers (milli-requests/s or clients x 1000) and costs to tenths of a cent per hour.
 Replicas of a layout that divides a node's devices pack exactly into nodes (a node holds devices_per_node / tp of
-them); multi-node layouts take whole nodes; so the device count per pool is the exact packing constraint.
+them); multi-node layouts take whole nodes; halves and quarters of devices pack into whole devices; so the slot
+count per pool is the exact packing constraint.
 Every constraint group is switched by an assumption literal; when the model is infeasible, CP-SAT's sufficient
 assumptions name the groups in conflict, which are mapped back to the intent's fields and lines. The solver runs
 single-threaded with a fixed seed and a deterministic time budget, so the same inputs give the same plan.
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from infra.intent.resolve import ResolvedIntent
-from infra.planner.candidates import Candidate
+from infra.planner.candidates import SLOTS_PER_DEVICE, Candidate
 
 CAP_SCALE = 1000
 COST_SCALE = 1000  # tenths of a cent
@@ -97,7 +99,7 @@ def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 
     exclude = exclude or set()
     cands = [c for c in candidates if c.key not in exclude]
     m = cp_model.CpModel()
-    pool_devices = {p: n + (extra_devices or {}).get(p, 0) for p, n in limits.pool_devices.items()}
+    pool_slots = {p: (n + (extra_devices or {}).get(p, 0)) * SLOTS_PER_DEVICE for p, n in limits.pool_devices.items()}
     n = {}
     uppers: dict[str, int] = {}
     for c in cands:
@@ -134,10 +136,10 @@ def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 
             m.add(sum(zvars) >= limits.zones[s]).only_enforce_if(lit(f"zones:{s}"))
         if limits.budget_hour.get(s) is not None:
             m.add(sum(cost_terms[s]) <= int(limits.budget_hour[s] * COST_SCALE)).only_enforce_if(lit(f"budget:{s}"))
-    for p, total in sorted(pool_devices.items()):
+    for p, total in sorted(pool_slots.items()):
         on = [c for c in cands if c.pool == p]
         if on:
-            m.add(sum(c.devices * n[c.key] for c in on) <= total).only_enforce_if(lit(f"pool:{p}"))
+            m.add(sum(c.slots * n[c.key] for c in on) <= total).only_enforce_if(lit(f"pool:{p}"))
     all_cost = sum(t for s in services for t in cost_terms[s])
     if limits.total_budget_hour is not None:
         m.add(all_cost <= int(limits.total_budget_hour * COST_SCALE)).only_enforce_if(lit("budget:total"))

@@ -29,12 +29,14 @@ def _layout(a: dict[str, Any]) -> str:
                                                                                   else "")
     if a.get("mode") == "disagg":
         return f"1 prefill + {a['decode_workers']} decode workers of {layout}"
+    if "share" in a:
+        return f"{layout} on {a['share']:g} of a device"
     return layout
 
 
 def _alloc_line(a: dict[str, Any]) -> str:
     return (f"{a['replicas']} x {a['device']} ({_layout(a)}, {a['framework']}, {a['precision']}) in pool "
-            f"{a['pool']}: {a['devices']} devices, ${a['cost_per_hour']:.2f}/h")
+            f"{a['pool']}: {a['devices']:g} devices, ${a['cost_per_hour']:.2f}/h")
 
 
 def rationale(plan: dict[str, Any]) -> str:

@@ -173,3 +173,38 @@ def test_every_example_is_planned(path):
     else:
         with pytest.raises(InfraError, match="pipeline"):
             api.plan(path)
+
+
+SHARED_INTENT = """apiVersion: infra.dev/v1alpha1
+kind: ServingIntent
+metadata: {name: tiny}
+spec:
+  cluster:
+    pools:
+      - {name: h100, device: H100-SXM, nodes: 1, devices_per_node: 8, price: $2/h}
+  services:
+    - name: tiny
+      model: Qwen2.5-7B
+      precisions: [fp8]
+      workload:
+        rate: 0.2/s
+        input_tokens: {mean: 500}
+        output_tokens: {mean: 100}
+      slo:
+        ttft: {p99: 3s}
+        tpot: {p99: 100ms}
+      preferences:
+        fractional_sharing: SHARE
+"""
+
+
+def test_fractional_sharing_packs_small_models_on_slices(tmp_path):
+    shared = tmp_path / "shared.yaml"
+    shared.write_text(SHARED_INTENT.replace("SHARE", "true"))
+    whole = tmp_path / "whole.yaml"
+    whole.write_text(SHARED_INTENT.replace("SHARE", "false"))
+    a = api.plan(shared).plan["spec"]
+    b = api.plan(whole).plan["spec"]
+    alloc = a["services"][0]["allocations"][0]
+    assert alloc["share"] in (0.25, 0.5) and alloc["devices"] < 1
+    assert a["cost"]["per_hour"] == pytest.approx(2 * alloc["share"]) and b["cost"]["per_hour"] == 2
