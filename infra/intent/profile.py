@@ -85,6 +85,14 @@ class Pool(Strict):
         return self.nodes if isinstance(self.nodes, int) else len(self.nodes)
 
     @property
+    def zone(self) -> str | None:
+        """The pool's zone: its own, or the one all its listed nodes share."""
+        if self.topology.zone or isinstance(self.nodes, int):
+            return self.topology.zone
+        zones = {n.topology.zone for n in self.nodes}
+        return zones.pop() if len(zones) == 1 else None
+
+    @property
     def device_count(self) -> int:
         if isinstance(self.nodes, int):
             return self.nodes * self.devices_per_node

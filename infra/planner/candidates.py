@@ -321,7 +321,7 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
             if device.name not in rs.devices or (pool.spot and svc.preferences.spot == "never"):
                 continue
             price = pool.price if pool.price is not None else device.reference_price_per_hour.value
-            zone = pool.topology.zone or "-"
+            zone = pool.zone or "-"
             for fw in rs.frameworks:
                 if device.vendor not in fw.vendors or (fw.devices and device.name not in fw.devices):
                     continue

@@ -81,6 +81,10 @@ def _binding(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution, li
             out.append(f"budget: service {s} at ${cost:.2f}/h of ${cap:.2f}/h")
     if limits.total_budget_hour is not None and sol.cost_per_hour >= 0.97 * limits.total_budget_hour:
         out.append(f"budget: total at ${sol.cost_per_hour:.2f}/h of ${limits.total_budget_hour:.2f}/h")
+    for s, z in sorted(limits.zones.items()):
+        zones = {c.zone for k, c in used.items() if c.service == s}
+        if z > 1 and len(zones) == z:
+            out.append(f"availability: service {s} spread over exactly its {z} zones ({', '.join(sorted(zones))})")
     for s, n in sorted(limits.min_replicas.items()):
         if n > 1 and sum(sol.replicas[k] for k, c in used.items() if c.service == s) == n:
             out.append(f"availability: service {s} at its minimum of {n} replicas")

@@ -127,7 +127,7 @@ def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 
         m.add(sum(cap_terms[s]) >= int(round(limits.demand[s] * CAP_SCALE))).only_enforce_if(lit(f"demand:{s}"))
         m.add(sum(n[c.key] for c in mine) >= limits.min_replicas[s]).only_enforce_if(lit(f"replicas:{s}"))
         if limits.zones[s] > 1:
-            zs = sorted({c.zone for c in mine})
+            zs = sorted({c.zone for c in mine if c.zone != "-"})  # a pool without a zone label proves no spread
             zvars = []
             for z in zs:
                 zv = m.new_bool_var(f"z[{s},{z}]")
