@@ -214,16 +214,18 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     dp = w.parallel.attention_dp
     b = max(lam * osl * w.step(1.0, ctx) / f.accept, 1e-9)
     step = w.step(b, ctx)
-    rho = 0.0
-    own = inc = 0.0
+    per = min(isl_eff, chunk)
+    chunks = max(1.0, isl_eff / chunk)
+    inc = (w.step(0.0, 0.0, per, isl / 2) - f.step_ms * 1e-3) * chunks
+    rho = lam * dp * inc
+    own = 0.0
     for _ in range(80):
-        own, inc = _prompt_cost(w, b, ctx, isl_eff, isl, chunk)
-        rho = lam * dp * inc
+        own = w.step(b, ctx, per, isl / 2) * chunks
         if rho >= 1 or f.mix * rho >= 1 or b > 4 * cap:
             return _unstable({"agg": workers}, max(rho, b / cap), "arrival rate exceeds what the replicas sustain")
         step_new = w.step(b, ctx) / (1 - f.mix * rho)
         b_new = lam * ((osl - 1) * step_new / f.accept + own)
-        done = abs(step_new - step) < 1e-9 * step and abs(b_new - b) < 1e-6 * max(b, 1)
+        done = abs(step_new - step) < 1e-6 * step and abs(b_new - b) < 1e-5 * max(b, 1)
         step, b = 0.5 * (step + step_new), 0.5 * (b + b_new)
         if done:
             break
@@ -323,8 +325,12 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
     p_groups = n_p * wp.parallel.attention_dp
     rho_pf = lam / p_groups / per_prefill_group
     b = lam / d_groups * osl * wd.step(1.0, ctx)
-    for _ in range(40):
-        b = 0.5 * b + 0.5 * lam / d_groups * osl * wd.token_time(b, ctx)
+    for _ in range(60):
+        b_new = 0.5 * b + 0.5 * lam / d_groups * osl * wd.token_time(b, ctx)
+        if abs(b_new - b) < 1e-6 * max(b, 1e-3):
+            b = b_new
+            break
+        b = b_new
     if rho_pf >= 1 or b > cap:
         return _unstable({"prefill": n_p, "decode": n_d}, max(rho_pf, b / cap),
                          "arrival rate exceeds what the workers sustain")
