@@ -288,6 +288,9 @@ class Availability(Strict):
     """Fewest serving replicas at any time (per role, for disaggregated deployments)."""
     zones: int = Field(default=1, ge=1)
     """Spread replicas across at least this many zones."""
+    headroom: Fraction = 0.0
+    """Spare capacity to keep above peak demand (e.g. 20%): room for bursts beyond the arrival model and for a
+    replica being lost or restarted."""
 
 
 class Preferences(Strict):

@@ -98,7 +98,8 @@ def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution
         s = rs.service.name
         mine = [c for c in cands if c.service == s and c.key in sol.replicas]
         capacity = sum(c.capacity * sol.replicas[c.key] for c in mine)
-        demand = limits.demand[s]
+        wl = rs.service.workload
+        demand = float(wl.rate.peak_rps if wl.rate is not None else wl.concurrency)
         allocs = []
         for c in sorted(mine, key=lambda c: c.key):
             n = sol.replicas[c.key]
@@ -116,11 +117,12 @@ def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution
                 "calibration_source": c.estimate.calibration.source,
             })
         cost = sum(c.cost_per_hour * sol.replicas[c.key] for c in mine)
-        wl = rs.service.workload
         unit = "requests/s" if wl.rate is not None else "clients"
         entry: dict[str, Any] = {
             "name": s, "model": rs.model.name if rs.model else None,
-            "demand": {"value": _r(demand), "unit": unit}, "capacity": {"value": _r(capacity), "unit": unit},
+            "demand": {"value": _r(demand), "unit": unit},
+            "required": {"value": _r(limits.demand[s]), "unit": unit},
+            "capacity": {"value": _r(capacity), "unit": unit},
             "headroom": _r(capacity / demand - 1 if demand else 0.0, 3), "allocations": allocs,
             "cost_per_hour": _r(cost, 6),
         }

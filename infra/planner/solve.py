@@ -72,7 +72,8 @@ def limits_from(resolved: ResolvedIntent, tokens_per_request: dict[str, float]) 
     for rs in resolved.services:
         svc = rs.service
         wl = svc.workload
-        demand[svc.name] = float(wl.rate.peak_rps if wl.rate is not None else wl.concurrency)
+        peak = float(wl.rate.peak_rps if wl.rate is not None else wl.concurrency)
+        demand[svc.name] = peak * (1 + svc.availability.headroom)
         min_r[svc.name] = svc.availability.min_replicas
         zones[svc.name] = svc.availability.zones
         caps = []

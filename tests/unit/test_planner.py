@@ -101,7 +101,8 @@ def test_plan_example_meets_everything(tmp_path):
     spec = result.plan["spec"]
     assert spec["solver"]["status"] == "OPTIMAL" and spec["cost"]["per_hour"] > 0
     svc = spec["services"][0]
-    assert svc["capacity"]["value"] >= svc["demand"]["value"]
+    assert svc["required"]["value"] == pytest.approx(40 * 1.1)  # peak plus the intent's 10% headroom
+    assert svc["capacity"]["value"] >= svc["required"]["value"]
     assert sum(a["replicas"] for a in svc["allocations"]) >= 2  # min_replicas
     assert len({a["pool"] for a in svc["allocations"]}) >= 1
     for a in svc["allocations"]:
