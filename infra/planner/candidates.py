@@ -268,21 +268,28 @@ def _shared(rs: ResolvedService, svc: Service, device: DeviceSpec, fw: Framework
             "tflops": {k: f.model_copy(update={"value": f.value * share}) for k, f in device.tflops.items()},
         })
         dep = Deployment(rs.model.name, device.name, fw.name, precision, agg=Role(Parallel()))
-        label = f"tp1@{share:g}"
-        try:
-            cap, est = _capacity(dep, wl, slo, resolved, pool, scaled,
-                                 memory_gb=pool_device_memory_gb(pool, device) * share)
-        except InfraError as exc:
-            seen.append(Considered(svc.name, pool.name, fw.name, precision, label, exc.problems[0].message))
-            continue
-        if cap <= 0 or est is None:
-            seen.append(Considered(svc.name, pool.name, fw.name, precision, label,
-                                   "misses the objectives even at the lightest load"))
-            continue
-        seen.append(Considered(svc.name, pool.name, fw.name, precision, label, "candidate"))
-        out.append(Candidate(svc.name, pool.name, device.name, fw.name, precision, Parallel(), 1, cap, price,
-                             pool.spot, zone, est, 0, share))
+        scored = _score(Considered(svc.name, pool.name, fw.name, precision, f"tp1@{share:g}", ""), dep, wl, slo,
+                        resolved, pool, scaled, seen, memory_gb=pool_device_memory_gb(pool, device) * share)
+        if scored is not None:
+            out.append(Candidate(svc.name, pool.name, device.name, fw.name, precision, Parallel(), 1, scored[0],
+                                 price, pool.spot, zone, scored[1], 0, share))
     return out
+
+
+def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float],
+           resolved: ResolvedIntent, pool: Pool, device: DeviceSpec, seen: list[Considered],
+           memory_gb: float | None = None) -> tuple[float, Estimate] | None:
+    """(capacity, estimate) of one deployment, or None; either way the outcome is recorded in `seen`."""
+    try:
+        cap, est = _capacity(dep, wl, slo, resolved, pool, device, memory_gb=memory_gb)
+    except InfraError as exc:
+        seen.append(dataclasses.replace(record, outcome=exc.problems[0].message))
+        return None
+    if cap <= 0 or est is None:
+        seen.append(dataclasses.replace(record, outcome="misses the objectives even at the lightest load"))
+        return None
+    seen.append(dataclasses.replace(record, outcome="candidate"))
+    return cap, est
 
 
 @dataclass(frozen=True)
@@ -347,19 +354,12 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
                                 seen.append(Considered(svc.name, pool.name, fw.name, precision, shown,
                                                        f"needs {devices} devices, pool has {pool.device_count}"))
                                 continue
-                            try:
-                                cap, est = _capacity(dep, wl, slo, resolved, pool, device)
-                            except InfraError as exc:
-                                seen.append(Considered(svc.name, pool.name, fw.name, precision, shown,
-                                                       exc.problems[0].message))
-                                continue
-                            if cap <= 0 or est is None:
-                                seen.append(Considered(svc.name, pool.name, fw.name, precision, shown,
-                                                       "misses the objectives even at the lightest load"))
-                                continue
-                            seen.append(Considered(svc.name, pool.name, fw.name, precision, shown, "candidate"))
-                            out.append(Candidate(svc.name, pool.name, device.name, fw.name, precision, par,
-                                                 devices, cap, price, pool.spot, zone, est, workers))
+                            scored = _score(Considered(svc.name, pool.name, fw.name, precision, shown, ""), dep,
+                                            wl, slo, resolved, pool, device, seen)
+                            if scored is not None:
+                                out.append(Candidate(svc.name, pool.name, device.name, fw.name, precision, par,
+                                                     devices, scored[0], price, pool.spot, zone, scored[1],
+                                                     workers))
     if progress is not None:
         progress(len(resolved.services), len(resolved.services))
     kept, dropped = prune_dominated(out)
