@@ -20,6 +20,7 @@ from infra.perf.calibration import table as calibration_table
 from infra.perf.estimate import estimate
 from infra.planner.candidates import Candidate, Considered, enumerate_candidates, objectives, service_workload
 from infra.planner.solve import Limits, Solution, limits_from, minimal_conflict, solve
+from infra.planner.types import DeploymentPlan
 
 PLAN_VERSION = "infra.dev/v1alpha1"
 SLO_STEPS = (1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)
@@ -353,4 +354,6 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3,
                                            "data_sha256": calibration_table().get("data_sha256")}},
         },
     }
-    return plan, considered
+    # The contract is checked before anything is written: a plan that does not fit DeploymentPlan is a bug here.
+    typed = DeploymentPlan.model_validate(plan)
+    return typed.model_dump(mode="json", by_alias=True, exclude_none=True), considered

@@ -209,3 +209,19 @@ def test_fractional_sharing_packs_small_models_on_slices(tmp_path):
     alloc = a["services"][0]["allocations"][0]
     assert alloc["share"] in (0.25, 0.5) and alloc["devices"] < 1
     assert a["cost"]["per_hour"] == pytest.approx(2 * alloc["share"]) and b["cost"]["per_hour"] == 2
+
+
+def test_plan_file_is_the_typed_contract(tmp_path):
+    from infra.errors import IntentError
+    from infra.planner.types import DeploymentPlan, load_plan
+
+    api.plan(EXAMPLE, tmp_path)
+    plan = load_plan(tmp_path / "plan.yaml")
+    assert isinstance(plan, DeploymentPlan) and plan.spec.services[0].name == "chat"
+    text = (tmp_path / "plan.yaml").read_text().replace("  replicas: ", "  replica: ", 1)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    with pytest.raises(IntentError) as exc:
+        load_plan(bad)
+    first = str(exc.value.problems[0])
+    assert first.startswith(f"{bad}:") and "replica" in first and "To fix" in first
