@@ -38,6 +38,8 @@ class ResolvedIntent:
     pools: dict[str, DeviceSpec]
     services: list[ResolvedService]
     device_resources: dict[str, DeviceResources] = field(default_factory=dict)
+    catalog: Catalog | None = None
+    """The catalog the names were resolved in (with the user's overlays); later stages use the same one."""
 
 
 def pool_device_memory_gb(pool: Pool, device: DeviceSpec) -> float:
@@ -203,4 +205,4 @@ def resolve(loaded: LoadedIntent, catalog: Catalog) -> ResolvedIntent:
 
     if problems:
         raise IntentError(problems)
-    return ResolvedIntent(loaded, pools, services, resources)
+    return ResolvedIntent(loaded, pools, services, resources, catalog)

@@ -158,10 +158,11 @@ def predict(dep: Deployment, wl: Workload, workers: dict[str, Worker], link: flo
 
 
 def estimate(dep: Deployment, wl: Workload, catalog: Catalog, *, device_memory_gb: float | None = None,
-             factors: Factors | None = None) -> Estimate:
+             factors: Factors | None = None, device_spec: DeviceSpec | None = None) -> Estimate:
     """Predict the metrics of `dep` under `wl`; raises ShapeError when the deployment cannot run. `factors`
-    replaces the calibrated efficiency factors (for fitting them)."""
-    workers, cal, link = build_workers(dep, catalog, device_memory_gb=device_memory_gb, factors=factors)
+    replaces the calibrated efficiency factors (for fitting them); `device_spec` the device's figures."""
+    workers, cal, link = build_workers(dep, catalog, device_memory_gb=device_memory_gb, factors=factors,
+                                       device_spec=device_spec)
     notes = []
     if not cal.calibrated:
         notes.append(f"not calibrated for {dep.framework} on {dep.device}: efficiency factors {cal.source} "

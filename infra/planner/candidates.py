@@ -48,6 +48,10 @@ class Candidate:
     """Disaggregated units: decode workers (each of layout `parallel`) per prefill worker; 0 = aggregated."""
     share: float = 1.0
     """Fraction of one device a replica takes when devices are shared through memory/core slices (HAMi)."""
+    device_spec: DeviceSpec | None = None
+    """The device as this replica sees it (a slice's share of its figures); None is the catalog's device."""
+    memory_gb: float | None = None
+    """Usable memory per device for this replica (the pool's allocatable figure, or a slice's share)."""
 
     @property
     def mode(self) -> str:
@@ -169,9 +173,8 @@ def _precisions(svc: Service, model: ModelSpec, device: DeviceSpec, fw: Framewor
 
 def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], resolved: ResolvedIntent,
               pool: Pool, device: DeviceSpec, memory_gb: float | None = None) -> tuple[float, Estimate | None]:
-    from infra.catalog.loader import load_catalog
-
-    catalog = load_catalog()
+    catalog = resolved.catalog
+    assert catalog is not None
     mem = memory_gb if memory_gb is not None else pool_device_memory_gb(pool, device)
     if wl.rate is not None:
         return max_rate(dep, wl, slo, catalog, device_memory_gb=mem, device_spec=device)
@@ -272,7 +275,8 @@ def _shared(rs: ResolvedService, svc: Service, device: DeviceSpec, fw: Framework
                         resolved, pool, scaled, seen, memory_gb=pool_device_memory_gb(pool, device) * share)
         if scored is not None:
             out.append(Candidate(svc.name, pool.name, device.name, fw.name, precision, Parallel(), 1, scored[0],
-                                 price, pool.spot, zone, scored[1], 0, share))
+                                 price, pool.spot, zone, scored[1], 0, share, scaled,
+                                 pool_device_memory_gb(pool, device) * share))
     return out
 
 
@@ -359,7 +363,7 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
                             if scored is not None:
                                 out.append(Candidate(svc.name, pool.name, device.name, fw.name, precision, par,
                                                      devices, scored[0], price, pool.spot, zone, scored[1],
-                                                     workers))
+                                                     workers, memory_gb=pool_device_memory_gb(pool, device)))
     if progress is not None:
         progress(len(resolved.services), len(resolved.services))
     kept, dropped = prune_dominated(out)

@@ -13,7 +13,7 @@ import json
 import math
 from typing import Any, Callable
 
-from infra.catalog.loader import load_catalog
+from infra.catalog.loader import Catalog
 from infra.errors import InfeasibleError, Location, Problem
 from infra.intent.resolve import ResolvedIntent
 from infra.perf.calibration import table as calibration_table
@@ -31,11 +31,16 @@ def _r(x: float, nd: int = 4) -> float:
     return float(f"{x:.{nd}g}") if x == x and abs(x) != float("inf") else x
 
 
+def _catalog(resolved: ResolvedIntent) -> Catalog:
+    assert resolved.catalog is not None, "resolve() records the catalog it used"
+    return resolved.catalog
+
+
 def _fingerprint(resolved: ResolvedIntent) -> str:
     blob = json.dumps({
         "intent": resolved.loaded.intent.model_dump(mode="json", by_alias=True),
         "cluster": resolved.loaded.cluster.model_dump(mode="json", by_alias=True),
-        "catalog": load_catalog().fingerprint(),
+        "catalog": _catalog(resolved).fingerprint(),
         "calibration": calibration_table().get("data_sha256", ""),
     }, sort_keys=True)
     return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
@@ -57,7 +62,8 @@ def _predicted(resolved: ResolvedIntent, cand: Candidate, load: float) -> dict[s
     wl = service_workload(rs.service, base)
     wl = dataclasses.replace(wl, rate=load) if wl.rate is not None else dataclasses.replace(
         wl, concurrency=max(1, int(round(load))))
-    est = estimate(cand.estimate.deployment, wl, load_catalog())
+    est = estimate(cand.estimate.deployment, wl, _catalog(resolved), device_memory_gb=cand.memory_gb,
+                   device_spec=cand.device_spec)
     out = {}
     for (metric, pct), target in sorted(objectives(rs.service).items()):
         values = getattr(est.prediction, metric)
@@ -349,7 +355,7 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3,
                 "a device slice (fractional sharing) gets that share of the device's memory, compute and "
                 "bandwidth",
             ],
-            "provenance": {"catalog": load_catalog().fingerprint(),
+            "provenance": {"catalog": _catalog(resolved).fingerprint(),
                            "calibration": {"fitted": calibration_table().get("fitted"),
                                            "data_sha256": calibration_table().get("data_sha256")}},
         },

@@ -36,3 +36,26 @@ def test_infeasible_exits_2_with_located_explanation(tmp_path):
 def test_unplannable_feature_is_a_clear_input_error():
     out = infra("plan", str(ROOT / "examples" / "omni-speech.yaml"))
     assert out.returncode == 1 and "pipeline" in out.stderr and "To fix" in out.stderr
+
+
+def test_plan_with_a_catalog_overlay_card(tmp_path):
+    """A company's own card, added with --catalog, is planned like any other (and said to be uncalibrated)."""
+    from infra.catalog.loader import load_catalog
+
+    card = load_catalog().device("H100-SXM").model_dump(mode="json")
+    card.update(name="Acme-X1", aliases=["acme-x1"])
+    (tmp_path / "cat" / "devices").mkdir(parents=True)
+    (tmp_path / "cat" / "devices" / "x1.yaml").write_text(json.dumps(card))
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "mixed-h100-ascend.yaml").write_text(
+        (ROOT / "examples" / "profiles" / "mixed-h100-ascend.yaml").read_text().replace("device: H100-SXM",
+                                                                                       "device: Acme-X1"))
+    intent = tmp_path / "intent.yaml"
+    intent.write_text((ROOT / "examples" / "chat-mixed-fleet.yaml").read_text())
+    out = infra("plan", str(intent), "--catalog", str(tmp_path / "cat"), "--json")
+    assert out.returncode == 0, out.stderr
+    allocs = json.loads(out.stdout)["spec"]["services"][0]["allocations"]
+    x1 = [a for a in allocs if a["device"] == "Acme-X1"]
+    assert x1 and not x1[0]["calibrated"] and x1[0]["calibration_source"].startswith("borrowed:")
+    without = infra("plan", str(intent))
+    assert without.returncode == 1 and "unknown device 'Acme-X1'" in without.stderr
