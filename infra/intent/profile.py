@@ -65,7 +65,8 @@ class Pool(Strict):
     price: MoneyPerHour | None = None
     """Price per device-hour, e.g. `$2.49/h`; unset uses the catalog's reference price."""
     owned: bool = False
-    """The devices are already paid for: planning still minimises their use, at `price` (or zero if unset)."""
+    """The devices are already paid for. Planning still prices them (at `price`, or the catalog's reference price
+    when unset) so that it uses no more of them than the intent needs."""
     spot: bool = False
     """Spot / preemptible capacity: cheaper, but may be reclaimed; used only when an intent allows spot."""
     topology: Topology = Topology()
