@@ -272,7 +272,8 @@ def _shared(rs: ResolvedService, svc: Service, device: DeviceSpec, fw: Framework
         })
         dep = Deployment(rs.model.name, device.name, fw.name, precision, agg=Role(Parallel()))
         scored = _score(Considered(svc.name, pool.name, fw.name, precision, f"tp1@{share:g}", ""), dep, wl, slo,
-                        resolved, pool, scaled, seen, memory_gb=pool_device_memory_gb(pool, device) * share)
+                        resolved, pool, scaled, seen, memory_gb=pool_device_memory_gb(pool, device) * share,
+                        longest=longest_request(svc))
         if scored is not None:
             out.append(Candidate(svc.name, pool.name, device.name, fw.name, precision, Parallel(), 1, scored[0],
                                  price, pool.spot, zone, scored[1], 0, share, scaled,
@@ -280,10 +281,27 @@ def _shared(rs: ResolvedService, svc: Service, device: DeviceSpec, fw: Framework
     return out
 
 
+def longest_request(svc: Service) -> int | None:
+    """Tokens of the longest request a replica must hold: max_context, else the largest input plus output."""
+    if svc.max_context is not None:
+        return svc.max_context
+    w = svc.workload
+    if w.input_tokens is None or w.output_tokens is None:
+        return None
+    ends = []
+    for dist in (w.input_tokens, w.output_tokens):
+        top = dist.max or dist.fixed or (dist.histogram[-1].le if dist.histogram else None)
+        if top is None:
+            return None
+        ends.append(top)
+    return sum(ends)
+
+
 def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float],
            resolved: ResolvedIntent, pool: Pool, device: DeviceSpec, seen: list[Considered],
-           memory_gb: float | None = None) -> tuple[float, Estimate] | None:
-    """(capacity, estimate) of one deployment, or None; either way the outcome is recorded in `seen`."""
+           memory_gb: float | None = None, longest: int | None = None) -> tuple[float, Estimate] | None:
+    """(capacity, estimate) of one deployment, or None; either way the outcome is recorded in `seen`. A shape
+    whose KV cache cannot hold the longest request is dropped too."""
     try:
         cap, est = _capacity(dep, wl, slo, resolved, pool, device, memory_gb=memory_gb)
     except InfraError as exc:
@@ -292,6 +310,14 @@ def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[st
     if cap <= 0 or est is None:
         seen.append(dataclasses.replace(record, outcome="misses the objectives even at the lightest load"))
         return None
+    if longest:
+        for role, mem in est.memory.items():
+            need = longest * mem.kv_bytes_per_token / 1e9
+            if need > mem.kv_gb:
+                seen.append(dataclasses.replace(record, outcome=(
+                    f"the longest request ({longest} tokens) needs {need:.1f} GB of KV cache per device, "
+                    f"{role} workers have {mem.kv_gb:.1f} GB")))
+                return None
     seen.append(dataclasses.replace(record, outcome="candidate"))
     return cap, est
 
@@ -359,7 +385,7 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
                                                        f"needs {devices} devices, pool has {pool.device_count}"))
                                 continue
                             scored = _score(Considered(svc.name, pool.name, fw.name, precision, shown, ""), dep,
-                                            wl, slo, resolved, pool, device, seen)
+                                            wl, slo, resolved, pool, device, seen, longest=longest_request(svc))
                             if scored is not None:
                                 out.append(Candidate(svc.name, pool.name, device.name, fw.name, precision, par,
                                                      devices, scored[0], price, pool.spot, zone, scored[1],

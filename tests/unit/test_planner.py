@@ -225,3 +225,14 @@ def test_plan_file_is_the_typed_contract(tmp_path):
         load_plan(bad)
     first = str(exc.value.problems[0])
     assert first.startswith(f"{bad}:") and "replica" in first and "To fix" in first
+
+
+def test_longest_request_must_fit_the_kv_cache(tmp_path):
+    text = (SHARED_INTENT.replace("SHARE", "true").replace("model: Qwen2.5-7B", "model: Llama-3.1-8B")
+            .replace("      precisions: [fp8]\n", "      precisions: [fp8]\n      max_context: 128k\n"))
+    path = tmp_path / "long.yaml"
+    path.write_text(text)
+    result = api.plan(path, tmp_path / "out")
+    alloc = result.plan["spec"]["services"][0]["allocations"][0]
+    assert alloc.get("share", 1.0) > 0.25  # a quarter of an H100 cannot hold one 128k-token request
+    assert "the longest request (128000 tokens)" in (tmp_path / "out" / "report.md").read_text()
