@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from ruamel.yaml import YAML
 
+from infra.perf.shape import Parallel
 from infra.planner.candidates import Considered
 
 
@@ -58,11 +59,22 @@ def rationale(plan: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def _considered_table(considered: list[Considered], chosen: set[tuple[str, str, str]]) -> list[str]:
+def _shape(a: dict[str, Any]) -> str:
+    """The layout label the candidates table uses for an allocation."""
+    label = Parallel(**a["parallel"]).label()
+    if a.get("share"):
+        return f"{label}@{a['share']:g}"
+    if a.get("mode") == "disagg":
+        return f"P {label} + {a['decode_workers']}xD {label}"
+    return label
+
+
+def _considered_table(considered: list[Considered], chosen: set[tuple[str, str, str, str, str]]) -> list[str]:
     lines = ["## Candidates considered", "", "| service | pool | framework | precision | layout | outcome |",
              "|---|---|---|---|---|---|"]
     for c in considered:
-        mark = " (chosen)" if c.outcome == "candidate" and (c.pool, c.framework, c.precision) in chosen else ""
+        key = (c.service, c.pool, c.framework, c.precision, c.parallel)
+        mark = " (chosen)" if c.outcome == "candidate" and key in chosen else ""
         lines.append(f"| {c.service} | {c.pool} | {c.framework} | {c.precision} | {c.parallel} | "
                      f"{c.outcome}{mark} |")
     return lines
@@ -98,7 +110,8 @@ def plan_markdown(plan: dict[str, Any], considered: list[Considered]) -> str:
             lines.append(f"| {alt['label']} | {alt['cost_per_hour']:.2f} | {alt['delta_per_hour']:+.2f} | "
                          f"{'; '.join(alt['uses'])} |")
         lines.append("")
-    chosen = {(a["pool"], a["framework"], a["precision"]) for s in spec["services"] for a in s["allocations"]}
+    chosen = {(s["name"], a["pool"], a["framework"], a["precision"], _shape(a)) for s in spec["services"]
+              for a in s["allocations"]}
     lines += _considered_table(considered, chosen)
     lines += ["", "## Assumptions", ""] + [f"- {a}" for a in spec["assumptions"]]
     return "\n".join(lines) + "\n"

@@ -110,7 +110,9 @@ def test_plan_example_meets_everything(tmp_path):
             assert v["predicted_ms"] <= v["target_ms"] * 1.0001
     assert spec["cost"]["per_hour"] <= 90  # the intent's budget
     assert (tmp_path / "plan.yaml").read_text().startswith("apiVersion: infra.dev/v1alpha1")
-    assert "Candidates considered" in (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert "Candidates considered" in report
+    assert report.count("(chosen)") == len(svc["allocations"])
 
 
 def test_plans_are_byte_identical(tmp_path):
