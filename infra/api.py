@@ -101,17 +101,18 @@ class PlanResult:
 
 
 def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
-         catalog_dirs: tuple[Path, ...] = (), progress: Any = None) -> PlanResult:
+         catalog_dirs: tuple[Path, ...] = (), progress: Any = None, objective: str = "cost") -> PlanResult:
     """Plan an intent: the cheapest deployment that meets every objective, or InfeasibleError (exit 2) with the
     conflict and the relaxations that would fix it. With `output`, writes plan.yaml and report.md there;
-    `progress(done, total)` hears how many services have been scored."""
+    `progress(done, total)` hears how many services have been scored. `objective` "goodput" plans for a fixed
+    inventory: as much of the demand as fits, then the cheapest way to carry it."""
     from infra.errors import InfeasibleError
     from infra.planner.plan import build_plan
     from infra.report.plan import plan_markdown, plan_yaml
 
     resolved = load_intent(path, catalog_dirs)
     try:
-        data, considered = build_plan(resolved, top=top, progress=progress)
+        data, considered = build_plan(resolved, top=top, objective=objective, progress=progress)
     except InfeasibleError as exc:
         if output is not None:
             from infra.files import write_atomic

@@ -56,10 +56,14 @@ def plan(
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write plan.yaml and report.md here.",
                                                    show_default=False)] = None,
     top: Annotated[int, typer.Option(help="Alternatives of another kind to report.")] = 3,
+    objective: Annotated[str, typer.Option(help="cost: cheapest plan serving all demand; goodput: serve the most "
+                                                "the inventory and budgets allow, then cheapest.")] = "cost",
     catalog: CatalogOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Solve an intent: the cheapest deployment meeting every objective, or why none does and what to relax."""
+    if objective not in ("cost", "goodput"):
+        raise InfraError(f"--objective {objective!r} is not known — To fix: use --objective cost or goodput")
     from infra import api
 
     from contextlib import nullcontext
@@ -77,7 +81,8 @@ def plan(
             if live is not None:
                 live.update(task, completed=done, total=total)
 
-        result = api.plan(path, output, top=top, catalog_dirs=tuple(catalog or ()), progress=progress)
+        result = api.plan(path, output, top=top, catalog_dirs=tuple(catalog or ()), progress=progress,
+                          objective=objective)
     if as_json:
         print(json.dumps(result.plan, indent=2, sort_keys=True))
     else:

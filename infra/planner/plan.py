@@ -108,9 +108,10 @@ def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution
         wl = rs.service.workload
         demand = float(wl.rate.peak_rps if wl.rate is not None else wl.concurrency)
         allocs = []
+        served = min(demand, capacity)
         for c in sorted(mine, key=lambda c: c.key):
             n = sol.replicas[c.key]
-            load = demand * c.capacity / capacity if capacity else 0.0
+            load = served * c.capacity / capacity if capacity else 0.0
             allocs.append({
                 "pool": c.pool, "device": c.device, "framework": c.framework, "precision": c.precision,
                 "mode": c.mode, "parallel": dataclasses.asdict(c.parallel),
@@ -130,7 +131,8 @@ def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution
             "demand": {"value": _r(demand), "unit": unit},
             "required": {"value": _r(limits.demand[s]), "unit": unit},
             "capacity": {"value": _r(capacity), "unit": unit},
-            "headroom": _r(capacity / demand - 1 if demand else 0.0, 3), "allocations": allocs,
+            "headroom": _r(capacity / demand - 1 if demand else 0.0, 3),
+            "served": _r(min(1.0, capacity / demand) if demand else 1.0, 4), "allocations": allocs,
             "cost_per_hour": _r(cost, 6),
         }
         if wl.rate is not None and demand:
@@ -313,12 +315,14 @@ def _core_problems(resolved: ResolvedIntent, core: list[str], relax: list[Proble
     return problems
 
 
-def build_plan(resolved: ResolvedIntent, *, top: int = 3,
+def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost",
                progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, Any], list[Considered]]:
-    """Solve the intent; a DeploymentPlan as data, and every shape considered. Raises InfeasibleError."""
+    """Solve the intent; a DeploymentPlan as data, and every shape considered. Raises InfeasibleError.
+    `objective` is "cost" (cheapest plan meeting all demand) or "goodput" (serve the most of it with what there
+    is, then cheapest)."""
     cands, considered = enumerate_candidates(resolved, progress=progress)
     limits = limits_from(resolved, _tokens_per_request(resolved))
-    sol = solve(cands, limits)
+    sol = solve(cands, limits, objective=objective)
     if sol.status not in ("OPTIMAL", "FEASIBLE"):
         core = sol.core or [f"demand:{s}" for s in sorted(limits.demand)]
         no_cands = [s for s in sorted(limits.demand) if not any(c.service == s for c in cands)]
@@ -339,7 +343,7 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3,
         "metadata": {"name": resolved.loaded.intent.metadata.name},
         "spec": {
             "fingerprint": _fingerprint(resolved),
-            "solver": {"engine": "cp-sat", "status": sol.status, "gap": _r(sol.gap, 4),
+            "solver": {"engine": "cp-sat", "objective": objective, "status": sol.status, "gap": _r(sol.gap, 4),
                        "candidates": len(cands), "considered": len(considered)},
             "cost": {"per_hour": _r(sol.cost_per_hour, 6),
                      "by_pool": {p: _r(sum(c.cost_per_hour * sol.replicas[c.key] for c in cands

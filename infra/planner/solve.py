@@ -13,7 +13,10 @@ Formulation (all services jointly, one inventory):
     $/Mtok      sum cost[c] n[c] <= B_tok[s] * tokens_per_hour[s] / 1e6                      [literal budget:s]
     $/request   sum cost[c] n[c] <= B_req[s] * requests_per_hour[s]                         [literal budget:s]
     objective   lexicographic: first minimise sum cost[c] n[c]; then, with cost held at that optimum, maximise
-                sum_c n[c] * cap[c] / D[service of c] (the most capacity above demand: SLO margin)
+                sum_c n[c] * cap[c] / D[service of c] (the most capacity above demand: SLO margin).
+                Or, for a fixed inventory (`--objective goodput`): demand becomes soft, served[s] in 0..1000
+                thousandths with served[s] * D[s] <= 1000 * sum cap[c] n[c]; maximise sum_s served[s], then
+                minimise cost at that goodput.
 
 Capacities are scaled to integers (milli-requests/s or clients x 1000) and costs to tenths of a cent per hour.
 Replicas of a layout that divides a node's devices pack exactly into nodes (a node holds devices_per_node / tp of
@@ -93,10 +96,11 @@ def limits_from(resolved: ResolvedIntent, tokens_per_request: dict[str, float]) 
 
 def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 20.0,
           extra_devices: dict[str, int] | None = None, exclude: set[str] | None = None,
-          active: set[str] | None = None) -> Solution:
+          active: set[str] | None = None, objective: str = "cost") -> Solution:
     """Cheapest replica counts that meet every limit; `extra_devices` adds devices to pools and `exclude` drops
     candidates (both for relaxations and alternatives); `active`, when given, enforces only those constraint
-    groups (for shrinking a conflict)."""
+    groups (for shrinking a conflict). `objective` "goodput" serves as much of each service's demand as the
+    inventory and budgets allow (fractions of demand, summed), then spends the least for it."""
     exclude = exclude or set()
     cands = [c for c in candidates if c.key not in exclude]
     m = cp_model.CpModel()
@@ -123,9 +127,16 @@ def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 
     for c in cands:
         cost_terms[c.service].append(int(round(c.cost_per_hour * COST_SCALE)) * n[c.key])
         cap_terms[c.service].append(int(round(c.capacity * CAP_SCALE)) * n[c.key])
+    served = {}
     for s in services:
         mine = [c for c in cands if c.service == s]
-        m.add(sum(cap_terms[s]) >= int(round(limits.demand[s] * CAP_SCALE))).only_enforce_if(lit(f"demand:{s}"))
+        need = int(round(limits.demand[s] * CAP_SCALE))
+        if objective == "goodput":
+            # Served share of demand in thousandths: bounded by what the chosen replicas carry.
+            served[s] = m.new_int_var(0, 1000, f"served[{s}]")
+            m.add(served[s] * need <= 1000 * sum(cap_terms[s]))
+        else:
+            m.add(sum(cap_terms[s]) >= need).only_enforce_if(lit(f"demand:{s}"))
         m.add(sum(n[c.key] for c in mine) >= limits.min_replicas[s]).only_enforce_if(lit(f"replicas:{s}"))
         if limits.zones[s] > 1:
             zs = sorted({c.zone for c in mine if c.zone != "-"})  # a pool without a zone label proves no spread
@@ -145,9 +156,14 @@ def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 
     if limits.total_budget_hour is not None:
         m.add(all_cost <= int(limits.total_budget_hour * COST_SCALE)).only_enforce_if(lit("budget:total"))
     m.add_assumptions([lits[k] for k in sorted(lits) if active is None or k in active])
-    # Lexicographic: least cost first; then, at that cost, the most capacity above demand (each replica's
-    # capacity in thousandths of its service's demand), which is the SLO margin.
-    m.minimize(all_cost)
+    # Lexicographic. Cost objective: least cost first; then, at that cost, the most capacity above demand (each
+    # replica's capacity in thousandths of its service's demand), which is the SLO margin. Goodput objective: the
+    # most demand served first; then the least cost for it.
+    goodput = sum(served.values())
+    if objective == "goodput":
+        m.maximize(goodput)
+    else:
+        m.minimize(all_cost)
     solver = _solver(time_limit_s)
     status = solver.solve(m)
     name = solver.status_name(status)
@@ -158,9 +174,13 @@ def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 
         bound = solver.best_objective_bound
         first = {c.key: int(solver.value(n[c.key])) for c in cands}
         coef = {c.key: int(round(1000 * c.capacity / max(limits.demand[c.service], 1e-9))) for c in cands}
-        m.add(all_cost <= best)
         m.clear_objective()
-        m.maximize(sum(coef[c.key] * n[c.key] for c in cands))
+        if objective == "goodput":
+            m.add(goodput >= best)
+            m.minimize(all_cost)
+        else:
+            m.add(all_cost <= best)
+            m.maximize(sum(coef[c.key] * n[c.key] for c in cands))
         for c in cands:
             m.add_hint(n[c.key], first[c.key])
         second = _solver(max(time_limit_s / 4, 1.0))
@@ -169,8 +189,8 @@ def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 
                   if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE) else first)
         used = {k: v for k, v in values.items() if v > 0}
         cost = sum(c.cost_per_hour * used.get(c.key, 0) for c in cands)
-        return Solution(name, dict(sorted(used.items())), round(cost, 6), best / COST_SCALE,
-                        bound / COST_SCALE, gap)
+        scale = 1000 if objective == "goodput" else COST_SCALE
+        return Solution(name, dict(sorted(used.items())), round(cost, 6), best / scale, bound / scale, gap)
     core = []
     if status == cp_model.INFEASIBLE:
         index = {v.index: k for k, v in lits.items()}

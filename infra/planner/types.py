@@ -80,6 +80,9 @@ class ServicePlan(PlanModel):
     """Capacity the plan had to provide: demand plus the intent's headroom."""
     capacity: Quantity
     headroom: float
+    served: float
+    """Share of the peak demand the plan carries within the objectives (below 1 only for the goodput
+    objective)."""
     allocations: list[Allocation]
     cost_per_hour: float
     cost_per_million_tokens: float | None = None
@@ -88,6 +91,7 @@ class ServicePlan(PlanModel):
 
 class Solver(PlanModel):
     engine: Literal["cp-sat"]
+    objective: Literal["cost", "goodput"]
     status: str
     gap: float
     candidates: int

@@ -47,8 +47,9 @@ def rationale(plan: dict[str, Any]) -> str:
         allocs = "; ".join(_alloc_line(a) for a in svc["allocations"])
         margins = [f"{k} {v['predicted_ms']:g}ms of {v['target_ms']:g}ms" for a in svc["allocations"][:1]
                    for k, v in a["predicted"].items()]
-        parts.append(f"Service {svc['name']} ({svc['model']}) needs {svc['demand']['value']:g} {svc['demand']['unit']}; "
-                     f"the cheapest way found is {allocs}, with {svc['headroom']:.0%} headroom"
+        share = "" if svc["served"] >= 1 else f" (serving {svc['served']:.0%} of it within the objectives)"
+        parts.append(f"Service {svc['name']} ({svc['model']}) needs {svc['demand']['value']:g} {svc['demand']['unit']}"
+                     f"{share}; the cheapest way found is {allocs}, with {svc['headroom']:.0%} headroom"
                      + (f" and predicted {', '.join(margins)}" if margins else "") + ".")
     alts = spec["alternatives"]
     if alts:

@@ -238,3 +238,20 @@ def test_longest_request_must_fit_the_kv_cache(tmp_path):
     alloc = result.plan["spec"]["services"][0]["allocations"][0]
     assert alloc.get("share", 1.0) > 0.25  # a quarter of an H100 cannot hold one 128k-token request
     assert "the longest request (128000 tokens)" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_goodput_objective_serves_what_a_fixed_inventory_can(tmp_path):
+    text = SHARED_INTENT.replace("SHARE", "false").replace("rate: 0.2/s", "rate: 400/s").replace(
+        "nodes: 1, devices_per_node: 8", "nodes: 1, devices_per_node: 2")
+    path = tmp_path / "busy.yaml"
+    path.write_text(text)
+    with pytest.raises(InfeasibleError):
+        api.plan(path)
+    spec = api.plan(path, objective="goodput").plan["spec"]
+    svc = spec["services"][0]
+    assert spec["solver"]["objective"] == "goodput"
+    assert 0 < svc["served"] < 1
+    assert sum(a["devices"] for a in svc["allocations"]) == 2  # everything the pool has
+    for a in svc["allocations"]:
+        for v in a["predicted"].values():
+            assert v["predicted_ms"] <= v["target_ms"] * 1.0001  # served load stays within the objectives
