@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from infra.catalog.loader import load_catalog  # noqa: E402
 from infra.perf.calibration import Factors  # noqa: E402
-from infra.perf.replay import Case, compiled, load_rows, summarize, to_case  # noqa: E402
+from infra.perf.replay import Case, compiled, load_rows, prepare, summarize  # noqa: E402
 
 OUT = ROOT / "infra" / "perf" / "data" / "calibration.json"
 NAMES = [n for n in Factors.names() if n != "accept"]
@@ -53,21 +53,6 @@ def to_x(values: np.ndarray) -> np.ndarray:
 
 
 Prepared = list[tuple[Case, object]]
-
-
-def prepare(rows: list[dict[str, str]], catalog) -> tuple[Prepared, list[tuple[dict[str, str], str]]]:
-    out, skipped = [], []
-    for row in rows:
-        case = to_case(row, catalog)
-        if isinstance(case, str):
-            skipped.append((row, case))
-            continue
-        run = compiled(case, catalog)
-        if isinstance(run, str):
-            skipped.append((row, run))
-            continue
-        out.append((case, run))
-    return out, skipped
 
 
 def factors_of(x: np.ndarray) -> Factors:
@@ -150,7 +135,7 @@ def main() -> int:
 
     catalog = load_catalog()
     rows = load_rows(args.csv)
-    items, skipped = prepare(rows, catalog)
+    items, skipped = prepare(rows, catalog, lambda case: compiled(case, catalog))
     pooled, groups = fit_all(items)
     in_sample = summarize([r for r in score(items, pooled, groups) if math.isfinite(r[1])], skipped)
     print(f"rows {len(rows)}, used {len(items)}, skipped {len(skipped)}")
@@ -176,11 +161,9 @@ def main() -> int:
         figures["lomo"] = {k: lomo[k] for k in ("n", "ttft_median_ape", "ttft_p90_ape", "tpot_median_ape",
                                                 "tpot_p90_ape")}
     if args.write:
-        from infra.catalog.loader import load_catalog as _lc
-
         devices = {}
         for key in groups:
-            dev = _lc().device(key.split("/")[1])
+            dev = catalog.device(key.split("/")[1])
             bf16 = (dev.tflops.get("bf16") or dev.tflops.get("fp16")).value
             devices[dev.name] = {"bw": dev.memory_bandwidth_tbps.value, "bf16": bf16}
         data = {

@@ -16,7 +16,8 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
-from infra.errors import IntentError, Location, Problem
+from infra.errors import InfraError, IntentError, Location, Problem
+from infra.files import read_jsonl
 from infra.intent.base import API_VERSION
 from infra.intent.models import ServingIntent
 from infra.intent.profile import ClusterProfile, ClusterProfileSpec
@@ -254,31 +255,20 @@ def _trace_problems(intent: ServingIntent, doc: Document) -> list[Problem]:
 
 
 def _check_trace(path: Path, name: str) -> Problem | None:
-    import json
-
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return Problem(f"trace file {name!r} not found (looked at {path})",
-                       fix="give the JSONL file's path relative to the intent file")
-    except (OSError, UnicodeDecodeError) as exc:
-        return Problem(f"cannot read trace file {name!r}: {exc}", fix="check the file")
-    records = 0
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            return Problem(f"trace {name} line {n}: invalid JSON ({exc.msg})", fix="write one JSON object per line")
-        ok = isinstance(rec, dict) and all(
-            isinstance(rec.get(k), int) and not isinstance(rec.get(k), bool) and rec[k] >= 0
-            for k in ("input_tokens", "output_tokens"))
-        if not ok:
-            return Problem(f"trace {name} line {n}: needs whole-number input_tokens and output_tokens",
+        records = read_jsonl(path, f"trace file {name!r}",
+                             "give the JSONL file's path relative to the intent file")
+    except InfraError as exc:
+        p = exc.problems[0]
+        if not path.exists():
+            return Problem(f"trace file {name!r} not found (looked at {path})", fix=p.fix)
+        return Problem(f"{p.location.prefix()}: {p.message}", fix=p.fix)
+    for n, rec in records:
+        if not all(isinstance(rec.get(k), int) and not isinstance(rec.get(k), bool) and rec[k] >= 0
+                   for k in ("input_tokens", "output_tokens")):
+            return Problem(f"{path}:{n}: a trace line needs whole-number input_tokens and output_tokens",
                            fix='write lines like {"timestamp": 0.5, "input_tokens": 812, "output_tokens": 96}')
-        records += 1
-    if records == 0:
+    if not records:
         return Problem(f"trace file {name!r} holds no requests", fix="record at least one request per line")
     return None
 

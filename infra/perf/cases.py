@@ -5,7 +5,6 @@ The same typed case serves both, so a flag and a JSON key mean the same thing an
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -14,9 +13,10 @@ from pydantic import ValidationError as PydanticValidationError
 
 from infra.catalog.loader import Catalog
 from infra.errors import InfraError, Location, Problem
+from infra.files import read_jsonl
 from infra.intent.base import Strict
 from infra.intent.units import Count, Duration, Fraction, Rate, parse_duration
-from infra.perf.estimate import Estimate, estimate, max_rate
+from infra.perf.estimate import estimate, max_rate
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 
 _SLO_METRICS = ("ttft", "tpot", "itl", "e2e")
@@ -175,29 +175,6 @@ def run_case(case: EstimateCase, catalog: Catalog) -> dict[str, Any]:
     return estimate(dep, wl, catalog).to_json()
 
 
-def estimate_one(case: EstimateCase, catalog: Catalog) -> Estimate:
-    return estimate(case.deployment(catalog), case.workload(), catalog)
-
-
 def read_cases(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, object) for every non-empty line of a JSONL file."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise InfraError(Problem("cases file not found", Location(str(path)), "check the path")) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InfraError(Problem(f"cannot read cases file: {exc}", Location(str(path)))) from None
-    out = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InfraError(Problem(f"invalid JSON: {exc.msg}", Location(str(path), n, exc.colno),
-                                     "write one JSON object per line")) from None
-        if not isinstance(obj, dict):
-            raise InfraError(Problem("each line must be a JSON object", Location(str(path), n, 1),
-                                     'write e.g. {"model": "Llama-3.1-8B", "device": "H100-SXM", ...}'))
-        out.append((n, obj))
-    return out
+    """(line number, object) for every non-empty line of a JSONL file of cases."""
+    return read_jsonl(path, "cases file")

@@ -169,21 +169,26 @@ def summarize(results: list[tuple[Case, float, float]], skipped: list[tuple[dict
     return out
 
 
-def replay(rows: list[dict[str, str]], catalog: Catalog, factors_for=None) -> tuple[list[tuple[Case, float, float]],
-                                                                                   list[tuple[dict[str, str], str]]]:
-    """Predict every row; `factors_for(case)` may supply factors (None uses the committed calibration)."""
-    results, skipped = [], []
+def prepare(rows: list[dict[str, str]], catalog: Catalog, make: Callable[[Case], Any | str]
+            ) -> tuple[list[tuple[Case, Any]], list[tuple[dict[str, str], str]]]:
+    """`make(case)` for every row that maps to a case; rows that do not, or for which `make` returns a reason
+    (a string), are skipped with that reason."""
+    out, skipped = [], []
     for row in rows:
         case = to_case(row, catalog)
-        if isinstance(case, str):
-            skipped.append((row, case))
-            continue
-        got = predict(case, catalog, factors_for(case) if factors_for else None)
+        got = case if isinstance(case, str) else make(case)
         if isinstance(got, str):
             skipped.append((row, got))
         else:
-            results.append((case, got[0], got[1]))
-    return results, skipped
+            out.append((case, got))
+    return out, skipped
 
 
-__all__ = ["Case", "ape", "compiled", "load_rows", "predict", "replay", "summarize", "to_case"]
+def replay(rows: list[dict[str, str]], catalog: Catalog) -> tuple[list[tuple[Case, float, float]],
+                                                                   list[tuple[dict[str, str], str]]]:
+    """Predict every row with the committed calibration."""
+    done, skipped = prepare(rows, catalog, lambda case: predict(case, catalog))
+    return [(case, got[0], got[1]) for case, got in done], skipped
+
+
+__all__ = ["Case", "ape", "compiled", "load_rows", "predict", "prepare", "replay", "summarize", "to_case"]
