@@ -265,6 +265,31 @@ class ModelSpec(CatalogModel):
         return self
 
 
+EngineSetting = Literal[
+    "served_model_name", "host", "port", "tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel",
+    "max_num_seqs", "max_num_batched_tokens", "max_model_len", "memory_utilization", "kv_cache_dtype",
+    "quantization",
+]
+
+
+class EngineCli(CatalogModel):
+    """How the engine's OpenAI-compatible server is launched and how it spells each setting a plan decides, so that
+    rendering writes the arguments and validation reads them back the same way."""
+
+    command: list[str]
+    """Launcher, e.g. `[vllm, serve]`."""
+    model_flag: str | None = None
+    """Flag that takes the model; unset passes the model as the first argument after the command."""
+    flags: dict[EngineSetting, str]
+    """Setting -> flag, e.g. `tensor_parallel: --tensor-parallel-size`. A setting not listed is not passed."""
+    switches: list[EngineSetting] = []
+    """Settings whose flag takes no value (given when the setting is on, e.g. vLLM `--enable-expert-parallel`)."""
+    values: dict[EngineSetting, dict[str, str]] = {}
+    """Plan value -> engine spelling where they differ, e.g. `kv_cache_dtype: {fp8: fp8_e4m3}`."""
+    source: Url
+    """URL of the engine's documentation of these arguments."""
+
+
 class FrameworkSpec(CatalogModel):
     """A serving engine and what it supports."""
 
@@ -291,4 +316,6 @@ class FrameworkSpec(CatalogModel):
     """URL of the documentation the support data comes from."""
     note: str | None = None
     """Caveats (plugin versions, experimental support)."""
+    cli: EngineCli | None = None
+    """Launch command and argument spelling; unset for engines configured by a file rather than by flags."""
 

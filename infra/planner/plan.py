@@ -15,7 +15,8 @@ from typing import Any, Callable
 
 from infra.catalog.loader import Catalog
 from infra.errors import InfeasibleError, Location, Problem
-from infra.intent.resolve import ResolvedIntent
+from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
+from infra.perf.arch import kv_precision_for
 from infra.perf.calibration import table as calibration_table
 from infra.perf.estimate import estimate
 from infra.planner.candidates import Candidate, Considered, enumerate_candidates, objectives, service_workload
@@ -101,6 +102,7 @@ def _binding(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution, li
 def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution,
                  limits: Limits) -> list[dict[str, Any]]:
     services = []
+    pools = {p.name: p for p in resolved.loaded.cluster.pools}
     for rs in resolved.services:
         s = rs.service.name
         mine = [c for c in cands if c.service == s and c.key in sol.replicas]
@@ -112,11 +114,14 @@ def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution
         for c in sorted(mine, key=lambda c: c.key):
             n = sol.replicas[c.key]
             load = served * c.capacity / capacity if capacity else 0.0
+            per_node = pools[c.pool].devices_per_node
             allocs.append({
                 "pool": c.pool, "device": c.device, "framework": c.framework, "precision": c.precision,
                 "mode": c.mode, "parallel": dataclasses.asdict(c.parallel),
                 **({"prefill_workers": 1, "decode_workers": c.decode_workers} if c.decode_workers else {}),
                 **({"share": c.share} if c.share < 1 else {}),
+                "devices_per_worker": c.parallel.devices, "nodes_per_worker": -(-c.parallel.devices // per_node),
+                "engines": _engines(resolved, rs, c),
                 "replicas": n, "devices_per_replica": c.consumption,
                 "devices": n * c.consumption, "capacity_per_replica": _r(c.capacity),
                 "load_per_replica": _r(load), "cost_per_hour": _r(n * c.cost_per_hour, 6),
@@ -128,6 +133,11 @@ def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution
         unit = "requests/s" if wl.rate is not None else "clients"
         entry: dict[str, Any] = {
             "name": s, "model": rs.model.name if rs.model else None,
+            "model_id": rs.model.hf_id if rs.model else None,
+            "objectives": {f"{m}_{q}": _r(v * 1000, 6) for (m, q), v in sorted(objectives(rs.service).items())},
+            "availability": rs.service.availability.model_dump(mode="json", by_alias=True),
+            "workload": rs.service.workload.model_dump(mode="json", by_alias=True, exclude_none=True,
+                                                       exclude_defaults=True),
             "demand": {"value": _r(demand), "unit": unit},
             "required": {"value": _r(limits.demand[s]), "unit": unit},
             "capacity": {"value": _r(capacity), "unit": unit},
@@ -141,6 +151,64 @@ def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution
             entry["cost_per_request"] = _r(cost / (demand * 3600), 4)
         services.append(entry)
     return services
+
+
+def _engines(resolved: ResolvedIntent, rs: ResolvedService, c: Candidate) -> dict[str, dict[str, Any]]:
+    """Engine settings per role, from the deployment the candidate was scored with."""
+    assert rs.model is not None
+    catalog = _catalog(resolved)
+    fw = catalog.framework(c.framework)
+    device = c.device_spec or catalog.device(c.device)
+    dep = c.estimate.deployment
+    wl = c.estimate.workload
+    kv = kv_precision_for(dep.precision, dep.kv_precision, "fp8_kv_cache" in fw.features, device)
+    context = min(rs.service.max_context or rs.model.max_context, rs.model.max_context)
+    out = {}
+    for name, role in dep.roles().items():
+        kv_tokens = c.estimate.memory[name].kv_tokens
+        if name == "prefill":
+            # A prefill worker holds a sequence only while it computes its prompt.
+            want = 256
+            fits = kv_tokens // max(1, round(wl.isl))
+        else:
+            want = 8 * math.ceil(1.25 * max(c.estimate.prediction.batch, 1.0) / 8)
+            fits = kv_tokens // max(1, round(wl.isl + wl.osl))
+        out[name] = {
+            "max_num_seqs": max(1, min(want, fits, 1024)),
+            "max_num_batched_tokens": role.max_num_tokens,
+            "max_model_len": max(1, min(context, kv_tokens)),
+            "memory_utilization": dep.memory_utilization,
+            "kv_cache_dtype": "fp8" if kv == "fp8" else "auto",
+            **({"quantization": dep.precision} if dep.precision != rs.model.native_precision else {}),
+            "kv_cache_tokens": kv_tokens,
+            "chunked_prefill": "chunked_prefill" in fw.features,
+            "prefix_caching": "prefix_caching" in fw.features,
+        }
+    return out
+
+
+def _cluster(resolved: ResolvedIntent) -> dict[str, Any]:
+    """The profile's conventions and pools as the plan carries them."""
+    cluster = resolved.loaded.cluster
+    conv = cluster.conventions
+    pools = []
+    for p in cluster.pools:
+        device = resolved.pools[p.name]
+        res = resolved.device_resources[device.vendor]
+        pools.append({
+            "name": p.name, "device": device.name, "vendor": device.vendor, "nodes": p.node_count,
+            "devices_per_node": p.devices_per_node, "device_memory_gb": _r(pool_device_memory_gb(p, device), 6),
+            "node_selector": dict(sorted(p.node_selector.items())),
+            "node_names": [n.name for n in p.nodes] if isinstance(p.nodes, list) else [],
+            "zone": p.zone, "switch": p.topology.switch, "scale_up_domain": p.topology.scale_up_domain,
+            "nics": [{"name": n.name, "kind": n.kind, "bandwidth_gbps": _r(n.bandwidth * 8, 6),
+                      "pcie_root": n.pcie_root} for n in p.nics],
+            "resources": res.model_dump(mode="json", exclude_none=True),
+            "spot": p.spot, "multi_node": p.multi_node,
+        })
+    return {"name": resolved.loaded.profile_name, "namespace": conv.namespace, "scheduler": conv.scheduler,
+            "crds": {k: v for k, v in sorted(conv.crds.model_dump().items()) if v},
+            "model_cache": conv.model_cache, "pools": pools}
 
 
 def _kind(c: Candidate) -> tuple[str, str]:
@@ -345,6 +413,7 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost
             "fingerprint": _fingerprint(resolved),
             "solver": {"engine": "cp-sat", "objective": objective, "status": sol.status, "gap": _r(sol.gap, 4),
                        "candidates": len(cands), "considered": len(considered)},
+            "cluster": _cluster(resolved),
             "cost": {"per_hour": _r(sol.cost_per_hour, 6),
                      "by_pool": {p: _r(sum(c.cost_per_hour * sol.replicas[c.key] for c in cands
                                             if c.pool == p and c.key in sol.replicas), 6)
@@ -359,7 +428,7 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost
                 "a device slice (fractional sharing) gets that share of the device's memory, compute and "
                 "bandwidth",
             ],
-            "provenance": {"catalog": _catalog(resolved).fingerprint(),
+            "provenance": {"intent": str(resolved.loaded.document.path), "catalog": _catalog(resolved).fingerprint(),
                            "calibration": {"fitted": calibration_table().get("fitted"),
                                            "data_sha256": calibration_table().get("data_sha256")}},
         },

@@ -8,7 +8,7 @@ breaks it is refused with its line).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
@@ -39,6 +39,30 @@ class Objective(PlanModel):
     """1 - predicted / target: the share of the target left unused (negative would mean missed)."""
 
 
+class Engine(PlanModel):
+    """Engine settings of one worker role, as the prediction assumed them; rendered into the engine's arguments."""
+
+    max_num_seqs: int = Field(ge=1)
+    """Most sequences one attention group runs at once (vLLM `--max-num-seqs`, SGLang `--max-running-requests`):
+    a quarter above the batch the prediction holds at capacity, within what the KV cache holds at the mean
+    request length."""
+    max_num_batched_tokens: int = Field(ge=1)
+    """Tokens one step may process (the chunked-prefill budget)."""
+    max_model_len: int = Field(ge=1)
+    """Longest request in tokens: the service's max_context (else the model's), never more than the KV cache
+    holds, so the engine starts."""
+    memory_utilization: float = Field(gt=0, le=1)
+    """Fraction of device memory the engine may take (vLLM `--gpu-memory-utilization`)."""
+    kv_cache_dtype: Literal["auto", "fp8"]
+    """`fp8` halves the KV cache; `auto` keeps the model's dtype."""
+    quantization: str | None = None
+    """Weight precision when it differs from the published checkpoint's (e.g. `fp8` online quantisation)."""
+    kv_cache_tokens: int = Field(ge=0)
+    """Predicted KV-cache capacity per attention group, in tokens."""
+    chunked_prefill: bool
+    prefix_caching: bool
+
+
 class Allocation(PlanModel):
     """Replicas of one shape on one pool."""
 
@@ -52,6 +76,12 @@ class Allocation(PlanModel):
     decode_workers: int | None = None
     share: float | None = None
     """Fraction of a device per replica when devices are sliced (HAMi)."""
+    devices_per_worker: int = Field(ge=1)
+    """Devices one worker (one engine instance) spans: tp x attention_dp (or moe_tp x ep) x pp."""
+    nodes_per_worker: int = Field(ge=1)
+    """Nodes one worker spans; above 1 the worker is a leader with followers (LeaderWorkerSet)."""
+    engines: dict[str, Engine]
+    """Role (`agg`, or `prefill` and `decode`) -> engine settings."""
     replicas: int = Field(ge=1)
     devices_per_replica: float
     devices: float
@@ -74,6 +104,15 @@ class ServicePlan(PlanModel):
 
     name: str
     model: str | None
+    model_id: str | None = None
+    """Hugging Face repository the engines load (the catalog's `hf_id`), served under the service's name."""
+    objectives: dict[str, float] = {}
+    """Objective key (`ttft_p99`) -> target in milliseconds, from the intent."""
+    availability: dict[str, Any] = {}
+    """The intent's availability (min_replicas, zones, headroom) as written there."""
+    workload: dict[str, Any] = {}
+    """The intent's workload for this service, as written there (readable quantities; trace paths relative to
+    the intent), so that verification drives the same load the plan was made for."""
     demand: Quantity
     """Peak load from the intent."""
     required: Quantity
@@ -112,12 +151,67 @@ class Alternative(PlanModel):
     uses: list[str]
 
 
+class PoolResources(PlanModel):
+    """How pods of this pool request devices: the cluster's resource names for the pool's vendor."""
+
+    count: str
+    shared_count: str | None = None
+    memory: str | None = None
+    memory_unit: int | None = None
+    """Bytes per unit of `memory`."""
+    cores: str | None = None
+
+
+class PoolNic(PlanModel):
+    name: str
+    kind: str
+    bandwidth_gbps: float
+    pcie_root: str | None = None
+
+
+class ClusterPool(PlanModel):
+    """One pool of the cluster profile, with what rendering and validation need to place pods on it."""
+
+    name: str
+    device: str
+    vendor: str
+    nodes: int
+    devices_per_node: int
+    device_memory_gb: float
+    """Memory per device the scheduler hands out (the pool's allocatable figure, else the catalog's)."""
+    node_selector: dict[str, str] = {}
+    node_names: list[str] = []
+    """Nodes listed by name in the profile (empty when the pool gives a count)."""
+    zone: str | None = None
+    switch: str | None = None
+    scale_up_domain: str | None = None
+    nics: list[PoolNic] = []
+    resources: PoolResources
+    spot: bool = False
+    multi_node: bool = True
+
+
+class ClusterPlan(PlanModel):
+    """The cluster the plan is for: the profile's conventions and pools, so that a plan renders on its own."""
+
+    name: str
+    namespace: str
+    scheduler: str
+    crds: dict[str, str] = {}
+    """Installed custom resources (profile key, e.g. `leaderworkerset`) -> served API version."""
+    model_cache: str | None = None
+    """PersistentVolumeClaim with model weights."""
+    pools: list[ClusterPool]
+
+
 class Calibration(PlanModel):
     fitted: str | None
     data_sha256: str | None
 
 
 class Provenance(PlanModel):
+    intent: str
+    """The intent file as given to `infra plan`."""
     catalog: str
     calibration: Calibration
 
@@ -126,6 +220,7 @@ class PlanSpec(PlanModel):
     fingerprint: str
     """sha256 over the intent, cluster, catalog and calibration: the same fingerprint means the same inputs."""
     solver: Solver
+    cluster: ClusterPlan
     cost: Cost
     services: list[ServicePlan]
     binding: list[str]
