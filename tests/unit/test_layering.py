@@ -15,6 +15,7 @@ ALLOWED = {
     "intent": {"catalog"},
     "perf": {"catalog", "intent"},
     "planner": {"catalog", "intent", "perf"},
+    "bench": {"catalog", "intent", "perf", "planner"},
     "report": {"api", "catalog", "intent", "perf", "planner", "render", "validators", "bench"},
 }
 NEVER = {"agent"}  # only cli/api may reach it, and only lazily
