@@ -14,12 +14,14 @@ import math
 from typing import Any, Callable
 
 from infra.catalog.loader import Catalog
-from infra.errors import InfeasibleError, Location, Problem
+from infra.errors import InfeasibleError, InfraError, Location, Problem
+from infra.intent.profile import Pool
 from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
 from infra.perf.arch import kv_precision_for
 from infra.perf.calibration import table as calibration_table
 from infra.perf.estimate import estimate
 from infra.planner.candidates import Candidate, Considered, enumerate_candidates, objectives, service_workload
+from infra.planner.placement import PlacementError, place, workers_of
 from infra.planner.solve import Limits, Solution, limits_from, minimal_conflict, solve
 from infra.planner.types import DeploymentPlan
 
@@ -103,6 +105,7 @@ def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution
                  limits: Limits) -> list[dict[str, Any]]:
     services = []
     pools = {p.name: p for p in resolved.loaded.cluster.pools}
+    placed = _placement(pools, cands, sol)
     for rs in resolved.services:
         s = rs.service.name
         mine = [c for c in cands if c.service == s and c.key in sol.replicas]
@@ -122,6 +125,8 @@ def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution
                 **({"share": c.share} if c.share < 1 else {}),
                 "devices_per_worker": c.parallel.devices, "nodes_per_worker": -(-c.parallel.devices // per_node),
                 "engines": _engines(resolved, rs, c),
+                "nodes_used": len(placed[c.key]),
+                **({"placement": placed[c.key]} if isinstance(pools[c.pool].nodes, list) else {}),
                 "replicas": n, "devices_per_replica": c.consumption,
                 "devices": n * c.consumption, "capacity_per_replica": _r(c.capacity),
                 "load_per_replica": _r(load), "cost_per_hour": _r(n * c.cost_per_hour, 6),
@@ -151,6 +156,22 @@ def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution
             entry["cost_per_request"] = _r(cost / (demand * 3600), 4)
         services.append(entry)
     return services
+
+
+def _placement(pools: dict[str, Pool], cands: list[Candidate], sol: Solution) -> dict[str, dict[str, int]]:
+    """Candidate key -> node -> workers, for every candidate the solution uses."""
+    out: dict[str, dict[str, int]] = {}
+    for name, pool in sorted(pools.items()):
+        workers = [w for c in cands if c.pool == name and c.key in sol.replicas
+                   for w in workers_of(c.key, c.parallel.devices, c.share, 1 + c.decode_workers,
+                                       sol.replicas[c.key], pool.devices_per_node)]
+        try:
+            out.update(place(pool, workers))
+        except PlacementError as exc:
+            raise InfraError(Problem(f"the chosen replicas do not fit the nodes of pool {name}: {exc}",
+                                     Location(path=f"pools.{name}"),
+                                     "list the pool's nodes with their device counts, or report this plan")) from None
+    return out
 
 
 def _engines(resolved: ResolvedIntent, rs: ResolvedService, c: Candidate) -> dict[str, dict[str, Any]]:

@@ -9,6 +9,10 @@ Formulation (all services jointly, one inventory):
     zones       z[s, zone] <= sum_{c of s in zone} n[c];  sum_zone z[s, zone] >= zones[s]   [literal zones:s]
     inventory   sum_{c on pool p} slots[c] * n[c] <= 4 * devices[p]   for every pool p       [literal pool:p]
                 (slots are quarter devices: a whole-device replica of k devices takes 4k, a HAMi slice 1 or 2)
+    nodes       only for pools whose nodes differ in size: y[p, g, q] nodes of size group g running pattern q
+                (a maximal combination of worker sizes that fits the node), sum_q y[p, g, q] <= nodes in g;
+                for each worker size k: workers of size k <= sum_{g, q} q[k] * y[p, g, q]; slices fill
+                ceil(quarters / 4) devices of size 1; multi-node workers take whole nodes   [literal pool:p]
     budget/h    sum_{c of s} cost[c] * n[c] <= B_h[s]   (and over all services, the total)   [literal budget:s]
     $/Mtok      sum cost[c] n[c] <= B_tok[s] * tokens_per_hour[s] / 1e6                      [literal budget:s]
     $/request   sum cost[c] n[c] <= B_req[s] * requests_per_hour[s]                         [literal budget:s]
@@ -36,6 +40,7 @@ from ortools.sat.python import cp_model
 
 from infra.intent.resolve import ResolvedIntent
 from infra.planner.candidates import SLOTS_PER_DEVICE, Candidate
+from infra.planner.placement import node_groups, patterns, uniform
 
 CAP_SCALE = 1000
 COST_SCALE = 1000  # tenths of a cent
@@ -66,6 +71,8 @@ class Limits:
     budget_hour: dict[str, float | None]
     pool_devices: dict[str, int]
     total_budget_hour: float | None = None
+    pool_nodes: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = field(default_factory=dict)
+    """Pools whose nodes differ in size: devices_per_node and (devices, nodes) per size group."""
 
 
 def limits_from(resolved: ResolvedIntent, tokens_per_request: dict[str, float]) -> Limits:
@@ -91,7 +98,9 @@ def limits_from(resolved: ResolvedIntent, tokens_per_request: dict[str, float]) 
         budget[svc.name] = min(caps) if caps else None
     return Limits(demand, min_r, zones, budget,
                   {p.name: p.device_count for p in resolved.loaded.cluster.pools},
-                  intent.spec.budget.per_hour)
+                  intent.spec.budget.per_hour,
+                  {p.name: (p.devices_per_node, tuple((g.devices, len(g.names)) for g in node_groups(p)))
+                   for p in resolved.loaded.cluster.pools if not uniform(p)})
 
 
 def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 20.0,
@@ -152,6 +161,8 @@ def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 
         on = [c for c in cands if c.pool == p]
         if on:
             m.add(sum(c.slots * n[c.key] for c in on) <= total).only_enforce_if(lit(f"pool:{p}"))
+            if p in limits.pool_nodes:
+                _node_patterns(m, p, on, n, limits, (extra_devices or {}).get(p, 0), lit(f"pool:{p}"))
     all_cost = sum(t for s in services for t in cost_terms[s])
     if limits.total_budget_hour is not None:
         m.add(all_cost <= int(limits.total_budget_hour * COST_SCALE)).only_enforce_if(lit("budget:total"))
@@ -198,6 +209,44 @@ def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 
         if not core:
             core = sorted(k for k in lits if active is None or k in active)
     return Solution(name, {}, 0.0, 0.0, 0.0, 0.0, core)
+
+
+def _node_patterns(m: cp_model.CpModel, pool: str, on: list[Candidate], n: dict[str, cp_model.IntVar],
+                   limits: Limits, extra: int, enforce: cp_model.IntVar) -> None:
+    """Exact packing of workers onto nodes of different sizes (the pattern formulation of bin packing)."""
+    per_node, groups = limits.pool_nodes[pool]
+    if extra:
+        groups = groups + ((per_node, -(-extra // per_node)),)
+    single = [c for c in on if c.parallel.devices <= per_node]
+    multi = [c for c in on if c.parallel.devices > per_node]
+    slices = [c for c in single if c.share < 1]
+    sizes = sorted({c.parallel.devices for c in single if c.share >= 1} | ({1} if slices else set()), reverse=True)
+    cover: dict[int, list] = {k: [] for k in sizes}
+    whole: list = []
+    for gi, (devices, count) in enumerate(groups):
+        ys = []
+        for qi, pattern in enumerate(patterns(devices, sizes) if sizes else []):
+            y = m.new_int_var(0, count, f"y[{pool},{gi},{qi}]")
+            ys.append(y)
+            for k, times in zip(sizes, pattern):
+                if times:
+                    cover[k].append(times * y)
+        if multi and devices >= per_node:
+            y = m.new_int_var(0, count, f"y[{pool},{gi},whole]")
+            ys.append(y)
+            whole.append(y)
+        if ys:
+            m.add(sum(ys) <= count)
+    for k in sizes:
+        need = [(1 + c.decode_workers) * n[c.key] for c in single if c.share >= 1 and c.parallel.devices == k]
+        if k == 1 and slices:
+            sliced = m.new_int_var(0, sum(d * c for d, c in groups), f"sliced[{pool}]")
+            m.add(SLOTS_PER_DEVICE * sliced >= sum(c.slots * n[c.key] for c in slices)).only_enforce_if(enforce)
+            need.append(sliced)
+        m.add(sum(need) <= sum(cover[k])).only_enforce_if(enforce)
+    if multi:
+        m.add(sum((1 + c.decode_workers) * -(-c.parallel.devices // per_node) * n[c.key] for c in multi)
+              <= sum(whole)).only_enforce_if(enforce)
 
 
 def _solver(seconds: float) -> cp_model.CpSolver:

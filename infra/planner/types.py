@@ -82,6 +82,10 @@ class Allocation(PlanModel):
     """Nodes one worker spans; above 1 the worker is a leader with followers (LeaderWorkerSet)."""
     engines: dict[str, Engine]
     """Role (`agg`, or `prefill` and `decode`) -> engine settings."""
+    nodes_used: int = Field(ge=1)
+    """Nodes the allocation's workers occupy (shared with other allocations where they fit together)."""
+    placement: dict[str, int] | None = None
+    """Node -> workers, when the profile lists its nodes by name."""
     replicas: int = Field(ge=1)
     devices_per_replica: float
     devices: float

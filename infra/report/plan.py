@@ -36,8 +36,10 @@ def _layout(a: dict[str, Any]) -> str:
 
 
 def _alloc_line(a: dict[str, Any]) -> str:
+    where = (", ".join(f"{n} x{k}" for n, k in a["placement"].items()) if a.get("placement")
+             else f"{a['nodes_used']} node{'s' if a['nodes_used'] != 1 else ''}")
     return (f"{a['replicas']} x {a['device']} ({_layout(a)}, {a['framework']}, {a['precision']}) in pool "
-            f"{a['pool']}: {a['devices']:g} devices, ${a['cost_per_hour']:.2f}/h")
+            f"{a['pool']} ({where}): {a['devices']:g} devices, ${a['cost_per_hour']:.2f}/h")
 
 
 def rationale(plan: dict[str, Any]) -> str:
