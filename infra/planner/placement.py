@@ -87,10 +87,21 @@ class PlacementError(Exception):
     """The workers do not fit the nodes (the solver's packing test and the placement disagree)."""
 
 
-def place(pool: Pool, workers: list[Worker]) -> dict[str, dict[str, int]]:
-    """Candidate key -> node name -> workers placed there. Multi-node workers take whole nodes of
-    devices_per_node or more; the rest go largest first to the first node with room (in quarters of a device, so
-    that slices fill devices)."""
+@dataclass(frozen=True)
+class Placement:
+    """Where a pool's workers went."""
+
+    nodes: dict[str, dict[str, int]]
+    """Candidate key -> node name -> workers."""
+    devices_used: int
+    """Devices holding at least one worker or slice."""
+    quarters_idle: int
+    """Unallocated quarters of the devices used (slices that leave part of a device empty)."""
+
+
+def place(pool: Pool, workers: list[Worker]) -> Placement:
+    """Put every worker on a node. Multi-node workers take whole nodes of devices_per_node or more; the rest go
+    largest first to the first node with room (in quarters of a device, so that slices fill devices)."""
     nodes = node_names(pool)
     free = {name: devices * 4 for name, devices in nodes}
     out: dict[str, dict[str, int]] = {}
@@ -121,4 +132,9 @@ def place(pool: Pool, workers: list[Worker]) -> dict[str, dict[str, int]]:
         name = names[at]
         free[name] -= need
         out.setdefault(w.key, {})[name] = out.setdefault(w.key, {}).get(name, 0) + 1
-    return {k: dict(sorted(v.items())) for k, v in sorted(out.items())}
+    # Largest first with sizes that divide one another fills devices in order: a node's used quarters occupy
+    # ceil(used / 4) devices.
+    used = [devices * 4 - free[name] for name, devices in nodes]
+    devices_used = sum(-(-u // 4) for u in used)
+    return Placement({k: dict(sorted(v.items())) for k, v in sorted(out.items())}, devices_used,
+                     devices_used * 4 - sum(used))

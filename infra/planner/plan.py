@@ -21,7 +21,7 @@ from infra.perf.arch import kv_precision_for
 from infra.perf.calibration import table as calibration_table
 from infra.perf.estimate import estimate
 from infra.planner.candidates import Candidate, Considered, enumerate_candidates, objectives, service_workload
-from infra.planner.placement import PlacementError, place, workers_of
+from infra.planner.placement import Placement, PlacementError, place, workers_of
 from infra.planner.solve import Limits, Solution, limits_from, minimal_conflict, solve
 from infra.planner.types import DeploymentPlan
 
@@ -102,10 +102,10 @@ def _binding(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution, li
 
 
 def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution,
-                 limits: Limits) -> list[dict[str, Any]]:
+                 limits: Limits, placements: dict[str, Placement]) -> list[dict[str, Any]]:
     services = []
     pools = {p.name: p for p in resolved.loaded.cluster.pools}
-    placed = _placement(pools, cands, sol)
+    placed = {k: v for p in placements.values() for k, v in p.nodes.items()}
     for rs in resolved.services:
         s = rs.service.name
         mine = [c for c in cands if c.service == s and c.key in sol.replicas]
@@ -158,15 +158,17 @@ def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution
     return services
 
 
-def _placement(pools: dict[str, Pool], cands: list[Candidate], sol: Solution) -> dict[str, dict[str, int]]:
-    """Candidate key -> node -> workers, for every candidate the solution uses."""
-    out: dict[str, dict[str, int]] = {}
+def _placement(pools: dict[str, Pool], cands: list[Candidate], sol: Solution) -> dict[str, Placement]:
+    """Where the solution's workers go, per pool it uses."""
+    out: dict[str, Placement] = {}
     for name, pool in sorted(pools.items()):
         workers = [w for c in cands if c.pool == name and c.key in sol.replicas
                    for w in workers_of(c.key, c.parallel.devices, c.share, 1 + c.decode_workers,
                                        sol.replicas[c.key], pool.devices_per_node)]
+        if not workers:
+            continue
         try:
-            out.update(place(pool, workers))
+            out[name] = place(pool, workers)
         except PlacementError as exc:
             raise InfraError(Problem(f"the chosen replicas do not fit the nodes of pool {name}: {exc}",
                                      Location(path=f"pools.{name}"),
@@ -425,7 +427,8 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost
         error = InfeasibleError(conflict + relax)
         error.considered = considered  # type: ignore[attr-defined]
         raise error
-    services = _allocations(resolved, cands, sol, limits)
+    placements = _placement({p.name: p for p in resolved.loaded.cluster.pools}, cands, sol)
+    services = _allocations(resolved, cands, sol, limits, placements)
     plan = {
         "apiVersion": PLAN_VERSION,
         "kind": "DeploymentPlan",
@@ -440,6 +443,13 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost
                                             if c.pool == p and c.key in sol.replicas), 6)
                                  for p in sorted({c.pool for c in cands if c.key in sol.replicas})}},
             "services": services,
+            "pools_used": [{
+                "pool": name, "device": resolved.pools[name].name, "devices": pl.devices_used,
+                "nodes": len({n for nodes in pl.nodes.values() for n in nodes}),
+                "allocated": _r(sum(c.consumption * sol.replicas[c.key] for c in cands
+                                    if c.pool == name and c.key in sol.replicas), 6),
+                "idle_fraction": _r(pl.quarters_idle / (4 * pl.devices_used), 4) if pl.devices_used else 0.0,
+            } for name, pl in sorted(placements.items())],
             "binding": _binding(resolved, cands, sol, limits),
             "alternatives": _alternatives(cands, sol, limits, top),
             "assumptions": [

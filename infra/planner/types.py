@@ -146,6 +146,20 @@ class Cost(PlanModel):
     by_pool: dict[str, float]
 
 
+class PoolUse(PlanModel):
+    """How much of a pool the plan takes."""
+
+    pool: str
+    device: str
+    devices: int
+    """Devices holding at least one worker or slice."""
+    nodes: int
+    allocated: float
+    """Device-equivalents allocated to replicas (slices count their share)."""
+    idle_fraction: float
+    """Share of the devices used that no replica holds (parts of devices left over by slices)."""
+
+
 class Alternative(PlanModel):
     """The best plan of another kind (other device, framework, or serving mode)."""
 
@@ -227,6 +241,7 @@ class PlanSpec(PlanModel):
     cluster: ClusterPlan
     cost: Cost
     services: list[ServicePlan]
+    pools_used: list[PoolUse] = []
     binding: list[str]
     """Constraints the plan runs up against (full pools, budgets nearly spent, minimum replicas, zones)."""
     alternatives: list[Alternative]

@@ -81,7 +81,7 @@ def test_device_count_alone_would_overcommit_small_nodes():
 
 def test_multi_node_workers_take_whole_nodes():
     pool = _pool(4)
-    placed = place(pool, workers_of("big", 16, 1.0, 1, 1, 8) + workers_of("small", 2, 1.0, 1, 4, 8))
+    placed = place(pool, workers_of("big", 16, 1.0, 1, 1, 8) + workers_of("small", 2, 1.0, 1, 4, 8)).nodes
     assert placed["big"] == {"p/0": 1, "p/1": 1}
     assert placed["small"] == {"p/2": 4}
     with pytest.raises(PlacementError):
@@ -91,6 +91,9 @@ def test_multi_node_workers_take_whole_nodes():
 def test_slices_fill_devices():
     pool = _pool(1, per_node=2)
     placed = place(pool, workers_of("q", 1, 0.25, 1, 4, 2) + workers_of("h", 1, 0.5, 1, 2, 2))
-    assert placed == {"h": {"p/0": 2}, "q": {"p/0": 4}}
+    assert placed.nodes == {"h": {"p/0": 2}, "q": {"p/0": 4}}
+    assert (placed.devices_used, placed.quarters_idle) == (2, 0)
+    three = place(pool, workers_of("q", 1, 0.25, 1, 3, 2))
+    assert (three.devices_used, three.quarters_idle) == (1, 1)
     with pytest.raises(PlacementError):
         place(pool, workers_of("q", 1, 0.25, 1, 9, 2))
