@@ -125,11 +125,14 @@ def _role_worker(model: ModelSpec, device: DeviceSpec, fw: FrameworkSpec, dep: D
 
 
 def build_workers(dep: Deployment, catalog: Catalog, *, device_memory_gb: float | None = None,
-                  factors: Factors | None = None,
-                  device_spec: DeviceSpec | None = None) -> tuple[dict[str, Worker], Calibration, float]:
+                  factors: Factors | None = None, device_spec: DeviceSpec | None = None,
+                  decode_memory_gb: float | None = None,
+                  link_gbs: float | None = None) -> tuple[dict[str, Worker], Calibration, float]:
     """Compile the workers of every role (checking shapes and memory), their calibration, and the bytes/s of the
     link that carries KV caches from prefill to decode workers. `device_spec` replaces the catalog's figures for
-    the device (a slice of it, or a user's measured card)."""
+    the device (a slice of it, or a user's measured card). With a `decode_device`, decode workers run on it (with
+    `decode_memory_gb` usable per device) and the KV cache crosses the network at `link_gbs` GB/s (a NIC's rate
+    when not given)."""
     model = catalog.model(dep.model)
     device = device_spec or catalog.device(dep.device)
     fw = catalog.framework(dep.framework)
@@ -137,11 +140,19 @@ def build_workers(dep: Deployment, catalog: Catalog, *, device_memory_gb: float 
     if dep.mode != "agg" and "pd_disaggregation" not in fw.features:
         raise ShapeError(Problem(f"{fw.name} does not support prefill/decode disaggregation",
                                  fix="use mode agg or another framework"))
-    workers = {name: _role_worker(model, device, fw, dep, name, role, cal, device_memory_gb)
-               for name, role in dep.roles().items()}
-    within = dep.prefill.parallel.devices + dep.decode.parallel.devices <= device.interconnect.domain_size.value
-    link = (device.interconnect.bandwidth_gbs.value / 2 if within else NIC_GBS) * GB
-    return workers, cal, link
+    if dep.decode_device is None or dep.mode == "agg":
+        workers = {name: _role_worker(model, device, fw, dep, name, role, cal, device_memory_gb)
+                   for name, role in dep.roles().items()}
+        within = dep.prefill.parallel.devices + dep.decode.parallel.devices <= device.interconnect.domain_size.value
+        link = (device.interconnect.bandwidth_gbs.value / 2 if within else (link_gbs or NIC_GBS)) * GB
+        return workers, cal, link
+    other = catalog.device(dep.decode_device)
+    decode_cal = Calibration(factors, True, "given") if factors is not None else lookup(fw.name, other)
+    workers = {"prefill": _role_worker(model, device, fw, dep, "prefill", dep.prefill, cal, device_memory_gb),
+               "decode": _role_worker(model, other, fw, dep, "decode", dep.decode, decode_cal, decode_memory_gb)}
+    both = Calibration(cal.factors, cal.calibrated and decode_cal.calibrated,
+                       f"prefill {cal.source}, decode {decode_cal.source}", max(cal.distance, decode_cal.distance))
+    return workers, both, (link_gbs or NIC_GBS) * GB
 
 
 def predict(dep: Deployment, wl: Workload, workers: dict[str, Worker], link: float) -> Prediction:
@@ -187,13 +198,14 @@ def meets(pred: Prediction, slos: dict[tuple[str, str], float]) -> bool:
 
 
 def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], catalog: Catalog,
-             *, device_memory_gb: float | None = None,
-             device_spec: DeviceSpec | None = None) -> tuple[float, Estimate | None]:
+             *, device_memory_gb: float | None = None, device_spec: DeviceSpec | None = None,
+             decode_memory_gb: float | None = None, link_gbs: float | None = None) -> tuple[float, Estimate | None]:
     """Largest open-loop request rate whose prediction meets every objective (goodput capacity), by bisection;
     (0, None) when even a trickle misses them."""
 
     # Compile the workers once; only the load changes between probes.
-    workers, cal, link = build_workers(dep, catalog, device_memory_gb=device_memory_gb, device_spec=device_spec)
+    workers, cal, link = build_workers(dep, catalog, device_memory_gb=device_memory_gb, device_spec=device_spec,
+                                       decode_memory_gb=decode_memory_gb, link_gbs=link_gbs)
     notes = [] if cal.calibrated else [f"not calibrated for {dep.framework} on {dep.device}: efficiency factors "
                                         f"{cal.source} (device distance {cal.distance:g})"]
 

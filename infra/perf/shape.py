@@ -67,6 +67,9 @@ class Deployment:
     agg: Role = field(default_factory=Role)
     prefill: Role = field(default_factory=Role)
     decode: Role = field(default_factory=Role)
+    decode_device: str | None = None
+    """Device of the decode workers when it differs from `device` (prefill on a compute-rich card, decode on a
+    bandwidth-rich one); the KV cache then crosses the network between them."""
     kv_precision: str | None = None
     """KV-cache precision; None picks fp8 where the weights are 8-bit or less and the framework supports it."""
     memory_utilization: float = 0.9

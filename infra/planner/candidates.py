@@ -20,6 +20,7 @@ from infra.files import read_jsonl
 from infra.intent.models import LengthDistribution, Service
 from infra.intent.profile import Pool
 from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
+from infra.perf.arch import kv_precision_for
 from infra.perf.estimate import Estimate, build_workers, max_rate, meets, predict, shape_problems
 from infra.perf.serving import z_of
 from infra.perf.shape import Deployment, Parallel, Role, Workload
@@ -52,10 +53,38 @@ class Candidate:
     """The device as this replica sees it (a slice's share of its figures); None is the catalog's device."""
     memory_gb: float | None = None
     """Usable memory per device for this replica (the pool's allocatable figure, or a slice's share)."""
+    decode_pool: str | None = None
+    """Pool of the decode workers when they run on another pool (and device type) than the prefill worker."""
+    decode_device: str | None = None
+    decode_parallel: Parallel | None = None
+    decode_price: float = 0.0
+    """Price per device-hour of the decode pool."""
 
     @property
     def mode(self) -> str:
         return "disagg" if self.decode_workers else "agg"
+
+    @property
+    def device_types(self) -> set[str]:
+        return {self.device} | ({self.decode_device} if self.decode_device else set())
+
+    @property
+    def pools(self) -> list[str]:
+        return [self.pool] + ([self.decode_pool] if self.decode_pool else [])
+
+    def workers_on(self, pool: str) -> list[tuple[int, float, int]]:
+        """(devices per worker, share of each device, workers) that one replica runs on `pool`."""
+        if self.decode_pool is None or self.decode_parallel is None:
+            return [(self.parallel.devices, self.share, 1 + self.decode_workers)] if pool == self.pool else []
+        return ([(self.parallel.devices, 1.0, 1)] if pool == self.pool else []) + (
+            [(self.decode_parallel.devices, 1.0, self.decode_workers)] if pool == self.decode_pool else [])
+
+    def devices_on(self, pool: str) -> float:
+        return sum(d * share * k for d, share, k in self.workers_on(pool))
+
+    def slots_on(self, pool: str) -> int:
+        """Devices on `pool` in quarter devices, the unit pools are packed in."""
+        return int(round(self.devices_on(pool) * SLOTS_PER_DEVICE))
 
     @property
     def consumption(self) -> float:
@@ -63,13 +92,11 @@ class Candidate:
         return self.devices * self.share
 
     @property
-    def slots(self) -> int:
-        """`consumption` in quarter devices, the unit pools are packed in."""
-        return int(round(self.consumption * SLOTS_PER_DEVICE))
-
-    @property
     def cost_per_hour(self) -> float:
-        return self.consumption * self.price_per_device_hour
+        if self.decode_pool is None:
+            return self.consumption * self.price_per_device_hour
+        return (self.devices_on(self.pool) * self.price_per_device_hour
+                + self.devices_on(self.decode_pool) * self.decode_price)
 
     @property
     def layout(self) -> str:
@@ -77,6 +104,9 @@ class Candidate:
             return f"{self.parallel.label()}@{self.share:g}"
         if not self.decode_workers:
             return self.parallel.label()
+        if self.decode_parallel is not None and self.decode_pool is not None:
+            return (f"P {self.parallel.label()} + {self.decode_workers}xD {self.decode_parallel.label()} on "
+                    f"{self.decode_pool}")
         return f"P {self.parallel.label()} + {self.decode_workers}xD {self.parallel.label()}"
 
     @property
@@ -172,15 +202,20 @@ def _precisions(svc: Service, model: ModelSpec, device: DeviceSpec, fw: Framewor
 
 
 def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], resolved: ResolvedIntent,
-              pool: Pool, device: DeviceSpec, memory_gb: float | None = None) -> tuple[float, Estimate | None]:
+              pool: Pool, device: DeviceSpec, memory_gb: float | None = None,
+              decode_pool: Pool | None = None) -> tuple[float, Estimate | None]:
     catalog = resolved.catalog
     assert catalog is not None
     mem = memory_gb if memory_gb is not None else pool_device_memory_gb(pool, device)
+    cross: dict[str, float | None] = {}
+    if decode_pool is not None:
+        cross = {"decode_memory_gb": pool_device_memory_gb(decode_pool, resolved.pools[decode_pool.name]),
+                 "link_gbs": network_gbs(pool, decode_pool)}
     if wl.rate is not None:
-        return max_rate(dep, wl, slo, catalog, device_memory_gb=mem, device_spec=device)
+        return max_rate(dep, wl, slo, catalog, device_memory_gb=mem, device_spec=device, **cross)
     # Closed loop: the most clients one replica serves within the objectives (bisection over integers), with
     # the workers compiled once.
-    workers, cal, link = build_workers(dep, catalog, device_memory_gb=mem, device_spec=device)
+    workers, cal, link = build_workers(dep, catalog, device_memory_gb=mem, device_spec=device, **cross)
 
     def ok(n: int) -> Estimate | None:
         load = replace(wl, concurrency=n)
@@ -232,13 +267,100 @@ def _deployments(rs: ResolvedService, svc: Service, device: DeviceSpec, fw: Fram
     return out
 
 
+def network_gbs(a: Pool, b: Pool) -> float | None:
+    """GB/s between nodes of two pools: the slower of their fastest NICs; None when either lists none."""
+    if not a.nics or not b.nics:
+        return None
+    return min(max(n.bandwidth for n in a.nics), max(n.bandwidth for n in b.nics))
+
+
+def _smallest_layouts(rs: ResolvedService, device: DeviceSpec, fw: FrameworkSpec, precision: str, pool: Pool,
+                      resolved: ResolvedIntent) -> list[Parallel]:
+    """The two smallest single-node layouts of the model on a pool whose weights fit: the smallest may leave
+    too little room for the KV cache."""
+    assert rs.model is not None and resolved.catalog is not None
+    out = []
+    for par in _tp_options(rs.model, pool, False):
+        if shape_problems(rs.model, device, fw, precision, par):
+            continue
+        try:
+            build_workers(Deployment(rs.model.name, device.name, fw.name, precision, agg=Role(par)),
+                          resolved.catalog, device_memory_gb=pool_device_memory_gb(pool, device))
+        except InfraError:
+            continue
+        out.append(par)
+        if len(out) == 2:
+            break
+    return out
+
+
+def _cross_pool(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tuple[str, str], float],
+                resolved: ResolvedIntent, seen: list[Considered]) -> list[Candidate]:
+    """Disaggregated units whose prefill worker runs on one pool and decode workers on another pool of another
+    device type (compute-rich prefill, bandwidth-rich decode), in one zone, with the KV cache crossing the
+    network between them."""
+    assert rs.model is not None
+    if svc.preferences.disaggregation == "off":
+        return []
+    pools = [p for p in resolved.loaded.cluster.pools if resolved.pools[p.name].name in rs.devices
+             and not (p.spot and svc.preferences.spot == "never")]
+    out: list[Candidate] = []
+    for a in pools:
+        for b in pools:
+            da, db = resolved.pools[a.name], resolved.pools[b.name]
+            if da.name == db.name or (a.zone or "-") != (b.zone or "-"):
+                continue
+            # Prefill is compute-bound and decode bandwidth-bound: pair only a card with more compute per
+            # byte of bandwidth for prefill with one that has less.
+            if (max(f.value for f in da.tflops.values()) / da.memory_bandwidth_tbps.value
+                    <= max(f.value for f in db.tflops.values()) / db.memory_bandwidth_tbps.value):
+                continue
+            # ... and only when decode bandwidth is cheaper there; otherwise a unit on one pool does better.
+            if db.memory_bandwidth_tbps.value / _price(b, db) <= da.memory_bandwidth_tbps.value / _price(a, da):
+                continue
+            for fw in rs.frameworks:
+                if "pd_disaggregation" not in fw.features or not all(
+                        d.vendor in fw.vendors and (not fw.devices or d.name in fw.devices) for d in (da, db)):
+                    continue
+                for precision in _precisions(svc, rs.model, da, fw):
+                    if precision not in db.precisions:
+                        continue
+                    kv_a = kv_precision_for(precision, None, "fp8_kv_cache" in fw.features, da)
+                    if kv_precision_for(precision, None, "fp8_kv_cache" in fw.features, db) != kv_a:
+                        continue  # the KV cache must keep its format across the two device types
+                    for pa in _smallest_layouts(rs, da, fw, precision, a, resolved):
+                        for pb in _smallest_layouts(rs, db, fw, precision, b, resolved):
+                            for k in DECODE_WORKERS:
+                                dep = Deployment(rs.model.name, da.name, fw.name, precision, "disagg",
+                                                 prefill=Role(pa, workers=1), decode=Role(pb, workers=k),
+                                                 decode_device=db.name, kv_precision=kv_a)
+                                label = f"P {pa.label()} + {k}xD {pb.label()} on {b.name}"
+                                if pa.devices > a.device_count or k * pb.devices > b.device_count:
+                                    continue
+                                scored = _score(Considered(svc.name, a.name, fw.name, precision, label, ""), dep,
+                                                wl, slo, resolved, a, da, seen, longest=longest_request(svc),
+                                                decode_pool=b)
+                                if scored is None:
+                                    continue
+                                out.append(Candidate(
+                                    svc.name, a.name, da.name, fw.name, precision, pa, pa.devices + k * pb.devices,
+                                    scored[0], _price(a, da), a.spot or b.spot, a.zone or "-", scored[1], k,
+                                    memory_gb=pool_device_memory_gb(a, da), decode_pool=b.name,
+                                    decode_device=db.name, decode_parallel=pb, decode_price=_price(b, db)))
+    return out
+
+
+def _price(pool: Pool, device: DeviceSpec) -> float:
+    return pool.price if pool.price is not None else device.reference_price_per_hour.value
+
+
 def prune_dominated(cands: list[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
     """(kept, dropped): within one service, pool, framework and mode, a shape is dropped when another needs no
     more devices per replica and carries at least as much load per device; replicas of that one do the same job
     for no more money."""
-    groups: dict[tuple[str, str, str, str], list[Candidate]] = {}
+    groups: dict[tuple[str, str, str, str, str], list[Candidate]] = {}
     for c in cands:
-        groups.setdefault((c.service, c.pool, c.framework, c.mode), []).append(c)
+        groups.setdefault((c.service, c.pool, c.decode_pool or "", c.framework, c.mode), []).append(c)
     kept, dropped = [], []
     for group in groups.values():
         for c in group:
@@ -299,11 +421,12 @@ def longest_request(svc: Service) -> int | None:
 
 def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float],
            resolved: ResolvedIntent, pool: Pool, device: DeviceSpec, seen: list[Considered],
-           memory_gb: float | None = None, longest: int | None = None) -> tuple[float, Estimate] | None:
+           memory_gb: float | None = None, longest: int | None = None,
+           decode_pool: Pool | None = None) -> tuple[float, Estimate] | None:
     """(capacity, estimate) of one deployment, or None; either way the outcome is recorded in `seen`. A shape
     whose KV cache cannot hold the longest request is dropped too."""
     try:
-        cap, est = _capacity(dep, wl, slo, resolved, pool, device, memory_gb=memory_gb)
+        cap, est = _capacity(dep, wl, slo, resolved, pool, device, memory_gb=memory_gb, decode_pool=decode_pool)
     except InfraError as exc:
         seen.append(dataclasses.replace(record, outcome=exc.problems[0].message))
         return None
@@ -357,7 +480,7 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
             device = resolved.pools[pool.name]
             if device.name not in rs.devices or (pool.spot and svc.preferences.spot == "never"):
                 continue
-            price = pool.price if pool.price is not None else device.reference_price_per_hour.value
+            price = _price(pool, device)
             zone = pool.zone or "-"
             for fw in rs.frameworks:
                 if device.vendor not in fw.vendors or (fw.devices and device.name not in fw.devices):
@@ -390,6 +513,7 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
                                 out.append(Candidate(svc.name, pool.name, device.name, fw.name, precision, par,
                                                      devices, scored[0], price, pool.spot, zone, scored[1],
                                                      workers, memory_gb=pool_device_memory_gb(pool, device)))
+        out += _cross_pool(rs, svc, wl, slo, resolved, seen)
     if progress is not None:
         progress(len(resolved.services), len(resolved.services))
     kept, dropped = prune_dominated(out)

@@ -76,11 +76,33 @@ def _predicted(resolved: ResolvedIntent, cand: Candidate, load: float) -> dict[s
     return out
 
 
+def _devices_by_pool(cands: list[Candidate], replicas: dict[str, int]) -> dict[str, float]:
+    """Devices the chosen replicas take on each pool (a P/D unit across two pools counts on both)."""
+    out: dict[str, float] = {}
+    for c in cands:
+        for p in c.pools:
+            out[p] = out.get(p, 0.0) + c.devices_on(p) * replicas.get(c.key, 0)
+    return out
+
+
+def _cost_by_pool(cands: list[Candidate], replicas: dict[str, int]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for c in cands:
+        n = replicas.get(c.key, 0)
+        if not n:
+            continue
+        out[c.pool] = out.get(c.pool, 0.0) + c.devices_on(c.pool) * c.price_per_device_hour * n
+        if c.decode_pool:
+            out[c.decode_pool] = out.get(c.decode_pool, 0.0) + c.devices_on(c.decode_pool) * c.decode_price * n
+    return out
+
+
 def _binding(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution, limits: Limits) -> list[str]:
     out = []
     used = {c.key: c for c in cands if c.key in sol.replicas}
+    by_pool = _devices_by_pool(cands, sol.replicas)
     for pool, total in sorted(limits.pool_devices.items()):
-        taken = sum(c.consumption * sol.replicas[k] for k, c in used.items() if c.pool == pool)
+        taken = by_pool.get(pool, 0.0)
         if taken and taken >= total:
             out.append(f"inventory: pool {pool} fully used ({taken:g}/{total} devices)")
     for s, cap in sorted(limits.budget_hour.items()):
@@ -105,7 +127,10 @@ def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution
                  limits: Limits, placements: dict[str, Placement]) -> list[dict[str, Any]]:
     services = []
     pools = {p.name: p for p in resolved.loaded.cluster.pools}
-    placed = {k: v for p in placements.values() for k, v in p.nodes.items()}
+    placed: dict[str, dict[str, int]] = {}
+    for pl in placements.values():
+        for k, v in pl.nodes.items():
+            placed[k] = {**placed.get(k, {}), **v}
     for rs in resolved.services:
         s = rs.service.name
         mine = [c for c in cands if c.service == s and c.key in sol.replicas]
@@ -122,6 +147,9 @@ def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution
                 "pool": c.pool, "device": c.device, "framework": c.framework, "precision": c.precision,
                 "mode": c.mode, "parallel": dataclasses.asdict(c.parallel),
                 **({"prefill_workers": 1, "decode_workers": c.decode_workers} if c.decode_workers else {}),
+                **({"decode_pool": c.decode_pool, "decode_device": c.decode_device,
+                    "decode_parallel": dataclasses.asdict(c.decode_parallel)}
+                   if c.decode_pool and c.decode_parallel else {}),
                 **({"share": c.share} if c.share < 1 else {}),
                 "devices_per_worker": c.parallel.devices, "nodes_per_worker": -(-c.parallel.devices // per_node),
                 "engines": _engines(resolved, rs, c),
@@ -162,9 +190,9 @@ def _placement(pools: dict[str, Pool], cands: list[Candidate], sol: Solution) ->
     """Where the solution's workers go, per pool it uses."""
     out: dict[str, Placement] = {}
     for name, pool in sorted(pools.items()):
-        workers = [w for c in cands if c.pool == name and c.key in sol.replicas
-                   for w in workers_of(c.key, c.parallel.devices, c.share, 1 + c.decode_workers,
-                                       sol.replicas[c.key], pool.devices_per_node)]
+        workers = [w for c in cands if name in c.pools and c.key in sol.replicas
+                   for d, share, k in c.workers_on(name)
+                   for w in workers_of(c.key, d, share, k, sol.replicas[c.key], pool.devices_per_node)]
         if not workers:
             continue
         try:
@@ -234,23 +262,26 @@ def _cluster(resolved: ResolvedIntent) -> dict[str, Any]:
             "model_cache": conv.model_cache, "pools": pools}
 
 
-def _kind(c: Candidate) -> tuple[str, str]:
-    return c.device, c.framework
+def _devices_label(c: Candidate) -> str:
+    return c.device if not c.decode_device else f"{c.device}+{c.decode_device}"
 
 
 def _alternatives(cands: list[Candidate], sol: Solution, limits: Limits, top: int) -> list[dict[str, Any]]:
     """Best plans that use another device type or another framework than the chosen one, with cost deltas."""
-    chosen = {_kind(c) for c in cands if c.key in sol.replicas}
-    devices = {d for d, _ in chosen}
-    frameworks = {f for _, f in chosen}
-    modes = {c.mode for c in cands if c.key in sol.replicas}
+    chosen = [c for c in cands if c.key in sol.replicas]
+    devices = {d for c in chosen for d in c.device_types}
+    frameworks = {c.framework for c in chosen}
+    modes = {c.mode for c in chosen}
     out = []
     tried = set()
     for label, keep in (
-        *((f"only {d}", lambda c, d=d: c.device == d) for d in sorted({c.device for c in cands} - devices)),
-        *((f"without {d}", lambda c, d=d: c.device != d) for d in sorted(devices)),
+        *((f"only {d}", lambda c, d=d: c.device_types == {d})
+          for d in sorted({d for c in cands for d in c.device_types} - devices)),
+        *((f"without {d}", lambda c, d=d: d not in c.device_types) for d in sorted(devices)),
         *((f"only {f}", lambda c, f=f: c.framework == f) for f in sorted({c.framework for c in cands} - frameworks)),
         *((f"{m} only", lambda c, m=m: c.mode == m) for m in sorted({c.mode for c in cands} - modes)),
+        *((("prefill and decode on one device type", lambda c: c.decode_pool is None),)
+          if any(c.decode_pool for c in chosen) else ()),
     ):
         if len(out) >= top:
             break
@@ -266,7 +297,7 @@ def _alternatives(cands: list[Candidate], sol: Solution, limits: Limits, top: in
         out.append({
             "label": label, "cost_per_hour": _r(alt.cost_per_hour, 6),
             "delta_per_hour": _r(alt.cost_per_hour - sol.cost_per_hour, 6),
-            "uses": sorted({f"{alt.replicas[c.key]} x {c.device} {c.framework} {c.precision} {c.layout}"
+            "uses": sorted({f"{alt.replicas[c.key]} x {_devices_label(c)} {c.framework} {c.precision} {c.layout}"
                             for c in used}),
         })
     return out
@@ -298,9 +329,7 @@ def _relaxations(resolved: ResolvedIntent, cands: list[Candidate], limits: Limit
     if any(k.startswith(("pool:", "demand:", "zones:", "replicas:")) for k in core) and cands:
         grown = solve(cands, limits, extra_devices=_room(cands, limits), time_limit_s=5.0)
         if grown.status in ("OPTIMAL", "FEASIBLE"):
-            need: dict[str, int] = {}
-            for c in cands:
-                need[c.pool] = need.get(c.pool, 0) + math.ceil(c.consumption * grown.replicas.get(c.key, 0))
+            need = {p: math.ceil(v) for p, v in _devices_by_pool(cands, grown.replicas).items()}
             cdoc = resolved.loaded.cluster_document()
             for i, pool in enumerate(resolved.loaded.cluster.pools):
                 n = need.get(pool.name, 0)
@@ -350,14 +379,13 @@ def _room(cands: list[Candidate], limits: Limits) -> dict[str, int]:
     for c in cands:
         need = math.ceil((math.ceil(limits.demand[c.service] / c.capacity) + limits.min_replicas[c.service])
                          * c.consumption)
-        room[c.pool] = min(max(room.get(c.pool, 0), need), 1_000_000)
+        for p in c.pools:
+            room[p] = min(max(room.get(p, 0), need), 1_000_000)
     return room
 
 
 def _extra_devices(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution, limits: Limits) -> str:
-    need: dict[str, int] = {}
-    for c in cands:
-        need[c.pool] = need.get(c.pool, 0) + math.ceil(c.consumption * sol.replicas.get(c.key, 0))
+    need = {p: math.ceil(v) for p, v in _devices_by_pool(cands, sol.replicas).items()}
     return ", ".join(f"{n - limits.pool_devices[p]} more {resolved.pools[p].name} in pool {p}"
                      for p, n in sorted(need.items()) if n > limits.pool_devices[p])
 
@@ -439,15 +467,12 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost
                        "candidates": len(cands), "considered": len(considered)},
             "cluster": _cluster(resolved),
             "cost": {"per_hour": _r(sol.cost_per_hour, 6),
-                     "by_pool": {p: _r(sum(c.cost_per_hour * sol.replicas[c.key] for c in cands
-                                            if c.pool == p and c.key in sol.replicas), 6)
-                                 for p in sorted({c.pool for c in cands if c.key in sol.replicas})}},
+                     "by_pool": {p: _r(v, 6) for p, v in sorted(_cost_by_pool(cands, sol.replicas).items())}},
             "services": services,
             "pools_used": [{
                 "pool": name, "device": resolved.pools[name].name, "devices": pl.devices_used,
                 "nodes": len({n for nodes in pl.nodes.values() for n in nodes}),
-                "allocated": _r(sum(c.consumption * sol.replicas[c.key] for c in cands
-                                    if c.pool == name and c.key in sol.replicas), 6),
+                "allocated": _r(_devices_by_pool(cands, sol.replicas)[name], 6),
                 "idle_fraction": _r(pl.quarters_idle / (4 * pl.devices_used), 4) if pl.devices_used else 0.0,
             } for name, pl in sorted(placements.items())],
             "binding": _binding(resolved, cands, sol, limits),

@@ -158,9 +158,9 @@ def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 
         if limits.budget_hour.get(s) is not None:
             m.add(sum(cost_terms[s]) <= int(limits.budget_hour[s] * COST_SCALE)).only_enforce_if(lit(f"budget:{s}"))
     for p, total in sorted(pool_slots.items()):
-        on = [c for c in cands if c.pool == p]
+        on = [c for c in cands if p in c.pools]
         if on:
-            m.add(sum(c.slots * n[c.key] for c in on) <= total).only_enforce_if(lit(f"pool:{p}"))
+            m.add(sum(c.slots_on(p) * n[c.key] for c in on) <= total).only_enforce_if(lit(f"pool:{p}"))
             if p in limits.pool_nodes:
                 _node_patterns(m, p, on, n, limits, (extra_devices or {}).get(p, 0), lit(f"pool:{p}"))
     all_cost = sum(t for s in services for t in cost_terms[s])
@@ -217,10 +217,12 @@ def _node_patterns(m: cp_model.CpModel, pool: str, on: list[Candidate], n: dict[
     per_node, groups = limits.pool_nodes[pool]
     if extra:
         groups = groups + ((per_node, -(-extra // per_node)),)
-    single = [c for c in on if c.parallel.devices <= per_node]
-    multi = [c for c in on if c.parallel.devices > per_node]
-    slices = [c for c in single if c.share < 1]
-    sizes = sorted({c.parallel.devices for c in single if c.share >= 1} | ({1} if slices else set()), reverse=True)
+    # (candidate, devices per worker, share, workers per replica) of every kind of worker on this pool.
+    kinds = [(c, d, share, k) for c in on for d, share, k in c.workers_on(pool)]
+    single = [x for x in kinds if x[1] <= per_node]
+    multi = [x for x in kinds if x[1] > per_node]
+    slices = [x for x in single if x[2] < 1]
+    sizes = sorted({d for _, d, share, _ in single if share >= 1} | ({1} if slices else set()), reverse=True)
     cover: dict[int, list] = {k: [] for k in sizes}
     whole: list = []
     for gi, (devices, count) in enumerate(groups):
@@ -237,16 +239,16 @@ def _node_patterns(m: cp_model.CpModel, pool: str, on: list[Candidate], n: dict[
             whole.append(y)
         if ys:
             m.add(sum(ys) <= count)
-    for k in sizes:
-        need = [(1 + c.decode_workers) * n[c.key] for c in single if c.share >= 1 and c.parallel.devices == k]
-        if k == 1 and slices:
+    for size in sizes:
+        need = [k * n[c.key] for c, d, share, k in single if share >= 1 and d == size]
+        if size == 1 and slices:
             sliced = m.new_int_var(0, sum(d * c for d, c in groups), f"sliced[{pool}]")
-            m.add(SLOTS_PER_DEVICE * sliced >= sum(c.slots * n[c.key] for c in slices)).only_enforce_if(enforce)
+            m.add(SLOTS_PER_DEVICE * sliced >= sum(int(round(share * SLOTS_PER_DEVICE)) * k * n[c.key]
+                                                   for c, _, share, k in slices)).only_enforce_if(enforce)
             need.append(sliced)
-        m.add(sum(need) <= sum(cover[k])).only_enforce_if(enforce)
+        m.add(sum(need) <= sum(cover[size])).only_enforce_if(enforce)
     if multi:
-        m.add(sum((1 + c.decode_workers) * -(-c.parallel.devices // per_node) * n[c.key] for c in multi)
-              <= sum(whole)).only_enforce_if(enforce)
+        m.add(sum(k * -(-d // per_node) * n[c.key] for c, d, _, k in multi) <= sum(whole)).only_enforce_if(enforce)
 
 
 def _solver(seconds: float) -> cp_model.CpSolver:

@@ -74,6 +74,11 @@ class Allocation(PlanModel):
     parallel: Layout
     prefill_workers: int | None = None
     decode_workers: int | None = None
+    decode_pool: str | None = None
+    """Pool of the decode workers when it is not `pool` (prefill and decode on different device types)."""
+    decode_device: str | None = None
+    decode_parallel: Layout | None = None
+    """Layout of each decode worker when it differs from `parallel`."""
     share: float | None = None
     """Fraction of a device per replica when devices are sliced (HAMi)."""
     devices_per_worker: int = Field(ge=1)

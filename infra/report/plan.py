@@ -24,10 +24,16 @@ def plan_yaml(plan: dict[str, Any]) -> str:
     return buf.getvalue()
 
 
+def _words(par: dict[str, int]) -> str:
+    return (f"tp{par['tp']}" + (f" pp{par['pp']}" if par["pp"] > 1 else "")
+            + (f" ep{par['ep']}" if par["ep"] > 1 else ""))
+
+
 def _layout(a: dict[str, Any]) -> str:
-    par = a["parallel"]
-    layout = f"tp{par['tp']}" + (f" pp{par['pp']}" if par["pp"] > 1 else "") + (f" ep{par['ep']}" if par["ep"] > 1
-                                                                                  else "")
+    layout = _words(a["parallel"])
+    if a.get("decode_pool"):
+        return (f"1 prefill worker of {layout} + {a['decode_workers']} decode workers of "
+                f"{_words(a['decode_parallel'])} on {a['decode_device']} in pool {a['decode_pool']}")
     if a.get("mode") == "disagg":
         return f"1 prefill + {a['decode_workers']} decode workers of {layout}"
     if "share" in a:
@@ -67,6 +73,8 @@ def _shape(a: dict[str, Any]) -> str:
     label = Parallel(**a["parallel"]).label()
     if a.get("share"):
         return f"{label}@{a['share']:g}"
+    if a.get("decode_pool"):
+        return f"P {label} + {a['decode_workers']}xD {Parallel(**a['decode_parallel']).label()} on {a['decode_pool']}"
     if a.get("mode") == "disagg":
         return f"P {label} + {a['decode_workers']}xD {label}"
     return label

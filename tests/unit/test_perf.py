@@ -144,3 +144,15 @@ def test_disaggregated_estimate_sizes_workers_and_says_so():
     assert p.workers["prefill"] >= 1 and p.workers["decode"] >= 1
     assert any("assumed" in n for n in p.assumptions)
     assert est.devices == 8 * (p.workers["prefill"] + p.workers["decode"])
+
+
+def test_decode_on_another_device_type_uses_its_figures_and_the_network():
+    wl = Workload(isl=4000, osl=500, rate=2.0)
+    roles = {"prefill": Role(Parallel(tp=2), workers=1), "decode": Role(Parallel(tp=2), workers=1)}
+    same = estimate(Deployment("Llama-3.1-70B", "H200", "vllm", "fp8", "disagg", **roles), wl, CAT)
+    split = estimate(Deployment("Llama-3.1-70B", "H200", "vllm", "fp8", "disagg", **roles, decode_device="H20"),
+                     wl, CAT)
+    # H20 decodes from 4.0 TB/s against the H200's 4.8: slower per token, and the KV cache crosses a NIC.
+    assert split.prediction.tpot["p50"] > same.prediction.tpot["p50"]
+    assert split.prediction.ttft["p50"] > same.prediction.ttft["p50"]
+    assert "decode" in split.calibration.source and split.memory["decode"].device_gb == pytest.approx(96, rel=0.01)

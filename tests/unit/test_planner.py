@@ -255,3 +255,30 @@ def test_goodput_objective_serves_what_a_fixed_inventory_can(tmp_path):
     for a in svc["allocations"]:
         for v in a["predicted"].values():
             assert v["predicted_ms"] <= v["target_ms"] * 1.0001  # served load stays within the objectives
+
+
+def test_prefill_and_decode_on_different_device_types():
+    """H200 prefill with H20 decode beats both on H200, and the plan charges each pool for its own workers."""
+    result = api.plan(ROOT / "examples" / "pd-across-devices.yaml")
+    spec = result.plan["spec"]
+    (alloc,) = spec["services"][0]["allocations"]
+    assert (alloc["pool"], alloc["decode_pool"], alloc["decode_device"]) == ("h200", "h20", "H20")
+    n, k = alloc["replicas"], alloc["decode_workers"]
+    prefill = n * alloc["devices_per_worker"]
+    decode = n * k * Parallel(**alloc["decode_parallel"]).devices
+    assert spec["cost"]["by_pool"] == pytest.approx({"h200": prefill * 3.80, "h20": decode * 1.30})
+    assert {u["pool"]: u["allocated"] for u in spec["pools_used"]} == pytest.approx({"h200": prefill, "h20": decode})
+    same = next(a for a in spec["alternatives"] if a["label"] == "prefill and decode on one device type")
+    assert same["delta_per_hour"] > 0
+
+
+def test_a_unit_across_pools_counts_against_both_inventories():
+    base = _cand("a", "p1", 2, 1.0, 1.0)
+    cross = dataclasses.replace(base, devices=4, decode_workers=1, decode_pool="p2", decode_device="H20",
+                                decode_parallel=Parallel(tp=2), decode_price=0.5)
+    assert cross.devices_on("p1") == 2 and cross.devices_on("p2") == 2
+    assert cross.cost_per_hour == pytest.approx(2 * 1.0 + 2 * 0.5)
+    limits = Limits({"a": 3.0}, {"a": 1}, {"a": 1}, {"a": None}, {"p1": 8, "p2": 2})
+    assert solve([cross], limits).status == "INFEASIBLE"
+    limits = Limits({"a": 3.0}, {"a": 1}, {"a": 1}, {"a": None}, {"p1": 8, "p2": 6})
+    assert solve([cross], limits).replicas == {cross.key: 3}
