@@ -198,6 +198,20 @@ class AttentionLayout(CatalogModel):
     """Layers with linear attention / state-space mixing (a fixed-size state, no per-token KV)."""
 
 
+class WorkShape(CatalogModel):
+    """How a non-text stage's work (images, audio seconds, video frames) becomes the tokens its transformer runs
+    on, for encoders, codecs and diffusion transformers."""
+
+    tokens_per_second: float | None = Field(default=None, gt=0)
+    """Tokens per audio second (audio encoders after their convolution front end; codec frames)."""
+    pixels_per_token: int | None = Field(default=None, gt=0)
+    """Side of the square of pixels one token covers (a ViT patch; a DiT's VAE compression times its patch)."""
+    frames_per_token: int = Field(default=1, ge=1)
+    """Video frames folded into one latent frame (a causal video VAE keeps the first frame on its own)."""
+    passes_per_step: int = Field(default=1, ge=1)
+    """Forward passes per denoising step (2 with classifier-free guidance)."""
+
+
 class ModelSpec(CatalogModel):
     """A model (or one stage of an omni-modal pipeline) as the performance model sees it."""
 
@@ -236,6 +250,8 @@ class ModelSpec(CatalogModel):
     """Latent-attention layout, for MLA models."""
     attention: AttentionLayout = AttentionLayout()
     """Sliding-window and linear-attention layers."""
+    work: WorkShape | None = None
+    """Tokens per unit of work, for stages that are not fed text (encoders, codecs, diffusion transformers)."""
     params_total_b: float = Field(gt=0)
     """Total parameters in billions."""
     params_active_b: float = Field(gt=0)
@@ -318,4 +334,6 @@ class FrameworkSpec(CatalogModel):
     """Caveats (plugin versions, experimental support)."""
     cli: EngineCli | None = None
     """Launch command and argument spelling; unset for engines configured by a file rather than by flags."""
+    kinds: list[ModelKind] = ["llm"]
+    """Kinds of model (pipeline stage) the engine serves."""
 

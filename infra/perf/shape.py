@@ -24,10 +24,12 @@ class Parallel:
     ep: int = 1
     moe_tp: int = 1
     attention_dp: int = 1
+    sp: int = 1
+    """Sequence parallel degree of a diffusion transformer: the tokens of one pass split over this many devices."""
 
     @property
     def devices(self) -> int:
-        return max(self.tp * self.attention_dp, self.moe_tp * self.ep) * self.pp
+        return max(self.tp * self.attention_dp, self.moe_tp * self.ep) * self.pp * self.sp
 
     def label(self) -> str:
         parts = [f"tp{self.tp}"]
@@ -39,6 +41,8 @@ class Parallel:
             parts.append(f"moetp{self.moe_tp}")
         if self.attention_dp > 1:
             parts.append(f"dp{self.attention_dp}")
+        if self.sp > 1:
+            parts.append(f"sp{self.sp}")
         return "-".join(parts)
 
 

@@ -24,6 +24,7 @@ from infra.perf.arch import kv_precision_for
 from infra.perf.estimate import Estimate, build_workers, max_rate, meets, predict, shape_problems
 from infra.perf.serving import z_of
 from infra.perf.shape import Deployment, Parallel, Role, Workload
+from infra.perf.stages import StageEstimate
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,8 @@ class Candidate:
     price_per_device_hour: float
     spot: bool
     zone: str
-    estimate: Estimate
-    """The prediction at that capacity."""
+    estimate: Estimate | StageEstimate
+    """The prediction at that capacity (a pipeline stage that is not an LLM has a stage estimate)."""
     decode_workers: int = 0
     """Disaggregated units: decode workers (each of layout `parallel`) per prefill worker; 0 = aggregated."""
     share: float = 1.0
@@ -319,7 +320,7 @@ def _cross_pool(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tuple
             if db.memory_bandwidth_tbps.value / _price(b, db) <= da.memory_bandwidth_tbps.value / _price(a, da):
                 continue
             for fw in rs.frameworks:
-                if "pd_disaggregation" not in fw.features or not all(
+                if "pd_disaggregation" not in fw.features or "llm" not in fw.kinds or not all(
                         d.vendor in fw.vendors and (not fw.devices or d.name in fw.devices) for d in (da, db)):
                     continue
                 for precision in _precisions(svc, rs.model, da, fw):
@@ -459,21 +460,23 @@ class Considered:
 
 
 def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
-                         progress: Callable[[int, int], None] | None = None) -> tuple[list[Candidate],
-                                                                                     list[Considered]]:
+                         progress: Callable[[int, int], None] | None = None,
+                         services: list[ResolvedService] | None = None) -> tuple[list[Candidate],
+                                                                                 list[Considered]]:
     """Every runnable, useful replica shape of every service, and the record of what was dropped and why.
     `slo_scale` multiplies every objective (used to find how far an objective must relax); `progress(done,
     total)` is told after each service."""
     base = resolved.loaded.document.path.parent
     out: list[Candidate] = []
     seen: list[Considered] = []
-    for done, rs in enumerate(resolved.services):
+    services = resolved.services if services is None else services
+    for done, rs in enumerate(services):
         if progress is not None:
-            progress(done, len(resolved.services))
+            progress(done, len(services))
         svc = rs.service
         if rs.model is None:
-            raise InfraError(f"service {svc.name!r} is a pipeline; planning pipelines is not available in this "
-                             "version — To fix: plan each stage's model as its own service for now")
+            raise InfraError(f"service {svc.name!r} is a pipeline; expand it into its stages first "
+                             "(infra.planner.pipeline.search)")
         wl = service_workload(svc, base)
         slo = {k: v * slo_scale for k, v in objectives(svc).items()}
         for pool in resolved.loaded.cluster.pools:
@@ -483,7 +486,8 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
             price = _price(pool, device)
             zone = pool.zone or "-"
             for fw in rs.frameworks:
-                if device.vendor not in fw.vendors or (fw.devices and device.name not in fw.devices):
+                if (device.vendor not in fw.vendors or (fw.devices and device.name not in fw.devices)
+                        or "llm" not in fw.kinds):
                     continue
                 for precision in _precisions(svc, rs.model, device, fw):
                     allow_multi = (pool.multi_node and svc.preferences.multi_node and "multi_node" in fw.features)
@@ -515,7 +519,7 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
                                                      workers, memory_gb=pool_device_memory_gb(pool, device)))
         out += _cross_pool(rs, svc, wl, slo, resolved, seen)
     if progress is not None:
-        progress(len(resolved.services), len(resolved.services))
+        progress(len(services), len(services))
     kept, dropped = prune_dominated(out)
     gone = {c.key for c in dropped}
     seen = [dataclasses.replace(x, outcome="dominated by a shape with fewer devices and more load per device")

@@ -11,7 +11,8 @@ import dataclasses
 import hashlib
 import json
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from infra.catalog.loader import Catalog
 from infra.errors import InfeasibleError, InfraError, Location, Problem
@@ -19,8 +20,11 @@ from infra.intent.profile import Pool
 from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
 from infra.perf.arch import kv_precision_for
 from infra.perf.calibration import table as calibration_table
-from infra.perf.estimate import estimate
-from infra.planner.candidates import Candidate, Considered, enumerate_candidates, objectives, service_workload
+from infra.perf.estimate import Estimate, estimate
+from infra.perf.serving import z_of
+from infra.perf.stages import StageEstimate, stage_latency
+from infra.planner.candidates import Candidate, Considered, objectives, service_workload
+from infra.planner.pipeline import Unit, cpu_cores, search
 from infra.planner.placement import Placement, PlacementError, place, workers_of
 from infra.planner.solve import Limits, Solution, limits_from, minimal_conflict, solve
 from infra.planner.types import DeploymentPlan
@@ -58,9 +62,9 @@ def _tokens_per_request(resolved: ResolvedIntent) -> dict[str, float]:
     return out
 
 
-def _predicted(resolved: ResolvedIntent, cand: Candidate, load: float) -> dict[str, Any]:
+def _predicted(resolved: ResolvedIntent, rs: ResolvedService, cand: Candidate, load: float) -> dict[str, Any]:
     """Metrics of one replica at its share of the load, against the service's objectives."""
-    rs = next(r for r in resolved.services if r.service.name == cand.service)
+    assert isinstance(cand.estimate, Estimate)
     base = resolved.loaded.document.path.parent
     wl = service_workload(rs.service, base)
     wl = dataclasses.replace(wl, rate=load) if wl.rate is not None else dataclasses.replace(
@@ -123,67 +127,212 @@ def _binding(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution, li
     return out
 
 
-def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution,
-                 limits: Limits, placements: dict[str, Placement]) -> list[dict[str, Any]]:
-    services = []
-    pools = {p.name: p for p in resolved.loaded.cluster.pools}
+def _placed(placements: dict[str, Placement]) -> dict[str, dict[str, int]]:
     placed: dict[str, dict[str, int]] = {}
     for pl in placements.values():
         for k, v in pl.nodes.items():
             placed[k] = {**placed.get(k, {}), **v}
+    return placed
+
+
+def _allocation(resolved: ResolvedIntent, c: Candidate, n: int, load: float, placed: dict[str, dict[str, int]],
+                engines: dict[str, Any], predicted: dict[str, Any]) -> dict[str, Any]:
+    pool = next(p for p in resolved.loaded.cluster.pools if p.name == c.pool)
+    return {
+        "pool": c.pool, "device": c.device, "framework": c.framework, "precision": c.precision,
+        "mode": c.mode, "parallel": dataclasses.asdict(c.parallel),
+        **({"prefill_workers": 1, "decode_workers": c.decode_workers} if c.decode_workers else {}),
+        **({"decode_pool": c.decode_pool, "decode_device": c.decode_device,
+            "decode_parallel": dataclasses.asdict(c.decode_parallel)}
+           if c.decode_pool and c.decode_parallel else {}),
+        **({"share": c.share} if c.share < 1 else {}),
+        "devices_per_worker": c.parallel.devices, "nodes_per_worker": -(-c.parallel.devices // pool.devices_per_node),
+        "engines": engines,
+        "nodes_used": len(placed[c.key]),
+        **({"placement": placed[c.key]} if isinstance(pool.nodes, list) else {}),
+        "replicas": n, "devices_per_replica": c.consumption,
+        "devices": n * c.consumption, "capacity_per_replica": _r(c.capacity),
+        "load_per_replica": _r(load), "cost_per_hour": _r(n * c.cost_per_hour, 6),
+        "predicted": predicted,
+        "calibrated": c.estimate.calibration.calibrated,
+        "calibration_source": c.estimate.calibration.source,
+    }
+
+
+def _entry(resolved: ResolvedIntent, rs: ResolvedService, name: str, mine: list[Candidate], sol: Solution,
+           limits: Limits, allocs: list[dict[str, Any]], capacity: float, objectives_ms: dict[str, float],
+           extra: dict[str, Any]) -> dict[str, Any]:
+    """One service (or pipeline stage) of the plan."""
+    wl = rs.service.workload
+    demand = float(wl.rate.peak_rps if wl.rate is not None else wl.concurrency)
+    cost = sum(c.cost_per_hour * sol.replicas[c.key] for c in mine)
+    unit = "requests/s" if wl.rate is not None else "clients"
+    entry: dict[str, Any] = {
+        "name": name, **extra,
+        "objectives": objectives_ms,
+        "availability": rs.service.availability.model_dump(mode="json", by_alias=True),
+        "workload": wl.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True),
+        "demand": {"value": _r(demand), "unit": unit},
+        "required": {"value": _r(limits.demand[name]), "unit": unit},
+        "capacity": {"value": _r(capacity), "unit": unit},
+        "headroom": _r(capacity / demand - 1 if demand else 0.0, 3),
+        "served": _r(min(1.0, capacity / demand) if demand else 1.0, 4), "allocations": allocs,
+        "cost_per_hour": _r(cost, 6),
+    }
+    if wl.rate is not None and demand:
+        tok = service_workload(rs.service, resolved.loaded.document.path.parent)
+        entry["cost_per_million_tokens"] = _r(cost / (demand * 3600 * (tok.isl + tok.osl)) * 1e6, 4)
+        entry["cost_per_request"] = _r(cost / (demand * 3600), 4)
+    return entry
+
+
+def _llm_entry(resolved: ResolvedIntent, rs: ResolvedService, cands: list[Candidate], sol: Solution, limits: Limits,
+               placed: dict[str, dict[str, int]], extra: dict[str, Any]) -> dict[str, Any]:
+    s = rs.service.name
+    mine = sorted((c for c in cands if c.service == s and c.key in sol.replicas), key=lambda c: c.key)
+    capacity = sum(c.capacity * sol.replicas[c.key] for c in mine)
+    wl = rs.service.workload
+    demand = float(wl.rate.peak_rps if wl.rate is not None else wl.concurrency)
+    served = min(demand, capacity)
+    allocs = []
+    for c in mine:
+        load = served * c.capacity / capacity if capacity else 0.0
+        allocs.append(_allocation(resolved, c, sol.replicas[c.key], load, placed, _engines(resolved, rs, c),
+                                  _predicted(resolved, rs, c, max(load, 1e-6))))
+    assert rs.model is not None
+    return _entry(resolved, rs, s, mine, sol, limits, allocs, capacity,
+                  {f"{m}_{q}": _r(v * 1000, 6) for (m, q), v in sorted(objectives(rs.service).items())},
+                  {"model": rs.model.name, "model_id": rs.model.hf_id, **extra})
+
+
+def _stage_entry(resolved: ResolvedIntent, rs: ResolvedService, unit: Unit, cands: list[Candidate], sol: Solution,
+                 limits: Limits, placed: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """A pipeline stage that is not an LLM: its replicas and its latencies against its budget."""
+    assert unit.model is not None
+    mine = sorted((c for c in cands if c.service == unit.name and c.key in sol.replicas), key=lambda c: c.key)
+    capacity = sum(c.capacity * sol.replicas[c.key] for c in mine)
+    wl = rs.service.workload
+    demand = float(wl.rate.peak_rps if wl.rate is not None else wl.concurrency)
+    served = min(demand, capacity)
+    targets = {**{f"first_output_{p}": v for p, v in unit.first.items()},
+               **{f"latency_{p}": v for p, v in unit.full.items()}}
+    allocs = []
+    for c in mine:
+        load = served * c.capacity / capacity if capacity else 0.0
+        est = c.estimate
+        assert isinstance(est, StageEstimate)
+        first, full, _ = stage_latency(est.timing, load, _arrival_cv(rs), tuple(sorted(
+            set(unit.first) | set(unit.full), key=z_of)) or ("p50",))
+        predicted = {}
+        for key, target in sorted(targets.items()):
+            got = (first if key.startswith("first_output") else full)[key.rpartition("_")[2]]
+            predicted[key] = {"target_ms": _r(target * 1000), "predicted_ms": _r(got * 1000),
+                              "margin": _r(1 - got / target, 3)}
+        allocs.append(_allocation(resolved, c, sol.replicas[c.key], load, placed, {}, predicted))
+    return _entry(resolved, rs, unit.name, mine, sol, limits, allocs, capacity,
+                  {k: _r(v * 1000, 6) for k, v in sorted(targets.items())},
+                  {"model": unit.model.name, "model_id": unit.model.hf_id, "pipeline": rs.service.name,
+                   "stage": unit.stage.name, "kind": unit.model.kind})
+
+
+def _arrival_cv(rs: ResolvedService) -> float:
+    arrival = rs.service.workload.arrival
+    return {"poisson": 1.0, "constant": 0.0, "gamma": arrival.cv or 1.0}[arrival.process]
+
+
+def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution, limits: Limits,
+                 placements: dict[str, Placement], services: list[ResolvedService],
+                 pipelines: dict[str, list[Unit]]) -> list[dict[str, Any]]:
+    placed = _placed(placements)
+    by_name = {rs.service.name: rs for rs in services}
+    out = []
     for rs in resolved.services:
-        s = rs.service.name
-        mine = [c for c in cands if c.service == s and c.key in sol.replicas]
-        capacity = sum(c.capacity * sol.replicas[c.key] for c in mine)
+        if rs.service.name not in pipelines:
+            out.append(_llm_entry(resolved, rs, cands, sol, limits, placed, {}))
+            continue
+        for u in pipelines[rs.service.name]:
+            if u.stage.kind == "llm":
+                out.append(_llm_entry(resolved, by_name[u.name], cands, sol, limits, placed,
+                                      {"pipeline": rs.service.name, "stage": u.stage.name, "kind": "llm"}))
+            elif u.stage.kind != "cpu":
+                out.append(_stage_entry(resolved, rs, u, cands, sol, limits, placed))
+    return out
+
+
+def _reach(units: list[Unit], own: list[tuple[dict[str, float], dict[str, float]]], k: int, p: str,
+           end: int) -> float | None:
+    """Arrival to stage k's first (`end` 0) or last (1) output at percentile p: the stages before it in turn
+    (their first output when they stream, else their whole latency), then stage k itself."""
+    total = 0.0
+    for i in range(k + 1):
+        part = own[i][end if i == k else (0 if units[i].streams else 1)]
+        if p not in part:
+            return None
+        total += part[p]
+    return total
+
+
+def _along(units: list[Unit], own: list[tuple[dict[str, float], dict[str, float]]], k: int, what: str,
+           p: str) -> float | None:
+    """Arrival to stage k's first output (`what` "first") or last output ("full"); the last output comes no
+    earlier than any stage before it finishes."""
+    if what == "first":
+        return _reach(units, own, k, p, 0)
+    ends = [_reach(units, own, j, p, 1) for j in range(k + 1)]
+    return None if any(e is None for e in ends) else max(e for e in ends if e is not None)
+
+
+def _pipelines(resolved: ResolvedIntent, pipelines: dict[str, list[Unit]],
+               entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each pipeline end to end: its stages' latencies at the planned load summed along the pipeline against the
+    service's and the stages' own objectives, its CPU stages in cores, and its cost per request."""
+    out = []
+    by_name = {e["name"]: e for e in entries}
+    for rs in resolved.services:
+        units = pipelines.get(rs.service.name)
+        if not units:
+            continue
         wl = rs.service.workload
-        demand = float(wl.rate.peak_rps if wl.rate is not None else wl.concurrency)
-        allocs = []
-        served = min(demand, capacity)
-        for c in sorted(mine, key=lambda c: c.key):
-            n = sol.replicas[c.key]
-            load = served * c.capacity / capacity if capacity else 0.0
-            per_node = pools[c.pool].devices_per_node
-            allocs.append({
-                "pool": c.pool, "device": c.device, "framework": c.framework, "precision": c.precision,
-                "mode": c.mode, "parallel": dataclasses.asdict(c.parallel),
-                **({"prefill_workers": 1, "decode_workers": c.decode_workers} if c.decode_workers else {}),
-                **({"decode_pool": c.decode_pool, "decode_device": c.decode_device,
-                    "decode_parallel": dataclasses.asdict(c.decode_parallel)}
-                   if c.decode_pool and c.decode_parallel else {}),
-                **({"share": c.share} if c.share < 1 else {}),
-                "devices_per_worker": c.parallel.devices, "nodes_per_worker": -(-c.parallel.devices // per_node),
-                "engines": _engines(resolved, rs, c),
-                "nodes_used": len(placed[c.key]),
-                **({"placement": placed[c.key]} if isinstance(pools[c.pool].nodes, list) else {}),
-                "replicas": n, "devices_per_replica": c.consumption,
-                "devices": n * c.consumption, "capacity_per_replica": _r(c.capacity),
-                "load_per_replica": _r(load), "cost_per_hour": _r(n * c.cost_per_hour, 6),
-                "predicted": _predicted(resolved, c, max(load, 1e-6)),
-                "calibrated": c.estimate.calibration.calibrated,
-                "calibration_source": c.estimate.calibration.source,
-            })
-        cost = sum(c.cost_per_hour * sol.replicas[c.key] for c in mine)
-        unit = "requests/s" if wl.rate is not None else "clients"
-        entry: dict[str, Any] = {
-            "name": s, "model": rs.model.name if rs.model else None,
-            "model_id": rs.model.hf_id if rs.model else None,
-            "objectives": {f"{m}_{q}": _r(v * 1000, 6) for (m, q), v in sorted(objectives(rs.service).items())},
-            "availability": rs.service.availability.model_dump(mode="json", by_alias=True),
-            "workload": rs.service.workload.model_dump(mode="json", by_alias=True, exclude_none=True,
-                                                       exclude_defaults=True),
-            "demand": {"value": _r(demand), "unit": unit},
-            "required": {"value": _r(limits.demand[s]), "unit": unit},
-            "capacity": {"value": _r(capacity), "unit": unit},
-            "headroom": _r(capacity / demand - 1 if demand else 0.0, 3),
-            "served": _r(min(1.0, capacity / demand) if demand else 1.0, 4), "allocations": allocs,
-            "cost_per_hour": _r(cost, 6),
-        }
-        if wl.rate is not None and demand:
-            tok = _tokens_per_request(resolved)[s]
-            entry["cost_per_million_tokens"] = _r(cost / (demand * 3600 * tok) * 1e6, 4)
-            entry["cost_per_request"] = _r(cost / (demand * 3600), 4)
-        services.append(entry)
-    return services
+        peak = float(wl.rate.peak_rps if wl.rate is not None else wl.concurrency)
+        stages, own = [], []
+        for u in units:
+            if u.stage.kind == "cpu":
+                t = float(u.stage.work.cpu_time or 0.0)
+                own.append(({"p50": t, "p90": t, "p99": t, "p99.9": t}, {"p50": t, "p90": t, "p99": t, "p99.9": t}))
+                stages.append({"name": u.stage.name, "kind": "cpu", "streams": u.streams,
+                               "cpu_cores": cpu_cores(u, peak * (1 + rs.service.availability.headroom))})
+                continue
+            entry = by_name[u.name]
+            first: dict[str, float] = {}
+            full: dict[str, float] = {}
+            for a in entry["allocations"]:
+                for key, v in a["predicted"].items():
+                    metric, _, pct = key.rpartition("_")
+                    into = first if metric in ("ttft", "first_output") else full if metric in ("e2e", "latency") \
+                        else None
+                    if into is not None:
+                        into[pct] = max(into.get(pct, 0.0), v["predicted_ms"] / 1000)
+            own.append((first, full))
+            stages.append({"name": u.stage.name, "kind": u.stage.kind, "unit": u.name, "streams": u.streams,
+                           "budget_ms": {**{f"first_output_{p}": _r(v * 1000) for p, v in sorted(u.first.items())},
+                                         **{f"latency_{p}": _r(v * 1000) for p, v in sorted(u.full.items())}}})
+        objectives_out = {}
+
+        n = len(units) - 1
+        checks = [(f"ttft_{p}", n, "first", p, v) for p, v in rs.service.slo.ttft.items()]
+        checks += [(f"e2e_{p}", n, "full", p, v) for p, v in rs.service.slo.e2e.items()]
+        checks += [(f"{u.stage.name}_first_output_{p}", k, "first", p, v)
+                   for k, u in enumerate(units) for p, v in u.stage.slo.first_output.items()]
+        for key, k, what, p, target in checks:
+            got = _along(units, own, k, what, p)
+            if got is not None:
+                objectives_out[key] = {"target_ms": _r(target * 1000), "predicted_ms": _r(got * 1000),
+                                       "margin": _r(1 - got / target, 3)}
+        cost = sum(by_name[u.name]["cost_per_hour"] for u in units if u.name in by_name)
+        out.append({"service": rs.service.name, "stages": stages, "objectives": objectives_out,
+                    "cost_per_hour": _r(cost, 6),
+                    **({"cost_per_request": _r(cost / (peak * 3600), 4)} if wl.rate is not None and peak else {})})
+    return out
 
 
 def _placement(pools: dict[str, Pool], cands: list[Candidate], sol: Solution) -> dict[str, Placement]:
@@ -206,7 +355,7 @@ def _placement(pools: dict[str, Pool], cands: list[Candidate], sol: Solution) ->
 
 def _engines(resolved: ResolvedIntent, rs: ResolvedService, c: Candidate) -> dict[str, dict[str, Any]]:
     """Engine settings per role, from the deployment the candidate was scored with."""
-    assert rs.model is not None
+    assert rs.model is not None and isinstance(c.estimate, Estimate)
     catalog = _catalog(resolved)
     fw = catalog.framework(c.framework)
     device = c.device_spec or catalog.device(c.device)
@@ -341,16 +490,17 @@ def _relaxations(resolved: ResolvedIntent, cands: list[Candidate], limits: Limit
                                        f"add nodes to pool {pool.name}"))
     for s in sorted(limits.demand):
         if f"demand:{s}" in core or not any(c.service == s for c in cands):
-            svc = next(r.service for r in resolved.services if r.service.name == s)
+            owner = limits.parent.get(s, s)
+            svc = next(r.service for r in resolved.services if r.service.name == owner)
             fallback: Problem | None = None
             for scale in SLO_STEPS:
-                relaxed, _ = enumerate_candidates(resolved, slo_scale=scale)
+                relaxed = search(resolved, slo_scale=scale)[0]
                 relaxed = [c for c in relaxed if c.service == s]
                 if not relaxed:
                     continue
                 parts = "; ".join(f"{m} {p} {v * scale * 1000:.0f}ms instead of {v * 1000:.0f}ms"
                                   for m, p, v in svc.slo.targets())
-                where = doc.locate(("spec", "services", names.index(s), "slo"))
+                where = doc.locate(("spec", "services", names.index(owner), "slo"))
                 # Checked jointly: the other services keep their candidates and every limit stays as written.
                 pool = [c for c in cands if c.service != s] + relaxed
                 trial = solve(pool, limits, time_limit_s=5.0)
@@ -399,7 +549,7 @@ _CORE_WORDS = {
 
 
 def _core_problems(resolved: ResolvedIntent, core: list[str], relax: list[Problem], cands: list[Candidate],
-                   considered: list[Considered]) -> list[Problem]:
+                   considered: list[Considered], limits: Limits) -> list[Problem]:
     doc = resolved.loaded.document
     names = [r.service.name for r in resolved.services]
     problems = []
@@ -414,11 +564,23 @@ def _core_problems(resolved: ResolvedIntent, core: list[str], relax: list[Proble
             problems.append(Problem(f"pool {target} has too few devices for what the services need", loc, fix))
         elif kind == "budget" and target == "total":
             problems.append(Problem("the total budget is too small", doc.locate(("spec", "budget", "per_hour")), fix))
-        elif target in names:
-            si = names.index(target)
+        elif limits.parent.get(target, target) in names:
+            owner = limits.parent.get(target, target)
+            si = names.index(owner)
             svc = resolved.services[si].service
             words, path = _CORE_WORDS.get(kind, (kind, ()))
-            if kind == "demand" and not any(c.service == target for c in cands):
+            if target != owner:
+                stage = target[len(owner) + 1:]
+                if kind == "demand" and not any(c.service == target for c in cands):
+                    ti = next(i for i, st in enumerate(svc.pipeline or []) if st.name == stage)
+                    problems.append(Problem(
+                        f"no replica shape of stage {stage} of service {owner} meets its share of the objectives "
+                        f"at any load ({sum(1 for c in considered if c.service == f'{owner}-{stage}')} shapes "
+                        "tried; with -o DIR, DIR/report.md lists each and why)",
+                        doc.locate(("spec", "services", si, "pipeline", ti)), fix))
+                    continue
+                target = f"{owner} (stage {stage})"
+            elif kind == "demand" and not any(c.service == target for c in cands):
                 problems.append(Problem(f"no replica shape of service {target} meets its objectives at any load "
                                         f"({sum(1 for c in considered if c.service == target)} shapes tried; with -o DIR, "
                                         "DIR/report.md lists each and why)", doc.locate(("spec", "services", si, "slo")),
@@ -439,8 +601,9 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost
     """Solve the intent; a DeploymentPlan as data, and every shape considered. Raises InfeasibleError.
     `objective` is "cost" (cheapest plan meeting all demand) or "goodput" (serve the most of it with what there
     is, then cheapest)."""
-    cands, considered = enumerate_candidates(resolved, progress=progress)
-    limits = limits_from(resolved, _tokens_per_request(resolved))
+    cands, considered, expanded, pipelines = search(resolved, progress=progress)
+    limits = limits_from(resolved, _tokens_per_request(resolved),
+                         {s: [u.name for u in us if u.stage.kind != "cpu"] for s, us in pipelines.items()})
     sol = solve(cands, limits, objective=objective)
     if sol.status not in ("OPTIMAL", "FEASIBLE"):
         core = sol.core or [f"demand:{s}" for s in sorted(limits.demand)]
@@ -449,14 +612,14 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost
         # A service with no usable shape at all is the whole story for that service.
         core = [k for k in core if k.partition(":")[2] not in no_cands or k.startswith("demand:")]
         relax = _relaxations(resolved, cands, limits, core)
-        conflict = _core_problems(resolved, core, relax, cands, considered) or [
+        conflict = _core_problems(resolved, core, relax, cands, considered, limits) or [
             Problem("no deployment satisfies the intent", Location(str(resolved.loaded.document.path), 1, 1),
                     "loosen the objectives, raise the budget or add devices")]
         error = InfeasibleError(conflict + relax)
         error.considered = considered  # type: ignore[attr-defined]
         raise error
     placements = _placement({p.name: p for p in resolved.loaded.cluster.pools}, cands, sol)
-    services = _allocations(resolved, cands, sol, limits, placements)
+    services = _allocations(resolved, cands, sol, limits, placements, expanded, pipelines)
     plan = {
         "apiVersion": PLAN_VERSION,
         "kind": "DeploymentPlan",
@@ -469,6 +632,7 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost
             "cost": {"per_hour": _r(sol.cost_per_hour, 6),
                      "by_pool": {p: _r(v, 6) for p, v in sorted(_cost_by_pool(cands, sol.replicas).items())}},
             "services": services,
+            **({"pipelines": _pipelines(resolved, pipelines, services)} if pipelines else {}),
             "pools_used": [{
                 "pool": name, "device": resolved.pools[name].name, "devices": pl.devices_used,
                 "nodes": len({n for nodes in pl.nodes.values() for n in nodes}),

@@ -73,19 +73,27 @@ class Limits:
     total_budget_hour: float | None = None
     pool_nodes: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = field(default_factory=dict)
     """Pools whose nodes differ in size: devices_per_node and (devices, nodes) per size group."""
+    parent: dict[str, str] = field(default_factory=dict)
+    """Pipeline stage unit -> its service (whose budget covers the units); plain services map to themselves."""
 
 
-def limits_from(resolved: ResolvedIntent, tokens_per_request: dict[str, float]) -> Limits:
-    """Demand and caps as the intent states them; $/Mtok and $/request budgets become $/h at peak."""
+def limits_from(resolved: ResolvedIntent, tokens_per_request: dict[str, float],
+                units: dict[str, list[str]] | None = None) -> Limits:
+    """Demand and caps as the intent states them; $/Mtok and $/request budgets become $/h at peak. `units` names
+    the solved units of each pipeline service (each carries the service's whole demand)."""
     intent = resolved.loaded.intent
-    demand, min_r, zones, budget = {}, {}, {}, {}
+    units = units or {}
+    demand, min_r, zones, budget, parent = {}, {}, {}, {}, {}
     for rs in resolved.services:
         svc = rs.service
         wl = svc.workload
         peak = float(wl.rate.peak_rps if wl.rate is not None else wl.concurrency)
-        demand[svc.name] = peak * (1 + svc.availability.headroom)
-        min_r[svc.name] = svc.availability.min_replicas
-        zones[svc.name] = svc.availability.zones
+        for name in units.get(svc.name, [svc.name]):
+            demand[name] = peak * (1 + svc.availability.headroom)
+            min_r[name] = svc.availability.min_replicas
+            zones[name] = svc.availability.zones
+            if name != svc.name:
+                parent[name] = svc.name
         caps = []
         if svc.budget.per_hour is not None:
             caps.append(svc.budget.per_hour)
@@ -100,7 +108,7 @@ def limits_from(resolved: ResolvedIntent, tokens_per_request: dict[str, float]) 
                   {p.name: p.device_count for p in resolved.loaded.cluster.pools},
                   intent.spec.budget.per_hour,
                   {p.name: (p.devices_per_node, tuple((g.devices, len(g.names)) for g in node_groups(p)))
-                   for p in resolved.loaded.cluster.pools if not uniform(p)})
+                   for p in resolved.loaded.cluster.pools if not uniform(p)}, parent)
 
 
 def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 20.0,
@@ -155,8 +163,11 @@ def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 
                 m.add(zv <= sum(n[c.key] for c in mine if c.zone == z))
                 zvars.append(zv)
             m.add(sum(zvars) >= limits.zones[s]).only_enforce_if(lit(f"zones:{s}"))
-        if limits.budget_hour.get(s) is not None:
-            m.add(sum(cost_terms[s]) <= int(limits.budget_hour[s] * COST_SCALE)).only_enforce_if(lit(f"budget:{s}"))
+    for s, cap in sorted(limits.budget_hour.items()):
+        if cap is not None:
+            terms = [t for u in services if limits.parent.get(u, u) == s for t in cost_terms[u]]
+            if terms:
+                m.add(sum(terms) <= int(cap * COST_SCALE)).only_enforce_if(lit(f"budget:{s}"))
     for p, total in sorted(pool_slots.items()):
         on = [c for c in cands if p in c.pools]
         if on:

@@ -28,6 +28,8 @@ class Layout(PlanModel):
     ep: int
     moe_tp: int
     attention_dp: int
+    sp: int = 1
+    """Sequence parallel degree (diffusion transformers)."""
 
 
 class Objective(PlanModel):
@@ -115,6 +117,11 @@ class ServicePlan(PlanModel):
     model: str | None
     model_id: str | None = None
     """Hugging Face repository the engines load (the catalog's `hf_id`), served under the service's name."""
+    pipeline: str | None = None
+    """For a stage of a pipeline: the pipeline service (this entry is named `<pipeline>-<stage>`)."""
+    stage: str | None = None
+    kind: str | None = None
+    """The stage's kind: llm, vision_encoder, audio_encoder, codec or dit."""
     objectives: dict[str, float] = {}
     """Objective key (`ttft_p99`) -> target in milliseconds, from the intent."""
     availability: dict[str, Any] = {}
@@ -134,6 +141,31 @@ class ServicePlan(PlanModel):
     allocations: list[Allocation]
     cost_per_hour: float
     cost_per_million_tokens: float | None = None
+    cost_per_request: float | None = None
+
+
+class PipelineStage(PlanModel):
+    name: str
+    kind: str
+    unit: str | None = None
+    """The service entry that plans this stage (none for CPU stages)."""
+    streams: bool
+    """Hands its output on as it produces it (the next stage starts at its first output)."""
+    budget_ms: dict[str, float] = {}
+    """The share of the pipeline's objectives this stage was planned against."""
+    cpu_cores: int | None = None
+    """Cores a CPU stage needs at peak."""
+
+
+class PipelinePlan(PlanModel):
+    """A pipeline end to end."""
+
+    service: str
+    stages: list[PipelineStage]
+    objectives: dict[str, Objective]
+    """The service's objectives (and stages' first-output objectives) with the stages' predictions summed along
+    the pipeline."""
+    cost_per_hour: float
     cost_per_request: float | None = None
 
 
@@ -246,6 +278,7 @@ class PlanSpec(PlanModel):
     cluster: ClusterPlan
     cost: Cost
     services: list[ServicePlan]
+    pipelines: list[PipelinePlan] = []
     pools_used: list[PoolUse] = []
     binding: list[str]
     """Constraints the plan runs up against (full pools, budgets nearly spent, minimum replicas, zones)."""

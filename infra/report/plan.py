@@ -26,7 +26,7 @@ def plan_yaml(plan: dict[str, Any]) -> str:
 
 def _words(par: dict[str, int]) -> str:
     return (f"tp{par['tp']}" + (f" pp{par['pp']}" if par["pp"] > 1 else "")
-            + (f" ep{par['ep']}" if par["ep"] > 1 else ""))
+            + (f" ep{par['ep']}" if par["ep"] > 1 else "") + (f" sp{par['sp']}" if par.get("sp", 1) > 1 else ""))
 
 
 def _layout(a: dict[str, Any]) -> str:

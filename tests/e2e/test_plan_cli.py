@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from ruamel.yaml import YAML
+
 from .test_cli import infra
 from ..conftest import ROOT
 
@@ -33,9 +35,25 @@ def test_infeasible_exits_2_with_located_explanation(tmp_path):
     assert not (tmp_path / "plan.yaml").exists()
 
 
-def test_unplannable_feature_is_a_clear_input_error():
-    out = infra("plan", str(ROOT / "examples" / "omni-speech.yaml"))
-    assert out.returncode == 1 and "pipeline" in out.stderr and "To fix" in out.stderr
+def test_pipeline_stages_are_planned_each_on_its_own(tmp_path):
+    out = infra("plan", str(ROOT / "examples" / "omni-speech.yaml"), "-o", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    plan = YAML(typ="safe").load((tmp_path / "plan.yaml").read_text())
+    stages = {s["stage"]: s for s in plan["spec"]["services"] if s.get("pipeline") == "voice"}
+    assert set(stages) == {"audio-in", "thinker", "talker", "code2wav"}
+    assert stages["code2wav"]["kind"] == "codec" and stages["code2wav"]["allocations"][0]["framework"] == "vllm-omni"
+    (pipe,) = plan["spec"]["pipelines"]
+    assert "code2wav_first_output_p99" in pipe["objectives"] and "e2e_p99" in pipe["objectives"]
+
+
+def test_a_pipeline_stage_without_its_work_is_located(tmp_path):
+    text = (ROOT / "examples" / "vision-language.yaml").read_text()
+    bad = tmp_path / "vl.yaml"
+    bad.write_text(text.replace("work: {images: 2, resolution: 1280x960}", "work: {images: 2}").replace(
+        "profiles/", str(ROOT / "examples" / "profiles") + "/"))
+    out = infra("plan", str(bad))
+    assert out.returncode == 1
+    assert "vl.yaml:" in out.stderr and "stage vision" in out.stderr and "resolution" in out.stderr
 
 
 def test_plan_with_a_catalog_overlay_card(tmp_path):
