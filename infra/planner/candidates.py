@@ -298,8 +298,8 @@ def _smallest_layouts(rs: ResolvedService, device: DeviceSpec, fw: FrameworkSpec
 def _cross_pool(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tuple[str, str], float],
                 resolved: ResolvedIntent, seen: list[Considered]) -> list[Candidate]:
     """Disaggregated units whose prefill worker runs on one pool and decode workers on another pool of another
-    device type (compute-rich prefill, bandwidth-rich decode), in one zone, with the KV cache crossing the
-    network between them."""
+    device type (compute-rich prefill, bandwidth-rich decode), in one zone and under one switch where the profile
+    names switches, with the KV cache crossing the network between them."""
     assert rs.model is not None
     if svc.preferences.disaggregation == "off":
         return []
@@ -310,6 +310,12 @@ def _cross_pool(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tuple
         for b in pools:
             da, db = resolved.pools[a.name], resolved.pools[b.name]
             if da.name == db.name or (a.zone or "-") != (b.zone or "-"):
+                continue
+            if a.topology.switch and b.topology.switch and a.topology.switch != b.topology.switch:
+                # KV caches would cross the spine at every request: P/D groups stay under one switch.
+                seen.append(Considered(svc.name, a.name, "-", "-", f"P on {a.name} + D on {b.name}",
+                                       f"pools {a.name} and {b.name} sit under different switches "
+                                       f"({a.topology.switch}, {b.topology.switch})"))
                 continue
             # Prefill is compute-bound and decode bandwidth-bound: pair only a card with more compute per
             # byte of bandwidth for prefill with one that has less.

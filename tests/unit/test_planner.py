@@ -277,3 +277,16 @@ def test_a_unit_across_pools_counts_against_both_inventories():
     assert solve([cross], limits).status == "INFEASIBLE"
     limits = Limits({"a": 3.0}, {"a": 1}, {"a": 1}, {"a": None}, {"p1": 8, "p2": 6})
     assert solve([cross], limits).replicas == {cross.key: 3}
+
+
+def test_prefill_and_decode_pools_must_share_a_switch(tmp_path):
+    profile = (ROOT / "examples" / "profiles" / "h200-h20-moe.yaml").read_text()
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "h200-h20-moe.yaml").write_text(
+        profile.replace("price: $1.30/h\n      topology: {zone: us-west-2a, switch: spine-1}",
+                        "price: $1.30/h\n      topology: {zone: us-west-2a, switch: spine-2}"))
+    intent = tmp_path / "split.yaml"
+    intent.write_text((ROOT / "examples" / "pd-across-devices.yaml").read_text())
+    result = api.plan(intent)
+    assert all(not a.get("decode_pool") for s in result.plan["spec"]["services"] for a in s["allocations"])
+    assert any("different switches" in c.outcome for c in result.considered)
