@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 from infra.catalog.schema import DeviceSpec, FrameworkSpec, ModelSpec
 from infra.errors import InfraError
@@ -249,6 +249,8 @@ SLOTS_PER_DEVICE = 4
 SHARES = (0.25, 0.5)
 """Slices a device may be cut into for small models: halves and quarters pack whole devices exactly."""
 DECODE_WORKERS = (1, 2, 4)
+PREFILL_POOLS = 1
+"""Prefill pools tried for prefill/decode units across device types: the one with the most compute per dollar."""
 """Decode workers per prefill worker in a disaggregated unit (the prefill:decode ratios tried)."""
 
 
@@ -306,9 +308,16 @@ def _cross_pool(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tuple
     pools = [p for p in resolved.loaded.cluster.pools if resolved.pools[p.name].name in rs.devices
              and not (p.spot and svc.preferences.spot == "never")]
     out: list[Candidate] = []
-    for a in pools:
+    # Prefill wants compute: the pool with the most FLOPs per dollar is tried for it.
+    def flops_per_dollar(p: Pool) -> float:
+        d = resolved.pools[p.name]
+        return max(f.value for f in d.tflops.values()) / _price(p, d)
+
+    for a in sorted(pools, key=lambda p: (-flops_per_dollar(p), p.name))[:PREFILL_POOLS]:
+        da = resolved.pools[a.name]
+        partners = []
         for b in pools:
-            da, db = resolved.pools[a.name], resolved.pools[b.name]
+            db = resolved.pools[b.name]
             if da.name == db.name or (a.zone or "-") != (b.zone or "-"):
                 continue
             if a.topology.switch and b.topology.switch and a.topology.switch != b.topology.switch:
@@ -318,42 +327,60 @@ def _cross_pool(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tuple
                                        f"({a.topology.switch}, {b.topology.switch})"))
                 continue
             # Prefill is compute-bound and decode bandwidth-bound: pair only a card with more compute per
-            # byte of bandwidth for prefill with one that has less.
+            # byte of bandwidth for prefill with one that has less ...
             if (max(f.value for f in da.tflops.values()) / da.memory_bandwidth_tbps.value
                     <= max(f.value for f in db.tflops.values()) / db.memory_bandwidth_tbps.value):
                 continue
             # ... and only when decode bandwidth is cheaper there; otherwise a unit on one pool does better.
             if db.memory_bandwidth_tbps.value / _price(b, db) <= da.memory_bandwidth_tbps.value / _price(a, da):
                 continue
-            for fw in rs.frameworks:
-                if "pd_disaggregation" not in fw.features or "llm" not in fw.kinds or not all(
-                        d.vendor in fw.vendors and (not fw.devices or d.name in fw.devices) for d in (da, db)):
-                    continue
-                for precision in _precisions(svc, rs.model, da, fw):
-                    if precision not in db.precisions:
-                        continue
-                    kv_a = kv_precision_for(precision, None, "fp8_kv_cache" in fw.features, da)
-                    if kv_precision_for(precision, None, "fp8_kv_cache" in fw.features, db) != kv_a:
-                        continue  # the KV cache must keep its format across the two device types
-                    for pa in _smallest_layouts(rs, da, fw, precision, a, resolved):
-                        for pb in _smallest_layouts(rs, db, fw, precision, b, resolved):
-                            for k in DECODE_WORKERS:
-                                dep = Deployment(rs.model.name, da.name, fw.name, precision, "disagg",
-                                                 prefill=Role(pa, workers=1), decode=Role(pb, workers=k),
-                                                 decode_device=db.name, kv_precision=kv_a)
-                                label = f"P {pa.label()} + {k}xD {pb.label()} on {b.name}"
-                                if pa.devices > a.device_count or k * pb.devices > b.device_count:
-                                    continue
-                                scored = _score(Considered(svc.name, a.name, fw.name, precision, label, ""), dep,
-                                                wl, slo, resolved, a, da, seen, longest=longest_request(svc),
-                                                decode_pool=b)
-                                if scored is None:
-                                    continue
-                                out.append(Candidate(
-                                    svc.name, a.name, da.name, fw.name, precision, pa, pa.devices + k * pb.devices,
-                                    scored[0], _price(a, da), a.spot or b.spot, a.zone or "-", scored[1], k,
-                                    memory_gb=pool_device_memory_gb(a, da), decode_pool=b.name,
-                                    decode_device=db.name, decode_parallel=pb, decode_price=_price(b, db)))
+            partners.append(b)
+        # The decode pool with the cheapest bandwidth that runs the model; the others would cost more per token.
+        partners.sort(key=lambda b: (-resolved.pools[b.name].memory_bandwidth_tbps.value
+                                     / _price(b, resolved.pools[b.name]), b.name))
+        for b in partners:
+            found = _cross_units(rs, svc, wl, slo, resolved, seen, a, b)
+            if found:
+                out += found
+                break
+    return out
+
+
+def _cross_units(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tuple[str, str], float],
+                 resolved: ResolvedIntent, seen: list[Considered], a: Pool, b: Pool) -> list[Candidate]:
+    """The scored P/D units of prefill on pool `a` and decode on pool `b`."""
+    assert rs.model is not None
+    da, db = resolved.pools[a.name], resolved.pools[b.name]
+    out: list[Candidate] = []
+    for fw in rs.frameworks:
+        if "pd_disaggregation" not in fw.features or "llm" not in fw.kinds or not all(
+                d.vendor in fw.vendors and (not fw.devices or d.name in fw.devices) for d in (da, db)):
+            continue
+        for precision in _precisions(svc, rs.model, da, fw):
+            if precision not in db.precisions:
+                continue
+            kv_a = kv_precision_for(precision, None, "fp8_kv_cache" in fw.features, da)
+            if kv_precision_for(precision, None, "fp8_kv_cache" in fw.features, db) != kv_a:
+                continue  # the KV cache must keep its format across the two device types
+            for pa in _smallest_layouts(rs, da, fw, precision, a, resolved):
+                for pb in _smallest_layouts(rs, db, fw, precision, b, resolved):
+                    for k in DECODE_WORKERS:
+                        dep = Deployment(rs.model.name, da.name, fw.name, precision, "disagg",
+                                         prefill=Role(pa, workers=1), decode=Role(pb, workers=k),
+                                         decode_device=db.name, kv_precision=kv_a)
+                        label = f"P {pa.label()} + {k}xD {pb.label()} on {b.name}"
+                        if pa.devices > a.device_count or k * pb.devices > b.device_count:
+                            continue
+                        scored = _score(Considered(svc.name, a.name, fw.name, precision, label, ""), dep,
+                                        wl, slo, resolved, a, da, seen, longest=longest_request(svc),
+                                        decode_pool=b)
+                        if scored is None:
+                            continue
+                        out.append(Candidate(
+                            svc.name, a.name, da.name, fw.name, precision, pa, pa.devices + k * pb.devices,
+                            scored[0], _price(a, da), a.spot or b.spot, a.zone or "-", scored[1], k,
+                            memory_gb=pool_device_memory_gb(a, da), decode_pool=b.name,
+                            decode_device=db.name, decode_parallel=pb, decode_price=_price(b, db)))
     return out
 
 
