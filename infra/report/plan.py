@@ -98,6 +98,23 @@ def infeasible_markdown(name: str, problems: list[Any], considered: list[Conside
     return "\n".join(lines) + "\n"
 
 
+def _pipeline_lines(pipe: dict[str, Any]) -> list[str]:
+    """A pipeline end to end: its stages in order with their budgets, and its objectives summed along it."""
+    lines = [f"## Pipeline {pipe['service']}", "",
+             f"${pipe['cost_per_hour']:.2f}/h" + (f", ${pipe['cost_per_request']:.4f} per request"
+                                                   if pipe.get("cost_per_request") is not None else "") + ".", "",
+             "| stage | kind | planned as | hands on | budget |", "|---|---|---|---|---|"]
+    for st in pipe["stages"]:
+        planned = f"{st['cpu_cores']} CPU cores" if st.get("cpu_cores") else st.get("unit", "")
+        budget = ", ".join(f"{k} {v:g} ms" for k, v in st.get("budget_ms", {}).items())
+        lines.append(f"| {st['name']} | {st['kind']} | {planned} | {'as produced' if st['streams'] else 'when done'}"
+                     f" | {budget} |")
+    lines += ["", "| objective | target | predicted along the pipeline | margin |", "|---|---|---|---|"]
+    for k, v in pipe["objectives"].items():
+        lines.append(f"| {k} | {v['target_ms']:g} ms | {v['predicted_ms']:g} ms | {v['margin']:.0%} |")
+    return lines + [""]
+
+
 def plan_markdown(plan: dict[str, Any], considered: list[Considered]) -> str:
     spec = plan["spec"]
     lines = [f"# Deployment plan: {plan['metadata']['name']}", "",
@@ -115,6 +132,8 @@ def plan_markdown(plan: dict[str, Any], considered: list[Considered]) -> str:
             if not a["calibrated"]:
                 lines.append(f"| ^ not calibrated on this device ({a['calibration_source']}) | | | | |")
         lines.append("")
+    for pipe in spec.get("pipelines", []):
+        lines += _pipeline_lines(pipe)
     if spec["alternatives"]:
         lines += ["## Alternatives", "", "| alternative | $/h | delta | uses |", "|---|---|---|---|"]
         for alt in spec["alternatives"]:
