@@ -105,6 +105,8 @@ class SimResult:
     wall_s: float
     """Real seconds the simulation took."""
     preemptions: int = 0
+    truncated: int = 0
+    """Requests whose output was cut at the engine's max_model_len."""
 
 
 def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded") -> SimResult:
@@ -290,9 +292,10 @@ def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded"
         records.append(RequestRecord(idx, ts, ts, ttft=float(first[idx]) - ts, e2e=float(end[idx]) - ts,
                                      input_tokens=spec.input_tokens, output_tokens=int(out_tok[idx])))
     stats = [EngineStats(e.name, e.role, e.steps, e.busy_s, e.preemptions) for e in engines]
+    truncated = sum(1 for r, s in zip(records, specs) if r.ok and r.output_tokens < s.output_tokens)
     return SimResult(records, (np.asarray(gap_v, dtype=float), np.asarray(gap_w, dtype=float)), served_by, cached,
                      stats, [grp.label for grp in groups], load, time.perf_counter() - t0,
-                     sum(s.preemptions for s in stats))
+                     sum(s.preemptions for s in stats), truncated)
 
 
 def plan_groups(plan: Any, service: str, catalog: Any = None) -> list[Group]:
