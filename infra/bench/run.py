@@ -176,4 +176,4 @@ def save(result: BenchResult, path: str | Path) -> None:
     write_atomic(path, "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
 
 
-__all__ = ["BenchResult", "DEFAULT_REQUESTS", "pick_service", "predicted", "save", "simulate_service"]
+__all__ = ["DEFAULT_REQUESTS", "BenchResult", "pick_service", "predicted", "save", "simulate_service"]

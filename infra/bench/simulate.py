@@ -136,7 +136,6 @@ def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded"
     entries = [i for ids in entry_idx for i in ids]
     front = Router(weights, router)
     back = {g: Router([1.0] * len(ids), router) for g, ids in enumerate(decode_idx) if ids}
-    slot = {i: k for g, ids in enumerate(decode_idx) for k, i in enumerate(ids)}
 
     t_send = np.zeros(n)
     first = np.full(n, np.nan)
@@ -148,8 +147,6 @@ def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded"
     gap_v: list[float] = []
     gap_w: list[int] = []
     version = [0] * len(engines)
-    at_engine = [0] * len(engines)
-    """Index in its router of the engine each request sits in (entry or decode)."""
 
     heap: list[tuple[float, int, int, int, Any]] = []
     counter = 0
@@ -371,5 +368,14 @@ def simulate_plan(plan: Any, service: str, *, requests: int = 2000, seed: int = 
     return simulate(plan_groups(plan, service, catalog), load, router=router)
 
 
-__all__ = ["Group", "POLICIES", "RequestSpec", "Router", "SimResult", "plan_groups", "service_load", "simulate",
-           "simulate_plan"]
+__all__ = [
+    "POLICIES",
+    "Group",
+    "RequestSpec",
+    "Router",
+    "SimResult",
+    "plan_groups",
+    "service_load",
+    "simulate",
+    "simulate_plan",
+]

@@ -121,11 +121,11 @@ def percentile_ci(values: np.ndarray, q: float, *, weights: np.ndarray | None = 
     cum = None
     if weights is not None:
         cum = np.cumsum(np.asarray(weights, dtype=float)[order])
-        n = int(round(cum[-1]))
+        n = round(float(cum[-1]))
     else:
         n = len(v)
     h = q / 100 * (n - 1)
-    k = int(math.floor(h))
+    k = math.floor(h)
     frac = h - k
     ranks = np.array([k, min(k + 1, n - 1)])
     lo_v, hi_v = _at(v, cum, ranks)
@@ -160,7 +160,7 @@ def judge_objective(key: str, target_ms: float, values: np.ndarray, weights: np.
     """The verdict on one objective from its sample."""
     _, pct = parse_objective(key)
     q = percentile_q(pct)
-    n = int(round(weights.sum())) if weights is not None else len(values)
+    n = round(float(weights.sum())) if weights is not None else len(values)
     need = math.ceil(MIN_TAIL / (1 - q / 100)) if q < 100 else None
     if n == 0:
         return ObjectiveVerdict(key, target_ms, None, None, 0, "inconclusive", "no samples", predicted_ms)

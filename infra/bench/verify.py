@@ -12,7 +12,8 @@ max_model_len or the KV cache), or a corrected intent with no feasible plan.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from infra.bench.run import simulate_service
 from infra.bench.verdict import Verdict

@@ -93,10 +93,10 @@ def print_verification(console: Console, v: dict[str, Any]) -> None:
 
 def verification_markdown(v: dict[str, Any]) -> str:
     """report.md's section on a plan's verification: each round, per service and objective."""
-    out = ["## Verification", "",
-           f"Method: {v['method']} of {v['requests']} requests per service at the intent's peak workload "
-           f"(seed {v['seed']}); {len(v['rounds'])} round(s); this is the plan of round {v['plan_round']}, verdict "
-           f"**{v['verdict']}**.", ""]
+    method = (f"Method: {v['method']} of {v['requests']} requests per service at the intent's peak workload "
+              f"(seed {v['seed']}); {len(v['rounds'])} round(s); this is the plan of round {v['plan_round']}, "
+              f"verdict **{v['verdict']}**.")
+    out = ["## Verification", "", method, ""]
     for rnd in v["rounds"]:
         out.append(f"### Round {rnd['round']}: {rnd['verdict']}")
         out.append("")

@@ -42,7 +42,7 @@ def test_single_request_ttft_is_its_prefill_step_and_then_one_step_per_token():
 
 
 def test_batching_raises_throughput():
-    reqs = lambda: [SimRequest(i, 100, 50) for i in range(16)]  # noqa: E731
+    reqs = lambda: [SimRequest(i, 100, 50) for i in range(16)]
     serial = run(Engine(model(max_num_seqs=1)), reqs())
     batched = run(Engine(model(max_num_seqs=16)), reqs())
     assert batched[-1].end < serial[-1].end / 4
