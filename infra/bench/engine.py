@@ -33,6 +33,7 @@ disaggregated workers, the KV-cache hand-off from prefill to decode (`transfer_s
 from __future__ import annotations
 
 import heapq
+import math
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -400,7 +401,8 @@ class Engine:
         plan = self._plan
         assert plan is not None
         if plan.steps > 1:
-            j = max(1, min(plan.steps, int((t - plan.start) / plan.step_s) + 1))
+            # A request arriving exactly at a step boundary joins the step that begins there.
+            j = max(1, min(plan.steps, math.ceil((t - plan.start) / plan.step_s - 1e-9)))
             plan.steps, plan.duration = j, j * plan.step_s
         return plan.end
 

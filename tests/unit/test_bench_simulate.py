@@ -107,3 +107,14 @@ def test_verification_rounds_correct_and_replan(chat_plan):
     assert second["verdict"] == "pass" and section["plan_round"] == 2 and extra == "second"
     assert final["spec"]["services"][0]["allocations"][1]["replicas"] == 16
     assert DeploymentPlan.model_validate(final).spec.verification.verdict == "pass"
+
+
+def test_a_plan_with_several_services_needs_one_named(chat_plan):
+    data = copy.deepcopy(chat_plan)
+    other = copy.deepcopy(data["spec"]["services"][0])
+    other["name"] = "chat-b"
+    data["spec"]["services"].append(other)
+    plan = DeploymentPlan.model_validate(data)
+    with pytest.raises(InfraError, match="--service chat"):
+        simulate_service(plan, requests=10, intent=CHAT)
+    assert simulate_service(plan, service="chat-b", requests=50, intent=CHAT).service == "chat-b"
