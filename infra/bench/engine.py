@@ -196,8 +196,9 @@ class Engine:
         return len(self.waiting) + len(self.running)
 
     @property
-    def idle(self) -> bool:
-        return self._plan is None and not self.waiting and not self.running
+    def in_flight(self) -> StepResult | None:
+        """The run `begin` planned and `finish` has not applied yet."""
+        return self._plan
 
     def rejects(self, req: SimRequest) -> str | None:
         """Why this engine can never serve the request, else None: a prompt that reaches max_model_len (vLLM
@@ -216,10 +217,13 @@ class Engine:
 
     def add(self, req: SimRequest, now: float) -> None:
         """Queue a request; it joins the batch at the next step that begins at or after `now`. Output beyond
-        max_model_len is cut there (the request finishes with reason `length`, as vLLM does)."""
+        max_model_len is cut there (the request finishes with reason `length`, as vLLM does). A decode engine
+        takes prefilled requests with tokens left to emit (its first came from the prefill worker)."""
         req.state = WAITING
         req.output_tokens = max(1, min(req.output_tokens, self._room(req)))
         if self.role == "decode":
+            if req.output_tokens <= max(req.generated, 1):
+                raise ValueError(f"request {req.id} has no token left to decode; finish it at the prefill worker")
             # The prompt's KV cache came with it from a prefill worker, and so did its first token.
             req.generated = max(req.generated, 1)
             req.target = req.input_tokens

@@ -146,7 +146,8 @@ def verify_plan(data: dict[str, Any], replan: Callable[[Corrections], tuple[dict
                 current = replan(corrections)
             except InfeasibleError as exc:
                 entry["corrections"] = changed
-                entry["outcome"] = f"re-planning with these corrections is infeasible ({exc.problems[0].message})"
+                entry["outcome"] = (f"re-planning is infeasible with the full corrections and with these, half of "
+                                    f"them ({exc.problems[0].message})")
                 break
         entry["corrections"] = changed
     # The last round's plan if it did not fail; otherwise the one that missed least (earliest on a tie).
