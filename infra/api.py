@@ -168,7 +168,8 @@ def bench(*, simulate: str | Path | None = None, service: str | None = None, con
     """Drive one service of a plan and judge it against its objectives: a `infra.bench.run.BenchResult`.
     `simulate` names the plan to simulate (the embedded default source); `save` writes the measurements as JSON
     Lines that calibration reads back."""
-    from infra.bench.run import DEFAULT_REQUESTS, save as save_run, simulate_service
+    from infra.bench.run import DEFAULT_REQUESTS, simulate_service
+    from infra.bench.run import save as save_run
     from infra.errors import IntentError, Location, Problem
     from infra.planner.types import load_plan
 
@@ -176,8 +177,8 @@ def bench(*, simulate: str | Path | None = None, service: str | None = None, con
         raise IntentError(Problem("nothing to benchmark", Location(path="--simulate"),
                                   "give --simulate PLAN (a plan.yaml from `infra plan`)"))
     plan_doc = load_plan(simulate)
-    result = simulate_service(plan_doc, service=service, requests=requests or DEFAULT_REQUESTS, seed=seed,
-                              rate=rate, concurrency=concurrency, input_tokens=input_tokens,
+    result = simulate_service(plan_doc, service=service, requests=DEFAULT_REQUESTS if requests is None else requests,
+                              seed=seed, rate=rate, concurrency=concurrency, input_tokens=input_tokens,
                               output_tokens=output_tokens, intent=intent, plan_path=simulate,
                               catalog=load_catalog(catalog_dirs))
     if save is not None:

@@ -268,18 +268,19 @@ def bench(
     from infra import api
     from infra.intent.units import parse_count, parse_rate
 
-    def parsed(parse: Any, value: str | None, flag: str) -> Any:
+    def parsed(parse: Any, value: str | None, flag: str, example: str) -> Any:
         if value is None:
             return None
         try:
             return parse(value)
         except ValueError as exc:
-            raise InfraError(f"{flag} {value!r}: {exc} — To fix: e.g. {flag} 20/s or {flag} 2k") from None
+            raise InfraError(f"{flag} {value!r}: {exc} — To fix: e.g. {flag} {example}") from None
 
     result = api.bench(simulate=simulate, service=service, concurrency=concurrency,
-                       rate=parsed(parse_rate, rate, "--rate"), requests=requests,
-                       input_tokens=parsed(parse_count, input_tokens, "--input-tokens"),
-                       output_tokens=parsed(parse_count, output_tokens, "--output-tokens"), seed=seed, intent=intent,
+                       rate=parsed(parse_rate, rate, "--rate", "20/s"), requests=requests,
+                       input_tokens=parsed(parse_count, input_tokens, "--input-tokens", "2k"),
+                       output_tokens=parsed(parse_count, output_tokens, "--output-tokens", "256"), seed=seed,
+                       intent=intent,
                        save=save, catalog_dirs=tuple(catalog or ()))
     data = result.to_json()
     if as_json:
