@@ -1,6 +1,7 @@
 """Closed-loop verification of a plan: simulate it, and where an objective fails, correct and re-plan.
 
-Each round simulates every service of the plan under its intent's peak workload and judges each objective
+Each round simulates every service of the plan under its intent's peak workload (a plan for the goodput objective:
+the share of the peak it serves) and judges each objective
 (`infra.bench.verdict`). An objective that fails because the measured percentile ran over its target (queueing and
 batching the analytic model smooths over) is tightened for scoring by target / measured, times `SAFETY`: shapes
 are then sized so that their predicted value leaves the room the simulation showed was missing. The planner is
@@ -84,6 +85,15 @@ def _halfway(before: Corrections, after: Corrections,
     return Corrections(scale), [{**c, "scale": _r(scale[c["service"]][c["objective"]], 3)} for c in changed]
 
 
+def _served_load(svc: Any) -> dict[str, Any]:
+    """The load to verify at: the peak, or the share of it a goodput plan carries within the objectives."""
+    if svc.served >= 1:
+        return {}
+    if svc.demand.unit == "clients":
+        return {"concurrency": max(1, math.floor(svc.demand.value * svc.served))}
+    return {"rate": svc.demand.value * svc.served}
+
+
 def _overall(verdicts: dict[str, Verdict]) -> str:
     outcomes = {v.overall for v in verdicts.values()}
     return "fail" if "fail" in outcomes else "inconclusive" if "inconclusive" in outcomes else "pass"
@@ -112,13 +122,14 @@ def verify_plan(data: dict[str, Any], replan: Callable[[Corrections], tuple[dict
         verdicts: dict[str, Verdict] = {}
         entries = []
         for svc in plan.spec.services:
+            load = _served_load(svc)
             result = simulate_service(plan, service=svc.name, requests=requests, seed=seed, intent=intent,
-                                      catalog=catalog)
+                                      catalog=catalog, **load)
             notes = list(result.notes or [])
             if result.verdict.overall == "inconclusive":
                 # Too few samples or a target inside the interval: more requests narrow it, once.
                 result = simulate_service(plan, service=svc.name, requests=requests * RETRY_FACTOR, seed=seed,
-                                          intent=intent, catalog=catalog)
+                                          intent=intent, catalog=catalog, **load)
                 notes = [f"inconclusive at {requests} requests; judged on {requests * RETRY_FACTOR}",
                          *(result.notes or [])]
             verdicts[svc.name] = result.verdict

@@ -134,3 +134,13 @@ def test_an_inconclusive_service_is_judged_again_on_more_requests(chat_plan):
     notes = section["rounds"][0]["services"][0]["notes"]
     assert notes[0] == "inconclusive at 1000 requests; judged on 4000"
     assert section["rounds"][0]["services"][0]["objectives"][-1]["n"] == 4000
+
+
+def test_a_goodput_plan_is_verified_at_the_share_of_the_peak_it_serves(chat_plan):
+    from infra.bench.verify import _served_load
+
+    svc = DeploymentPlan.model_validate(chat_plan).spec.services[0]
+    assert _served_load(svc) == {}
+    assert _served_load(svc.model_copy(update={"served": 0.5})) == {"rate": pytest.approx(20.0)}
+    clients = svc.model_copy(update={"served": 0.5, "demand": svc.demand.model_copy(update={"unit": "clients"})})
+    assert _served_load(clients) == {"concurrency": 20}
