@@ -164,7 +164,7 @@ def _verify(resolved: ResolvedIntent, data: dict[str, Any], considered: list[Any
 def bench(*, simulate: str | Path | None = None, service: str | None = None, concurrency: int | None = None,
           rate: float | None = None, requests: int | None = None, input_tokens: int | None = None,
           output_tokens: int | None = None, seed: int = 0, intent: str | Path | None = None,
-          save: str | Path | None = None, catalog_dirs: tuple[Path, ...] = ()) -> Any:
+          save: str | Path | None = None, router: str = "least-loaded", catalog_dirs: tuple[Path, ...] = ()) -> Any:
     """Drive one service of a plan and judge it against its objectives: a `infra.bench.run.BenchResult`.
     `simulate` names the plan to simulate (the embedded default source); `save` writes the measurements as JSON
     Lines that calibration reads back."""
@@ -179,7 +179,7 @@ def bench(*, simulate: str | Path | None = None, service: str | None = None, con
     plan_doc = load_plan(simulate)
     result = simulate_service(plan_doc, service=service, requests=DEFAULT_REQUESTS if requests is None else requests,
                               seed=seed, rate=rate, concurrency=concurrency, input_tokens=input_tokens,
-                              output_tokens=output_tokens, intent=intent, plan_path=simulate,
+                              output_tokens=output_tokens, intent=intent, plan_path=simulate, router=router,
                               catalog=load_catalog(catalog_dirs))
     if save is not None:
         save_run(result, save)

@@ -261,6 +261,8 @@ def bench(
                                                    "where the plan says.", show_default=False)] = None,
     save: Annotated[Optional[Path], typer.Option(help="Write the measurements here (JSON Lines; calibration reads "
                                                  "them with --extra).", show_default=False)] = None,
+    router: Annotated[str, typer.Option(help="How the simulator spreads requests over replicas: least-loaded or "
+                                        "round-robin (both weighted by planned capacity).")] = "least-loaded",
     catalog: CatalogOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -280,8 +282,7 @@ def bench(
                        rate=parsed(parse_rate, rate, "--rate", "20/s"), requests=requests,
                        input_tokens=parsed(parse_count, input_tokens, "--input-tokens", "2k"),
                        output_tokens=parsed(parse_count, output_tokens, "--output-tokens", "256"), seed=seed,
-                       intent=intent,
-                       save=save, catalog_dirs=tuple(catalog or ()))
+                       intent=intent, save=save, router=router, catalog_dirs=tuple(catalog or ()))
     data = result.to_json()
     if as_json:
         print(json.dumps(data, sort_keys=True))
