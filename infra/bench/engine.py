@@ -7,8 +7,9 @@ parallelism is that many engines). Each step it schedules, in this order:
    budget (`max_num_batched_tokens`);
 3. waiting requests, first come first served, while the budget, the batch cap (`max_num_seqs`) and the KV cache
    allow; a prompt's prefix found in the prefix cache is not computed again.
-The KV cache holds `kv_tokens` tokens in blocks of `block_size`; when decoding sequences outgrow it, the most
-recently admitted request is preempted and later recomputed (vLLM's recompute preemption). The step's duration is
+The KV cache holds `kv_tokens` tokens, charged per token (a request's partly filled last block of `block_size`
+is not charged; prefix-cache hits are whole blocks); when decoding sequences outgrow it, the most recently
+admitted request is preempted and later recomputed (vLLM's recompute preemption). The step's duration is
 the performance model's `Worker.step` for that batch, the same function the analytic prediction uses, so the two
 differ only in queueing and batching dynamics.
 
