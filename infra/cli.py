@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from infra.errors import EXIT_BAD_INPUT, InfraError
+from infra.errors import EXIT_BAD_INPUT, EXIT_VERIFICATION_FAILED, InfraError
 
 app = typer.Typer(
     name="infra",
@@ -60,6 +60,8 @@ def plan(
                                                 "the inventory and budgets allow, then cheapest.")] = "cost",
     catalog: CatalogOpt = None,
     as_json: JsonOpt = False,
+    verify: Annotated[bool, typer.Option("--verify/--no-verify", help="Simulate the plan under the intent's peak "
+                                         "workload and re-plan while objectives fail (exit 3 if they still do).")] = True,
 ) -> None:
     """Solve an intent: the cheapest deployment meeting every objective, or why none does and what to relax."""
     if objective not in ("cost", "goodput"):
@@ -82,13 +84,19 @@ def plan(
                 live.update(task, completed=done, total=total)
 
         result = api.plan(path, output, top=top, catalog_dirs=tuple(catalog or ()), progress=progress,
-                          objective=objective)
+                          objective=objective, verify=verify)
     if as_json:
         print(json.dumps(result.plan, indent=2, sort_keys=True))
     else:
         from infra.report.plan import print_plan
 
         print_plan(_console(), result.plan, result.considered, result.written)
+        if result.verification is not None:
+            from infra.report.bench import print_verification
+
+            print_verification(_console(), result.verification)
+    if result.verification is not None and result.verification["verdict"] == "fail":
+        sys.exit(EXIT_VERIFICATION_FAILED)
 
 
 @app.command()
@@ -230,6 +238,62 @@ def estimate(
         from infra.report.estimate import print_estimate
 
         print_estimate(_console(), result)
+
+
+@app.command()
+def bench(
+    simulate: Annotated[Optional[Path], typer.Option("--simulate", help="Simulate this plan (plan.yaml): the "
+                                                     "embedded default, no endpoint needed.", show_default=False)] = None,
+    service: Annotated[Optional[str], typer.Option(help="Service of the plan (default: its only one).",
+                                                   show_default=False)] = None,
+    concurrency: Annotated[Optional[int], typer.Option(help="Closed loop: concurrent clients (default: the "
+                                                       "workload's).", show_default=False)] = None,
+    rate: Annotated[Optional[str], typer.Option(help="Open loop: request rate, e.g. 20/s (default: the workload's "
+                                                "peak).", show_default=False)] = None,
+    requests: Annotated[Optional[int], typer.Option(help="Requests to send (default 2000).",
+                                                    show_default=False)] = None,
+    input_tokens: Annotated[Optional[str], typer.Option("--input-tokens", help="Fixed prompt length instead of the "
+                                                        "workload's distribution.", show_default=False)] = None,
+    output_tokens: Annotated[Optional[str], typer.Option("--output-tokens", help="Fixed output length.",
+                                                         show_default=False)] = None,
+    seed: Annotated[int, typer.Option(help="Seed of arrivals, lengths and confidence intervals.")] = 0,
+    intent: Annotated[Optional[Path], typer.Option(help="The intent the plan was made from, when its traces are not "
+                                                   "where the plan says.", show_default=False)] = None,
+    save: Annotated[Optional[Path], typer.Option(help="Write the measurements here (JSON Lines; calibration reads "
+                                                 "them with --extra).", show_default=False)] = None,
+    router: Annotated[str, typer.Option(help="How the simulator spreads requests over replicas: least-loaded or "
+                                        "round-robin (both weighted by planned capacity).")] = "least-loaded",
+    catalog: CatalogOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Drive load at a deployment, report TTFT/TPOT/ITL/E2E and goodput, and judge each objective (exit 3 on fail)."""
+    from infra import api
+    from infra.intent.units import parse_count, parse_rate
+
+    def parsed(parse: Any, value: str | None, flag: str, example: str) -> Any:
+        if value is None:
+            return None
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise InfraError(f"{flag} {value!r}: {exc} — To fix: e.g. {flag} {example}") from None
+
+    result = api.bench(simulate=simulate, service=service, concurrency=concurrency,
+                       rate=parsed(parse_rate, rate, "--rate", "20/s"), requests=requests,
+                       input_tokens=parsed(parse_count, input_tokens, "--input-tokens", "2k"),
+                       output_tokens=parsed(parse_count, output_tokens, "--output-tokens", "256"), seed=seed,
+                       intent=intent, save=save, router=router, catalog_dirs=tuple(catalog or ()))
+    data = result.to_json()
+    if as_json:
+        print(json.dumps(data, sort_keys=True))
+    else:
+        from infra.report.bench import print_bench
+
+        print_bench(_console(), data)
+        if save is not None:
+            _console().print(f"wrote {save}")
+    if data["verdict"]["overall"] == "fail":
+        sys.exit(EXIT_VERIFICATION_FAILED)
 
 
 def _fail(message: str, code: int) -> None:

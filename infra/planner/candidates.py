@@ -413,6 +413,15 @@ def _can_share(resolved: ResolvedIntent, svc: Service, device: DeviceSpec) -> bo
     return svc.preferences.fractional_sharing and res is not None and res.memory is not None
 
 
+def slice_device(device: DeviceSpec, share: float) -> DeviceSpec:
+    """The device as a slice of `share` of it sees it: that share of its compute and memory bandwidth."""
+    return device.model_copy(update={
+        "memory_bandwidth_tbps": device.memory_bandwidth_tbps.model_copy(
+            update={"value": device.memory_bandwidth_tbps.value * share}),
+        "tflops": {k: f.model_copy(update={"value": f.value * share}) for k, f in device.tflops.items()},
+    })
+
+
 def _shared(rs: ResolvedService, svc: Service, device: DeviceSpec, fw: FrameworkSpec, precision: str, pool: Pool,
             wl: Workload, slo: dict[tuple[str, str], float], resolved: ResolvedIntent, price: float, zone: str,
             seen: list[Considered]) -> list[Candidate]:
@@ -421,11 +430,7 @@ def _shared(rs: ResolvedService, svc: Service, device: DeviceSpec, fw: Framework
     assert rs.model is not None
     out = []
     for share in SHARES:
-        scaled = device.model_copy(update={
-            "memory_bandwidth_tbps": device.memory_bandwidth_tbps.model_copy(
-                update={"value": device.memory_bandwidth_tbps.value * share}),
-            "tflops": {k: f.model_copy(update={"value": f.value * share}) for k, f in device.tflops.items()},
-        })
+        scaled = slice_device(device, share)
         dep = Deployment(rs.model.name, device.name, fw.name, precision, agg=Role(Parallel()))
         scored = _score(Considered(svc.name, pool.name, fw.name, precision, f"tp1@{share:g}", ""), dep, wl, slo,
                         resolved, pool, scaled, seen, memory_gb=pool_device_memory_gb(pool, device) * share,
@@ -492,13 +497,26 @@ class Considered:
     """`candidate`, or why it was dropped."""
 
 
+@dataclass(frozen=True)
+class Corrections:
+    """What measuring a plan taught: per service, objective key (`ttft_p99`) -> the factor its target is
+    multiplied by when scoring candidates (below 1 tightens it where the measured metric ran over the target)."""
+
+    objective_scale: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+
+    def scale(self, service: str, metric: str, pct: str) -> float:
+        return self.objective_scale.get(service, {}).get(f"{metric}_{pct}", 1.0)
+
+
 def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
                          progress: Callable[[int, int], None] | None = None,
+                         corrections: Corrections | None = None,
                          services: list[ResolvedService] | None = None) -> tuple[list[Candidate],
                                                                                  list[Considered]]:
     """Every runnable, useful replica shape of every service, and the record of what was dropped and why.
     `slo_scale` multiplies every objective (used to find how far an objective must relax); `progress(done,
-    total)` is told after each service."""
+    total)` is told after each service; `corrections` tighten objectives per service from verification;
+    `services` replaces the intent's services (pipelines expanded into their stages)."""
     base = resolved.loaded.document.path.parent
     out: list[Candidate] = []
     seen: list[Considered] = []
@@ -511,7 +529,8 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
             raise InfraError(f"service {svc.name!r} is a pipeline; expand it into its stages first "
                              "(infra.planner.pipeline.search)")
         wl = service_workload(svc, base)
-        slo = {k: v * slo_scale for k, v in objectives(svc).items()}
+        fix = corrections or Corrections()
+        slo = {k: v * slo_scale * fix.scale(svc.name, *k) for k, v in objectives(svc).items()}
         for pool in resolved.loaded.cluster.pools:
             device = resolved.pools[pool.name]
             if device.name not in rs.devices or (pool.spot and svc.preferences.spot == "never"):

@@ -40,6 +40,7 @@ from infra.perf.stages import StageEstimate, StageLoad, stage_capacity, stage_la
 from infra.planner.candidates import (
     Candidate,
     Considered,
+    Corrections,
     _price,
     enumerate_candidates,
     prune_dominated,
@@ -302,20 +303,23 @@ def cpu_cores(unit: Unit, peak_rps: float) -> int:
     return max(1, math.ceil(peak_rps * _cpu_seconds(unit.stage) / CPU_UTILISATION))
 
 
-def search(resolved: ResolvedIntent, slo_scale: float = 1.0, progress: Callable[[int, int], None] | None = None
-           ) -> tuple[list[Candidate], list[Considered], list[ResolvedService], dict[str, list[Unit]]]:
+def search(resolved: ResolvedIntent, slo_scale: float = 1.0, progress: Callable[[int, int], None] | None = None,
+           corrections: Corrections | None = None) -> tuple[list[Candidate], list[Considered], list[ResolvedService], dict[str, list[Unit]]]:
     """Candidates of every service and pipeline stage (pipelines expanded into units), what was considered, the
     services searched (LLM stages as services of their own) and the pipelines' units."""
     services, pipelines = expand(resolved)
-    cands, seen = enumerate_candidates(resolved, slo_scale=slo_scale, progress=progress, services=services)
+    cands, seen = enumerate_candidates(resolved, slo_scale=slo_scale, progress=progress, services=services,
+                                       corrections=corrections)
     extra: list[Candidate] = []
     for rs in resolved.services:
         for u in pipelines.get(rs.service.name, []):
             if u.stage.kind in ("llm", "cpu"):
                 continue
-            if slo_scale != 1.0:
-                u = replace(u, first={p: v * slo_scale for p, v in u.first.items()},
-                            full={p: v * slo_scale for p, v in u.full.items()})
+            fix = corrections or Corrections()
+            if slo_scale != 1.0 or fix.objective_scale.get(u.name):
+                u = replace(u, first={p: v * slo_scale * fix.scale(u.name, "first_output", p)
+                                      for p, v in u.first.items()},
+                            full={p: v * slo_scale * fix.scale(u.name, "latency", p) for p, v in u.full.items()})
             cv = {"poisson": 1.0, "constant": 0.0, "gamma": rs.service.workload.arrival.cv or 1.0}[
                 rs.service.workload.arrival.process]
             extra += stage_candidates(u, rs, resolved, cv, seen)

@@ -23,7 +23,7 @@ from infra.perf.calibration import table as calibration_table
 from infra.perf.estimate import Estimate, estimate
 from infra.perf.serving import z_of
 from infra.perf.stages import StageEstimate, stage_latency
-from infra.planner.candidates import Candidate, Considered, objectives, service_workload
+from infra.planner.candidates import Candidate, Considered, Corrections, objectives, service_workload
 from infra.planner.pipeline import Unit, cpu_cores, search
 from infra.planner.placement import Placement, PlacementError, place, workers_of
 from infra.planner.solve import Limits, Solution, limits_from, minimal_conflict, solve
@@ -597,14 +597,20 @@ def _core_problems(resolved: ResolvedIntent, core: list[str], relax: list[Proble
 
 
 def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost",
-               progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, Any], list[Considered]]:
+               progress: Callable[[int, int], None] | None = None, corrections: Corrections | None = None,
+               explain: bool = True) -> tuple[dict[str, Any], list[Considered]]:
     """Solve the intent; a DeploymentPlan as data, and every shape considered. Raises InfeasibleError.
     `objective` is "cost" (cheapest plan meeting all demand) or "goodput" (serve the most of it with what there
-    is, then cheapest)."""
-    cands, considered, expanded, pipelines = search(resolved, progress=progress)
+    is, then cheapest). `corrections` tighten objectives in scoring (from verifying an earlier plan); without
+    `explain` an infeasible intent is reported without searching for relaxations."""
+    cands, considered, expanded, pipelines = search(resolved, progress=progress, corrections=corrections)
     limits = limits_from(resolved, _tokens_per_request(resolved),
                          {s: [u.name for u in us if u.stage.kind != "cpu"] for s, us in pipelines.items()})
     sol = solve(cands, limits, objective=objective)
+    if sol.status not in ("OPTIMAL", "FEASIBLE") and not explain:
+        raise InfeasibleError(Problem("no deployment meets the corrected objectives",
+                                      Location(str(resolved.loaded.document.path), 1, 1),
+                                      "loosen the objectives, raise the budget or add devices"))
     if sol.status not in ("OPTIMAL", "FEASIBLE"):
         core = sol.core or [f"demand:{s}" for s in sorted(limits.demand)]
         no_cands = [s for s in sorted(limits.demand) if not any(c.service == s for c in cands)]
