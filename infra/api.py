@@ -132,3 +132,58 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
         write_atomic(out / "report.md", report)
         written = [out / "plan.yaml", out / "report.md"]
     return PlanResult(data, report, considered, written)
+
+
+def open_pr(intent: str | Path, repo: str | Path, *, plan_path: str | Path | None = None, root: str = "deploy",
+            cluster: str | None = None, base: str = "main", branch: str | None = None, push: bool = False,
+            github: str | None = None, github_api: str | None = None, allow_dirty: bool = False,
+            sync: str | None = None, catalog_dirs: tuple[Path, ...] = (), body_file: str | Path | None = None,
+            progress: Any = None) -> Any:
+    """Turn an intent's plan into a pull request on a GitOps repository: plan (or take `plan_path`, whose
+    fingerprint must match the intent), render into `<root>/<service>/{base,overlays/<cluster>}`, keep the plan
+    and intent under `<root>/.infra/<plan name>/`, commit on the PR branch when anything changed, and with `push`
+    push it and open or update the PR (a GitHub token in GITHUB_TOKEN or GH_TOKEN). Returns
+    `infra.gitops.pr.PrResult`."""
+    import dataclasses
+    import os
+
+    from infra.errors import IntentError, Problem
+    from infra.gitops.github import DEFAULT_API
+    from infra.gitops.pr import PrRequest, preflight, prepare, reproduce_command
+    from infra.planner.plan import build_plan, fingerprint
+    from infra.planner.types import DeploymentPlan, load_plan
+    from infra.report.plan import plan_yaml
+
+    token = (os.environ.get("GITHUB_TOKEN") or os.environ.get("GH_TOKEN")) if push else None
+    req = PrRequest(repo=Path(repo), root=root, cluster=cluster, base=base, branch=branch, push=push, github=github,
+                    github_api=github_api or os.environ.get("GITHUB_API_URL") or DEFAULT_API,
+                    allow_dirty=allow_dirty, sync=sync, body_file=Path(body_file) if body_file else None,
+                    token=token or None)
+    req = dataclasses.replace(req, command=reproduce_command(str(intent), req, tuple(str(d) for d in catalog_dirs)))
+    preflight(req)  # a dirty or missing repository is refused before planning, which takes seconds
+    resolved = load_intent(intent, catalog_dirs)
+    if plan_path is not None:
+        typed = load_plan(plan_path)
+        expected = fingerprint(resolved)
+        if typed.spec.fingerprint != expected:
+            from infra.intent.yamlio import load_yaml, read_text
+
+            _, smap = load_yaml(read_text(Path(plan_path), "plan"), str(plan_path))
+            raise IntentError(Problem(
+                f"plan was made from other inputs than {intent} ({typed.spec.fingerprint[:19]}…, the intent, "
+                f"cluster, catalog and calibration give {expected[:19]}…)",
+                smap.locate(("spec", "fingerprint")), f"plan again (infra plan {intent} -o DIR) or leave out --plan"))
+    else:
+        data, _ = build_plan(resolved, top=3, objective="cost", progress=progress)
+        typed = DeploymentPlan.model_validate(data)
+    records = {"intent.yaml": resolved.loaded.document.path.read_text(encoding="utf-8")}
+    if resolved.loaded.profile_document is not None:
+        records["cluster-profile.yaml"] = resolved.loaded.profile_document.path.read_text(encoding="utf-8")
+    plan_text = plan_yaml(typed.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+    def render(p: DeploymentPlan) -> dict[str, str]:
+        from infra.render import render_plan
+
+        return render_plan(p, catalog_dirs=catalog_dirs)
+
+    return prepare(typed, plan_text, render, records, req)

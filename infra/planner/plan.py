@@ -37,7 +37,9 @@ def _catalog(resolved: ResolvedIntent) -> Catalog:
     return resolved.catalog
 
 
-def _fingerprint(resolved: ResolvedIntent) -> str:
+def fingerprint(resolved: ResolvedIntent) -> str:
+    """The plan's `spec.fingerprint` for a resolved intent: sha256 over the intent, its cluster, the catalog and
+    the calibration data. A plan whose fingerprint differs was made from other inputs."""
     blob = json.dumps({
         "intent": resolved.loaded.intent.model_dump(mode="json", by_alias=True),
         "cluster": resolved.loaded.cluster.model_dump(mode="json", by_alias=True),
@@ -410,7 +412,7 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost
         "kind": "DeploymentPlan",
         "metadata": {"name": resolved.loaded.intent.metadata.name},
         "spec": {
-            "fingerprint": _fingerprint(resolved),
+            "fingerprint": fingerprint(resolved),
             "solver": {"engine": "cp-sat", "objective": objective, "status": sol.status, "gap": _r(sol.gap, 4),
                        "candidates": len(cands), "considered": len(considered)},
             "cluster": _cluster(resolved),
