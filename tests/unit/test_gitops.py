@@ -4,6 +4,7 @@ the base branch, and tokens that never leak."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -354,3 +355,16 @@ def test_a_plan_from_other_inputs_is_refused_with_its_line(planned, repos, tmp_p
         open_pr(EXAMPLES / "small-model-shared.yaml", clone, plan_path=path)
     text = str(err.value)
     assert f"{path}:6:" in text and "spec.fingerprint" in text and "other inputs" in text and "To fix" in text
+
+
+def test_push_credentials_come_from_the_environment_only(repos):
+    """The helper that `git push` gets hands the token to git for HTTPS without it being in any config file."""
+    from infra.gitops.git import token_env
+
+    _, clone = repos
+    env = {**os.environ, **token_env(TOKEN), "GIT_TERMINAL_PROMPT": "0"}
+    out = subprocess.run(["git", "-C", str(clone), "credential", "fill"], input="protocol=https\nhost=ghe.example\n\n",
+                         capture_output=True, text=True, env=env, check=True).stdout
+    assert f"password={TOKEN}" in out and "username=x-access-token" in out
+    assert TOKEN not in (clone / ".git" / "config").read_text()
+    assert TOKEN not in token_env(TOKEN)["GIT_CONFIG_VALUE_1"]
