@@ -16,6 +16,7 @@ ALLOWED = {
     "perf": {"catalog", "intent"},
     "planner": {"catalog", "intent", "perf"},
     "report": {"api", "catalog", "intent", "perf", "planner", "render", "validators", "bench"},
+    "render": {"catalog", "intent", "planner"},
     "gitops": {"catalog", "intent", "perf", "planner", "render", "report"},
 }
 NEVER = {"agent"}  # only cli/api may reach it, and only lazily
