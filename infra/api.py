@@ -204,9 +204,10 @@ def open_pr(intent: str | Path, repo: str | Path, *, plan_path: str | Path | Non
         records["cluster-profile.yaml"] = resolved.loaded.profile_document.path.read_text(encoding="utf-8")
     plan_text = plan_yaml(typed.model_dump(mode="json", by_alias=True, exclude_none=True))
 
-    def render(p: DeploymentPlan) -> dict[str, str]:
-        from infra.render import render_plan
+    def render_files(p: DeploymentPlan) -> tuple[dict[str, str], list[str]]:
+        from infra.render import render_tree
 
-        return render_plan(p, catalog_dirs=catalog_dirs)
+        rendered = render_tree(p, catalog_dirs=tuple(catalog_dirs))
+        return rendered.files, rendered.notes
 
-    return prepare(typed, plan_text, render, records, req)
+    return prepare(typed, plan_text, render_files, records, req)

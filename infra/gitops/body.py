@@ -203,8 +203,9 @@ def _provenance(plan: DeploymentPlan) -> list[str]:
 
 def pr_body(plan: DeploymentPlan, *, cluster: str, base: str, previous: DeploymentPlan | None,
             previous_error: str | None, records: list[Record], files: dict[str, tuple[str, int, int]],
-            command: str) -> str:
-    """The markdown body: summary, change against `base`, intent diff, manifest files, provenance, reproduce."""
+            command: str, notes: tuple[str, ...] | list[str] = ()) -> str:
+    """The markdown body: summary, change against `base`, intent diff, manifest files (and rendering notes),
+    provenance, reproduce."""
     spec = plan.spec
     out = [f"## {plan.metadata.name} on {cluster}: {summary_line(plan)}", ""]
     out += _summary(plan)
@@ -221,6 +222,8 @@ def pr_body(plan: DeploymentPlan, *, cluster: str, base: str, previous: Deployme
         out += _delta_section(plan_delta(previous, plan), base)
     out += ["", "### Intent", ""] + _record_diff(records)
     out += ["", "### Manifests", ""] + _files(files)
+    if notes:
+        out += ["", "To act on before merging:", ""] + [f"- {n}" for n in notes]
     out += ["", "### Provenance", ""] + _provenance(plan)
     out += ["", "### Reproduce", ""] + _fence(command, "sh")
     out += ["", f"<!-- infra:plan-fingerprint {spec.fingerprint} -->"]

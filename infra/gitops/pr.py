@@ -25,7 +25,8 @@ from infra.gitops.layout import owned_from, place_rendered, state_dir, state_fil
 from infra.gitops.paths import STATE_DIR, check_name, check_root_on_disk, check_tree_paths, clean_relative, inside
 from infra.planner.types import DeploymentPlan
 
-Renderer = Callable[[DeploymentPlan], dict[str, str]]
+Renderer = Callable[[DeploymentPlan], tuple[dict[str, str], list[str]]]
+"""Plan -> (manifest files in the MANIFESTS.md layout, notes the user must act on)."""
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,8 @@ def prepare(plan: DeploymentPlan, plan_text: str, render: Renderer, records: dic
                                  "pass --base with the branch pull requests go into (e.g. main)"))
     parent, local = _parent(git, req, branch, base)
 
-    manifests = place_rendered(plan, render(plan), cluster)
+    rendered, notes = render(plan)
+    manifests = place_rendered(plan, rendered, cluster)
     if req.sync:
         manifests.update(sync_objects(plan, cluster=cluster, root=root, flavour=req.sync,
                                       repo_url=public_url(git.remote_url(req.remote)), revision=req.base))
@@ -249,7 +251,7 @@ def prepare(plan: DeploymentPlan, plan_text: str, render: Renderer, records: dic
     record_list = [pr_body.Record(name, git.show(base, f"{sdir}/{name}"), text) for name, text in sorted(records.items())]
     title = pr_body.title(plan, cluster)
     text = pr_body.pr_body(plan, cluster=cluster, base=req.base, previous=previous, previous_error=previous_error,
-                           records=record_list, files=changes, command=req.command)
+                           records=record_list, files=changes, command=req.command, notes=notes)
     result = PrResult(branch, req.base, head, committed, title, text, changes)
     if head is None:
         return result

@@ -47,7 +47,7 @@ def replanned(plan: DeploymentPlan, replicas: int) -> DeploymentPlan:
     return DeploymentPlan.model_validate(data)
 
 
-def tiny_render(plan: DeploymentPlan, drop: str | None = None) -> dict[str, str]:
+def tiny_render(plan: DeploymentPlan, drop: str | None = None) -> tuple[dict[str, str], list[str]]:
     """Manifests in the shared layout (one ConfigMap per allocation stands in for the workloads)."""
     out = {}
     for svc in plan.spec.services:
@@ -59,7 +59,7 @@ def tiny_render(plan: DeploymentPlan, drop: str | None = None) -> dict[str, str]
         out[f"{svc.name}/base/service-{svc.name}.yaml"] = f"apiVersion: v1\nkind: Service\nmetadata:\n  name: {svc.name}\n"
         out[f"{svc.name}/base/kustomization.yaml"] = "resources:\n" + "".join(f"- {n}\n" for n in sorted(names))
         out[f"{svc.name}/overlays/{plan.spec.cluster.name}/kustomization.yaml"] = "resources:\n- ../../base\n"
-    return {k: v for k, v in out.items() if k != drop}
+    return {k: v for k, v in out.items() if k != drop}, []
 
 
 @pytest.fixture
@@ -184,7 +184,7 @@ def test_a_link_committed_inside_the_root_is_refused(planned, repos):
 def test_rendered_paths_outside_the_services_are_refused(planned, repos, path):
     _, clone = repos
     with pytest.raises(InfraError, match="rendered file"):
-        run(planned, clone, render=lambda p: {**tiny_render(p), path: "x\n"})
+        run(planned, clone, render=lambda p: ({**tiny_render(p)[0], path: "x\n"}, []))
 
 
 def test_files_of_another_plan_are_not_taken_over(planned, repos):
@@ -285,7 +285,9 @@ def test_argocd_applications_point_at_the_overlays_without_credentials(planned, 
 
 def test_flux_kustomizations_reference_the_bootstrap_source(planned, repos):
     _, clone = repos
-    run(planned, clone, sync="flux", root="apps")
+    result = run(planned, clone, sync="flux", root="apps",
+                 render=lambda p: (tiny_render(p)[0], ["create the Secret hf-token in namespace default"]))
+    assert "To act on before merging:\n\n- create the Secret hf-token in namespace default" in result.body
     obj = git(clone, "show", "infra/summariser:apps/clusters/onprem-small/summarise.yaml")
     assert "kind: Kustomization" in obj and "path: ./apps/summarise/overlays/onprem-small" in obj
     assert "name: flux-system" in obj and "prune: true" in obj
