@@ -14,6 +14,8 @@ from infra.planner.types import Allocation, DeploymentPlan
 
 INTENT_DIFF_LINES = 200
 """Longest intent diff shown inline; the rest is in the commit."""
+FILE_ROWS = 150
+"""Most files listed one by one (GitHub caps a body at 65536 characters); the totals always count them all."""
 _METRIC = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
 
 
@@ -170,8 +172,10 @@ def _files(changes: dict[str, tuple[str, int, int]]) -> list[str]:
     minus = sum(r for _, _, r in changes.values())
     out = [", ".join(f"{counts[k]} {v}" for k, v in names.items()) + f" (+{plus} / -{minus} lines)", "",
            "| File | Status | + | - |", "|---|---|---|---|"]
-    for path, (status, added, removed) in sorted(changes.items()):
+    for path, (status, added, removed) in sorted(changes.items())[:FILE_ROWS]:
         out.append(f"| `{path}` | {names.get(status, status)} | {added} | {removed} |")
+    if len(changes) > FILE_ROWS:
+        out.append(f"| {len(changes) - FILE_ROWS} more files | | | |")
     return out
 
 

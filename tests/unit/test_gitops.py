@@ -5,6 +5,7 @@ the base branch, and tokens that never leak."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -370,3 +371,34 @@ def test_push_credentials_come_from_the_environment_only(repos):
     assert f"password={TOKEN}" in out and "username=x-access-token" in out
     assert TOKEN not in (clone / ".git" / "config").read_text()
     assert TOKEN not in token_env(TOKEN)["GIT_CONFIG_VALUE_1"]
+
+
+def test_github_repository_from_remote_urls():
+    from infra.gitops.github import repo_from_remote
+
+    assert repo_from_remote("git@github.com:acme/deploy.git") == "acme/deploy"
+    assert repo_from_remote("https://github.com/acme/deploy") == "acme/deploy"
+    assert repo_from_remote("https://ghe.example/acme/deploy.git") is None and repo_from_remote(None) is None
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_renamed_overlay_builds_with_kustomize(planned, repos, tmp_path):
+    """The real renderer's tree, placed under a root with the overlay renamed, still builds."""
+    from infra.render import render_tree
+
+    _, clone = repos
+
+    def render(p):
+        rendered = render_tree(p)
+        return rendered.files, rendered.notes
+
+    run(planned, clone, render=render, cluster="prod-eu", sync="argocd")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    archive = subprocess.run(["git", "-C", str(clone), "archive", "infra/summariser", "deploy"], capture_output=True,
+                             check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    out = subprocess.run(["kubectl", "kustomize", str(tree / "deploy/summarise/overlays/prod-eu")], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "kind: Deployment" in out.stdout and "infra.dev/plan-fingerprint" in out.stdout
