@@ -205,6 +205,8 @@ def prepare(plan: DeploymentPlan, plan_text: str, render: Renderer, records: dic
     """Write the plan's files on the PR branch (a new commit only when something changed), then push and open or
     update the PR as asked; without publishing, write the body to a file and say what to run next."""
     git, root = preflight(req)
+    # The plan's name and cluster become directories: a hand-edited plan must not steer a path.
+    check_name(plan.metadata.name, "plan name", "metadata.name")
     cluster = check_name(req.cluster or plan.spec.cluster.name, "--cluster", "--cluster")
     branch = _check_branch_name(git, req.branch or f"infra/{plan.metadata.name}", "--branch")
     _check_branch_name(git, req.base, "--base")

@@ -402,3 +402,22 @@ def test_renamed_overlay_builds_with_kustomize(planned, repos, tmp_path):
                          text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert "kind: Deployment" in out.stdout and "infra.dev/plan-fingerprint" in out.stdout
+
+
+def test_a_plan_name_that_would_steer_a_path_is_refused(planned, repos):
+    _, clone = repos
+    data = planned.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data["metadata"]["name"] = "../../escape"
+    with pytest.raises(InfraError, match="plan name '../../escape' is not a DNS-1123 label"):
+        run(DeploymentPlan.model_validate(data), clone)
+
+
+def test_an_unreadable_plan_on_the_base_branch_is_said_not_fatal(planned, repos):
+    _, clone = repos
+    (clone / "deploy" / ".infra" / "summariser").mkdir(parents=True)
+    (clone / "deploy" / ".infra" / "summariser" / "plan.yaml").write_text("kind: DeploymentPlan\nspec: 3\n")
+    git(clone, "add", "deploy")
+    git(clone, "commit", "-q", "-m", "old plan")
+    result = run(planned, clone)
+    assert "The plan on `main` could not be read (deploy/.infra/summariser/plan.yaml:" in result.body
+    assert "| `deploy/.infra/summariser/plan.yaml` | changed |" in result.body
