@@ -24,9 +24,9 @@ MODEL_DIR = "/models"
 CONFIG_DIR = "/etc/infra/engine"
 # Port the leader of a multi-node SGLang group listens on for the other nodes (its LWS example uses 20000).
 DIST_INIT_PORT = 20000
-# KV-cache transfer between prefill and decode: NIXL, the connector both vLLM (NixlConnector) and SGLang
-# (--disaggregation-transfer-backend nixl) document, and which runs over RDMA or TCP alike.
-KV_CONNECTOR = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+# KV-cache transfer between prefill and decode goes through NIXL, which SGLang (--disaggregation-transfer-backend
+# nixl), TensorRT-LLM (cache_transceiver_config.backend) and vLLM (its NixlConnector, spelled per role in the
+# catalog's cli.values.kv_transfer_config) all document, over RDMA or TCP alike.
 TRANSFER_BACKEND = "nixl"
 
 
@@ -227,6 +227,11 @@ class AllocationBuilder:
         self.pods_per_worker = a.nodes_per_worker
         self.devices_per_pod = a.devices_per_worker // a.nodes_per_worker
         self.rdma = [n for n in self.pool.nics if n.kind in RDMA_KINDS]
+        pods_per_replica = a.nodes_per_worker * (1 if a.mode == "agg"
+                                                 else int((a.prefill_workers or 1) + (a.decode_workers or 1)))
+        # A Volcano gang only where one replica needs several pods at once (a multi-node worker, a P/D group).
+        self.gang = (pods_per_replica if sb.cluster.scheduler == "volcano" and sb.crds.get("volcano")
+                     and pods_per_replica > 1 else 0)
 
     def note(self, text: str) -> None:
         self.sb.note(text, self.header)
@@ -283,12 +288,15 @@ class AllocationBuilder:
     # --- images, quantization -----------------------------------------------------------------------------------
 
     def _image(self) -> str:
-        image = self.fw.images.get(self.a.device) or self.fw.images.get(self.pool.vendor) or self.fw.image
+        # `image` is the build for the framework's first vendor; other vendors' builds are listed in `images`.
+        default = self.fw.image if self.fw.vendors and self.fw.vendors[0] == self.pool.vendor else ""
+        image = self.fw.images.get(self.a.device) or self.fw.images.get(self.pool.vendor) or default
         last = image.rsplit("/", 1)[-1]
         tag = last.split(":", 1)[1] if ":" in last else (image.split("@", 1)[1] if "@" in image else "")
-        if not tag or tag == "latest":
+        if not tag or "latest" in tag:
             raise CatalogError(Problem(
-                f"framework {self.fw.name} has no pinned image for {self.a.device} ({image!r})",
+                f"framework {self.fw.name} has no image pinned to a release for {self.a.device} "
+                f"({image or 'none listed'})",
                 Location(self.sb.catalog.tables["frameworks"].files.get(self.fw.name), path="image"),
                 f"give `images: {{{self.a.device}: <registry>/<image>:<tag>}}` (or `image:` with a tag) in a "
                 f"--catalog overlay's frameworks/{self.fw.name}.yaml"))
@@ -352,15 +360,16 @@ class AllocationBuilder:
             "device_ids": [list(range(self.devices_per_pod))],
         }
         if role != "agg":
-            if not ({"kv_transfer_config", "disaggregation_mode"} & set(self.cli.flags)
-                    or (self.cli.config_file and {"kv_transfer_config", "disaggregation_mode",
-                                                   "disaggregation_transfer_backend"}
-                        & set(self.cli.config_file.keys))):
-                self.note(f"{self.name}: {self.fw.name} states no KV-transfer setting in its catalog cli; "
-                          "configure the engine's prefill/decode connector before applying")
-            v["kv_transfer_config"] = json.dumps(KV_CONNECTOR, separators=(",", ":"), sort_keys=True)
+            connector = self.cli.values.get("kv_transfer_config", {})
+            v["kv_transfer_config"] = role if role in connector else None
             v["disaggregation_mode"] = role
             v["disaggregation_transfer_backend"] = TRANSFER_BACKEND
+            stated = set(self.cli.flags) | set(self.cli.config_file.keys if self.cli.config_file else {})
+            if v["kv_transfer_config"] is None and not stated & {"disaggregation_mode",
+                                                                 "disaggregation_transfer_backend"}:
+                self.note(f"{self.name}: {self.fw.name} states no prefill/decode KV-transfer setting in its "
+                          "catalog cli (flags or cli.values.kv_transfer_config); configure the engine's connector "
+                          "before applying")
         return v
 
     def _model_path(self) -> str:
@@ -406,7 +415,7 @@ class AllocationBuilder:
             {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": s.hf_token_secret, "key": "token",
                                                                 "optional": True}}},
         ]
-        if role != "agg" and "kv_transfer_config" in self.cli.flags:
+        if "NixlConnector" in self.cli.values.get("kv_transfer_config", {}).get(role, ""):
             env.append({"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath":
                                                                                           "status.podIP"}}})
         resources = self._resources(claim is not None)
@@ -414,8 +423,7 @@ class AllocationBuilder:
         probes = self._probes() if serves else None
         pod_labels = {**labels, "infra.dev/endpoint": endpoint if serves else "false"}
         annotations: dict[str, str] = {}
-        volcano = self._volcano()
-        if volcano:
+        if self.gang:
             annotations["scheduling.k8s.io/group-name"] = self.name
         caps = ["IPC_LOCK"] if self.rdma else []
         return {
@@ -511,9 +519,12 @@ class AllocationBuilder:
         shm = max(1, math.floor(resources["memory_gi"] * s.shm_fraction))
         volumes = [model_volume, {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm}Gi"}}]
         mounts = [{"name": "model-cache", "mountPath": MODEL_DIR}, {"name": "shm", "mountPath": "/dev/shm"}]
-        if self.cli.config_file is not None:
+        cf = self.cli.config_file
+        if cf is not None:
+            # A file merged into the image's own is mounted beside it; any other replaces its directory.
+            where = CONFIG_DIR if cf.merge else cf.path.rsplit("/", 1)[0]
             volumes.append({"name": "engine-config", "configMap": {"name": f"{name}-engine"}})
-            mounts.append({"name": "engine-config", "mountPath": CONFIG_DIR, "readOnly": True})
+            mounts.append({"name": "engine-config", "mountPath": where, "readOnly": True})
         return volumes, mounts
 
     def _probes(self) -> dict[str, Any]:
@@ -555,8 +566,10 @@ class AllocationBuilder:
                 "labelSelector": {"matchLabels": {"infra.dev/service": self.sb.svc.name,
                                                   "infra.dev/allocation": self.alloc_id}},
                 "topologyKey": self.settings.switch_label}]}
-            self.header.append(f"Prefill and decode pods of {self.name} stay under one leaf switch (pod affinity "
-                               f"on node label {self.settings.switch_label}).")
+            line = (f"Prefill and decode pods of {self.name} stay under one leaf switch (pod affinity on node "
+                    f"label {self.settings.switch_label}).")
+            if line not in self.header:
+                self.header.append(line)
         return out or None
 
     # --- companions ---------------------------------------------------------------------------------------------
@@ -606,19 +619,11 @@ class AllocationBuilder:
                    "annotations": {"infra.dev/plan-fingerprint": self.sb.plan.spec.fingerprint},
                    "roles": workloads}}, self.header)
 
-    def _volcano(self) -> bool:
-        return self.sb.cluster.scheduler == "volcano" and bool(self.sb.crds.get("volcano"))
-
     def _gang(self, workloads: list[dict[str, Any]]) -> None:
-        if not self._volcano():
+        if not self.gang:
             return
-        a = self.a
-        if a.mode == "agg":
-            members = a.nodes_per_worker
-        else:
-            members = a.nodes_per_worker * int((a.prefill_workers or 1) + (a.decode_workers or 1))
         self.sb.add("podgroup.yaml.j2", {"pg": {
-            "api_version": self.sb.crds["volcano"], "name": self.name, "min_member": members,
+            "api_version": self.sb.crds["volcano"], "name": self.name, "min_member": self.gang,
             "labels": {**self.sb.base_labels, "infra.dev/allocation": self.alloc_id},
             "annotations": {"infra.dev/plan-fingerprint": self.sb.plan.spec.fingerprint}}})
 

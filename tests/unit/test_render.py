@@ -140,7 +140,7 @@ def test_allocation_on_unknown_pool_is_rejected_with_field():
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
 def test_kubectl_kustomize_builds_every_overlay(tmp_path):
-    for name in sorted(p.name for p in GOLDEN.iterdir() if (p / "plan.yaml").is_file()):
+    for name in sorted(p.name for p in GOLDEN.iterdir() if (p / "manifests").is_dir()):
         out = tmp_path / name
         write_tree(render_plan(golden_plan(name)), out)
         for overlay in sorted(out.glob("*/overlays/*")):
