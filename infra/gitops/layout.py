@@ -91,8 +91,9 @@ def state_files(plan: DeploymentPlan, plan_text: str, records: dict[str, str], o
     return out
 
 
-def owned_from(text: str | None) -> list[str]:
-    """Paths listed in a files.txt (under the root); none when there is no such file."""
+def owned_from(text: str | None, where: str) -> list[str]:
+    """Paths listed in a files.txt (under the root); none when there is no such file. A listed path that is not a
+    plain relative one is refused, so an edited list cannot make a re-plan remove files outside the root."""
     if not text:
         return []
-    return [line.strip() for line in text.splitlines() if line.strip()]
+    return [clean_relative(line.strip(), "listed file", where) for line in text.splitlines() if line.strip()]

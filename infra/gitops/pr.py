@@ -180,7 +180,7 @@ def _foreign_owners(git: Git, commit: str, root: str, name: str, paths: set[str]
         parts = listing.split("/")
         if parts[-1] != "files.txt" or parts[-2] == name:
             continue
-        theirs = {inside(root, p) for p in owned_from(git.show(commit, listing))}
+        theirs = {inside(root, p) for p in owned_from(git.show(commit, listing), listing)}
         clash = sorted(theirs & paths)
         if clash:
             raise InfraError(Problem(f"{clash[0]} belongs to plan {parts[-2]!r} (listed in {listing})",
@@ -229,7 +229,7 @@ def prepare(plan: DeploymentPlan, plan_text: str, render: Renderer, records: dic
     files.update(manifests)
     writes = {inside(root, p): text for p, text in files.items()}
     sdir = inside(root, state_dir(plan))
-    old_owned = {inside(root, p) for p in owned_from(git.show(parent, f"{sdir}/files.txt"))}
+    old_owned = {inside(root, p) for p in owned_from(git.show(parent, f"{sdir}/files.txt"), f"{sdir}/files.txt")}
     stale_records = set(git.files_under(parent, sdir))
     removes = sorted((old_owned | stale_records) - set(writes))
     _foreign_owners(git, parent, root, plan.metadata.name, set(writes))

@@ -421,3 +421,15 @@ def test_an_unreadable_plan_on_the_base_branch_is_said_not_fatal(planned, repos)
     result = run(planned, clone)
     assert "The plan on `main` could not be read (deploy/.infra/summariser/plan.yaml:" in result.body
     assert "| `deploy/.infra/summariser/plan.yaml` | changed |" in result.body
+
+
+def test_an_edited_file_list_cannot_remove_files_outside_the_root(planned, repos):
+    _, clone = repos
+    run(planned, clone)
+    git(clone, "checkout", "-q", "infra/summariser")
+    listing = clone / "deploy" / ".infra" / "summariser" / "files.txt"
+    listing.write_text(listing.read_text() + "../README.md\n")
+    git(clone, "commit", "-q", "-am", "edit list")
+    with pytest.raises(InfraError, match="listed file '../README.md'"):
+        run(replanned(planned, 3), clone)
+    assert (clone / "README.md").exists()
