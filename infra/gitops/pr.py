@@ -210,6 +210,9 @@ def prepare(plan: DeploymentPlan, plan_text: str, render: Renderer, records: dic
     cluster = check_name(req.cluster or plan.spec.cluster.name, "--cluster", "--cluster")
     branch = _check_branch_name(git, req.branch or f"infra/{plan.metadata.name}", "--branch")
     _check_branch_name(git, req.base, "--base")
+    if branch == req.base:
+        raise InfraError(Problem(f"--branch {branch!r} is the base branch; changes go to a branch of their own for "
+                                 "review", Location("--branch"), "leave out --branch, or name another branch"))
     if req.push:
         _fetch(git, req, branch)
     # After a fetch the remote's base is the truth; offline, the clone's own base branch is.

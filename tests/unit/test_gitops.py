@@ -321,6 +321,8 @@ def test_missing_base_and_bad_names_are_clear(planned, repos, tmp_path):
         run(planned, clone, branch="bad..name")
     with pytest.raises(InfraError, match="not a DNS-1123 label"):
         run(planned, clone, cluster="Prod_EU")
+    with pytest.raises(InfraError, match="is the base branch"):
+        run(planned, clone, branch="main")
     with pytest.raises(InfraError, match="not inside a git work tree"):
         run(planned, tmp_path)
 
