@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,9 @@ DIST_INIT_PORT = 20000
 # nixl), TensorRT-LLM (cache_transceiver_config.backend) and vLLM (its NixlConnector, spelled per role in the
 # catalog's cli.values.kv_transfer_config) all document, over RDMA or TCP alike.
 TRANSFER_BACKEND = "nixl"
+# Pod label telling pods that answer HTTP (single-node pods and group leaders) from multi-node followers, so that
+# Services and InferencePools select only the former.
+SERVES = "infra.dev/serves"
 
 
 @dataclass
@@ -166,15 +170,15 @@ class ServiceBuilder:
         if self.crds.get("inference_extension"):
             self.add("inferencepool.yaml.j2", {
                 "api_version": self.crds["inference_extension"], "name": svc.name,
-                "selector": {"infra.dev/service": svc.name}, "port": endpoint_port,
+                "selector": {"infra.dev/service": svc.name, SERVES: "true"}, "port": endpoint_port,
                 "picker": f"{svc.name}-epp",
-            }, ["The endpoint picker Service named in endpointPickerRef comes from the Gateway API Inference "
-                "Extension's chart; install it under that name."])
+            }, [("The endpoint picker Service named in endpointPickerRef comes from the Gateway API Inference "
+                 "Extension's chart; install it under that name.")])
             self.note(f"InferencePool {svc.name} needs the endpoint picker Service {svc.name}-epp (install the "
                       "Gateway API Inference Extension's endpoint picker under that name)")
         if any(a.mode == "agg" for a in svc.allocations):
-            self.add("service.yaml.j2", {"name": svc.name, "port": endpoint_port,
-                                         "selector": {"infra.dev/service": svc.name, "infra.dev/endpoint": "true"}})
+            self.add("service.yaml.j2", {"name": svc.name, "port": endpoint_port, "selector": {
+                "infra.dev/service": svc.name, "infra.dev/role": "agg", SERVES: "true"}})
 
     def _model(self) -> dict[str, Any]:
         ref = self.svc.model or self.svc.model_id or ""
@@ -193,13 +197,15 @@ class ServiceBuilder:
         """(floor, peak) replicas of an allocation: the peak is what the plan places; the floor carries this
         allocation's share of the workload's baseline rate at capacity_per_replica, and the allocation's share of
         availability.min_replicas, whichever is larger."""
+        from pydantic import ValidationError as PydanticValidationError
+
         from infra.intent.models import Workload
 
         total_load = sum(x.replicas * x.load_per_replica for x in self.svc.allocations) or 1.0
         share = a.replicas * a.load_per_replica / total_load
         try:
             wl = Workload.model_validate(self.svc.workload) if self.svc.workload else None
-        except Exception:  # noqa: BLE001 - a plan's workload was validated when planned; treat oddities as peak
+        except PydanticValidationError:  # validated when planned; a hand-edited oddity keeps the peak
             wl = None
         baseline = wl.rate.baseline_rps if wl is not None and wl.rate is not None else None
         if baseline is None:
@@ -332,15 +338,15 @@ class AllocationBuilder:
         else:
             per_unit = a.prefill_workers if role == "prefill" else a.decode_workers
             replicas = a.replicas * int(per_unit or 1)
-        endpoint = "true" if role == "agg" else "false"
         engine = a.engines[role]
         values = self._values(role, engine, quantization)
         claim = self._claim(name)
         pods = []
         for kind in (("leader", "worker") if multi else ("single",)):
-            pods.append(self._pod(name, role, kind, image, values, labels, endpoint, colocate, claim))
+            pods.append(self._pod(name, role, kind, image, values, labels, colocate, claim))
         return {
             "name": name, "role": role, "replicas": replicas, "labels": labels, "selector": selector,
+            "service_selector": {**selector, SERVES: "true"},
             "kind": "LeaderWorkerSet" if multi else "Deployment", "size": a.nodes_per_worker,
             "annotations": {"infra.dev/plan-fingerprint": self.sb.plan.spec.fingerprint},
             "pod": pods[0], "worker": pods[1] if multi else None, "claim": claim, "values": values,
@@ -398,7 +404,7 @@ class AllocationBuilder:
         }
 
     def _pod(self, name: str, role: str, kind: str, image: str, values: dict[str, Any], labels: dict[str, str],
-             endpoint: str, colocate: bool, claim: dict[str, Any] | None) -> dict[str, Any]:
+             colocate: bool, claim: dict[str, Any] | None) -> dict[str, Any]:
         s = self.settings
         vals = dict(values)
         if kind != "single":
@@ -421,7 +427,7 @@ class AllocationBuilder:
         resources = self._resources(claim is not None)
         volumes, mounts = self._volumes(resources, name)
         probes = self._probes() if serves else None
-        pod_labels = {**labels, "infra.dev/endpoint": endpoint if serves else "false"}
+        pod_labels = {**labels, SERVES: "true" if serves else "false"}
         annotations: dict[str, str] = {}
         if self.gang:
             annotations["scheduling.k8s.io/group-name"] = self.name
@@ -443,7 +449,7 @@ class AllocationBuilder:
         cf = self.cli.config_file
         assert cf is not None
         shell = (f'python3 -c "$MERGE" {cf.path} {CONFIG_DIR}/{_file_name(cf.path)} && exec '
-                 + " ".join(command + args))
+                 + shlex.join(command + args))
         return ["/bin/bash", "-c"], [shell]
 
     # --- resources ----------------------------------------------------------------------------------------------
@@ -476,7 +482,7 @@ class AllocationBuilder:
         api = self.sb.crds.get("dra")
         if not api:
             return None
-        classes = self.settings_classes()
+        classes = self.settings.dra_device_classes
         gpu_class = classes.get(self.pool.vendor)
         if gpu_class is None:
             self.note(f"{self.name}: no DRA device class is known for {self.pool.vendor} devices "
@@ -501,9 +507,6 @@ class AllocationBuilder:
             requests.append({"name": "gpu", "exactly": {"deviceClassName": gpu_class, "count": rest}})
         return {"api_version": api, "name": f"{name}-devices", "requests": requests, "constraints": constraints,
                 "labels": {**self.sb.base_labels, "infra.dev/allocation": self.alloc_id}}
-
-    def settings_classes(self) -> dict[str, str]:
-        return dict(self.settings.dra_device_classes)
 
     def _volumes(self, resources: dict[str, Any], name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         s = self.settings
