@@ -11,7 +11,7 @@ import json
 import math
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from infra.catalog.loader import Catalog
 from infra.catalog.schema import BYTES_PER_PARAM, EngineCli, FrameworkSpec
@@ -52,56 +52,59 @@ class Built:
     """What the user must know or do (also written as comments into the files concerned)."""
 
 
-def plan_location(plan_file: str | None, path: str) -> Location:
-    return Location(plan_file, path=path)
+Locate = Callable[[tuple[str | int, ...]], Location]
+"""Field path in the plan file -> its location (file and line when the plan was read from a file)."""
 
 
-def check_plan(plan: DeploymentPlan, catalog: Catalog, plan_file: str | None = None) -> None:
-    """Cross-field checks the schema cannot make; each problem names the field and the fix."""
+def path_only(plan_file: str | None) -> Locate:
+    from infra.intent.yamlio import dotted
+
+    return lambda path: Location(plan_file, path=dotted(path))
+
+
+def check_plan(plan: DeploymentPlan, catalog: Catalog, locate: Locate) -> None:
+    """Cross-field checks the schema cannot make; each problem names the field (and line) and the fix."""
     problems: list[Problem] = []
     pools = {p.name for p in plan.spec.cluster.pools}
     names: set[str] = set()
     for si, svc in enumerate(plan.spec.services):
-        where = f"spec.services[{si}]"
+        where = ("spec", "services", si)
         if svc.name in names:
-            problems.append(Problem(f"service name {svc.name!r} appears twice", plan_location(plan_file, where),
+            problems.append(Problem(f"service name {svc.name!r} appears twice", locate((*where, "name")),
                                     "give every service its own name"))
         names.add(svc.name)
         if not _dns_label(svc.name):
-            problems.append(Problem(f"service name {svc.name!r} is not a DNS-1123 label",
-                                    plan_location(plan_file, f"{where}.name"),
+            problems.append(Problem(f"service name {svc.name!r} is not a DNS-1123 label", locate((*where, "name")),
                                     "use lower-case letters, digits and '-' (at most 50 characters)"))
         if not svc.model_id:
-            problems.append(Problem("service has no model_id to load", plan_location(plan_file, f"{where}.model_id"),
+            problems.append(Problem("service has no model_id to load", locate((*where, "model_id")),
                                     "re-plan with `infra plan`, which records the model's Hugging Face id"))
         for ai, a in enumerate(svc.allocations):
-            aw = f"{where}.allocations[{ai}]"
+            aw = (*where, "allocations", ai)
             if a.pool not in pools:
                 problems.append(Problem(f"allocation uses pool {a.pool!r}, which is not in spec.cluster.pools "
-                                        f"({', '.join(sorted(pools))})", plan_location(plan_file, f"{aw}.pool"),
+                                        f"({', '.join(sorted(pools))})", locate((*aw, "pool")),
                                         "name a pool listed under spec.cluster.pools, or re-plan"))
             roles = sorted(a.engines)
             want = ["agg"] if a.mode == "agg" else ["decode", "prefill"]
             if roles != want:
                 problems.append(Problem(f"mode {a.mode} needs engines for {', '.join(want)}, found "
-                                        f"{', '.join(roles) or 'none'}", plan_location(plan_file, f"{aw}.engines"),
+                                        f"{', '.join(roles) or 'none'}", locate((*aw, "engines")),
                                         "give one engine entry per role, or re-plan"))
             if a.mode == "disagg" and not (a.prefill_workers and a.decode_workers):
                 problems.append(Problem("a disaggregated allocation needs prefill_workers and decode_workers",
-                                        plan_location(plan_file, aw), "set both to 1 or more, or re-plan"))
+                                        locate(aw), "set both to 1 or more, or re-plan"))
             if a.devices_per_worker % a.nodes_per_worker:
                 problems.append(Problem(f"devices_per_worker {a.devices_per_worker} does not split evenly over "
-                                        f"nodes_per_worker {a.nodes_per_worker}",
-                                        plan_location(plan_file, f"{aw}.devices_per_worker"),
+                                        f"nodes_per_worker {a.nodes_per_worker}", locate((*aw, "devices_per_worker")),
                                         "make devices_per_worker a multiple of nodes_per_worker, or re-plan"))
             if a.share is not None and not 0 < a.share <= 1:
-                problems.append(Problem(f"share {a.share} is not a fraction of a device",
-                                        plan_location(plan_file, f"{aw}.share"), "use a value in (0, 1]"))
+                problems.append(Problem(f"share {a.share} is not a fraction of a device", locate((*aw, "share")),
+                                        "use a value in (0, 1]"))
             try:
                 catalog.framework(a.framework)
             except CatalogError as exc:
-                problems += [Problem(p.message, plan_location(plan_file, f"{aw}.framework"), p.fix)
-                             for p in exc.problems]
+                problems += [Problem(p.message, locate((*aw, "framework")), p.fix) for p in exc.problems]
     if problems:
         raise IntentError(problems)
 
@@ -112,13 +115,13 @@ def _dns_label(name: str) -> bool:
     return bool(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name)) and len(name) <= 50
 
 
-def build(plan: DeploymentPlan, catalog: Catalog, settings: Settings, plan_file: str | None = None) -> Built:
+def build(plan: DeploymentPlan, catalog: Catalog, settings: Settings, locate: Locate) -> Built:
     """Contexts for every object of every service, in a stable order."""
-    check_plan(plan, catalog, plan_file)
+    check_plan(plan, catalog, locate)
     docs: list[Doc] = []
     notes: list[str] = []
     for svc in plan.spec.services:
-        ServiceBuilder(plan, svc, catalog, settings, docs, notes).build()
+        ServiceBuilder(plan, svc, catalog, settings, docs, notes, locate).build()
     return Built(docs, notes)
 
 
@@ -126,9 +129,9 @@ class ServiceBuilder:
     """The objects of one service."""
 
     def __init__(self, plan: DeploymentPlan, svc: ServicePlan, catalog: Catalog, settings: Settings,
-                 docs: list[Doc], notes: list[str]) -> None:
+                 docs: list[Doc], notes: list[str], locate: Locate) -> None:
         self.plan, self.svc, self.catalog, self.settings = plan, svc, catalog, settings
-        self.docs, self.notes = docs, notes
+        self.docs, self.notes, self.locate = docs, notes, locate
         self.cluster = plan.spec.cluster
         self.pools = {p.name: p for p in self.cluster.pools}
         self.crds = self.cluster.crds
@@ -176,6 +179,8 @@ class ServiceBuilder:
                  "Extension's chart; install it under that name.")])
             self.note(f"InferencePool {svc.name} needs the endpoint picker Service {svc.name}-epp (install the "
                       "Gateway API Inference Extension's endpoint picker under that name)")
+        if not self.settings.service_account:
+            self.add("serviceaccount.yaml.j2", {"name": svc.name})
         if any(a.mode == "agg" for a in svc.allocations):
             self.add("service.yaml.j2", {"name": svc.name, "port": endpoint_port, "selector": {
                 "infra.dev/service": svc.name, "infra.dev/role": "agg", SERVES: "true"}})
@@ -253,7 +258,7 @@ class AllocationBuilder:
             raise IntentError(Problem(
                 f"allocation {self.alloc_id} spans {a.nodes_per_worker} nodes per worker, which needs "
                 "LeaderWorkerSet, but the cluster lists no leaderworkerset CRD",
-                Location(path="spec.cluster.crds"),
+                self.sb.locate(("spec", "cluster", "crds")),
                 "install LeaderWorkerSet and add `leaderworkerset: leaderworkerset.x-k8s.io/v1` to the cluster "
                 "profile's conventions.crds, then re-plan"))
         colocate = a.mode == "disagg" and self.pool.switch is None and self.pool.nodes > 1
@@ -434,7 +439,7 @@ class AllocationBuilder:
         caps = ["IPC_LOCK"] if self.rdma else []
         return {
             "labels": pod_labels, "annotations": annotations,
-            "service_account": s.service_account, "scheduler": self.sb.cluster.scheduler,
+            "service_account": s.service_account or self.sb.svc.name, "scheduler": self.sb.cluster.scheduler,
             "node_selector": self._node_selector(), "affinity": self._affinity(colocate),
             "image": image, "command": command, "args": args, "env": env,
             "port": self.cli.port if serves else None, "resources": resources, "capabilities": caps,
