@@ -164,7 +164,8 @@ def test_multi_node_sglang_is_a_leaderworkerset_with_the_engines_own_flags():
     assert arg(worker["args"], "--dist-init-addr") == "$(LWS_LEADER_ADDRESS):20000"
     assert arg(leader["args"], "--pp-size") == "2" and arg(leader["args"], "--tp-size") == "8"
     assert "readinessProbe" in leader and "readinessProbe" not in worker and "ports" not in worker
-    assert t["leaderTemplate"]["metadata"]["labels"]["infra.dev/endpoint"] == "true"
+    assert t["leaderTemplate"]["metadata"]["labels"]["infra.dev/serves"] == "true"
+    assert t["workerTemplate"]["metadata"]["labels"]["infra.dev/serves"] == "false"
     assert "horizontalpodautoscaler-rag-a0.yaml" in objs(files)
     assert objs(files)["horizontalpodautoscaler-rag-a0.yaml"]["spec"]["scaleTargetRef"]["kind"] == "LeaderWorkerSet"
 
@@ -310,7 +311,7 @@ def test_inference_pool_when_the_profile_lists_it():
     o = objs(render_tree(plan_of("rag-long-context")).files)
     pool = o["inferencepool-rag.yaml"]
     assert pool["apiVersion"] == "inference.networking.k8s.io/v1"
-    assert pool["spec"]["selector"]["matchLabels"] == {"infra.dev/service": "rag"}
+    assert pool["spec"]["selector"]["matchLabels"] == {"infra.dev/service": "rag", "infra.dev/serves": "true"}
     assert pool["spec"]["targetPorts"] == [{"number": 8000}]
     assert "inferencepool-summarise.yaml" not in objs(render_tree(plan_of("small-model-shared")).files)
 
