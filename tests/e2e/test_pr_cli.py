@@ -16,24 +16,19 @@ INTENT = str(EXAMPLES / "small-model-shared.yaml")
 TOKEN = "ghp_e2eTOKEN0123456789abcdef"
 
 
-def test_pr_refuses_a_dirty_clone_in_one_line(tmp_path):
+def test_pr_refusals_are_one_line_each(tmp_path):
+    """A dirty clone, a root outside the repository, no repository at all: refused before planning."""
     _, clone = make_repos(tmp_path)
     (clone / "README.md").write_text("edited\n")
-    out = infra("pr", INTENT, "--repo", str(clone))
-    assert out.returncode == 1 and out.stdout == ""
-    lines = out.stderr.strip().splitlines()
+    dirty = infra("pr", INTENT, "--repo", str(clone))
+    assert dirty.returncode == 1 and dirty.stdout == ""
+    lines = dirty.stderr.strip().splitlines()
     assert len(lines) == 1 and "uncommitted changes (README.md)" in lines[0] and "--allow-dirty" in lines[0]
-
-
-def test_pr_refuses_a_root_outside_the_repository(tmp_path):
-    _, clone = make_repos(tmp_path)
-    out = infra("pr", INTENT, "--repo", str(clone), "--root", "../elsewhere")
-    assert out.returncode == 1 and "--root '../elsewhere'" in out.stderr and "To fix" in out.stderr
-
-
-def test_pr_needs_a_git_repository(tmp_path):
-    out = infra("pr", INTENT, "--repo", str(tmp_path))
-    assert out.returncode == 1 and "not inside a git work tree" in out.stderr
+    outside = infra("pr", INTENT, "--repo", str(clone), "--root", "../elsewhere", "--allow-dirty")
+    assert outside.returncode == 1 and "--root '../elsewhere'" in outside.stderr and "To fix" in outside.stderr
+    (tmp_path / "plain").mkdir()
+    nogit = infra("pr", INTENT, "--repo", str(tmp_path / "plain"))
+    assert nogit.returncode == 1 and "not inside a git work tree" in nogit.stderr
 
 
 def test_argocd_and_flux_exclude_each_other(tmp_path):
