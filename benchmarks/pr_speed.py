@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,22 +23,7 @@ from infra.planner.plan import build_plan
 from infra.planner.types import DeploymentPlan
 from infra.render import render_tree
 from infra.report.plan import plan_yaml
-
-
-def _git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True)
-
-
-def _repo(tmp: Path) -> Path:
-    remote, clone = tmp / "remote.git", tmp / "clone"
-    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True)
-    subprocess.run(["git", "clone", "-q", str(remote), str(clone)], check=True, capture_output=True)
-    _git(clone, "config", "user.name", "bench")
-    _git(clone, "config", "user.email", "bench@example.com")
-    (clone / "README.md").write_text("bench\n")
-    _git(clone, "add", "README.md")
-    _git(clone, "commit", "-q", "-m", "init")
-    return clone
+from tests.gitrepo import make_repos
 
 
 def _render(plan: DeploymentPlan) -> tuple[dict[str, str], list[str]]:
@@ -57,7 +41,8 @@ def measure(example: str) -> dict[str, object]:
     records = {"intent.yaml": path.read_text()}
     text = plan_yaml(plan.model_dump(mode="json", by_alias=True, exclude_none=True))
     with tempfile.TemporaryDirectory(prefix="infra-pr-bench-") as tmp:
-        req = PrRequest(repo=_repo(Path(tmp)), command=f"infra pr examples/{example}.yaml --repo .")
+        _, clone = make_repos(Path(tmp))
+        req = PrRequest(repo=clone, command=f"infra pr examples/{example}.yaml --repo .")
         t1 = time.perf_counter()
         try:
             first = prepare(plan, text, _render, records, req)

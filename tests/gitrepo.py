@@ -22,3 +22,12 @@ def make_repos(tmp_path: Path) -> tuple[Path, Path]:
     git(clone, "commit", "-q", "-m", "init")
     git(clone, "push", "-q", "origin", "main")
     return remote, clone
+
+
+def commit_file(clone: Path, rel: str, text: str, message: str = "edit") -> None:
+    """Write `rel` in the clone and commit it on the current branch."""
+    path = clone / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    git(clone, "add", rel)
+    git(clone, "commit", "-q", "-m", message)

@@ -19,7 +19,7 @@ from infra.report.plan import plan_yaml
 
 from ..conftest import EXAMPLES
 from ..github_api import GitHubServer
-from ..gitrepo import git, make_repos
+from ..gitrepo import commit_file, git, make_repos
 
 TOKEN = "ghp_s3cr3tTOKENvalue0123456789"
 
@@ -190,10 +190,7 @@ def test_rendered_paths_outside_the_services_are_refused(planned, repos, path):
 
 def test_files_of_another_plan_are_not_taken_over(planned, repos):
     _, clone = repos
-    (clone / "deploy" / ".infra" / "other").mkdir(parents=True)
-    (clone / "deploy" / ".infra" / "other" / "files.txt").write_text("summarise/base/kustomization.yaml\n")
-    git(clone, "add", "deploy")
-    git(clone, "commit", "-q", "-m", "other plan")
+    commit_file(clone, "deploy/.infra/other/files.txt", "summarise/base/kustomization.yaml\n")
     with pytest.raises(InfraError, match="belongs to plan 'other'"):
         run(planned, clone)
 
@@ -416,10 +413,7 @@ def test_a_plan_name_that_would_steer_a_path_is_refused(planned, repos):
 
 def test_an_unreadable_plan_on_the_base_branch_is_said_not_fatal(planned, repos):
     _, clone = repos
-    (clone / "deploy" / ".infra" / "summariser").mkdir(parents=True)
-    (clone / "deploy" / ".infra" / "summariser" / "plan.yaml").write_text("kind: DeploymentPlan\nspec: 3\n")
-    git(clone, "add", "deploy")
-    git(clone, "commit", "-q", "-m", "old plan")
+    commit_file(clone, "deploy/.infra/summariser/plan.yaml", "kind: DeploymentPlan\nspec: 3\n")
     result = run(planned, clone)
     assert "The plan on `main` could not be read (deploy/.infra/summariser/plan.yaml:" in result.body
     assert "| `deploy/.infra/summariser/plan.yaml` | changed |" in result.body
