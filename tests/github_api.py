@@ -23,6 +23,8 @@ class FakeGitHub:
     pulls: list[dict[str, Any]] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
     base_url: str = ""
+    api_path: str = ""
+    """Where the API lives on the server: empty like api.github.com, `/api/v3` like GitHub Enterprise Server."""
 
     def branches(self) -> set[str]:
         out = subprocess.run(["git", "--git-dir", self.remote, "for-each-ref", "--format=%(refname:short)",
@@ -51,7 +53,7 @@ def _handler(state: FakeGitHub) -> type[BaseHTTPRequestHandler]:
                                    "body": body, "authorization": self.headers.get("Authorization")})
             if self.headers.get("Authorization") not in (f"token {state.token}", f"Bearer {state.token}"):
                 return self._send(401, {"message": "Bad credentials"})
-            prefix = f"/repos/{state.full_name}"
+            prefix = f"{state.api_path}/repos/{state.full_name}"
             repo_url = f"{state.base_url}{prefix}"
             if parts.path == prefix and method == "GET":
                 owner, name = state.full_name.split("/")
@@ -103,11 +105,11 @@ def _handler(state: FakeGitHub) -> type[BaseHTTPRequestHandler]:
 class GitHubServer:
     """Context manager: `with GitHubServer(token, "acme/deploy", bare_repo) as gh: gh.url, gh.state`."""
 
-    def __init__(self, token: str, full_name: str, remote: str):
-        self.state = FakeGitHub(token, full_name, remote)
+    def __init__(self, token: str, full_name: str, remote: str, api_path: str = ""):
+        self.state = FakeGitHub(token, full_name, remote, api_path=api_path)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self.state))
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self.state.base_url = self.url
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}{api_path}"
+        self.state.base_url = self.url.removesuffix(api_path) if api_path else self.url
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def __enter__(self) -> Self:

@@ -429,3 +429,11 @@ def test_an_edited_file_list_cannot_remove_files_outside_the_root(planned, repos
     with pytest.raises(InfraError, match="listed file '../README.md'"):
         run(replanned(planned, 3), clone)
     assert (clone / "README.md").exists()
+
+
+def test_github_enterprise_api_path(planned, repos):
+    remote, clone = repos
+    with GitHubServer(TOKEN, "acme/deploy", str(remote), api_path="/api/v3") as gh:
+        result = run(planned, clone, push=True, token=TOKEN, github="acme/deploy", github_api=gh.url)
+        assert result.pr_action == "created" and gh.url.endswith("/api/v3")
+        assert gh.state.requests and all(r["path"].startswith("/api/v3/repos/acme/deploy") for r in gh.state.requests)
