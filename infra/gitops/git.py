@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from infra.errors import EndpointError, InfraError, Location, Problem
@@ -34,8 +34,7 @@ class Git:
 
     top: Path
     secrets: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-    """Extra environment for every git process (a private index file, credentials for a push)."""
+    """Strings redacted from every message (a token)."""
 
     @classmethod
     def open(cls, path: str | Path, secrets: tuple[str, ...] = ()) -> Git:
@@ -44,38 +43,37 @@ class Git:
         if not path.is_dir():
             raise InfraError(Problem(f"repository {path} does not exist or is not a directory",
                                      Location(str(path)), "give --repo the path of a git clone"))
-        out = _run(["git", "-C", str(path), "rev-parse", "--show-toplevel"], {}, check=False)
+        out = _run(["git", "-C", str(path), "rev-parse", "--show-toplevel"], {})
         if out.returncode != 0:
             raise InfraError(Problem(f"{path} is not inside a git work tree", Location(str(path)),
                                      "clone the GitOps repository and give its path to --repo"))
         return cls(Path(out.stdout.strip()).resolve(), secrets)
 
-    def run(self, *args: str, input: str | None = None, fix: str = "", check: bool = True,
-            extra_env: dict[str, str] | None = None) -> str:
+    def run(self, *args: str, input: str | None = None, fix: str = "", extra_env: dict[str, str] | None = None) -> str:
         """stdout of `git -C top ARGS`; an InfraError naming the repository and the fix when it fails."""
-        env = {**self.env, **(extra_env or {})}
-        out = _run(["git", "-C", str(self.top), *args], env, input=input, check=False)
-        if out.returncode != 0 and check:
-            detail = next((line.strip() for line in out.stderr.splitlines() if line.strip()), "no message")
+        out = _run(["git", "-C", str(self.top), *args], extra_env or {}, input=input)
+        if out.returncode != 0:
+            lines = [line.strip() for line in out.stderr.splitlines() if line.strip()]
+            # git prints progress and hints around the reason; the reason is the `fatal:`/`error:` line.
+            detail = next((x for x in lines if x.startswith(("fatal:", "error:"))), lines[0] if lines else "no message")
             detail = redact(detail.removeprefix("fatal: ").removeprefix("error: "), self.secrets)
             cls = EndpointError if args and args[0] in ("push", "fetch", "ls-remote") else InfraError
             raise cls(Problem(f"git {args[0]} failed: {detail}", Location(str(self.top)),
                               fix or "run the same git command in the repository to see what it needs"))
-        return out.stdout if out.returncode == 0 else ""
+        return out.stdout
 
     def ok(self, *args: str) -> bool:
         """Whether `git ARGS` succeeds (a probe: a ref exists, one commit descends from another)."""
-        return _run(["git", "-C", str(self.top), *args], self.env, check=False).returncode == 0
+        return _run(["git", "-C", str(self.top), *args], {}).returncode == 0
 
     def commit_of(self, ref: str) -> str | None:
         """The commit a ref names, or None."""
-        out = _run(["git", "-C", str(self.top), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], self.env,
-                   check=False)
+        out = _run(["git", "-C", str(self.top), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], {})
         return out.stdout.strip() if out.returncode == 0 else None
 
     def show(self, commit: str, path: str) -> str | None:
         """Text of `path` at `commit`, or None when it is not there."""
-        out = _run(["git", "-C", str(self.top), "cat-file", "blob", f"{commit}:{path}"], self.env, check=False)
+        out = _run(["git", "-C", str(self.top), "cat-file", "blob", f"{commit}:{path}"], {})
         return out.stdout if out.returncode == 0 else None
 
     def entries(self, commit: str, paths: list[str]) -> dict[str, str]:
@@ -99,7 +97,7 @@ class Git:
         return [line for line in self.run("status", "--porcelain", "--untracked-files=normal").splitlines() if line]
 
     def remote_url(self, remote: str) -> str | None:
-        out = _run(["git", "-C", str(self.top), "remote", "get-url", remote], self.env, check=False)
+        out = _run(["git", "-C", str(self.top), "remote", "get-url", remote], {})
         return out.stdout.strip() if out.returncode == 0 else None
 
     def git_dir(self) -> Path:
@@ -157,12 +155,11 @@ class Git:
         return {p: (s, *counts.get(p, (0, 0))) for p, s in sorted(status.items())}
 
 
-def _run(cmd: list[str], env: dict[str, str], input: str | None = None,
-         check: bool = False) -> subprocess.CompletedProcess[str]:
+def _run(cmd: list[str], env: dict[str, str], input: str | None = None) -> subprocess.CompletedProcess[str]:
     # A prompt for credentials would hang a command line tool: fail instead and say so.
     full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **env}
     try:
-        return subprocess.run(cmd, input=input, capture_output=True, text=True, env=full_env, check=check,
+        return subprocess.run(cmd, input=input, capture_output=True, text=True, env=full_env, check=False,
                               timeout=GIT_TIMEOUT_S, encoding="utf-8")
     except FileNotFoundError:
         raise InfraError(Problem("git is not installed", fix="install git (e.g. apt-get install git)")) from None
