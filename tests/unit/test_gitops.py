@@ -437,3 +437,12 @@ def test_github_enterprise_api_path(planned, repos):
         result = run(planned, clone, push=True, token=TOKEN, github="acme/deploy", github_api=gh.url)
         assert result.pr_action == "created" and gh.url.endswith("/api/v3")
         assert gh.state.requests and all(r["path"].startswith("/api/v3/repos/acme/deploy") for r in gh.state.requests)
+
+
+def test_a_branch_checked_out_in_another_work_tree_is_left_alone(planned, repos, tmp_path):
+    _, clone = repos
+    first = run(planned, clone)
+    git(clone, "worktree", "add", "-q", str(tmp_path / "linked"), "infra/summariser")
+    with pytest.raises(InfraError, match="checked out in another work tree"):
+        run(replanned(planned, 3), clone)
+    assert git(clone, "rev-parse", "infra/summariser").strip() == first.commit
