@@ -66,6 +66,12 @@ def check_plan(plan: DeploymentPlan, catalog: Catalog, locate: Locate) -> None:
     """Cross-field checks the schema cannot make; each problem names the field (and line) and the fix."""
     problems: list[Problem] = []
     pools = {p.name for p in plan.spec.cluster.pools}
+    for pi, pool in enumerate(plan.spec.cluster.pools):
+        for key, name in pool.resources.model_dump(exclude_none=True).items():
+            if isinstance(name, str) and "{" in name:
+                problems.append(Problem(f"resource name {name!r} still holds a placeholder",
+                                        locate(("spec", "cluster", "pools", pi, "resources", key)),
+                                        "re-plan with `infra plan`, which writes the pool's own resource names"))
     names: set[str] = set()
     for si, svc in enumerate(plan.spec.services):
         where = ("spec", "services", si)
@@ -368,7 +374,7 @@ class AllocationBuilder:
             "max_model_len": engine.max_model_len, "memory_utilization": engine.memory_utilization,
             "kv_cache_dtype": engine.kv_cache_dtype, "quantization": quantization,
             "chunked_prefill": engine.chunked_prefill, "prefix_caching": engine.prefix_caching,
-            "device_ids": [list(range(self.devices_per_pod))],
+            "device_ids": [list(range(self.devices_per_pod))], "device": self.pool.vendor,
         }
         if role != "agg":
             connector = self.cli.values.get("kv_transfer_config", {})
@@ -392,8 +398,8 @@ class AllocationBuilder:
         return model_id
 
     def _multi_values(self, kind: str) -> dict[str, Any]:
-        need = {"nnodes", "node_rank"}
-        if not need <= set(self.cli.flags):
+        flags = set(self.cli.flags)
+        if not ({"nnodes", "node_rank"} <= flags and flags & {"master_addr", "dist_init_addr"}):
             raise CatalogError(Problem(
                 f"{self.fw.name} states no multi-node flags, but allocation {self.alloc_id} spans "
                 f"{self.a.nodes_per_worker} nodes",
