@@ -241,7 +241,6 @@ class AllocationBuilder:
         self.name = f"{sb.svc.name}-{self.alloc_id}"
         self.pool: ClusterPool = sb.pools[a.pool]
         self.header: list[str] = []
-        self.pods_per_worker = a.nodes_per_worker
         self.devices_per_pod = a.devices_per_worker // a.nodes_per_worker
         self.rdma = [n for n in self.pool.nics if n.kind in RDMA_KINDS]
         pods_per_replica = a.nodes_per_worker * (1 if a.mode == "agg"
@@ -271,9 +270,12 @@ class AllocationBuilder:
         if a.mode == "disagg" and self.pool.switch is not None:
             self.header.append(f"Prefill and decode share leaf switch {self.pool.switch}: every node of pool "
                                f"{self.pool.name} hangs off it.")
-        workloads = []
-        for role in roles:
-            workloads.append(self._workload(role, image, quantization, multi, colocate))
+        if a.mode == "disagg":
+            self.note(f"{self.name}: prefill/decode groups take requests through a P/D-aware router (the "
+                      "Gateway API Inference Extension's endpoint picker, or the engine's own router) pointed at "
+                      f"the headless Services {self.name}-prefill and {self.name}-decode; they keep "
+                      f"{a.replicas} group(s) without autoscaling")
+        workloads = [self._workload(role, image, quantization, multi, colocate) for role in roles]
         config = self._config_maps(workloads)
         use_ds = a.mode == "disagg" and bool(crds.get("disaggregatedset"))
         if use_ds:
@@ -286,21 +288,16 @@ class AllocationBuilder:
                 else:
                     self.sb.add("deployment.yaml.j2", {"w": w}, self.header)
         for cm in config:
-            self.sb.add("configmap.yaml.j2", {"cm": cm}, self.header)
+            self.sb.add("configmap.yaml.j2", {"cm": cm})
         for w in workloads:
             if w["claim"] is not None:
-                self.sb.add("resourceclaimtemplate.yaml.j2", {"claim": w["claim"]}, self.header)
+                self.sb.add("resourceclaimtemplate.yaml.j2", {"claim": w["claim"]})
             self.sb.add("poddisruptionbudget.yaml.j2", {"w": w})
             if a.mode == "disagg":
                 self.sb.add("service-role.yaml.j2", {"w": w})
         self._gang(workloads)
         if a.mode == "agg":
             self._autoscaler(workloads[0])
-        else:
-            self.note(f"{self.name}: prefill/decode groups take requests through a P/D-aware router (the "
-                      "Gateway API Inference Extension's endpoint picker, or the engine's own router) pointed at "
-                      f"the headless Services {self.name}-prefill and {self.name}-decode; they keep "
-                      f"{a.replicas} group(s) without autoscaling")
 
     # --- images, quantization -----------------------------------------------------------------------------------
 
@@ -309,7 +306,7 @@ class AllocationBuilder:
         default = self.fw.image if self.fw.vendors and self.fw.vendors[0] == self.pool.vendor else ""
         image = self.fw.images.get(self.a.device) or self.fw.images.get(self.pool.vendor) or default
         last = image.rsplit("/", 1)[-1]
-        tag = last.split(":", 1)[1] if ":" in last else (image.split("@", 1)[1] if "@" in image else "")
+        tag = image.split("@", 1)[1] if "@" in image else (last.split(":", 1)[1] if ":" in last else "")
         if not tag or "latest" in tag:
             raise CatalogError(Problem(
                 f"framework {self.fw.name} has no image pinned to a release for {self.a.device} "
