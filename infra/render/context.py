@@ -348,7 +348,7 @@ class AllocationBuilder:
             replicas = a.replicas * int(per_unit or 1)
         engine = a.engines[role]
         values = self._values(role, engine, quantization)
-        claim = self._claim(name)
+        claim = self._claim(name, labels)
         pods = []
         for kind in (("leader", "worker") if multi else ("single",)):
             pods.append(self._pod(name, role, kind, image, values, labels, colocate, claim))
@@ -484,7 +484,7 @@ class AllocationBuilder:
                     limits[res.cores] = round(share * 100)
         return {"limits": limits, "requests": dict(limits), "memory_gi": mem}
 
-    def _claim(self, name: str) -> dict[str, Any] | None:
+    def _claim(self, name: str, labels: dict[str, str]) -> dict[str, Any] | None:
         """A ResourceClaimTemplate when the cluster allocates devices through DRA: one request per device, each
         paired with an RDMA NIC on the same PCIe root while NICs with a known root last."""
         api = self.sb.crds.get("dra")
@@ -513,8 +513,9 @@ class AllocationBuilder:
         rest = self.devices_per_pod - pairs
         if rest:
             requests.append({"name": "gpu", "exactly": {"deviceClassName": gpu_class, "count": rest}})
-        return {"api_version": api, "name": f"{name}-devices", "requests": requests, "constraints": constraints,
-                "labels": {**self.sb.base_labels, "infra.dev/allocation": self.alloc_id}}
+        # Named like its workload (MANIFESTS.md): objects of different kinds may share a name.
+        return {"api_version": api, "name": name, "requests": requests, "constraints": constraints,
+                "labels": labels}
 
     def _volumes(self, resources: dict[str, Any], name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         s = self.settings
@@ -534,7 +535,7 @@ class AllocationBuilder:
         if cf is not None:
             # A file merged into the image's own is mounted beside it; any other replaces its directory.
             where = CONFIG_DIR if cf.merge else cf.path.rsplit("/", 1)[0]
-            volumes.append({"name": "engine-config", "configMap": {"name": f"{name}-engine"}})
+            volumes.append({"name": "engine-config", "configMap": {"name": name}})
             mounts.append({"name": "engine-config", "mountPath": where, "readOnly": True})
         return volumes, mounts
 
@@ -603,7 +604,7 @@ class AllocationBuilder:
                 for pod in (w["pod"], w["worker"]):
                     if pod is not None:
                         pod["env"].append({"name": "MERGE", "value": self._merge_script()})
-            out.append({"name": f"{w['name']}-engine", "labels": w["labels"], "data": data})
+            out.append({"name": w["name"], "labels": w["labels"], "data": data})
         return out
 
     def _merge_script(self) -> str:
