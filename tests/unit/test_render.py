@@ -183,3 +183,11 @@ def test_bad_settings_override_names_the_file_and_field(tmp_path):
         render_plan(golden_plan("small-model-shared"), templates=tmp_path)
     p = err.value.problems[0]
     assert p.location.file == str(tmp_path / "settings.yaml") and p.location.path == "load_bandwidth_mb_s"
+
+
+def test_placeholder_resource_name_is_rejected():
+    plan = edit(golden_plan("small-model-shared"),
+                lambda d: d["spec"]["cluster"]["pools"][2]["resources"].update(count="huawei.com/Ascend{chip}"))
+    with pytest.raises(IntentError, match="placeholder") as err:
+        render_tree(plan)
+    assert err.value.problems[0].location.path == "spec.cluster.pools[2].resources.count"
