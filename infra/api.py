@@ -100,13 +100,17 @@ class PlanResult:
     written: list[Path]
     verification: dict[str, Any] | None = None
     """The plan's verification section when it was verified (`verdict` pass, fail or inconclusive)."""
+    notes: tuple[str, ...] = ()
+    """What the rendered manifests still need from the user (written with `output`)."""
 
 
 def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
          catalog_dirs: tuple[Path, ...] = (), progress: Any = None, objective: str = "cost",
-         verify: bool = False, verify_requests: int | None = None, seed: int = 0) -> PlanResult:
+         verify: bool = False, verify_requests: int | None = None, seed: int = 0,
+         templates: str | Path | None = None) -> PlanResult:
     """Plan an intent: the cheapest deployment that meets every objective, or InfeasibleError (exit 2) with the
-    conflict and the relaxations that would fix it. With `output`, writes plan.yaml and report.md there;
+    conflict and the relaxations that would fix it. With `output`, writes plan.yaml, report.md and the rendered
+    manifests (`manifests/`, from `templates` over the packaged ones) there, all or nothing;
     `progress(done, total)` hears how many services have been scored. `objective` "goodput" plans for a fixed
     inventory: as much of the demand as fits, then the cheapest way to carry it. With `verify`, the plan is
     simulated and re-planned while objectives fail (`infra.bench.verify`); the result's `verification` says how
@@ -137,14 +141,23 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
 
         report = report.rstrip("\n") + "\n\n" + verification_markdown(verification) + "\n"
     written: list[Path] = []
+    notes: tuple[str, ...] = ()
     if output is not None:
         from infra.files import write_atomic
+        from infra.planner.types import DeploymentPlan
+        from infra.render import render_tree, write_tree
 
         out = Path(output)
+        # Rendered before anything is written, so that a template error leaves the directory as it was.
+        rendered = render_tree(DeploymentPlan.model_validate(data),
+                               templates=Path(templates) if templates is not None else None,
+                               catalog_dirs=tuple(catalog_dirs), plan_file=str(out / "plan.yaml"))
         write_atomic(out / "plan.yaml", plan_yaml(data))
         write_atomic(out / "report.md", report)
-        written = [out / "plan.yaml", out / "report.md"]
-    return PlanResult(data, report, considered, written, verification)
+        write_tree(rendered.files, out / "manifests")
+        written = [out / "plan.yaml", out / "report.md", out / "manifests"]
+        notes = tuple(rendered.notes)
+    return PlanResult(data, report, considered, written, verification, notes)
 
 
 def _verify(resolved: ResolvedIntent, data: dict[str, Any], considered: list[Any], *, top: int, objective: str,
@@ -187,3 +200,82 @@ def bench(*, simulate: str | Path | None = None, service: str | None = None, con
 
 
 __all__ += ["bench"]
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    """Manifests of a plan: the files written (or that would be), and what the user must still do."""
+
+    files: dict[str, str]
+    notes: list[str]
+    written: list[Path]
+
+
+def render(plan_path: str | Path, output: str | Path | None = None, templates: str | Path | None = None,
+           catalog_dirs: tuple[Path, ...] = (), *, force: bool = False) -> RenderResult:
+    """Render a plan.yaml into a kustomize tree (MANIFESTS.md); with `output`, write it there atomically, refusing
+    a non-empty directory infra did not write unless `force`."""
+    from infra.planner.types import load_plan
+    from infra.render import render_tree, write_tree
+
+    plan_obj = load_plan(plan_path)
+    rendered = render_tree(plan_obj, templates=Path(templates) if templates is not None else None,
+                           catalog_dirs=tuple(catalog_dirs), plan_file=str(plan_path))
+    written = write_tree(rendered.files, output, force=force) if output is not None else []
+    return RenderResult(rendered.files, rendered.notes, written)
+
+
+def open_pr(intent: str | Path, repo: str | Path, *, plan_path: str | Path | None = None, root: str = "deploy",
+            cluster: str | None = None, base: str = "main", branch: str | None = None, push: bool = False,
+            github: str | None = None, github_api: str | None = None, allow_dirty: bool = False,
+            sync: str | None = None, catalog_dirs: tuple[Path, ...] = (), body_file: str | Path | None = None,
+            progress: Any = None) -> Any:
+    """Turn an intent's plan into a pull request on a GitOps repository: plan (or take `plan_path`, whose
+    fingerprint must match the intent), render into `<root>/<service>/{base,overlays/<cluster>}`, keep the plan
+    and intent under `<root>/.infra/<plan name>/`, commit on the PR branch when anything changed, and with `push`
+    push it and open or update the PR (a GitHub token in GITHUB_TOKEN or GH_TOKEN). Returns
+    `infra.gitops.pr.PrResult`."""
+    import dataclasses
+    import os
+
+    from infra.errors import IntentError, Problem
+    from infra.gitops.github import DEFAULT_API
+    from infra.gitops.pr import PrRequest, preflight, prepare, reproduce_command
+    from infra.planner.plan import build_plan, fingerprint
+    from infra.planner.types import DeploymentPlan, load_plan
+    from infra.report.plan import plan_yaml
+
+    token = (os.environ.get("GITHUB_TOKEN") or os.environ.get("GH_TOKEN")) if push else None
+    req = PrRequest(repo=Path(repo), root=root, cluster=cluster, base=base, branch=branch, push=push, github=github,
+                    github_api=github_api or os.environ.get("GITHUB_API_URL") or DEFAULT_API,
+                    allow_dirty=allow_dirty, sync=sync, body_file=Path(body_file) if body_file else None,
+                    token=token or None)
+    req = dataclasses.replace(req, command=reproduce_command(str(intent), req, tuple(str(d) for d in catalog_dirs)))
+    preflight(req)  # a dirty or missing repository is refused before planning, which takes seconds
+    resolved = load_intent(intent, catalog_dirs)
+    if plan_path is not None:
+        typed = load_plan(plan_path)
+        expected = fingerprint(resolved)
+        if typed.spec.fingerprint != expected:
+            from infra.intent.yamlio import load_yaml, read_text
+
+            _, smap = load_yaml(read_text(Path(plan_path), "plan"), str(plan_path))
+            raise IntentError(Problem(
+                f"plan was made from other inputs than {intent} ({typed.spec.fingerprint[:19]}…, the intent, "
+                f"cluster, catalog and calibration give {expected[:19]}…)",
+                smap.locate(("spec", "fingerprint")), f"plan again (infra plan {intent} -o DIR) or leave out --plan"))
+    else:
+        data, _ = build_plan(resolved, top=3, objective="cost", progress=progress)
+        typed = DeploymentPlan.model_validate(data)
+    records = {"intent.yaml": resolved.loaded.document.path.read_text(encoding="utf-8")}
+    if resolved.loaded.profile_document is not None:
+        records["cluster-profile.yaml"] = resolved.loaded.profile_document.path.read_text(encoding="utf-8")
+    plan_text = plan_yaml(typed.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+    def render_files(p: DeploymentPlan) -> tuple[dict[str, str], list[str]]:
+        from infra.render import render_tree
+
+        rendered = render_tree(p, catalog_dirs=tuple(catalog_dirs))
+        return rendered.files, rendered.notes
+
+    return prepare(typed, plan_text, render_files, records, req)

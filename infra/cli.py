@@ -62,6 +62,9 @@ def plan(
     as_json: JsonOpt = False,
     verify: Annotated[bool, typer.Option("--verify/--no-verify", help="Simulate the plan under the intent's peak "
                                          "workload and re-plan while objectives fail (exit 3 if they still do).")] = True,
+    templates: Annotated[Optional[Path], typer.Option("--templates", help="Directory of manifest templates (and "
+                                                      "settings.yaml) overriding the packaged ones by file name.",
+                                                      show_default=False)] = None,
 ) -> None:
     """Solve an intent: the cheapest deployment meeting every objective, or why none does and what to relax."""
     if objective not in ("cost", "goodput"):
@@ -84,13 +87,15 @@ def plan(
                 live.update(task, completed=done, total=total)
 
         result = api.plan(path, output, top=top, catalog_dirs=tuple(catalog or ()), progress=progress,
-                          objective=objective, verify=verify)
+                          objective=objective, verify=verify, templates=templates)
     if as_json:
         print(json.dumps(result.plan, indent=2, sort_keys=True))
     else:
         from infra.report.plan import print_plan
 
         print_plan(_console(), result.plan, result.considered, result.written)
+        for note in result.notes:
+            _console().print(f"note: {note}")
         if result.verification is not None:
             from infra.report.bench import print_verification
 
@@ -294,6 +299,80 @@ def bench(
             _console().print(f"wrote {save}")
     if data["verdict"]["overall"] == "fail":
         sys.exit(EXIT_VERIFICATION_FAILED)
+
+
+@app.command()
+def render(
+    plan_path: Annotated[Path, typer.Argument(help="plan.yaml written by `infra plan`.", show_default=False)],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Directory to write the manifest tree into.",
+                                         show_default=False)],
+    templates: Annotated[Optional[Path], typer.Option("--templates", help="Directory of templates (and "
+                                                      "settings.yaml) overriding the packaged ones by file name.",
+                                                      show_default=False)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace a non-empty output directory infra did not "
+                                                        "write.")] = False,
+    catalog: CatalogOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Render a plan into Kubernetes manifests: a kustomize base and a per-cluster overlay for every service."""
+    from infra import api
+
+    result = api.render(plan_path, output, templates, tuple(catalog or ()), force=force)
+    if as_json:
+        print(json.dumps({"files": sorted(result.files), "notes": result.notes, "output": str(output)},
+                         indent=2, sort_keys=True))
+        return
+    console = _console()
+    console.print(f"wrote {len(result.files)} files to {output}")
+    for note in result.notes:
+        console.print(f"note: {note}")
+
+
+@app.command(name="pr")
+def pr_cmd(
+    path: Annotated[Path, typer.Argument(help="Intent YAML file.", show_default=False)],
+    repo: Annotated[Path, typer.Option(help="Clone of the GitOps repository.", show_default=False)],
+    plan_file: Annotated[Optional[Path], typer.Option("--plan", help="Use this plan.yaml (its fingerprint must "
+                                                      "match the intent) instead of planning.",
+                                                      show_default=False)] = None,
+    root: Annotated[str, typer.Option(help="Directory of the repository the manifests go under.")] = "deploy",
+    cluster: Annotated[Optional[str], typer.Option(help="Overlay name (default: the plan's cluster).",
+                                                   show_default=False)] = None,
+    base: Annotated[str, typer.Option(help="Branch the pull request goes into.")] = "main",
+    branch: Annotated[Optional[str], typer.Option(help="PR branch (default: infra/<plan name>).",
+                                                  show_default=False)] = None,
+    push: Annotated[bool, typer.Option(help="Push the branch; with GITHUB_TOKEN or GH_TOKEN set, open or update "
+                                            "the pull request.")] = False,
+    github: Annotated[Optional[str], typer.Option(help="OWNER/REPO on GitHub (default: from a github.com remote).",
+                                                  show_default=False)] = None,
+    github_api: Annotated[Optional[str], typer.Option("--github-api", help="GitHub API URL (GitHub Enterprise: "
+                                                      "https://HOST/api/v3; default: $GITHUB_API_URL or "
+                                                      "https://api.github.com).", show_default=False)] = None,
+    allow_dirty: Annotated[bool, typer.Option("--allow-dirty", help="Go ahead with uncommitted changes in the "
+                                                                    "repository (they stay out of the PR).")] = False,
+    argocd: Annotated[bool, typer.Option("--argocd", help="Also write an Argo CD Application per overlay.")] = False,
+    flux: Annotated[bool, typer.Option("--flux", help="Also write a Flux Kustomization per overlay.")] = False,
+    body_file: Annotated[Optional[Path], typer.Option("--body-file", help="Where to write the PR body when it is "
+                                                      "not sent (default: under the repository's .git).",
+                                                      show_default=False)] = None,
+    catalog: CatalogOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Turn the intent's plan into a pull request on a GitOps repository: manifests, plan and a reviewable body."""
+    if argocd and flux:
+        raise InfraError("--argocd and --flux exclude each other — To fix: pick the controller the cluster runs")
+    from infra import api
+
+    result = api.open_pr(path, repo, plan_path=plan_file, root=root, cluster=cluster, base=base, branch=branch,
+                         push=push, github=github, github_api=github_api, allow_dirty=allow_dirty,
+                         sync="argocd" if argocd else "flux" if flux else None, catalog_dirs=tuple(catalog or ()),
+                         body_file=body_file)
+    from infra.report.pr import pr_json, print_pr
+
+    if as_json:
+        print(json.dumps(pr_json(result), indent=2, sort_keys=True))
+    else:
+        print_pr(_console(), result)
 
 
 def _fail(message: str, code: int) -> None:

@@ -43,7 +43,9 @@ def _catalog(resolved: ResolvedIntent) -> Catalog:
     return resolved.catalog
 
 
-def _fingerprint(resolved: ResolvedIntent) -> str:
+def fingerprint(resolved: ResolvedIntent) -> str:
+    """The plan's `spec.fingerprint` for a resolved intent: sha256 over the intent, its cluster, the catalog and
+    the calibration data. A plan whose fingerprint differs was made from other inputs."""
     blob = json.dumps({
         "intent": resolved.loaded.intent.model_dump(mode="json", by_alias=True),
         "cluster": resolved.loaded.cluster.model_dump(mode="json", by_alias=True),
@@ -403,7 +405,9 @@ def _cluster(resolved: ResolvedIntent) -> dict[str, Any]:
             "zone": p.zone, "switch": p.topology.switch, "scale_up_domain": p.topology.scale_up_domain,
             "nics": [{"name": n.name, "kind": n.kind, "bandwidth_gbps": _r(n.bandwidth * 8, 6),
                       "pcie_root": n.pcie_root} for n in p.nics],
-            "resources": res.model_dump(mode="json", exclude_none=True),
+            # HAMi names some resources per chip (huawei.com/Ascend{chip}): the plan carries the pool's own names.
+            "resources": {k: v.replace("{chip}", device.name.removeprefix("Ascend-")) if isinstance(v, str) else v
+                          for k, v in res.model_dump(mode="json", exclude_none=True).items()},
             "spot": p.spot, "multi_node": p.multi_node,
         })
     return {"name": resolved.loaded.profile_name, "namespace": conv.namespace, "scheduler": conv.scheduler,
@@ -631,7 +635,7 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost
         "kind": "DeploymentPlan",
         "metadata": {"name": resolved.loaded.intent.metadata.name},
         "spec": {
-            "fingerprint": _fingerprint(resolved),
+            "fingerprint": fingerprint(resolved),
             "solver": {"engine": "cp-sat", "objective": objective, "status": sol.status, "gap": _r(sol.gap, 4),
                        "candidates": len(cands), "considered": len(considered)},
             "cluster": _cluster(resolved),

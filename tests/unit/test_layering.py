@@ -17,6 +17,8 @@ ALLOWED = {
     "planner": {"catalog", "intent", "perf"},
     "bench": {"catalog", "intent", "perf", "planner"},
     "report": {"api", "catalog", "intent", "perf", "planner", "render", "validators", "bench"},
+    "render": {"catalog", "intent", "planner"},
+    "gitops": {"catalog", "intent", "perf", "planner", "render", "report"},
 }
 NEVER = {"agent"}  # only cli/api may reach it, and only lazily
 
