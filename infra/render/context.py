@@ -365,7 +365,7 @@ class AllocationBuilder:
         v: dict[str, Any] = {
             "model": self._model_path(), "served_model_name": self.sb.svc.name, "host": "0.0.0.0",
             "port": self.cli.port, "tensor_parallel": p.tp, "pipeline_parallel": p.pp,
-            "data_parallel": p.attention_dp if p.attention_dp > 1 else None,
+            "data_parallel": p.attention_dp if p.attention_dp > 1 else None, "attention_dp": p.attention_dp > 1,
             "expert_parallel": (True if "expert_parallel" in self.cli.switches else p.ep) if p.ep > 1 else None,
             "max_num_seqs": engine.max_num_seqs, "max_num_batched_tokens": engine.max_num_batched_tokens,
             "max_model_len": engine.max_model_len, "memory_utilization": engine.memory_utilization,
