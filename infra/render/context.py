@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import math
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from infra.catalog.loader import Catalog
 from infra.catalog.schema import BYTES_PER_PARAM, EngineCli, FrameworkSpec
