@@ -150,7 +150,8 @@ class ServiceBuilder:
         }
 
     def note(self, text: str, header: list[str] | None = None) -> None:
-        line = f"{self.svc.name}: {text}"
+        # Allocation notes start with the allocation's object name, which already names the service.
+        line = text if text.startswith(f"{self.svc.name}-a") else f"{self.svc.name}: {text}"
         if line not in self.notes:
             self.notes.append(line)
         if header is not None and text not in header:
