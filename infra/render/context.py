@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import math
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from infra.catalog.loader import Catalog
 from infra.catalog.schema import BYTES_PER_PARAM, EngineCli, FrameworkSpec
@@ -162,7 +163,8 @@ class ServiceBuilder:
         }
 
     def note(self, text: str, header: list[str] | None = None) -> None:
-        line = f"{self.svc.name}: {text}"
+        # Allocation notes start with the allocation's object name, which already names the service.
+        line = text if text.startswith(f"{self.svc.name}-a") else f"{self.svc.name}: {text}"
         if line not in self.notes:
             self.notes.append(line)
         if header is not None and text not in header:
@@ -378,7 +380,7 @@ class AllocationBuilder:
         v: dict[str, Any] = {
             "model": self._model_path(), "served_model_name": self.sb.svc.name, "host": "0.0.0.0",
             "port": self.cli.port, "tensor_parallel": p.tp, "pipeline_parallel": p.pp,
-            "data_parallel": p.attention_dp if p.attention_dp > 1 else None,
+            "data_parallel": p.attention_dp if p.attention_dp > 1 else None, "attention_dp": p.attention_dp > 1,
             "expert_parallel": (True if "expert_parallel" in self.cli.switches else p.ep) if p.ep > 1 else None,
             "max_num_seqs": engine.max_num_seqs, "max_num_batched_tokens": engine.max_num_batched_tokens,
             "max_model_len": engine.max_model_len, "memory_utilization": engine.memory_utilization,

@@ -18,7 +18,7 @@ def tree(folder: Path) -> dict[str, bytes]:
 
 def test_plan_twice_same_manifests_and_render_writes_the_same(tmp_path):
     for run in ("a", "b"):
-        out = infra("plan", "examples/small-model-shared.yaml", "-o", str(tmp_path / run), cwd=ROOT)
+        out = infra("plan", "examples/rag-long-context.yaml", "-o", str(tmp_path / run), cwd=ROOT)
         assert out.returncode == 0, out.stderr
         assert f"wrote {tmp_path / run / 'manifests'}" in out.stdout
     planned = tree(tmp_path / "a" / "manifests")

@@ -343,3 +343,18 @@ def test_model_cache_pvc_when_the_profile_names_one():
     spec = pod_spec(o["deployment-chat-a0.yaml"])
     assert spec["nodeSelector"]["accelerator"] == "ascend-910b3"
     assert spec["affinity"]["nodeAffinity"]  # the pool lists its nodes by name
+
+
+def test_attention_data_parallel_and_expert_parallel_flags():
+    def change(d, framework):
+        a = alloc(d)
+        a["framework"] = framework
+        a["parallel"].update(tp=1, attention_dp=2, ep=2, moe_tp=1)
+        a["devices_per_worker"] = 2
+
+    vllm = pod_spec(objs(render_tree(edited("small-model-shared", lambda d: change(d, "vllm"))).files)[
+        "deployment-summarise-a0.yaml"])["containers"][0]["args"]
+    assert arg(vllm, "--data-parallel-size") == "2" and "--enable-expert-parallel" in vllm
+    sgl = pod_spec(objs(render_tree(edited("small-model-shared", lambda d: change(d, "sglang"))).files)[
+        "deployment-summarise-a0.yaml"])["containers"][0]["args"]
+    assert arg(sgl, "--dp-size") == "2" and "--enable-dp-attention" in sgl and arg(sgl, "--ep-size") == "2"
