@@ -374,3 +374,12 @@ class FrameworkSpec(CatalogModel):
     kinds: list[ModelKind] = ["llm"]
     """Kinds of model (pipeline stage) the engine serves."""
 
+    def image_for(self, device: str, vendor: str) -> tuple[str, bool]:
+        """(image, pinned) for a device: its own entry in `images`, else its vendor's, else `image` when the vendor
+        is the framework's first. Pinned means a release tag or digest, never `latest` (nor no tag)."""
+        default = self.image if self.vendors and self.vendors[0] == vendor else ""
+        image = self.images.get(device) or self.images.get(vendor) or default
+        last = image.rsplit("/", 1)[-1]
+        tag = image.split("@", 1)[1] if "@" in image else (last.split(":", 1)[1] if ":" in last else "")
+        return image, bool(tag) and "latest" not in tag
+

@@ -211,7 +211,7 @@ def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], 
 
     def at(rate: float) -> Estimate:
         load = Workload(isl=wl.isl, osl=wl.osl, rate=rate, arrival_cv=wl.arrival_cv, isl_cv=wl.isl_cv,
-                        osl_cv=wl.osl_cv, prefix_hit=wl.prefix_hit)
+                        osl_cv=wl.osl_cv, prefix_hit=wl.prefix_hit, isl_quantiles=wl.isl_quantiles)
         pred = predict(dep, load, workers, link)
         devices = sum(w.parallel.devices * pred.workers.get(name, 1) for name, w in workers.items())
         return Estimate(dep, load, pred, {name: w.memory for name, w in workers.items()}, cal, devices, notes)

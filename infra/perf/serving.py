@@ -191,15 +191,18 @@ def _kingman_wait(rho: float, service: float, ca: float, cs: float) -> float:
 
 
 def _queue_percentiles(service_mean: float, wait_mean: float, rho: float, isl_cv: float, extra: float,
-                       phase: float = 0.0) -> dict[str, float]:
-    """Service (lognormal with the length CV) + queueing wait (exponential tail with P(wait > 0) = rho) + the
-    wait for the running step to end (uniform over one step)."""
+                       phase: float = 0.0, ratios: tuple[tuple[str, float], ...] = ()) -> dict[str, float]:
+    """Service (scaled by the prompt-length percentile: known `ratios` to the mean, else lognormal with the length
+    CV) + queueing wait (exponential tail with P(wait > 0) = rho) + the wait for the running step to end (uniform
+    over one step)."""
+    known = dict(ratios)
     out = {"mean": extra + service_mean + wait_mean + phase / 2}
     for p in PERCENTILES:
         q = float(p[1:]) / 100
         tail = 1 - q
         wait = (wait_mean / rho) * math.log(rho / tail) if rho > tail and rho > 0 else 0.0
-        out[p] = extra + _lognormal_q(service_mean, isl_cv, z_of(p)) + wait + phase * q
+        service = service_mean * known[p] if p in known else _lognormal_q(service_mean, isl_cv, z_of(p))
+        out[p] = extra + service + wait + phase * q
     return out
 
 
@@ -234,7 +237,7 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
         return _unstable({"agg": workers}, load, "arrival rate exceeds what the replicas sustain")
     t = step
     wait = _kingman_wait(rho, own, wl.arrival_cv, wl.isl_cv)
-    ttft = _queue_percentiles(own, wait, rho, wl.isl_cv, f.request_ms * 1e-3, phase=t)
+    ttft = _queue_percentiles(own, wait, rho, wl.isl_cv, f.request_ms * 1e-3, phase=t, ratios=wl.isl_quantiles)
     # A decode step that also prefills one arriving prompt is the slow step a token can land in.
     slow = own / max(1.0, isl_eff / chunk)
     share = min(1.0, lam * dp * t * max(1.0, isl_eff / chunk))
@@ -337,7 +340,7 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
     tpot_mean = wd.token_time(b, ctx)
     service = wp.step(0.0, 0.0, isl_eff, isl / 2)
     wait = _kingman_wait(rho_pf, service, wl.arrival_cv, wl.isl_cv)
-    ttft = _queue_percentiles(service, wait, rho_pf, wl.isl_cv, req + transfer)
+    ttft = _queue_percentiles(service, wait, rho_pf, wl.isl_cv, req + transfer, ratios=wl.isl_quantiles)
     tpot = _flat(tpot_mean)
     e2e = {k: ttft[k] + (_lognormal_q(osl, wl.osl_cv, z_of(k) if k != "mean" else 0.0) - 1) * tpot_mean
            for k in ttft}

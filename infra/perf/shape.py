@@ -99,6 +99,9 @@ class Workload:
     """Coefficient of variation of output lengths."""
     prefix_hit: float = 0.0
     """Fraction of prompt tokens served from the prefix cache."""
+    isl_quantiles: tuple[tuple[str, float], ...] = ()
+    """Known prompt-length percentiles as multiples of the mean, e.g. (("p90", 2.7),), from a histogram or a
+    trace; percentiles not given follow a lognormal with `isl_cv`."""
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.rate is None):

@@ -22,7 +22,7 @@ from infra.intent.profile import Pool
 from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
 from infra.perf.arch import kv_precision_for
 from infra.perf.estimate import Estimate, build_workers, max_rate, meets, predict, shape_problems
-from infra.perf.serving import z_of
+from infra.perf.serving import PERCENTILES, z_of
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 from infra.perf.stages import StageEstimate
 
@@ -155,6 +155,36 @@ def _trace_field(dist: LengthDistribution | None, base: Path, field: str) -> tup
     return mean, math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs)) / mean if mean else 0.0
 
 
+def length_quantiles(dist: LengthDistribution | None, base: Path, field: str) -> tuple[tuple[str, float], ...]:
+    """Percentiles of a histogram or a trace as multiples of its mean (empty for other forms, which the lognormal
+    of `length_stats` describes): a histogram's tail is where it is, not where a lognormal of the same mean and
+    spread would put it."""
+    if dist is None:
+        return ()
+    if dist.trace is not None:
+        xs = sorted(float(rec[field]) for _, rec in read_jsonl(base / dist.trace, "trace file"))
+        mean = sum(xs) / len(xs)
+        # Nearest rank: the share of requests at or below the value is at least the percentile.
+        return tuple((p, xs[min(len(xs) - 1, math.ceil(float(p[1:]) / 100 * len(xs)) - 1)] / mean)
+                     for p in PERCENTILES) if mean else ()
+    if dist.histogram is None:
+        return ()
+    mean, _ = length_stats(dist)
+    total = sum(b.weight for b in dist.histogram)
+    out = []
+    for p in PERCENTILES:
+        want = float(p[1:]) / 100 * total
+        lo, seen = 0.0, 0.0
+        for bar in dist.histogram:
+            if seen + bar.weight >= want:
+                # Uniform within the bar, as the workload generator draws it.
+                out.append((p, (lo + (want - seen) / bar.weight * (bar.le - lo)) / mean))
+                break
+            seen += bar.weight
+            lo = bar.le
+    return tuple(out)
+
+
 def service_workload(svc: Service, base: Path) -> Workload:
     """The perf model's workload for a service at its peak."""
     w = svc.workload
@@ -163,7 +193,8 @@ def service_workload(svc: Service, base: Path) -> Workload:
     cv = {"poisson": 1.0, "constant": 0.0, "gamma": w.arrival.cv or 1.0}[w.arrival.process]
     return Workload(isl=max(isl, 1.0), osl=max(osl, 1.0), concurrency=w.concurrency,
                     rate=w.rate.peak_rps if w.rate is not None else None, arrival_cv=cv, isl_cv=isl_cv,
-                    osl_cv=osl_cv, prefix_hit=w.prefix_sharing)
+                    osl_cv=osl_cv, prefix_hit=w.prefix_sharing,
+                    isl_quantiles=length_quantiles(w.input_tokens, base, "input_tokens"))
 
 
 def objectives(svc: Service) -> dict[tuple[str, str], float]:
@@ -354,7 +385,8 @@ def _cross_units(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tupl
     out: list[Candidate] = []
     for fw in rs.frameworks:
         if "pd_disaggregation" not in fw.features or "llm" not in fw.kinds or not all(
-                d.vendor in fw.vendors and (not fw.devices or d.name in fw.devices) for d in (da, db)):
+                d.vendor in fw.vendors and (not fw.devices or d.name in fw.devices)
+                and fw.image_for(d.name, d.vendor)[1] for d in (da, db)):
             continue
         for precision in _precisions(svc, rs.model, da, fw):
             if precision not in db.precisions:
@@ -540,6 +572,11 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
             for fw in rs.frameworks:
                 if (device.vendor not in fw.vendors or (fw.devices and device.name not in fw.devices)
                         or "llm" not in fw.kinds):
+                    continue
+                if not fw.image_for(device.name, device.vendor)[1]:
+                    # A plan is only as good as its deployment: no released image, nothing to roll out.
+                    seen.append(Considered(svc.name, pool.name, fw.name, "-", "-",
+                                           f"{fw.name} has no image pinned to a release for {device.name}"))
                     continue
                 for precision in _precisions(svc, rs.model, device, fw):
                     allow_multi = (pool.multi_node and svc.preferences.multi_node and "multi_node" in fw.features)

@@ -269,7 +269,8 @@ def stage_candidates(unit: Unit, rs: ResolvedService, resolved: ResolvedIntent, 
         device = resolved.pools[pool.name]
         zone = pool.zone or "-"
         for fw in _frameworks(rs, unit.model.kind):
-            if device.vendor not in fw.vendors or (fw.devices and device.name not in fw.devices):
+            if (device.vendor not in fw.vendors or (fw.devices and device.name not in fw.devices)
+                    or not fw.image_for(device.name, device.vendor)[1]):
                 continue
             for precision in _precision(unit.stage, rs.service, unit.model, device, fw):
                 cal = lookup("vllm", device)

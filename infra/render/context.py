@@ -249,6 +249,7 @@ class AllocationBuilder:
     def __init__(self, sb: ServiceBuilder, index: int, a: Allocation, fw: FrameworkSpec,
                  model: dict[str, Any]) -> None:
         self.sb, self.a, self.fw, self.model = sb, a, fw, model
+        self.index = index
         assert fw.cli is not None
         self.cli: EngineCli = fw.cli
         self.settings = sb.settings
@@ -290,7 +291,11 @@ class AllocationBuilder:
                       "Gateway API Inference Extension's endpoint picker, or the engine's own router) pointed at "
                       f"the headless Services {self.name}-prefill and {self.name}-decode; they keep "
                       f"{a.replicas} group(s) without autoscaling")
-        workloads = [self._workload(role, image, quantization, multi, colocate) for role in roles]
+        workloads = []
+        for role in roles:
+            b = self._for_role(role)
+            workloads.append(b._workload(role, image if b is self else b._image(), quantization,
+                                         b.a.nodes_per_worker > 1, colocate))
         config = self._config_maps(workloads)
         use_ds = a.mode == "disagg" and bool(crds.get("disaggregatedset"))
         if use_ds:
@@ -314,15 +319,27 @@ class AllocationBuilder:
         if a.mode == "agg":
             self._autoscaler(workloads[0])
 
+    def _for_role(self, role: str) -> AllocationBuilder:
+        """The builder of one role's pods: this one, or for decode workers on another pool (prefill and decode on
+        different device types) one that sees the decode pool, device and layout under the same names."""
+        a = self.a
+        if role != "decode" or a.decode_pool is None or a.decode_parallel is None:
+            return self
+        pool = self.sb.pools[a.decode_pool]
+        d = a.decode_parallel
+        devices = max(d.tp * d.attention_dp, d.moe_tp * d.ep) * d.pp * d.sp
+        view = a.model_copy(update={"pool": a.decode_pool, "device": a.decode_device or a.device,
+                                    "parallel": a.decode_parallel, "devices_per_worker": devices,
+                                    "nodes_per_worker": -(-devices // pool.devices_per_node)})
+        other = AllocationBuilder(self.sb, self.index, view, self.fw, self.model)
+        other.header = self.header
+        return other
+
     # --- images, quantization -----------------------------------------------------------------------------------
 
     def _image(self) -> str:
-        # `image` is the build for the framework's first vendor; other vendors' builds are listed in `images`.
-        default = self.fw.image if self.fw.vendors and self.fw.vendors[0] == self.pool.vendor else ""
-        image = self.fw.images.get(self.a.device) or self.fw.images.get(self.pool.vendor) or default
-        last = image.rsplit("/", 1)[-1]
-        tag = image.split("@", 1)[1] if "@" in image else (last.split(":", 1)[1] if ":" in last else "")
-        if not tag or "latest" in tag:
+        image, pinned = self.fw.image_for(self.a.device, self.pool.vendor)
+        if not pinned:
             raise CatalogError(Problem(
                 f"framework {self.fw.name} has no image pinned to a release for {self.a.device} "
                 f"({image or 'none listed'})",

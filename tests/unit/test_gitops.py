@@ -4,6 +4,8 @@ the base branch, and tokens that never leak."""
 
 from __future__ import annotations
 
+import re
+
 import os
 import shutil
 import subprocess
@@ -98,7 +100,9 @@ def test_first_run_commits_on_a_new_branch_and_leaves_the_checkout_alone(planned
     assert "340.3 of 2000 ms (83%)" in body and "19.95 of 80 ms (75%)" in body
     assert "verification: not verified" in body and "First deployment" in body
     assert "status OPTIMAL" in body and planned.spec.provenance.catalog in body
-    assert "7 added, 0 changed, 0 removed (+241 / -0 lines)" in body
+    summary = re.search(r"(\d+) added, 0 changed, 0 removed \(\+(\d+) / -0 lines\)", body)
+    rows = re.findall(r"^\| `[^`]+` \| added \| (\d+) \| 0 \|$", body, re.M)
+    assert summary and int(summary[1]) == len(rows) >= 5 and int(summary[2]) == sum(map(int, rows))
     assert "infra pr examples/small-model-shared.yaml --repo ." in body
 
 

@@ -283,8 +283,9 @@ def test_prefill_and_decode_pools_must_share_a_switch(tmp_path):
     profile = (ROOT / "examples" / "profiles" / "h200-h20-moe.yaml").read_text()
     (tmp_path / "profiles").mkdir()
     (tmp_path / "profiles" / "h200-h20-moe.yaml").write_text(
-        profile.replace("price: $1.30/h\n      topology: {zone: us-west-2a, switch: spine-1}",
-                        "price: $1.30/h\n      topology: {zone: us-west-2a, switch: spine-2}"))
+        profile.replace("NVIDIA-H20}\n      topology: {zone: us-west-2a, switch: spine-1}",
+                        "NVIDIA-H20}\n      topology: {zone: us-west-2a, switch: spine-2}"))
+    assert "spine-2" in (tmp_path / "profiles" / "h200-h20-moe.yaml").read_text()
     intent = tmp_path / "split.yaml"
     intent.write_text((ROOT / "examples" / "pd-across-devices.yaml").read_text())
     result = api.plan(intent)
