@@ -132,3 +132,13 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
         write_atomic(out / "report.md", report)
         written = [out / "plan.yaml", out / "report.md"]
     return PlanResult(data, report, considered, written)
+
+
+def validate(path: str | Path, profile: str | Path | None = None, plan: str | Path | None = None,
+             live: bool = False) -> Any:
+    """Check a manifest file or tree: schema, kustomize, semantic and security rules; with `profile` (a
+    ClusterProfile file) or `plan` (a plan.yaml, whose spec.cluster also serves as the profile) the cluster and
+    plan-consistency rules; with `live` a server-side dry run. Returns an `infra.validators.Report`."""
+    from infra.validators import validate_tree
+
+    return validate_tree(path, profile=profile, plan=plan, live=live)
