@@ -134,6 +134,29 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
     return PlanResult(data, report, considered, written)
 
 
+@dataclass(frozen=True)
+class RenderResult:
+    """Manifests of a plan: the files written (or that would be), and what the user must still do."""
+
+    files: dict[str, str]
+    notes: list[str]
+    written: list[Path]
+
+
+def render(plan_path: str | Path, output: str | Path | None = None, templates: str | Path | None = None,
+           catalog_dirs: tuple[Path, ...] = (), *, force: bool = False) -> RenderResult:
+    """Render a plan.yaml into a kustomize tree (MANIFESTS.md); with `output`, write it there atomically, refusing
+    a non-empty directory infra did not write unless `force`."""
+    from infra.planner.types import load_plan
+    from infra.render import render_tree, write_tree
+
+    plan_obj = load_plan(plan_path)
+    rendered = render_tree(plan_obj, templates=Path(templates) if templates is not None else None,
+                           catalog_dirs=tuple(catalog_dirs), plan_file=str(plan_path))
+    written = write_tree(rendered.files, output, force=force) if output is not None else []
+    return RenderResult(rendered.files, rendered.notes, written)
+
+
 def validate(path: str | Path, profile: str | Path | None = None, plan: str | Path | None = None,
              live: bool = False) -> Any:
     """Check a manifest file or tree: schema, kustomize, semantic and security rules; with `profile` (a

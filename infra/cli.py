@@ -232,6 +232,34 @@ def estimate(
         print_estimate(_console(), result)
 
 
+
+@app.command()
+def render(
+    plan_path: Annotated[Path, typer.Argument(help="plan.yaml written by `infra plan`.", show_default=False)],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Directory to write the manifest tree into.",
+                                         show_default=False)],
+    templates: Annotated[Optional[Path], typer.Option("--templates", help="Directory of templates (and "
+                                                      "settings.yaml) overriding the packaged ones by file name.",
+                                                      show_default=False)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace a non-empty output directory infra did not "
+                                                        "write.")] = False,
+    catalog: CatalogOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Render a plan into Kubernetes manifests: a kustomize base and a per-cluster overlay for every service."""
+    from infra import api
+
+    result = api.render(plan_path, output, templates, tuple(catalog or ()), force=force)
+    if as_json:
+        print(json.dumps({"files": sorted(result.files), "notes": result.notes, "output": str(output)},
+                         indent=2, sort_keys=True))
+        return
+    console = _console()
+    console.print(f"wrote {len(result.files)} files to {output}")
+    for note in result.notes:
+        console.print(f"note: {note}")
+
+
 def _fail(message: str, code: int) -> None:
     sys.stderr.write(message.rstrip("\n") + "\n")
     sys.exit(code)

@@ -268,8 +268,28 @@ class ModelSpec(CatalogModel):
 EngineSetting = Literal[
     "served_model_name", "host", "port", "tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel",
     "max_num_seqs", "max_num_batched_tokens", "max_model_len", "memory_utilization", "kv_cache_dtype",
-    "quantization",
+    "quantization", "chunked_prefill", "prefix_caching", "nnodes", "node_rank", "master_addr", "dist_init_addr",
+    "headless", "kv_transfer_config", "disaggregation_mode", "disaggregation_transfer_backend", "model",
+    "device_ids",
 ]
+
+
+class EngineConfigFile(CatalogModel):
+    """A file the engine reads its settings from: where it lives, how it is named on the command line, and where
+    each setting goes inside it."""
+
+    path: str
+    """Absolute path the engine reads, e.g. `/etc/trtllm/extra-llm-api-options.yaml`."""
+    flag: str | None = None
+    """Flag that names the file; unset when the engine reads `path` by itself."""
+    format: Literal["yaml", "json"] = "yaml"
+    keys: dict[EngineSetting, str]
+    """Setting -> dotted path in the file (a number indexes a list), e.g. `kv_cache_dtype: kv_cache_config.dtype`."""
+    merge: bool = False
+    """The file holds only the plan's settings and is merged into the image's own default file at start (engines
+    whose file has many more keys than a plan decides)."""
+    source: Url
+    """URL of the engine's documentation of the file."""
 
 
 class EngineCli(CatalogModel):
@@ -286,6 +306,17 @@ class EngineCli(CatalogModel):
     """Settings whose flag takes no value (given when the setting is on, e.g. vLLM `--enable-expert-parallel`)."""
     values: dict[EngineSetting, dict[str, str]] = {}
     """Plan value -> engine spelling where they differ, e.g. `kv_cache_dtype: {fp8: fp8_e4m3}`."""
+    negations: dict[EngineSetting, str] = {}
+    """Flag given when a switch setting is off, e.g. `prefix_caching: --no-enable-prefix-caching`; a switch
+    without one is simply left out when off."""
+    config_file: EngineConfigFile | None = None
+    """Settings the engine reads from a file rather than from flags (rendered into a ConfigMap)."""
+    port: int = Field(default=8000, ge=1, le=65535)
+    """Port the OpenAI-compatible server listens on (passed with the `port` flag when the engine has one)."""
+    health_path: str | None = "/health"
+    """HTTP path that answers 200 once the engine serves; unset probes the port with TCP."""
+    running_metric: str | None = None
+    """Prometheus gauge of requests running on one engine, which autoscaling targets."""
     source: Url
     """URL of the engine's documentation of these arguments."""
 
@@ -303,6 +334,9 @@ class FrameworkSpec(CatalogModel):
     """Reference version the support data describes."""
     image: str
     """Default container image for this version."""
+    images: dict[str, str] = {}
+    """Image per device (catalog name) or vendor where it differs from `image` (e.g. the ROCm build for `amd`);
+    a device entry wins over its vendor's."""
     vendors: list[Vendor]
     """Device makers the engine runs on."""
     devices: list[str] = []

@@ -16,6 +16,7 @@ ALLOWED = {
     "perf": {"catalog", "intent"},
     "planner": {"catalog", "intent", "perf"},
     "report": {"api", "catalog", "intent", "perf", "planner", "render", "validators", "bench"},
+    "render": {"catalog", "intent", "planner"},
     "validators": {"catalog", "intent", "planner"},
 }
 NEVER = {"agent"}  # only cli/api may reach it, and only lazily

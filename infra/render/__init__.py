@@ -1,0 +1,35 @@
+"""Plans into Kubernetes manifests: a kustomize tree per service (MANIFESTS.md), from user-overridable templates.
+
+`render_plan(plan)` gives the files as text; `render_tree` adds the notes a user must act on; `write_tree` writes
+them atomically.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from infra.planner.types import DeploymentPlan
+from infra.render.tree import MARKER, Rendered, write_tree
+
+__all__ = ["MARKER", "Rendered", "render_plan", "render_tree", "write_tree"]
+
+
+def render_tree(plan: DeploymentPlan, *, templates: Path | None = None, catalog_dirs: tuple[Path, ...] = (),
+                plan_file: str | None = None) -> Rendered:
+    """Manifests and notes for a plan; `templates` overrides packaged templates (and settings.yaml) by file name."""
+    from infra.catalog.loader import load_catalog
+    from infra.render.context import build
+    from infra.render.env import Templates
+    from infra.render.settings import load_settings
+    from infra.render.tree import assemble
+
+    tpl = Templates(Path(templates) if templates is not None else None)
+    settings = load_settings(tpl.override_dir)
+    built = build(plan, load_catalog(tuple(catalog_dirs)), settings, plan_file)
+    return assemble(built, tpl, plan.spec.cluster.name, plan.spec.cluster.namespace)
+
+
+def render_plan(plan: DeploymentPlan, *, templates: Path | None = None,
+                catalog_dirs: tuple[Path, ...] | list[Path] = ()) -> dict[str, str]:
+    """Relative posix path -> file text of every manifest for `plan` (same plan, same bytes)."""
+    return render_tree(plan, templates=templates, catalog_dirs=tuple(catalog_dirs)).files

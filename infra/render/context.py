@@ -1,0 +1,655 @@
+"""From a plan to what the templates fill in: one context per Kubernetes object, plus notes for the user.
+
+Every decision a template would otherwise make (which workload kind, how many pods, which resources, which flags,
+which probes) is made here, in code that tests can read; templates only lay the values out as YAML. Object names and
+labels follow MANIFESTS.md: `<service>-a<i>` per allocation, `-prefill` / `-decode` per P/D role.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from infra.catalog.loader import Catalog
+from infra.catalog.schema import BYTES_PER_PARAM, EngineCli, FrameworkSpec
+from infra.errors import CatalogError, InfraError, IntentError, Location, Problem
+from infra.planner.types import Allocation, ClusterPool, DeploymentPlan, ServicePlan
+from infra.render.args import config_file_content, engine_settings, model_args
+from infra.render.settings import Settings
+
+RDMA_KINDS = ("infiniband", "roce", "efa")
+MODEL_DIR = "/models"
+CONFIG_DIR = "/etc/infra/engine"
+# Port the leader of a multi-node SGLang group listens on for the other nodes (its LWS example uses 20000).
+DIST_INIT_PORT = 20000
+# KV-cache transfer between prefill and decode: NIXL, the connector both vLLM (NixlConnector) and SGLang
+# (--disaggregation-transfer-backend nixl) document, and which runs over RDMA or TCP alike.
+KV_CONNECTOR = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+TRANSFER_BACKEND = "nixl"
+
+
+@dataclass
+class Doc:
+    """One object to render: the template that lays it out and what it is filled with."""
+
+    template: str
+    service: str
+    context: dict[str, Any]
+    header: list[str] = field(default_factory=list)
+    """Comment lines written above the object (what the user must still provide)."""
+
+
+@dataclass
+class Built:
+    docs: list[Doc]
+    notes: list[str]
+    """What the user must know or do (also written as comments into the files concerned)."""
+
+
+def plan_location(plan_file: str | None, path: str) -> Location:
+    return Location(plan_file, path=path)
+
+
+def check_plan(plan: DeploymentPlan, catalog: Catalog, plan_file: str | None = None) -> None:
+    """Cross-field checks the schema cannot make; each problem names the field and the fix."""
+    problems: list[Problem] = []
+    pools = {p.name for p in plan.spec.cluster.pools}
+    names: set[str] = set()
+    for si, svc in enumerate(plan.spec.services):
+        where = f"spec.services[{si}]"
+        if svc.name in names:
+            problems.append(Problem(f"service name {svc.name!r} appears twice", plan_location(plan_file, where),
+                                    "give every service its own name"))
+        names.add(svc.name)
+        if not _dns_label(svc.name):
+            problems.append(Problem(f"service name {svc.name!r} is not a DNS-1123 label",
+                                    plan_location(plan_file, f"{where}.name"),
+                                    "use lower-case letters, digits and '-' (at most 50 characters)"))
+        if not svc.model_id:
+            problems.append(Problem("service has no model_id to load", plan_location(plan_file, f"{where}.model_id"),
+                                    "re-plan with `infra plan`, which records the model's Hugging Face id"))
+        for ai, a in enumerate(svc.allocations):
+            aw = f"{where}.allocations[{ai}]"
+            if a.pool not in pools:
+                problems.append(Problem(f"allocation uses pool {a.pool!r}, which is not in spec.cluster.pools "
+                                        f"({', '.join(sorted(pools))})", plan_location(plan_file, f"{aw}.pool"),
+                                        "name a pool listed under spec.cluster.pools, or re-plan"))
+            roles = sorted(a.engines)
+            want = ["agg"] if a.mode == "agg" else ["decode", "prefill"]
+            if roles != want:
+                problems.append(Problem(f"mode {a.mode} needs engines for {', '.join(want)}, found "
+                                        f"{', '.join(roles) or 'none'}", plan_location(plan_file, f"{aw}.engines"),
+                                        "give one engine entry per role, or re-plan"))
+            if a.mode == "disagg" and not (a.prefill_workers and a.decode_workers):
+                problems.append(Problem("a disaggregated allocation needs prefill_workers and decode_workers",
+                                        plan_location(plan_file, aw), "set both to 1 or more, or re-plan"))
+            if a.devices_per_worker % a.nodes_per_worker:
+                problems.append(Problem(f"devices_per_worker {a.devices_per_worker} does not split evenly over "
+                                        f"nodes_per_worker {a.nodes_per_worker}",
+                                        plan_location(plan_file, f"{aw}.devices_per_worker"),
+                                        "make devices_per_worker a multiple of nodes_per_worker, or re-plan"))
+            if a.share is not None and not 0 < a.share <= 1:
+                problems.append(Problem(f"share {a.share} is not a fraction of a device",
+                                        plan_location(plan_file, f"{aw}.share"), "use a value in (0, 1]"))
+            try:
+                catalog.framework(a.framework)
+            except CatalogError as exc:
+                problems += [Problem(p.message, plan_location(plan_file, f"{aw}.framework"), p.fix)
+                             for p in exc.problems]
+    if problems:
+        raise IntentError(problems)
+
+
+def _dns_label(name: str) -> bool:
+    import re
+
+    return bool(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name)) and len(name) <= 50
+
+
+def build(plan: DeploymentPlan, catalog: Catalog, settings: Settings, plan_file: str | None = None) -> Built:
+    """Contexts for every object of every service, in a stable order."""
+    check_plan(plan, catalog, plan_file)
+    docs: list[Doc] = []
+    notes: list[str] = []
+    for svc in plan.spec.services:
+        ServiceBuilder(plan, svc, catalog, settings, docs, notes).build()
+    return Built(docs, notes)
+
+
+class ServiceBuilder:
+    """The objects of one service."""
+
+    def __init__(self, plan: DeploymentPlan, svc: ServicePlan, catalog: Catalog, settings: Settings,
+                 docs: list[Doc], notes: list[str]) -> None:
+        self.plan, self.svc, self.catalog, self.settings = plan, svc, catalog, settings
+        self.docs, self.notes = docs, notes
+        self.cluster = plan.spec.cluster
+        self.pools = {p.name: p for p in self.cluster.pools}
+        self.crds = self.cluster.crds
+        self.base_labels = {
+            "app.kubernetes.io/name": svc.name,
+            "app.kubernetes.io/part-of": plan.metadata.name,
+            "app.kubernetes.io/managed-by": "infra",
+            "infra.dev/service": svc.name,
+        }
+
+    def note(self, text: str, header: list[str] | None = None) -> None:
+        line = f"{self.svc.name}: {text}"
+        if line not in self.notes:
+            self.notes.append(line)
+        if header is not None and text not in header:
+            header.append(text)
+
+    def add(self, template: str, context: dict[str, Any], header: list[str] | None = None) -> None:
+        common = {"plan": {"name": self.plan.metadata.name, "fingerprint": self.plan.spec.fingerprint},
+                  "cluster": {"name": self.cluster.name, "namespace": self.cluster.namespace},
+                  "service": {"name": self.svc.name, "labels": self.base_labels}}
+        self.docs.append(Doc(template, self.svc.name, {**common, **context}, list(header or [])))
+
+    # --- the service --------------------------------------------------------------------------------------------
+
+    def build(self) -> None:
+        svc = self.svc
+        model = self._model()
+        endpoint_port = None
+        for i, a in enumerate(svc.allocations):
+            fw = self.catalog.framework(a.framework)
+            if fw.cli is None:
+                raise InfraError(Problem(f"framework {fw.name} states no launcher (`cli`) in the catalog",
+                                         Location(self.catalog.tables["frameworks"].files.get(fw.name)),
+                                         "add a `cli:` entry to the framework's YAML (see infra/catalog/schema.py "
+                                         "EngineCli)"))
+            endpoint_port = endpoint_port or fw.cli.port
+            AllocationBuilder(self, i, a, fw, model).build()
+        if self.crds.get("inference_extension"):
+            self.add("inferencepool.yaml.j2", {
+                "api_version": self.crds["inference_extension"], "name": svc.name,
+                "selector": {"infra.dev/service": svc.name}, "port": endpoint_port,
+                "picker": f"{svc.name}-epp",
+            }, ["The endpoint picker Service named in endpointPickerRef comes from the Gateway API Inference "
+                "Extension's chart; install it under that name."])
+            self.note(f"InferencePool {svc.name} needs the endpoint picker Service {svc.name}-epp (install the "
+                      "Gateway API Inference Extension's endpoint picker under that name)")
+        if any(a.mode == "agg" for a in svc.allocations):
+            self.add("service.yaml.j2", {"name": svc.name, "port": endpoint_port,
+                                         "selector": {"infra.dev/service": svc.name, "infra.dev/endpoint": "true"}})
+
+    def _model(self) -> dict[str, Any]:
+        ref = self.svc.model or self.svc.model_id or ""
+        try:
+            spec = self.catalog.model(ref)
+        except CatalogError:
+            spec = None
+        if spec is None:
+            return {"weight_bytes": None, "native": None}
+        return {"weight_bytes": spec.params_total_b * 1e9 * BYTES_PER_PARAM[spec.native_precision],
+                "native": spec.native_precision}
+
+    # --- shared per allocation ----------------------------------------------------------------------------------
+
+    def rates(self, a: Allocation) -> tuple[int, int]:
+        """(floor, peak) replicas of an allocation: the peak is what the plan places; the floor carries this
+        allocation's share of the workload's baseline rate at capacity_per_replica, and the allocation's share of
+        availability.min_replicas, whichever is larger."""
+        from infra.intent.models import Workload
+
+        total_load = sum(x.replicas * x.load_per_replica for x in self.svc.allocations) or 1.0
+        share = a.replicas * a.load_per_replica / total_load
+        try:
+            wl = Workload.model_validate(self.svc.workload) if self.svc.workload else None
+        except Exception:  # noqa: BLE001 - a plan's workload was validated when planned; treat oddities as peak
+            wl = None
+        baseline = wl.rate.baseline_rps if wl is not None and wl.rate is not None else None
+        if baseline is None:
+            return a.replicas, a.replicas
+        need = math.ceil(baseline * share / a.capacity_per_replica - 1e-9) if a.capacity_per_replica > 0 else 1
+        total_replicas = sum(x.replicas for x in self.svc.allocations)
+        min_replicas = int(self.svc.availability.get("min_replicas", 1) or 1)
+        floor_avail = math.ceil(min_replicas * a.replicas / total_replicas - 1e-9)
+        return min(a.replicas, max(1, need, floor_avail)), a.replicas
+
+
+class AllocationBuilder:
+    """The workloads (and their companions) of one allocation."""
+
+    def __init__(self, sb: ServiceBuilder, index: int, a: Allocation, fw: FrameworkSpec,
+                 model: dict[str, Any]) -> None:
+        self.sb, self.a, self.fw, self.model = sb, a, fw, model
+        assert fw.cli is not None
+        self.cli: EngineCli = fw.cli
+        self.settings = sb.settings
+        self.alloc_id = f"a{index}"
+        self.name = f"{sb.svc.name}-{self.alloc_id}"
+        self.pool: ClusterPool = sb.pools[a.pool]
+        self.header: list[str] = []
+        self.pods_per_worker = a.nodes_per_worker
+        self.devices_per_pod = a.devices_per_worker // a.nodes_per_worker
+        self.rdma = [n for n in self.pool.nics if n.kind in RDMA_KINDS]
+
+    def note(self, text: str) -> None:
+        self.sb.note(text, self.header)
+
+    def build(self) -> None:
+        a = self.a
+        image = self._image()
+        quantization = self._quantization()
+        roles = ["agg"] if a.mode == "agg" else ["prefill", "decode"]
+        multi = a.nodes_per_worker > 1
+        crds = self.sb.crds
+        if multi and not crds.get("leaderworkerset"):
+            raise IntentError(Problem(
+                f"allocation {self.alloc_id} spans {a.nodes_per_worker} nodes per worker, which needs "
+                "LeaderWorkerSet, but the cluster lists no leaderworkerset CRD",
+                Location(path="spec.cluster.crds"),
+                "install LeaderWorkerSet and add `leaderworkerset: leaderworkerset.x-k8s.io/v1` to the cluster "
+                "profile's conventions.crds, then re-plan"))
+        colocate = a.mode == "disagg" and self.pool.switch is None and self.pool.nodes > 1
+        if a.mode == "disagg" and self.pool.switch is not None:
+            self.header.append(f"Prefill and decode share leaf switch {self.pool.switch}: every node of pool "
+                               f"{self.pool.name} hangs off it.")
+        workloads = []
+        for role in roles:
+            workloads.append(self._workload(role, image, quantization, multi, colocate))
+        config = self._config_maps(workloads)
+        use_ds = a.mode == "disagg" and bool(crds.get("disaggregatedset"))
+        if use_ds:
+            self._disaggregated_set(workloads)
+        else:
+            for w in workloads:
+                if w["kind"] == "LeaderWorkerSet":
+                    w["api_version"] = crds["leaderworkerset"]
+                    self.sb.add("leaderworkerset.yaml.j2", {"w": w}, self.header)
+                else:
+                    self.sb.add("deployment.yaml.j2", {"w": w}, self.header)
+        for cm in config:
+            self.sb.add("configmap.yaml.j2", {"cm": cm}, self.header)
+        for w in workloads:
+            if w["claim"] is not None:
+                self.sb.add("resourceclaimtemplate.yaml.j2", {"claim": w["claim"]}, self.header)
+            self.sb.add("poddisruptionbudget.yaml.j2", {"w": w})
+            if a.mode == "disagg":
+                self.sb.add("service-role.yaml.j2", {"w": w})
+        self._gang(workloads)
+        if a.mode == "agg":
+            self._autoscaler(workloads[0])
+        else:
+            self.note(f"{self.name}: prefill/decode groups take requests through a P/D-aware router (the "
+                      "Gateway API Inference Extension's endpoint picker, or the engine's own router) pointed at "
+                      f"the headless Services {self.name}-prefill and {self.name}-decode; they keep "
+                      f"{a.replicas} group(s) without autoscaling")
+
+    # --- images, quantization -----------------------------------------------------------------------------------
+
+    def _image(self) -> str:
+        image = self.fw.images.get(self.a.device) or self.fw.images.get(self.pool.vendor) or self.fw.image
+        last = image.rsplit("/", 1)[-1]
+        tag = last.split(":", 1)[1] if ":" in last else (image.split("@", 1)[1] if "@" in image else "")
+        if not tag or tag == "latest":
+            raise CatalogError(Problem(
+                f"framework {self.fw.name} has no pinned image for {self.a.device} ({image!r})",
+                Location(self.sb.catalog.tables["frameworks"].files.get(self.fw.name), path="image"),
+                f"give `images: {{{self.a.device}: <registry>/<image>:<tag>}}` (or `image:` with a tag) in a "
+                f"--catalog overlay's frameworks/{self.fw.name}.yaml"))
+        return image
+
+    def _quantization(self) -> str | None:
+        """The engine's quantization setting, or None with a note when the precision needs a checkpoint the plan
+        does not name."""
+        q = {e.quantization for e in self.a.engines.values()} - {None}
+        if not q:
+            return None
+        wanted = q.pop()
+        online = self.cli.values.get("quantization", {})
+        if "quantization" in self.cli.flags and wanted in online:
+            return wanted
+        native = self.model["native"] or "the published precision"
+        self.note(f"{self.name}: {self.a.precision} weights need a pre-quantized checkpoint of "
+                  f"{self.sb.svc.model_id} (published in {native}); {self.fw.name} does not quantize to "
+                  f"{wanted} on load and the plan names no such checkpoint: replace the model argument with one")
+        return None
+
+    # --- workloads ----------------------------------------------------------------------------------------------
+
+    def _workload(self, role: str, image: str, quantization: str | None, multi: bool,
+                  colocate: bool) -> dict[str, Any]:
+        a = self.a
+        name = self.name if role == "agg" else f"{self.name}-{role}"
+        labels = {**self.sb.base_labels, "infra.dev/allocation": self.alloc_id, "infra.dev/role": role}
+        selector = {"infra.dev/service": self.sb.svc.name, "infra.dev/allocation": self.alloc_id,
+                    "infra.dev/role": role}
+        if role == "agg":
+            replicas = a.replicas
+        else:
+            per_unit = a.prefill_workers if role == "prefill" else a.decode_workers
+            replicas = a.replicas * int(per_unit or 1)
+        endpoint = "true" if role == "agg" else "false"
+        engine = a.engines[role]
+        values = self._values(role, engine, quantization)
+        claim = self._claim(name)
+        pods = []
+        for kind in (("leader", "worker") if multi else ("single",)):
+            pods.append(self._pod(name, role, kind, image, values, labels, endpoint, colocate, claim))
+        return {
+            "name": name, "role": role, "replicas": replicas, "labels": labels, "selector": selector,
+            "kind": "LeaderWorkerSet" if multi else "Deployment", "size": a.nodes_per_worker,
+            "annotations": {"infra.dev/plan-fingerprint": self.sb.plan.spec.fingerprint},
+            "pod": pods[0], "worker": pods[1] if multi else None, "claim": claim, "values": values,
+        }
+
+    def _values(self, role: str, engine: Any, quantization: str | None) -> dict[str, Any]:
+        p = self.a.parallel
+        v: dict[str, Any] = {
+            "model": self._model_path(), "served_model_name": self.sb.svc.name, "host": "0.0.0.0",
+            "port": self.cli.port, "tensor_parallel": p.tp, "pipeline_parallel": p.pp,
+            "data_parallel": p.attention_dp if p.attention_dp > 1 else None,
+            "expert_parallel": (True if "expert_parallel" in self.cli.switches else p.ep) if p.ep > 1 else None,
+            "max_num_seqs": engine.max_num_seqs, "max_num_batched_tokens": engine.max_num_batched_tokens,
+            "max_model_len": engine.max_model_len, "memory_utilization": engine.memory_utilization,
+            "kv_cache_dtype": engine.kv_cache_dtype, "quantization": quantization,
+            "chunked_prefill": engine.chunked_prefill, "prefix_caching": engine.prefix_caching,
+            "device_ids": [list(range(self.devices_per_pod))],
+        }
+        if role != "agg":
+            if not ({"kv_transfer_config", "disaggregation_mode"} & set(self.cli.flags)
+                    or (self.cli.config_file and {"kv_transfer_config", "disaggregation_mode",
+                                                   "disaggregation_transfer_backend"}
+                        & set(self.cli.config_file.keys))):
+                self.note(f"{self.name}: {self.fw.name} states no KV-transfer setting in its catalog cli; "
+                          "configure the engine's prefill/decode connector before applying")
+            v["kv_transfer_config"] = json.dumps(KV_CONNECTOR, separators=(",", ":"), sort_keys=True)
+            v["disaggregation_mode"] = role
+            v["disaggregation_transfer_backend"] = TRANSFER_BACKEND
+        return v
+
+    def _model_path(self) -> str:
+        model_id = self.sb.svc.model_id or ""
+        # Engines read Hugging Face ids themselves (into HF_HOME on the cache volume); an engine configured by a
+        # file reads a directory, which the model cache holds under the same id.
+        if self.cli.config_file is not None and "model" in self.cli.config_file.keys:
+            return f"{MODEL_DIR}/{model_id}"
+        return model_id
+
+    def _multi_values(self, kind: str) -> dict[str, Any]:
+        need = {"nnodes", "node_rank"}
+        if not need <= set(self.cli.flags):
+            raise CatalogError(Problem(
+                f"{self.fw.name} states no multi-node flags, but allocation {self.alloc_id} spans "
+                f"{self.a.nodes_per_worker} nodes",
+                Location(self.sb.catalog.tables["frameworks"].files.get(self.fw.name), path="cli.flags"),
+                "add nnodes, node_rank and master_addr (or dist_init_addr) to the framework's cli.flags, or plan "
+                "with a framework that has them"))
+        return {
+            "nnodes": "$(LWS_GROUP_SIZE)",
+            "node_rank": "0" if kind == "leader" else "$(LWS_WORKER_INDEX)",
+            "master_addr": "$(LWS_LEADER_ADDRESS)",
+            "dist_init_addr": f"$(LWS_LEADER_ADDRESS):{DIST_INIT_PORT}",
+            "headless": kind == "worker" or None,
+        }
+
+    def _pod(self, name: str, role: str, kind: str, image: str, values: dict[str, Any], labels: dict[str, str],
+             endpoint: str, colocate: bool, claim: dict[str, Any] | None) -> dict[str, Any]:
+        s = self.settings
+        vals = dict(values)
+        if kind != "single":
+            vals.update(self._multi_values(kind))
+        serves = kind != "worker"
+        args = model_args(vals["model"], self.cli) + engine_settings(vals, self.cli)
+        if self.cli.config_file is not None and self.cli.config_file.flag:
+            args += [self.cli.config_file.flag, self.cli.config_file.path]
+        command = list(self.cli.command)
+        if self.cli.config_file is not None and self.cli.config_file.merge:
+            command, args = self._merge_command(command, args)
+        env = [
+            {"name": "HF_HOME", "value": MODEL_DIR},
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": s.hf_token_secret, "key": "token",
+                                                                "optional": True}}},
+        ]
+        if role != "agg" and "kv_transfer_config" in self.cli.flags:
+            env.append({"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath":
+                                                                                          "status.podIP"}}})
+        resources = self._resources(claim is not None)
+        volumes, mounts = self._volumes(resources, name)
+        probes = self._probes() if serves else None
+        pod_labels = {**labels, "infra.dev/endpoint": endpoint if serves else "false"}
+        annotations: dict[str, str] = {}
+        volcano = self._volcano()
+        if volcano:
+            annotations["scheduling.k8s.io/group-name"] = self.name
+        caps = ["IPC_LOCK"] if self.rdma else []
+        return {
+            "labels": pod_labels, "annotations": annotations,
+            "service_account": s.service_account, "scheduler": self.sb.cluster.scheduler,
+            "node_selector": self._node_selector(), "affinity": self._affinity(colocate),
+            "image": image, "command": command, "args": args, "env": env,
+            "port": self.cli.port if serves else None, "resources": resources, "capabilities": caps,
+            "volumes": volumes, "mounts": mounts, "probes": probes,
+            "claims": [{"name": "devices"}] if claim else [],
+            "resource_claims": [{"name": "devices", "resourceClaimTemplateName": claim["name"]}] if claim else [],
+        }
+
+    def _merge_command(self, command: list[str], args: list[str]) -> tuple[list[str], list[str]]:
+        """Engines whose file holds far more than a plan decides: merge the rendered settings into the image's
+        own file at start (the script travels in the MERGE environment variable), then run the launcher."""
+        cf = self.cli.config_file
+        assert cf is not None
+        shell = (f'python3 -c "$MERGE" {cf.path} {CONFIG_DIR}/{_file_name(cf.path)} && exec '
+                 + " ".join(command + args))
+        return ["/bin/bash", "-c"], [shell]
+
+    # --- resources ----------------------------------------------------------------------------------------------
+
+    def _resources(self, dra: bool) -> dict[str, Any]:
+        s, a, res = self.settings, self.a, self.pool.resources
+        share = a.share if a.share is not None and a.share < 1 else None
+        weight = self.devices_per_pod * (share or 1.0)
+        cpu = max(2, math.ceil(s.cpu_per_device * weight))
+        mem = max(8, math.ceil(s.memory_gi_per_device * weight))
+        limits: dict[str, Any] = {"cpu": str(cpu), "memory": f"{mem}Gi"}
+        if not dra:
+            if share is None:
+                limits[res.count] = self.devices_per_pod
+            else:
+                limits[res.shared_count or res.count] = self.devices_per_pod
+                if res.memory:
+                    unit = res.memory_unit or 1
+                    limits[res.memory] = round(share * self.pool.device_memory_gb * 1e9 / unit)
+                else:
+                    self.note(f"{self.name}: pool {self.pool.name} names no memory-slice resource, so a "
+                              f"{share:g} share cannot be requested; whole devices are requested instead")
+                if res.cores:
+                    limits[res.cores] = round(share * 100)
+        return {"limits": limits, "requests": dict(limits), "memory_gi": mem}
+
+    def _claim(self, name: str) -> dict[str, Any] | None:
+        """A ResourceClaimTemplate when the cluster allocates devices through DRA: one request per device, each
+        paired with an RDMA NIC on the same PCIe root while NICs with a known root last."""
+        api = self.sb.crds.get("dra")
+        if not api:
+            return None
+        classes = self.settings_classes()
+        gpu_class = classes.get(self.pool.vendor)
+        if gpu_class is None:
+            self.note(f"{self.name}: no DRA device class is known for {self.pool.vendor} devices "
+                      "(settings.yaml dra_device_classes); devices are requested through the device plugin")
+            return None
+        if self.a.share is not None and self.a.share < 1:
+            self.note(f"{self.name}: a {self.a.share:g} device share is requested through the device plugin "
+                      "(HAMi), not DRA")
+            return None
+        nics = [n for n in self.rdma if n.pcie_root]
+        nic_class = classes.get("rdma")
+        pairs = min(len(nics), self.devices_per_pod) if nic_class else 0
+        requests: list[dict[str, Any]] = []
+        constraints: list[dict[str, Any]] = []
+        for k in range(pairs):
+            requests.append({"name": f"gpu-{k}", "exactly": {"deviceClassName": gpu_class, "count": 1}})
+            requests.append({"name": f"nic-{k}", "exactly": {"deviceClassName": nic_class, "count": 1}})
+            constraints.append({"requests": [f"gpu-{k}", f"nic-{k}"],
+                                "matchAttribute": "resource.kubernetes.io/pcieRoot"})
+        rest = self.devices_per_pod - pairs
+        if rest:
+            requests.append({"name": "gpu", "exactly": {"deviceClassName": gpu_class, "count": rest}})
+        return {"api_version": api, "name": f"{name}-devices", "requests": requests, "constraints": constraints,
+                "labels": {**self.sb.base_labels, "infra.dev/allocation": self.alloc_id}}
+
+    def settings_classes(self) -> dict[str, str]:
+        return dict(self.settings.dra_device_classes)
+
+    def _volumes(self, resources: dict[str, Any], name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        s = self.settings
+        cache = self.sb.cluster.model_cache
+        if cache:
+            model_volume: dict[str, Any] = {"name": "model-cache", "persistentVolumeClaim": {"claimName": cache}}
+        else:
+            size = self.model["weight_bytes"]
+            empty: dict[str, Any] = {}
+            if size:
+                empty["sizeLimit"] = f"{math.ceil(size * s.weights_headroom / 2**30)}Gi"
+            model_volume = {"name": "model-cache", "emptyDir": empty}
+        shm = max(1, math.floor(resources["memory_gi"] * s.shm_fraction))
+        volumes = [model_volume, {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm}Gi"}}]
+        mounts = [{"name": "model-cache", "mountPath": MODEL_DIR}, {"name": "shm", "mountPath": "/dev/shm"}]
+        if self.cli.config_file is not None:
+            volumes.append({"name": "engine-config", "configMap": {"name": f"{name}-engine"}})
+            mounts.append({"name": "engine-config", "mountPath": CONFIG_DIR, "readOnly": True})
+        return volumes, mounts
+
+    def _probes(self) -> dict[str, Any]:
+        s = self.settings
+        size = self.model["weight_bytes"] or 0.0
+        budget = size / (s.load_bandwidth_mb_s * 1e6) + s.engine_init_s
+        action: dict[str, Any]
+        if self.cli.health_path:
+            action = {"httpGet": {"path": self.cli.health_path, "port": "http"}}
+        else:
+            action = {"tcpSocket": {"port": "http"}}
+        return {
+            "startup": {**action, "periodSeconds": s.probe_period_s,
+                        "failureThreshold": max(1, math.ceil(budget / s.probe_period_s))},
+            "readiness": {**action, "periodSeconds": s.probe_period_s, "failureThreshold": 3},
+            "liveness": {**action, "periodSeconds": s.probe_period_s, "failureThreshold": 6},
+            "budget_s": round(budget),
+        }
+
+    # --- placement ----------------------------------------------------------------------------------------------
+
+    def _node_selector(self) -> dict[str, str]:
+        sel = dict(self.pool.node_selector)
+        if self.pool.zone:
+            sel[self.settings.zone_label] = self.pool.zone
+        if not self.pool.node_selector and not self.pool.node_names:
+            self.note(f"{self.name}: pool {self.pool.name} has no node_selector, so its pods may land on other "
+                      "pools' nodes; add node_selector to the pool in the cluster profile")
+        return dict(sorted(sel.items()))
+
+    def _affinity(self, colocate: bool) -> dict[str, Any] | None:
+        out: dict[str, Any] = {}
+        if self.pool.node_names:
+            out["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                       "values": sorted(self.pool.node_names)}]}]}}
+        if colocate:
+            out["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {"infra.dev/service": self.sb.svc.name,
+                                                  "infra.dev/allocation": self.alloc_id}},
+                "topologyKey": self.settings.switch_label}]}
+            self.header.append(f"Prefill and decode pods of {self.name} stay under one leaf switch (pod affinity "
+                               f"on node label {self.settings.switch_label}).")
+        return out or None
+
+    # --- companions ---------------------------------------------------------------------------------------------
+
+    def _config_maps(self, workloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        cf = self.cli.config_file
+        if cf is None:
+            return []
+        out = []
+        for w in workloads:
+            content = config_file_content(w["values"], self.cli)
+            if cf.format == "json":
+                text = json.dumps(content, indent=2, sort_keys=True) + "\n"
+            else:
+                from infra.render.yamlout import dump_yaml
+
+                text = dump_yaml(content)
+            data = {_file_name(cf.path): text}
+            if cf.merge:
+                for pod in (w["pod"], w["worker"]):
+                    if pod is not None:
+                        pod["env"].append({"name": "MERGE", "value": self._merge_script()})
+            out.append({"name": f"{w['name']}-engine", "labels": w["labels"], "data": data})
+        return out
+
+    def _merge_script(self) -> str:
+        return (
+            "import json,sys\n"
+            "def merge(a,b):\n"
+            "    for k,v in b.items():\n"
+            "        if isinstance(v,dict) and isinstance(a.get(k),dict): merge(a[k],v)\n"
+            "        elif isinstance(v,list) and isinstance(a.get(k),list) and v and isinstance(v[0],dict):\n"
+            "            for i,x in enumerate(v):\n"
+            "                merge(a[k][i],x) if i<len(a[k]) and isinstance(a[k][i],dict) else a[k].append(x)\n"
+            "        else: a[k]=v\n"
+            "base=json.load(open(sys.argv[1]))\n"
+            "merge(base,json.load(open(sys.argv[2])))\n"
+            "json.dump(base,open(sys.argv[1],'w'),indent=2)\n"
+        )
+
+    def _disaggregated_set(self, workloads: list[dict[str, Any]]) -> None:
+        for w in workloads:
+            w["api_version"] = self.sb.crds.get("leaderworkerset", "leaderworkerset.x-k8s.io/v1")
+        self.sb.add("disaggregatedset.yaml.j2", {
+            "ds": {"api_version": self.sb.crds["disaggregatedset"], "name": self.name,
+                   "labels": {**self.sb.base_labels, "infra.dev/allocation": self.alloc_id},
+                   "annotations": {"infra.dev/plan-fingerprint": self.sb.plan.spec.fingerprint},
+                   "roles": workloads}}, self.header)
+
+    def _volcano(self) -> bool:
+        return self.sb.cluster.scheduler == "volcano" and bool(self.sb.crds.get("volcano"))
+
+    def _gang(self, workloads: list[dict[str, Any]]) -> None:
+        if not self._volcano():
+            return
+        a = self.a
+        if a.mode == "agg":
+            members = a.nodes_per_worker
+        else:
+            members = a.nodes_per_worker * int((a.prefill_workers or 1) + (a.decode_workers or 1))
+        self.sb.add("podgroup.yaml.j2", {"pg": {
+            "api_version": self.sb.crds["volcano"], "name": self.name, "min_member": members,
+            "labels": {**self.sb.base_labels, "infra.dev/allocation": self.alloc_id},
+            "annotations": {"infra.dev/plan-fingerprint": self.sb.plan.spec.fingerprint}}})
+
+    def _autoscaler(self, w: dict[str, Any]) -> None:
+        floor, peak = self.sb.rates(self.a)
+        if floor >= peak:
+            return
+        metric = self.cli.running_metric
+        # The target is the batch one replica runs at the planned load: the engine's sequence cap scaled by the
+        # planned load over the replica's capacity.
+        engine = self.a.engines["agg"]
+        load = self.a.load_per_replica / self.a.capacity_per_replica if self.a.capacity_per_replica else 1.0
+        target = max(1, round(engine.max_num_seqs * min(1.0, load)))
+        ref = {"api_version": w.get("api_version", "apps/v1"), "kind": w["kind"], "name": w["name"]}
+        if w["kind"] == "LeaderWorkerSet":
+            ref["api_version"] = self.sb.crds["leaderworkerset"]
+        if metric is None:
+            self.note(f"{self.name}: {self.fw.name} states no running-requests metric (catalog cli."
+                      f"running_metric), so it keeps {peak} replicas without autoscaling")
+            return
+        ctx = {"name": w["name"], "labels": w["labels"], "min": floor, "max": peak, "ref": ref, "metric": metric,
+               "target": target}
+        if self.sb.crds.get("keda"):
+            ctx["api_version"] = self.sb.crds["keda"]
+            ctx["query"] = (f'sum({metric}{{namespace="{self.sb.cluster.namespace}",'
+                            f'pod=~"{w["name"]}-.*"}})')
+            ctx["server"] = self.settings.prometheus_url
+            self.sb.add("scaledobject.yaml.j2", {"hpa": ctx})
+        else:
+            self.sb.add("horizontalpodautoscaler.yaml.j2", {"hpa": ctx})
+
+
+def _file_name(path: str) -> str:
+    return path.rsplit("/", 1)[-1]

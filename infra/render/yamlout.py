@@ -1,0 +1,29 @@
+"""Deterministic YAML text: block style, keys in the order they were built, LF endings, trailing newline."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from ruamel.yaml import YAML
+
+
+def _yaml() -> YAML:
+    y = YAML(typ="safe", pure=True)
+    y.default_flow_style = False
+    y.sort_base_mapping_type_on_output = False  # keep the template's key order
+    y.width = 4096  # never fold a long argument over two lines
+    y.allow_unicode = True
+    return y
+
+
+def dump_yaml(data: Any) -> str:
+    """One YAML document as text."""
+    buf = io.StringIO()
+    _yaml().dump(data, buf)
+    return buf.getvalue()
+
+
+def load_yaml_text(text: str) -> Any:
+    """Parse one YAML document (plain data)."""
+    return YAML(typ="safe", pure=True).load(text)
