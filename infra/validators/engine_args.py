@@ -20,7 +20,8 @@ class EngineArgs:
     framework: str
     model: str | None
     settings: dict[str, str | bool] = field(default_factory=dict)
-    """Setting (catalog EngineSetting) -> value as written (True for a switch that is present)."""
+    """Setting (catalog EngineSetting) -> value as written (True for a switch that is present, False for its
+    negation, e.g. `--no-enable-prefix-caching`)."""
     duplicates: list[str] = field(default_factory=list)
     """Flags given more than once."""
     missing_value: list[str] = field(default_factory=list)
@@ -67,6 +68,7 @@ def parse(words: list[str], fw: FrameworkSpec) -> EngineArgs | None:
     if start is None:
         return None
     by_flag = {flag: setting for setting, flag in cli.flags.items()}
+    negated = {flag: setting for setting, flag in getattr(cli, "negations", {}).items()}
     switches = set(cli.switches)
     out = EngineArgs(fw.name, None)
     rest = words[start:]
@@ -85,6 +87,12 @@ def parse(words: list[str], fw: FrameworkSpec) -> EngineArgs | None:
         if not word.startswith("--"):
             continue
         flag, eq, inline = word.partition("=")
+        if flag in negated:
+            if flag in seen:
+                out.duplicates.append(flag)
+            seen.add(flag)
+            out.settings[negated[flag]] = False
+            continue
         takes_value = not (by_flag.get(flag) in switches)
         value: str | None = inline if eq else None
         if takes_value and value is None:

@@ -58,6 +58,12 @@ class Manifest:
         return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
 
     @property
+    def annotations(self) -> dict[str, str]:
+        meta = self.data.get("metadata")
+        notes = meta.get("annotations") if isinstance(meta, dict) else None
+        return {str(k): str(v) for k, v in notes.items()} if isinstance(notes, dict) else {}
+
+    @property
     def ref(self) -> str:
         """`Kind/name`, how findings name the object."""
         return f"{self.kind or '?'}/{self.name or '?'}"

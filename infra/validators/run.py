@@ -62,7 +62,7 @@ def validate_tree(path: str | Path, profile: str | Path | None = None, plan: str
         from infra.validators.plan import check_plan
 
         report.checks.append("plan")
-        findings, notes = check_plan(tree.manifests, loaded_plan, cluster, catalog)
+        findings, notes = check_plan(tree.manifests, loaded_plan, str(plan), catalog)
         report.findings += findings
         report.notes += notes
     if live_client is not None:

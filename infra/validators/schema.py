@@ -19,6 +19,7 @@ from typing import Any
 
 import jsonschema
 from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
 
 from infra.validators.findings import Finding
 from infra.validators.manifests import Manifest
@@ -136,19 +137,38 @@ def structural(node: Any, strict: bool = True) -> Any:
     return out
 
 
+def crd_uri(api_version: str, kind: str) -> str:
+    """Where a shipped CRD schema can be referenced from another (a DisaggregatedSet role holds a LeaderWorkerSet
+    spec): `https://infra.dev/crds/<group>/<version>/<Kind>.json`."""
+    return f"https://infra.dev/crds/{api_version}/{kind}.json"
+
+
+def _crd_schema(crd: Crd) -> dict[str, Any]:
+    schema = structural(_crd_documents()[crd.file]["versions"][crd.version])
+    props = schema.setdefault("properties", {})
+    props["apiVersion"] = {"const": crd.api_version}
+    props["kind"] = {"const": crd.kind}
+    # The API server checks metadata of custom resources like any object's.
+    props["metadata"] = {"$ref": f"{DEFS_URI}#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}
+    schema["required"] = sorted(set(schema.get("required", [])) | {"apiVersion", "kind"})
+    schema["$id"] = crd_uri(crd.api_version, crd.kind)
+    return schema
+
+
+@lru_cache(maxsize=1)
+def _crd_registry() -> Registry:
+    registry = _registry()
+    for crd in crds().values():
+        registry = Resource.from_contents(_crd_schema(crd), default_specification=DRAFT202012) @ registry
+    return registry
+
+
 @lru_cache(maxsize=None)
 def crd_validator(api_version: str, kind: str) -> jsonschema.protocols.Validator | None:
     crd = crds().get((api_version, kind))
     if crd is None:
         return None
-    schema = structural(_crd_documents()[crd.file]["versions"][crd.version])
-    props = schema.setdefault("properties", {})
-    props["apiVersion"] = {"const": api_version}
-    props["kind"] = {"const": kind}
-    # The API server checks metadata of custom resources like any object's.
-    props["metadata"] = {"$ref": f"{DEFS_URI}#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}
-    schema["required"] = sorted(set(schema.get("required", [])) | {"apiVersion", "kind"})
-    return jsonschema.Draft202012Validator(schema, registry=_registry())
+    return jsonschema.Draft202012Validator(_crd_schema(crd), registry=_crd_registry())
 
 
 def _best(error: jsonschema.ValidationError) -> jsonschema.ValidationError:

@@ -11,17 +11,23 @@ from .test_cli import infra
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "manifests"
 
 
-def test_clean_tree_exits_0_and_prints_a_verdict():
-    out = infra("validate", str(FIXTURES / "good"), "--profile", str(FIXTURES / "profile.yaml"))
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "valid: 12 objects in 14 files, 0 errors, 0 warnings" in out.stdout
-
-
-def test_errors_exit_1_with_a_json_report(tmp_path):
+def planted(tmp_path: Path, old: str, new: str) -> tuple[Path, Path]:
+    """A copy of the clean fixture tree with one edit in deployment-chat-a0.yaml: (tree, edited file)."""
     tree = tmp_path / "t"
     shutil.copytree(FIXTURES / "good", tree)
     dep = tree / "chat/base/deployment-chat-a0.yaml"
-    dep.write_text(dep.read_text().replace("          resources:\n", "          resource:\n", 1))
+    dep.write_text(dep.read_text().replace(old, new, 1))
+    return tree, dep
+
+
+def test_clean_tree_exits_0_and_prints_a_verdict():
+    out = infra("validate", str(FIXTURES / "good"), "--profile", str(FIXTURES / "profile.yaml"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "valid: 13 objects in 15 files, 0 errors, 0 warnings" in out.stdout
+
+
+def test_errors_exit_1_with_a_json_report(tmp_path):
+    tree, dep = planted(tmp_path, "          resources:\n", "          resource:\n")
     out = infra("validate", str(tree), "--json")
     assert out.returncode == 1 and "Traceback" not in out.stderr
     data = json.loads(out.stdout)
@@ -37,10 +43,7 @@ def test_errors_exit_1_with_a_json_report(tmp_path):
 
 
 def test_warnings_alone_exit_0(tmp_path):
-    tree = tmp_path / "t"
-    shutil.copytree(FIXTURES / "good", tree)
-    dep = tree / "chat/base/deployment-chat-a0.yaml"
-    dep.write_text(dep.read_text().replace("      serviceAccountName: chat\n", "", 1))
+    tree, _ = planted(tmp_path, "      serviceAccountName: chat\n", "")
     out = infra("validate", str(tree), "--json")
     data = json.loads(out.stdout)
     assert out.returncode == 0 and data["ok"] and data["warnings"] == 1 and data["findings"][0]["rule"] == "SEC007"

@@ -35,7 +35,7 @@ def plant(root: Path, file: str, old: str, new: str) -> Path:
 def test_clean_tree_passes_every_rule():
     report = validate_tree(GOOD, profile=PROFILE)
     assert report.findings == [], [str(f) for f in report.findings]
-    assert report.objects == 12 and report.ok
+    assert report.objects == 13 and report.ok
     assert report.checks == ["schema", "kustomize", "semantic", "security", "profile"]
 
 
@@ -52,6 +52,8 @@ DEFECTS = [
     ("SCH002", "inferencepool-chat.yaml", "    - number: 8000", "    - number: 80000", None),
     ("SCH002", "leaderworkerset-chat-a1.yaml", "            image: vllm/vllm-openai:v0.18.0\n            command: [sh, -c]",
      "            imag: vllm/vllm-openai:v0.18.0\n            command: [sh, -c]", None),
+    ("SCH002", "disaggregatedset-chat-a5.yaml", "        size: 1", "        sise: 1", None),
+    ("SCH002", "disaggregatedset-chat-a5.yaml", "  - name: decode", "  - name: Decode", None),
     ("SCH003", "podgroup-chat-a1.yaml", "apiVersion: scheduling.volcano.sh/v1beta1",
      "apiVersion: scheduling.volcano.sh/v1alpha9", 1),
     ("SCH003", "inferencepool-chat.yaml", "kind: InferencePool", "kind: InferencePoool", None),
@@ -70,6 +72,8 @@ DEFECTS = [
     ("SEM006", "deployment-chat-a0.yaml", "            - --tensor-parallel-size\n            - \"2\"",
      "            - --tensor-parallel-size\n            - \"4\"", None),
     ("SEM006", "leaderworkerset-chat-a1.yaml", "    size: 2", "    size: 3", None),
+    ("SEM006", "disaggregatedset-chat-a5.yaml", "--disaggregation-mode, decode]",
+     "--disaggregation-mode, decode, --dp-size, \"2\"]", None),
     ("SEM007", "deployment-chat-a0.yaml", "httpGet: {path: /health, port: 8000}",
      "httpGet: {path: /health, port: 8080}", None),
     ("SEM008", "service-chat.yaml", "targetPort: http", "targetPort: metrics", None),
@@ -137,3 +141,31 @@ def test_every_rule_is_planted_or_needs_a_plan_or_cluster():
     planted = {d[0] for d in DEFECTS}
     rest = {r for r in RULES if r.startswith(("PLN", "LIV", "YAML"))}
     assert set(RULES) - planted - rest == set()
+
+
+def test_shipped_crd_schemas_record_their_source():
+    from infra.validators.schema import crd_validator, crds
+
+    known = crds()
+    assert {("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"), ("disaggregatedset.x-k8s.io/v1", "DisaggregatedSet"),
+            ("scheduling.volcano.sh/v1beta1", "PodGroup"), ("keda.sh/v1alpha1", "ScaledObject"),
+            ("inference.networking.k8s.io/v1", "InferencePool")} <= set(known)
+    for (api, kind), crd in known.items():
+        assert crd.source.startswith("https://github.com/") and crd.release
+        assert crd_validator(api, kind) is not None
+
+
+def test_volcano_podgroup_is_checked_against_volcano_not_kubernetes():
+    """kubernetes-validate alone looks PodGroup up by the group's first label and finds Kubernetes' own
+    scheduling.k8s.io PodGroup, refusing a valid Volcano object; routing by exact apiVersion avoids that."""
+    import kubernetes_validate
+
+    from infra.validators.manifests import read_file
+    from infra.validators.schema import check_object
+
+    m = read_file(GOOD / BASE / "podgroup-chat-a1.yaml", "pg.yaml")[0][0]
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(m.data, "1.37", strict=True)
+    assert check_object(m) == []
+    m.data["spec"]["minMember"] = "two"
+    assert [f.rule for f in check_object(m)] == ["SCH002"]
