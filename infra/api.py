@@ -98,12 +98,16 @@ class PlanResult:
     report: str
     considered: list[Any]
     written: list[Path]
+    notes: tuple[str, ...] = ()
+    """What the rendered manifests still need from the user (written with `output`)."""
 
 
 def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
-         catalog_dirs: tuple[Path, ...] = (), progress: Any = None, objective: str = "cost") -> PlanResult:
+         catalog_dirs: tuple[Path, ...] = (), progress: Any = None, objective: str = "cost",
+         templates: str | Path | None = None) -> PlanResult:
     """Plan an intent: the cheapest deployment that meets every objective, or InfeasibleError (exit 2) with the
-    conflict and the relaxations that would fix it. With `output`, writes plan.yaml and report.md there;
+    conflict and the relaxations that would fix it. With `output`, writes plan.yaml, report.md and the rendered
+    manifests (`manifests/`, from `templates` over the packaged ones) there;
     `progress(done, total)` hears how many services have been scored. `objective` "goodput" plans for a fixed
     inventory: as much of the demand as fits, then the cheapest way to carry it."""
     from infra.errors import InfeasibleError
@@ -131,6 +135,15 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
         write_atomic(out / "plan.yaml", plan_yaml(data))
         write_atomic(out / "report.md", report)
         written = [out / "plan.yaml", out / "report.md"]
+        from infra.planner.types import DeploymentPlan
+        from infra.render import render_tree, write_tree
+
+        rendered = render_tree(DeploymentPlan.model_validate(data),
+                               templates=Path(templates) if templates is not None else None,
+                               catalog_dirs=tuple(catalog_dirs), plan_file=str(out / "plan.yaml"))
+        write_tree(rendered.files, out / "manifests")
+        written.append(out / "manifests")
+        return PlanResult(data, report, considered, written, tuple(rendered.notes))
     return PlanResult(data, report, considered, written)
 
 

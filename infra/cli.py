@@ -60,6 +60,9 @@ def plan(
                                                 "the inventory and budgets allow, then cheapest.")] = "cost",
     catalog: CatalogOpt = None,
     as_json: JsonOpt = False,
+    templates: Annotated[Optional[Path], typer.Option("--templates", help="Directory of manifest templates (and "
+                                                      "settings.yaml) overriding the packaged ones by file name.",
+                                                      show_default=False)] = None,
 ) -> None:
     """Solve an intent: the cheapest deployment meeting every objective, or why none does and what to relax."""
     if objective not in ("cost", "goodput"):
@@ -82,13 +85,15 @@ def plan(
                 live.update(task, completed=done, total=total)
 
         result = api.plan(path, output, top=top, catalog_dirs=tuple(catalog or ()), progress=progress,
-                          objective=objective)
+                          objective=objective, templates=templates)
     if as_json:
         print(json.dumps(result.plan, indent=2, sort_keys=True))
     else:
         from infra.report.plan import print_plan
 
         print_plan(_console(), result.plan, result.considered, result.written)
+        for note in result.notes:
+            _console().print(f"note: {note}")
 
 
 @app.command()

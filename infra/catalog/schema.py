@@ -285,6 +285,9 @@ class EngineConfigFile(CatalogModel):
     format: Literal["yaml", "json"] = "yaml"
     keys: dict[EngineSetting, str]
     """Setting -> dotted path in the file (a number indexes a list), e.g. `kv_cache_dtype: kv_cache_config.dtype`."""
+    fixed: dict[str, str | int | float | bool] = {}
+    """Dotted path -> value written whatever the plan (what the engine needs for the plan's settings to work,
+    e.g. MindIE's `ServerConfig.allowAllZeroIpListening: true` to listen on 0.0.0.0)."""
     merge: bool = False
     """The file holds only the plan's settings and is merged into the image's own default file at start (engines
     whose file has many more keys than a plan decides)."""

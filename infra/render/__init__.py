@@ -16,7 +16,8 @@ __all__ = ["MARKER", "Rendered", "render_plan", "render_tree", "write_tree"]
 
 def render_tree(plan: DeploymentPlan, *, templates: Path | None = None, catalog_dirs: tuple[Path, ...] = (),
                 plan_file: str | None = None) -> Rendered:
-    """Manifests and notes for a plan; `templates` overrides packaged templates (and settings.yaml) by file name."""
+    """Manifests and notes for a plan; `templates` overrides packaged templates (and settings.yaml) by file name.
+    `plan_file`, the file the plan was read from, lets problems with the plan name their line."""
     from infra.catalog.loader import load_catalog
     from infra.render.context import build
     from infra.render.env import Templates
@@ -25,7 +26,7 @@ def render_tree(plan: DeploymentPlan, *, templates: Path | None = None, catalog_
 
     tpl = Templates(Path(templates) if templates is not None else None)
     settings = load_settings(tpl.override_dir)
-    built = build(plan, load_catalog(tuple(catalog_dirs)), settings, plan_file)
+    built = build(plan, load_catalog(tuple(catalog_dirs)), settings, _locator(plan_file))
     return assemble(built, tpl, plan.spec.cluster.name, plan.spec.cluster.namespace)
 
 
@@ -33,3 +34,15 @@ def render_plan(plan: DeploymentPlan, *, templates: Path | None = None,
                 catalog_dirs: tuple[Path, ...] | list[Path] = ()) -> dict[str, str]:
     """Relative posix path -> file text of every manifest for `plan` (same plan, same bytes)."""
     return render_tree(plan, templates=templates, catalog_dirs=tuple(catalog_dirs)).files
+
+
+def _locator(plan_file: str | None):
+    """Field path -> file:line of the plan file when there is one to read, else the path alone."""
+    from infra.render.context import path_only
+
+    if plan_file is None or not Path(plan_file).is_file():
+        return path_only(plan_file)
+    from infra.intent.yamlio import load_yaml
+
+    _, smap = load_yaml(Path(plan_file).read_text(encoding="utf-8"), plan_file)
+    return smap.locate

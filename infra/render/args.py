@@ -60,6 +60,8 @@ def config_file_content(value_of: dict[str, Any], cli: EngineCli) -> dict[str, A
     """The settings an engine reads from its file, nested by their dotted paths (a number indexes a list)."""
     assert cli.config_file is not None
     root: dict[str, Any] = {}
+    for path, value in cli.config_file.fixed.items():
+        _put(root, path.split("."), value)
     for setting, path in cli.config_file.keys.items():
         if value_of.get(setting) is None:
             continue

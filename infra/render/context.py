@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from infra.catalog.loader import Catalog
 from infra.catalog.schema import BYTES_PER_PARAM, EngineCli, FrameworkSpec
@@ -24,10 +25,13 @@ MODEL_DIR = "/models"
 CONFIG_DIR = "/etc/infra/engine"
 # Port the leader of a multi-node SGLang group listens on for the other nodes (its LWS example uses 20000).
 DIST_INIT_PORT = 20000
-# KV-cache transfer between prefill and decode: NIXL, the connector both vLLM (NixlConnector) and SGLang
-# (--disaggregation-transfer-backend nixl) document, and which runs over RDMA or TCP alike.
-KV_CONNECTOR = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+# KV-cache transfer between prefill and decode goes through NIXL, which SGLang (--disaggregation-transfer-backend
+# nixl), TensorRT-LLM (cache_transceiver_config.backend) and vLLM (its NixlConnector, spelled per role in the
+# catalog's cli.values.kv_transfer_config) all document, over RDMA or TCP alike.
 TRANSFER_BACKEND = "nixl"
+# Pod label telling pods that answer HTTP (single-node pods and group leaders) from multi-node followers, so that
+# Services and InferencePools select only the former.
+SERVES = "infra.dev/serves"
 
 
 @dataclass
@@ -48,56 +52,59 @@ class Built:
     """What the user must know or do (also written as comments into the files concerned)."""
 
 
-def plan_location(plan_file: str | None, path: str) -> Location:
-    return Location(plan_file, path=path)
+Locate = Callable[[tuple[str | int, ...]], Location]
+"""Field path in the plan file -> its location (file and line when the plan was read from a file)."""
 
 
-def check_plan(plan: DeploymentPlan, catalog: Catalog, plan_file: str | None = None) -> None:
-    """Cross-field checks the schema cannot make; each problem names the field and the fix."""
+def path_only(plan_file: str | None) -> Locate:
+    from infra.intent.yamlio import dotted
+
+    return lambda path: Location(plan_file, path=dotted(path))
+
+
+def check_plan(plan: DeploymentPlan, catalog: Catalog, locate: Locate) -> None:
+    """Cross-field checks the schema cannot make; each problem names the field (and line) and the fix."""
     problems: list[Problem] = []
     pools = {p.name for p in plan.spec.cluster.pools}
     names: set[str] = set()
     for si, svc in enumerate(plan.spec.services):
-        where = f"spec.services[{si}]"
+        where = ("spec", "services", si)
         if svc.name in names:
-            problems.append(Problem(f"service name {svc.name!r} appears twice", plan_location(plan_file, where),
+            problems.append(Problem(f"service name {svc.name!r} appears twice", locate((*where, "name")),
                                     "give every service its own name"))
         names.add(svc.name)
         if not _dns_label(svc.name):
-            problems.append(Problem(f"service name {svc.name!r} is not a DNS-1123 label",
-                                    plan_location(plan_file, f"{where}.name"),
+            problems.append(Problem(f"service name {svc.name!r} is not a DNS-1123 label", locate((*where, "name")),
                                     "use lower-case letters, digits and '-' (at most 50 characters)"))
         if not svc.model_id:
-            problems.append(Problem("service has no model_id to load", plan_location(plan_file, f"{where}.model_id"),
+            problems.append(Problem("service has no model_id to load", locate((*where, "model_id")),
                                     "re-plan with `infra plan`, which records the model's Hugging Face id"))
         for ai, a in enumerate(svc.allocations):
-            aw = f"{where}.allocations[{ai}]"
+            aw = (*where, "allocations", ai)
             if a.pool not in pools:
                 problems.append(Problem(f"allocation uses pool {a.pool!r}, which is not in spec.cluster.pools "
-                                        f"({', '.join(sorted(pools))})", plan_location(plan_file, f"{aw}.pool"),
+                                        f"({', '.join(sorted(pools))})", locate((*aw, "pool")),
                                         "name a pool listed under spec.cluster.pools, or re-plan"))
             roles = sorted(a.engines)
             want = ["agg"] if a.mode == "agg" else ["decode", "prefill"]
             if roles != want:
                 problems.append(Problem(f"mode {a.mode} needs engines for {', '.join(want)}, found "
-                                        f"{', '.join(roles) or 'none'}", plan_location(plan_file, f"{aw}.engines"),
+                                        f"{', '.join(roles) or 'none'}", locate((*aw, "engines")),
                                         "give one engine entry per role, or re-plan"))
             if a.mode == "disagg" and not (a.prefill_workers and a.decode_workers):
                 problems.append(Problem("a disaggregated allocation needs prefill_workers and decode_workers",
-                                        plan_location(plan_file, aw), "set both to 1 or more, or re-plan"))
+                                        locate(aw), "set both to 1 or more, or re-plan"))
             if a.devices_per_worker % a.nodes_per_worker:
                 problems.append(Problem(f"devices_per_worker {a.devices_per_worker} does not split evenly over "
-                                        f"nodes_per_worker {a.nodes_per_worker}",
-                                        plan_location(plan_file, f"{aw}.devices_per_worker"),
+                                        f"nodes_per_worker {a.nodes_per_worker}", locate((*aw, "devices_per_worker")),
                                         "make devices_per_worker a multiple of nodes_per_worker, or re-plan"))
             if a.share is not None and not 0 < a.share <= 1:
-                problems.append(Problem(f"share {a.share} is not a fraction of a device",
-                                        plan_location(plan_file, f"{aw}.share"), "use a value in (0, 1]"))
+                problems.append(Problem(f"share {a.share} is not a fraction of a device", locate((*aw, "share")),
+                                        "use a value in (0, 1]"))
             try:
                 catalog.framework(a.framework)
             except CatalogError as exc:
-                problems += [Problem(p.message, plan_location(plan_file, f"{aw}.framework"), p.fix)
-                             for p in exc.problems]
+                problems += [Problem(p.message, locate((*aw, "framework")), p.fix) for p in exc.problems]
     if problems:
         raise IntentError(problems)
 
@@ -108,13 +115,13 @@ def _dns_label(name: str) -> bool:
     return bool(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name)) and len(name) <= 50
 
 
-def build(plan: DeploymentPlan, catalog: Catalog, settings: Settings, plan_file: str | None = None) -> Built:
+def build(plan: DeploymentPlan, catalog: Catalog, settings: Settings, locate: Locate) -> Built:
     """Contexts for every object of every service, in a stable order."""
-    check_plan(plan, catalog, plan_file)
+    check_plan(plan, catalog, locate)
     docs: list[Doc] = []
     notes: list[str] = []
     for svc in plan.spec.services:
-        ServiceBuilder(plan, svc, catalog, settings, docs, notes).build()
+        ServiceBuilder(plan, svc, catalog, settings, docs, notes, locate).build()
     return Built(docs, notes)
 
 
@@ -122,9 +129,9 @@ class ServiceBuilder:
     """The objects of one service."""
 
     def __init__(self, plan: DeploymentPlan, svc: ServicePlan, catalog: Catalog, settings: Settings,
-                 docs: list[Doc], notes: list[str]) -> None:
+                 docs: list[Doc], notes: list[str], locate: Locate) -> None:
         self.plan, self.svc, self.catalog, self.settings = plan, svc, catalog, settings
-        self.docs, self.notes = docs, notes
+        self.docs, self.notes, self.locate = docs, notes, locate
         self.cluster = plan.spec.cluster
         self.pools = {p.name: p for p in self.cluster.pools}
         self.crds = self.cluster.crds
@@ -166,15 +173,17 @@ class ServiceBuilder:
         if self.crds.get("inference_extension"):
             self.add("inferencepool.yaml.j2", {
                 "api_version": self.crds["inference_extension"], "name": svc.name,
-                "selector": {"infra.dev/service": svc.name}, "port": endpoint_port,
+                "selector": {"infra.dev/service": svc.name, SERVES: "true"}, "port": endpoint_port,
                 "picker": f"{svc.name}-epp",
-            }, ["The endpoint picker Service named in endpointPickerRef comes from the Gateway API Inference "
-                "Extension's chart; install it under that name."])
+            }, [("The endpoint picker Service named in endpointPickerRef comes from the Gateway API Inference "
+                 "Extension's chart; install it under that name.")])
             self.note(f"InferencePool {svc.name} needs the endpoint picker Service {svc.name}-epp (install the "
                       "Gateway API Inference Extension's endpoint picker under that name)")
+        if not self.settings.service_account:
+            self.add("serviceaccount.yaml.j2", {"name": svc.name})
         if any(a.mode == "agg" for a in svc.allocations):
-            self.add("service.yaml.j2", {"name": svc.name, "port": endpoint_port,
-                                         "selector": {"infra.dev/service": svc.name, "infra.dev/endpoint": "true"}})
+            self.add("service.yaml.j2", {"name": svc.name, "port": endpoint_port, "selector": {
+                "infra.dev/service": svc.name, "infra.dev/role": "agg", SERVES: "true"}})
 
     def _model(self) -> dict[str, Any]:
         ref = self.svc.model or self.svc.model_id or ""
@@ -193,13 +202,15 @@ class ServiceBuilder:
         """(floor, peak) replicas of an allocation: the peak is what the plan places; the floor carries this
         allocation's share of the workload's baseline rate at capacity_per_replica, and the allocation's share of
         availability.min_replicas, whichever is larger."""
+        from pydantic import ValidationError as PydanticValidationError
+
         from infra.intent.models import Workload
 
         total_load = sum(x.replicas * x.load_per_replica for x in self.svc.allocations) or 1.0
         share = a.replicas * a.load_per_replica / total_load
         try:
             wl = Workload.model_validate(self.svc.workload) if self.svc.workload else None
-        except Exception:  # noqa: BLE001 - a plan's workload was validated when planned; treat oddities as peak
+        except PydanticValidationError:  # validated when planned; a hand-edited oddity keeps the peak
             wl = None
         baseline = wl.rate.baseline_rps if wl is not None and wl.rate is not None else None
         if baseline is None:
@@ -227,6 +238,11 @@ class AllocationBuilder:
         self.pods_per_worker = a.nodes_per_worker
         self.devices_per_pod = a.devices_per_worker // a.nodes_per_worker
         self.rdma = [n for n in self.pool.nics if n.kind in RDMA_KINDS]
+        pods_per_replica = a.nodes_per_worker * (1 if a.mode == "agg"
+                                                 else int((a.prefill_workers or 1) + (a.decode_workers or 1)))
+        # A Volcano gang only where one replica needs several pods at once (a multi-node worker, a P/D group).
+        self.gang = (pods_per_replica if sb.cluster.scheduler == "volcano" and sb.crds.get("volcano")
+                     and pods_per_replica > 1 else 0)
 
     def note(self, text: str) -> None:
         self.sb.note(text, self.header)
@@ -242,7 +258,7 @@ class AllocationBuilder:
             raise IntentError(Problem(
                 f"allocation {self.alloc_id} spans {a.nodes_per_worker} nodes per worker, which needs "
                 "LeaderWorkerSet, but the cluster lists no leaderworkerset CRD",
-                Location(path="spec.cluster.crds"),
+                self.sb.locate(("spec", "cluster", "crds")),
                 "install LeaderWorkerSet and add `leaderworkerset: leaderworkerset.x-k8s.io/v1` to the cluster "
                 "profile's conventions.crds, then re-plan"))
         colocate = a.mode == "disagg" and self.pool.switch is None and self.pool.nodes > 1
@@ -283,12 +299,15 @@ class AllocationBuilder:
     # --- images, quantization -----------------------------------------------------------------------------------
 
     def _image(self) -> str:
-        image = self.fw.images.get(self.a.device) or self.fw.images.get(self.pool.vendor) or self.fw.image
+        # `image` is the build for the framework's first vendor; other vendors' builds are listed in `images`.
+        default = self.fw.image if self.fw.vendors and self.fw.vendors[0] == self.pool.vendor else ""
+        image = self.fw.images.get(self.a.device) or self.fw.images.get(self.pool.vendor) or default
         last = image.rsplit("/", 1)[-1]
         tag = last.split(":", 1)[1] if ":" in last else (image.split("@", 1)[1] if "@" in image else "")
-        if not tag or tag == "latest":
+        if not tag or "latest" in tag:
             raise CatalogError(Problem(
-                f"framework {self.fw.name} has no pinned image for {self.a.device} ({image!r})",
+                f"framework {self.fw.name} has no image pinned to a release for {self.a.device} "
+                f"({image or 'none listed'})",
                 Location(self.sb.catalog.tables["frameworks"].files.get(self.fw.name), path="image"),
                 f"give `images: {{{self.a.device}: <registry>/<image>:<tag>}}` (or `image:` with a tag) in a "
                 f"--catalog overlay's frameworks/{self.fw.name}.yaml"))
@@ -324,15 +343,15 @@ class AllocationBuilder:
         else:
             per_unit = a.prefill_workers if role == "prefill" else a.decode_workers
             replicas = a.replicas * int(per_unit or 1)
-        endpoint = "true" if role == "agg" else "false"
         engine = a.engines[role]
         values = self._values(role, engine, quantization)
         claim = self._claim(name)
         pods = []
         for kind in (("leader", "worker") if multi else ("single",)):
-            pods.append(self._pod(name, role, kind, image, values, labels, endpoint, colocate, claim))
+            pods.append(self._pod(name, role, kind, image, values, labels, colocate, claim))
         return {
             "name": name, "role": role, "replicas": replicas, "labels": labels, "selector": selector,
+            "service_selector": {**selector, SERVES: "true"},
             "kind": "LeaderWorkerSet" if multi else "Deployment", "size": a.nodes_per_worker,
             "annotations": {"infra.dev/plan-fingerprint": self.sb.plan.spec.fingerprint},
             "pod": pods[0], "worker": pods[1] if multi else None, "claim": claim, "values": values,
@@ -352,15 +371,16 @@ class AllocationBuilder:
             "device_ids": [list(range(self.devices_per_pod))],
         }
         if role != "agg":
-            if not ({"kv_transfer_config", "disaggregation_mode"} & set(self.cli.flags)
-                    or (self.cli.config_file and {"kv_transfer_config", "disaggregation_mode",
-                                                   "disaggregation_transfer_backend"}
-                        & set(self.cli.config_file.keys))):
-                self.note(f"{self.name}: {self.fw.name} states no KV-transfer setting in its catalog cli; "
-                          "configure the engine's prefill/decode connector before applying")
-            v["kv_transfer_config"] = json.dumps(KV_CONNECTOR, separators=(",", ":"), sort_keys=True)
+            connector = self.cli.values.get("kv_transfer_config", {})
+            v["kv_transfer_config"] = role if role in connector else None
             v["disaggregation_mode"] = role
             v["disaggregation_transfer_backend"] = TRANSFER_BACKEND
+            stated = set(self.cli.flags) | set(self.cli.config_file.keys if self.cli.config_file else {})
+            if v["kv_transfer_config"] is None and not stated & {"disaggregation_mode",
+                                                                 "disaggregation_transfer_backend"}:
+                self.note(f"{self.name}: {self.fw.name} states no prefill/decode KV-transfer setting in its "
+                          "catalog cli (flags or cli.values.kv_transfer_config); configure the engine's connector "
+                          "before applying")
         return v
 
     def _model_path(self) -> str:
@@ -389,7 +409,7 @@ class AllocationBuilder:
         }
 
     def _pod(self, name: str, role: str, kind: str, image: str, values: dict[str, Any], labels: dict[str, str],
-             endpoint: str, colocate: bool, claim: dict[str, Any] | None) -> dict[str, Any]:
+             colocate: bool, claim: dict[str, Any] | None) -> dict[str, Any]:
         s = self.settings
         vals = dict(values)
         if kind != "single":
@@ -406,21 +426,20 @@ class AllocationBuilder:
             {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": s.hf_token_secret, "key": "token",
                                                                 "optional": True}}},
         ]
-        if role != "agg" and "kv_transfer_config" in self.cli.flags:
+        if "NixlConnector" in self.cli.values.get("kv_transfer_config", {}).get(role, ""):
             env.append({"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath":
                                                                                           "status.podIP"}}})
         resources = self._resources(claim is not None)
         volumes, mounts = self._volumes(resources, name)
         probes = self._probes() if serves else None
-        pod_labels = {**labels, "infra.dev/endpoint": endpoint if serves else "false"}
+        pod_labels = {**labels, SERVES: "true" if serves else "false"}
         annotations: dict[str, str] = {}
-        volcano = self._volcano()
-        if volcano:
+        if self.gang:
             annotations["scheduling.k8s.io/group-name"] = self.name
         caps = ["IPC_LOCK"] if self.rdma else []
         return {
             "labels": pod_labels, "annotations": annotations,
-            "service_account": s.service_account, "scheduler": self.sb.cluster.scheduler,
+            "service_account": s.service_account or self.sb.svc.name, "scheduler": self.sb.cluster.scheduler,
             "node_selector": self._node_selector(), "affinity": self._affinity(colocate),
             "image": image, "command": command, "args": args, "env": env,
             "port": self.cli.port if serves else None, "resources": resources, "capabilities": caps,
@@ -435,7 +454,7 @@ class AllocationBuilder:
         cf = self.cli.config_file
         assert cf is not None
         shell = (f'python3 -c "$MERGE" {cf.path} {CONFIG_DIR}/{_file_name(cf.path)} && exec '
-                 + " ".join(command + args))
+                 + shlex.join(command + args))
         return ["/bin/bash", "-c"], [shell]
 
     # --- resources ----------------------------------------------------------------------------------------------
@@ -468,7 +487,7 @@ class AllocationBuilder:
         api = self.sb.crds.get("dra")
         if not api:
             return None
-        classes = self.settings_classes()
+        classes = self.settings.dra_device_classes
         gpu_class = classes.get(self.pool.vendor)
         if gpu_class is None:
             self.note(f"{self.name}: no DRA device class is known for {self.pool.vendor} devices "
@@ -494,9 +513,6 @@ class AllocationBuilder:
         return {"api_version": api, "name": f"{name}-devices", "requests": requests, "constraints": constraints,
                 "labels": {**self.sb.base_labels, "infra.dev/allocation": self.alloc_id}}
 
-    def settings_classes(self) -> dict[str, str]:
-        return dict(self.settings.dra_device_classes)
-
     def _volumes(self, resources: dict[str, Any], name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         s = self.settings
         cache = self.sb.cluster.model_cache
@@ -511,9 +527,12 @@ class AllocationBuilder:
         shm = max(1, math.floor(resources["memory_gi"] * s.shm_fraction))
         volumes = [model_volume, {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm}Gi"}}]
         mounts = [{"name": "model-cache", "mountPath": MODEL_DIR}, {"name": "shm", "mountPath": "/dev/shm"}]
-        if self.cli.config_file is not None:
+        cf = self.cli.config_file
+        if cf is not None:
+            # A file merged into the image's own is mounted beside it; any other replaces its directory.
+            where = CONFIG_DIR if cf.merge else cf.path.rsplit("/", 1)[0]
             volumes.append({"name": "engine-config", "configMap": {"name": f"{name}-engine"}})
-            mounts.append({"name": "engine-config", "mountPath": CONFIG_DIR, "readOnly": True})
+            mounts.append({"name": "engine-config", "mountPath": where, "readOnly": True})
         return volumes, mounts
 
     def _probes(self) -> dict[str, Any]:
@@ -555,8 +574,10 @@ class AllocationBuilder:
                 "labelSelector": {"matchLabels": {"infra.dev/service": self.sb.svc.name,
                                                   "infra.dev/allocation": self.alloc_id}},
                 "topologyKey": self.settings.switch_label}]}
-            self.header.append(f"Prefill and decode pods of {self.name} stay under one leaf switch (pod affinity "
-                               f"on node label {self.settings.switch_label}).")
+            line = (f"Prefill and decode pods of {self.name} stay under one leaf switch (pod affinity on node "
+                    f"label {self.settings.switch_label}).")
+            if line not in self.header:
+                self.header.append(line)
         return out or None
 
     # --- companions ---------------------------------------------------------------------------------------------
@@ -606,19 +627,11 @@ class AllocationBuilder:
                    "annotations": {"infra.dev/plan-fingerprint": self.sb.plan.spec.fingerprint},
                    "roles": workloads}}, self.header)
 
-    def _volcano(self) -> bool:
-        return self.sb.cluster.scheduler == "volcano" and bool(self.sb.crds.get("volcano"))
-
     def _gang(self, workloads: list[dict[str, Any]]) -> None:
-        if not self._volcano():
+        if not self.gang:
             return
-        a = self.a
-        if a.mode == "agg":
-            members = a.nodes_per_worker
-        else:
-            members = a.nodes_per_worker * int((a.prefill_workers or 1) + (a.decode_workers or 1))
         self.sb.add("podgroup.yaml.j2", {"pg": {
-            "api_version": self.sb.crds["volcano"], "name": self.name, "min_member": members,
+            "api_version": self.sb.crds["volcano"], "name": self.name, "min_member": self.gang,
             "labels": {**self.sb.base_labels, "infra.dev/allocation": self.alloc_id},
             "annotations": {"infra.dev/plan-fingerprint": self.sb.plan.spec.fingerprint}}})
 

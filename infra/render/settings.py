@@ -29,7 +29,7 @@ class Settings(BaseModel):
     """Seconds an engine needs after loading weights (graph capture, KV-cache allocation, warm-up)."""
     probe_period_s: int = Field(ge=1)
     service_account: str
-    """serviceAccountName of every serving pod."""
+    """serviceAccountName of every serving pod (an existing account); empty renders one per service."""
     hf_token_secret: str
     """Secret (key `token`) with the Hugging Face token, referenced optionally."""
     zone_label: str

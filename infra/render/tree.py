@@ -11,7 +11,7 @@ from pathlib import Path
 
 from infra.errors import InfraError, IntentError, Location, Problem
 from infra.render.context import Built
-from infra.render.env import Templates, TemplateError
+from infra.render.env import TemplateError, Templates
 from infra.render.yamlout import dump_yaml
 
 MARKER = ".infra-manifests"

@@ -1,0 +1,67 @@
+"""`infra render` and the manifests `infra plan` writes, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..conftest import ROOT
+from .test_cli import infra
+
+GOLDEN = ROOT / "tests" / "golden" / "small-model-shared"
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and not p.name.startswith(".")}
+
+
+def test_plan_writes_the_manifests_render_writes(tmp_path):
+    out = infra("plan", "examples/small-model-shared.yaml", "-o", str(tmp_path / "p"), cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert f"wrote {tmp_path / 'p' / 'manifests'}" in out.stdout
+    planned = tree(tmp_path / "p" / "manifests")
+    # planning again gave the stored plan's manifests, byte for byte
+    assert planned == tree(GOLDEN / "manifests")
+    again = infra("render", str(tmp_path / "p" / "plan.yaml"), "-o", str(tmp_path / "r"), "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["files"] == sorted(planned)
+    assert tree(tmp_path / "r") == planned
+
+
+def test_render_refuses_a_foreign_directory_unless_forced(tmp_path):
+    (tmp_path / "mine.txt").write_text("keep")
+    out = infra("render", str(GOLDEN / "plan.yaml"), "-o", str(tmp_path))
+    assert out.returncode == 1 and "not written by infra" in out.stderr and "--force" in out.stderr
+    assert (tmp_path / "mine.txt").read_text() == "keep"
+    forced = infra("render", str(GOLDEN / "plan.yaml"), "-o", str(tmp_path), "--force")
+    assert forced.returncode == 0, forced.stderr and not (tmp_path / "mine.txt").exists()
+
+
+def test_broken_template_override_names_file_and_line(tmp_path):
+    (tmp_path / "tpl").mkdir()
+    (tmp_path / "tpl" / "poddisruptionbudget.yaml.j2").write_text(
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: {{ w.nmae }}\n")
+    out = infra("render", str(GOLDEN / "plan.yaml"), "-o", str(tmp_path / "o"), "--templates", str(tmp_path / "tpl"))
+    assert out.returncode == 1
+    assert out.stderr.startswith(f"error: {tmp_path / 'tpl' / 'poddisruptionbudget.yaml.j2'}:4: undefined")
+    assert "Traceback" not in out.stderr and not (tmp_path / "o").exists()
+
+
+def test_inconsistent_plan_names_the_field(tmp_path):
+    text = (GOLDEN / "plan.yaml").read_text().replace("  - pool: rtx4090\n", "  - pool: rtx5090\n")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(text)
+    out = infra("render", str(plan), "-o", str(tmp_path / "o"))
+    assert out.returncode == 1
+    assert f"{plan}:127:" in out.stderr  # the line of the allocation's pool
+    assert "spec.services[0].allocations[0].pool" in out.stderr and "rtx5090" in out.stderr
+    assert "To fix" in out.stderr
+
+
+def test_malformed_plan_gives_file_and_line(tmp_path):
+    text = (GOLDEN / "plan.yaml").read_text().replace("      replicas: 2\n", "      replicas: two\n")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(text)
+    out = infra("render", str(plan), "-o", str(tmp_path / "o"))
+    assert out.returncode == 1 and f"{plan}:" in out.stderr and "replicas" in out.stderr
