@@ -304,6 +304,7 @@ def validate_cmd(
     live: Annotated[bool, typer.Option("--live", help="Also dry-run every object on the cluster of the current "
                                                       "kubeconfig (dryRun=All, fieldValidation=Strict).")] = False,
     rules: Annotated[bool, typer.Option("--rules", help="List the rules (id, severity, fix) and exit.")] = False,
+    catalog: CatalogOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Check manifests: schema (strict), kustomize, semantic, security, cluster-profile and plan rules. Exit 1 on
@@ -320,7 +321,7 @@ def validate_cmd(
         raise InfraError("missing PATH — To fix: give a manifest file or directory, e.g. `infra validate out/manifests`")
     from infra import api
 
-    report = api.validate(path, profile=profile, plan=plan_file, live=live)
+    report = api.validate(path, profile=profile, plan=plan_file, live=live, catalog_dirs=tuple(catalog or ()))
     if as_json:
         print(json.dumps(report_json(report), indent=2, sort_keys=True))
     else:

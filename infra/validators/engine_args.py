@@ -135,3 +135,42 @@ def plan_value(cli: EngineCli, setting: str, value: Any) -> str:
     """How the engine spells a plan value (`kv_cache_dtype: fp8` -> `fp8_e4m3` for SGLang)."""
     text = str(value).lower() if isinstance(value, bool) else str(value)
     return cli.values.get(setting, {}).get(text, text)  # type: ignore[call-overload]
+
+
+def _dotted(doc: Any, path: str) -> Any:
+    node = doc
+    for step in path.split("."):
+        if isinstance(node, list) and step.isdigit() and int(step) < len(node):
+            node = node[int(step)]
+        elif isinstance(node, dict) and step in node:
+            node = node[step]
+        else:
+            return None
+    return node
+
+
+def file_settings(pod_spec: dict[str, Any], cli: EngineCli, config_maps: dict[str, dict[str, Any]]
+                  ) -> tuple[dict[str, Any] | None, str]:
+    """Settings an engine reads from its config file, as a ConfigMap of the tree mounted into the pod ships it:
+    (setting -> value, "") or (None, why they cannot be read)."""
+    import json
+
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    cf = cli.config_file
+    assert cf is not None
+    name = cf.path.rsplit("/", 1)[-1]
+    for vol in pod_spec.get("volumes") or []:
+        ref = vol.get("configMap") if isinstance(vol, dict) else None
+        if not isinstance(ref, dict):
+            continue
+        data = (config_maps.get(str(ref.get("name"))) or {}).get("data")
+        if not isinstance(data, dict) or name not in data:
+            continue
+        try:
+            doc = json.loads(data[name]) if cf.format == "json" else YAML(typ="safe", pure=True).load(data[name])
+        except (ValueError, YAMLError) as exc:
+            return None, f"{name} in ConfigMap {ref.get('name')} does not parse as {cf.format}: {exc}"
+        return {s: _dotted(doc, p) for s, p in cf.keys.items() if _dotted(doc, p) is not None}, ""
+    return None, f"no ConfigMap of the tree mounted into the pod holds {name}"

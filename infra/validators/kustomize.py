@@ -56,6 +56,12 @@ def _paths(k: Manifest) -> list[tuple[tuple, str, str]]:
     return out
 
 
+def patch_files(kustomizations: list[Manifest]) -> set[Path]:
+    """Resolved paths of the files kustomizations apply as patches."""
+    return {(Path(k.file).parent / target).resolve() for k in kustomizations for _, target, what in _paths(k)
+            if what == "patch" and not _remote(target)}
+
+
 def check_kustomization(k: Manifest) -> list[Finding]:
     out = []
     ref = f"Kustomization/{Path(k.file).parent.name or '.'}"
@@ -101,3 +107,32 @@ def check_unlisted(kustomizations: list[Manifest], files: list[Path]) -> list[Fi
                                              f"{f.name} is not listed in {Path(k.file).name}",
                                              fix=f"add `- {f.name}` to resources, or delete the file"))
     return out
+
+
+def check_builds(kustomizations: list[Manifest]) -> tuple[list[Finding], list[str]]:
+    """KUS004: every top-level kustomization (one no other kustomization of the tree includes, i.e. an overlay)
+    builds with `kubectl kustomize`; notes say when no kubectl is there to build with."""
+    import shutil
+    import subprocess
+
+    from infra.validators.rules import rule
+
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        return [], ["kustomizations were not built: kubectl is not on PATH"]
+    included = {(Path(k.file).parent / target).resolve() for k in kustomizations for _, target, what in _paths(k)
+                if what in ("resources", "bases", "components") and not _remote(target)}
+    out = []
+    for k in kustomizations:
+        folder = Path(k.file).parent
+        if folder.resolve() in included:
+            continue
+        try:
+            run = subprocess.run([kubectl, "kustomize", str(folder)], capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return out, [f"kustomizations were not built: kubectl failed to run ({exc})"]
+        if run.returncode != 0:
+            lines = [x for x in run.stderr.strip().splitlines() if x.strip()] or ["(no message)"]
+            out.append(rule("KUS004").at(k.file, 1, f"Kustomization/{folder.name}",
+                                         f"`kubectl kustomize {folder}` fails: {lines[-1][:300]}"))
+    return out, []

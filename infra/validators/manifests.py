@@ -174,17 +174,23 @@ def _document_lines(text: str) -> list[int]:
 
 
 def read_tree(root: Path) -> Tree:
-    """Read every manifest under `root`; file names in findings are shown as given (root-relative)."""
+    """Read every manifest under `root`; file names in findings are shown as given (root-relative). Files a
+    kustomization uses as patches are partial objects, read by kustomize only, not as manifests."""
+    from infra.validators.kustomize import patch_files
+
     files = yaml_files(root)
     manifests: list[Manifest] = []
     kustomizations: list[Manifest] = []
     findings: list[Finding] = []
-    for path in files:
-        shown = str(path)
-        objs, problems = read_file(path, shown)
+    for path in (p for p in files if p.name in KUSTOMIZATION_FILES):
+        objs, problems = read_file(path, str(path))
         findings += problems
-        if path.name in KUSTOMIZATION_FILES:
-            kustomizations += objs
-        else:
-            manifests += objs
+        kustomizations += objs
+    patches = patch_files(kustomizations)
+    for path in files:
+        if path.name in KUSTOMIZATION_FILES or path.resolve() in patches:
+            continue
+        objs, problems = read_file(path, str(path))
+        findings += problems
+        manifests += objs
     return Tree(root, files, manifests, kustomizations, findings)

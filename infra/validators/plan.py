@@ -17,12 +17,13 @@ from infra.catalog.loader import Catalog
 from infra.catalog.schema import EngineCli, FrameworkSpec
 from infra.planner.types import Allocation, DeploymentPlan
 from infra.validators.cluster import PoolView, from_plan
-from infra.validators.engine_args import engine_args, parse, tokens
+from infra.validators.engine_args import engine_args, file_settings, parse, tokens
 from infra.validators.findings import Finding
 from infra.validators.manifests import Manifest
 from infra.validators.pods import PodTemplate, pod_templates
 from infra.validators.quantity import parse_quantity
 from infra.validators.rules import rule
+from infra.validators.semantic import config_maps
 
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "LeaderWorkerSet", "DisaggregatedSet", "Pod", "ReplicaSet"}
 
@@ -129,8 +130,8 @@ def _plan_settings(e: Expected, cli: EngineCli) -> dict[str, Any]:
     return want
 
 
-def _compare_args(m: Manifest, path: tuple, container: dict[str, Any], e: Expected, fw: FrameworkSpec,
-                  model_id: str | None) -> list[Finding]:
+def _compare_args(m: Manifest, path: tuple, container: dict[str, Any], t: PodTemplate, e: Expected,
+                  fw: FrameworkSpec, model_id: str | None, manifests: list[Manifest]) -> list[Finding]:
     cli = fw.cli
     assert cli is not None
     args = parse(tokens(container), fw)
@@ -139,32 +140,48 @@ def _compare_args(m: Manifest, path: tuple, container: dict[str, Any], e: Expect
                                                          f"({' '.join(cli.command)})",
                           fix=f"launch the engine with `{' '.join(cli.command)}`")]
     out = []
-    file_keys = set(cli.config_file.keys) if getattr(cli, "config_file", None) is not None else set()
-    negations = getattr(cli, "negations", {}) or {}
+    in_file: dict[str, Any] | None = None
+    if cli.config_file is not None:
+        values, why = file_settings(t.spec, cli, config_maps(manifests))
+        if values is None:
+            out.append(m.finding("PLN004", t.spec_path + ("volumes",), f"{fw.name} reads its settings from "
+                                                                       f"{cli.config_file.path}, but {why}",
+                                 fix="ship the file in a ConfigMap mounted into the pod (`infra render` does)"))
+        in_file = None if values is None else {k: v for k, v in values.items() if k in cli.config_file.keys}
+    negations = cli.negations
     for setting, value in _plan_settings(e, cli).items():
-        if setting in file_keys or (setting not in cli.flags and setting not in negations):
+        if cli.config_file is not None and setting in cli.config_file.keys:
+            if value is None or in_file is None:  # unset in the plan, or the file is missing (reported above)
+                continue
+            got_file = in_file.get(setting)
+            want = value if isinstance(value, bool) else _spell(cli, setting, value)
+            where = f"{setting} ({cli.config_file.keys[setting]} in {cli.config_file.path.rsplit('/', 1)[-1]})"
+            if got_file is None:
+                out.append(m.finding("PLN004", t.spec_path + ("volumes",), f"{where} is missing (plan: {want})"))
+            elif not _same(_text(got_file), _text(want)):
+                out.append(m.finding("PLN004", t.spec_path + ("volumes",), f"{where} is {_text(got_file)}, "
+                                                                           f"the plan says {_text(want)}"))
+            continue
+        if setting not in cli.flags and setting not in negations:
             continue
         got = args.settings.get(setting)
+        flag = cli.flags.get(setting)
         if setting in cli.switches:
-            want_on = bool(value)
             if value is None:
                 continue
-            if want_on and got is not True and setting in cli.flags:
-                out.append(m.finding("PLN004", path + ("args",), f"{cli.flags.get(setting)} is missing "
-                                                                 f"({setting} is on in the plan)",
-                                     fix=f"add {cli.flags.get(setting)}"))
-            elif want_on and got is False:
+            if value and got is not True and flag:
+                out.append(m.finding("PLN004", path + ("args",), f"{flag} is missing ({setting} is on in the plan)",
+                                     fix=f"add {flag}"))
+            elif value and got is False:
                 out.append(m.finding("PLN004", path + ("args",), f"{negations[setting]} is given but the plan has "
                                                                  f"{setting} on", fix=f"remove {negations[setting]}"))
-            elif not want_on and got is True:
-                out.append(m.finding("PLN004", path + ("args",), f"{cli.flags[setting]} is given but the plan "
-                                                                 f"has {setting} off",
-                                     fix=f"remove it{' and add ' + negations[setting] if setting in negations else ''}"))
-            elif not want_on and setting in negations and got is not False:
+            elif not value and got is True:
+                out.append(m.finding("PLN004", path + ("args",), f"{flag} is given but the plan has {setting} off",
+                                     fix=f"remove {flag}"))
+            elif not value and setting in negations and got is not False:
                 out.append(m.finding("PLN004", path + ("args",), f"{negations[setting]} is missing ({setting} is "
                                                                  "off in the plan)", fix=f"add {negations[setting]}"))
             continue
-        flag = cli.flags.get(setting)
         if value is None:
             if got is not None:
                 out.append(m.finding("PLN004", path + ("args",), f"{flag} {got} is given, but the plan sets no "
@@ -177,10 +194,17 @@ def _compare_args(m: Manifest, path: tuple, container: dict[str, Any], e: Expect
         elif not _same(str(got), want):
             out.append(m.finding("PLN004", path + ("args",), f"{flag} is {got}, the plan says {want}",
                                  fix=f"set {flag} {want}"))
-    if model_id and args.model is not None and not (args.model == model_id or args.model.endswith("/" + model_id)):
-        out.append(m.finding("PLN004", path + ("args",), f"model is {args.model}, the plan serves {model_id}",
+    model = in_file["model"] if in_file and "model" in in_file else args.model
+    if model_id and model is not None and not (str(model) == model_id or str(model).endswith("/" + model_id)):
+        out.append(m.finding("PLN004", path + ("args",), f"model is {model}, the plan serves {model_id}",
                              fix=f"pass {model_id}"))
     return out
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _same(got: str, want: str) -> bool:
@@ -299,9 +323,6 @@ def check_plan(manifests: list[Manifest], plan: DeploymentPlan, plan_path: str,
             out.append(m.finding("PLN006", ("spec",), f"{a.framework} has no `cli` in the catalog: its engine "
                                                       "arguments were not checked against the plan"))
             continue
-        if getattr(fw.cli, "config_file", None) is not None:
-            notes.append(f"{e.name}: {a.framework} reads {', '.join(sorted(fw.cli.config_file.keys))} from "
-                         f"{fw.cli.config_file.path}; those settings were not checked")
         for t in serving:
             engine = next(((p, c) for p, c in t.containers(init=False)
                            if engine_args(c, catalog, a.framework) is not None), None)
@@ -309,7 +330,7 @@ def check_plan(manifests: list[Manifest], plan: DeploymentPlan, plan_path: str,
                 engine = next(iter(t.containers(init=False)), None)
             if engine is None:
                 continue
-            out += _compare_args(m, engine[0], engine[1], e, fw, svc.model_id)
+            out += _compare_args(m, engine[0], engine[1], t, e, fw, svc.model_id, manifests)
     want_names = {x.name for x in _expected(plan)}
     allocs = {(x.service, x.alloc_id) for x in _expected(plan)}
     for m in manifests:

@@ -42,6 +42,8 @@ _ALL = [
          "use a field of kustomize.config.k8s.io/v1beta1 Kustomization (resources, namespace, patches, ...)"),
     Rule("KUS003", "warning", "kustomize", "every manifest beside a kustomization.yaml is listed in it",
          "add the file to the kustomization's resources, or delete it"),
+    Rule("KUS004", "error", "kustomize", "every overlay (top-level kustomization) builds with kustomize",
+         "fix what `kubectl kustomize DIR` reports (a patch naming no object, a missing field, a conflict)"),
     # Semantic
     Rule("SEM001", "error", "semantic", "a workload's selector matches its pod template's labels",
          "make spec.selector.matchLabels a subset of spec.template.metadata.labels"),

@@ -9,7 +9,7 @@ from infra.catalog.loader import load_catalog
 from infra.errors import ValidationError, Location, Problem
 from infra.validators.cluster import ClusterView, device_names, from_plan, from_profile
 from infra.validators.findings import Report
-from infra.validators.kustomize import check_kustomization, check_unlisted
+from infra.validators.kustomize import check_builds, check_kustomization, check_unlisted
 from infra.validators.manifests import read_tree
 from infra.validators.profile import check_profile
 from infra.validators.schema import check_object, kubernetes_version
@@ -18,15 +18,16 @@ from infra.validators.semantic import check_semantic
 
 
 def validate_tree(path: str | Path, profile: str | Path | None = None, plan: str | Path | None = None,
-                  live: bool = False) -> Report:
+                  live: bool = False, catalog_dirs: tuple[Path, ...] = ()) -> Report:
     """Validate every manifest under `path` (a file or a directory); raises ValidationError only for inputs that
-    stop validation altogether (a missing path, an unreadable profile or plan, `live` without a cluster)."""
+    stop validation altogether (a missing path, an unreadable profile or plan, `live` without a cluster).
+    `catalog_dirs` are catalog overlays: frameworks (how engine arguments are spelled) and devices."""
     started = time.perf_counter()
     root = Path(path)
     if not root.exists():
         raise ValidationError(Problem("manifest path does not exist", Location(str(root)),
                                       "give a manifest file or a directory of manifests (e.g. OUT/manifests)"))
-    catalog = load_catalog()
+    catalog = load_catalog(tuple(catalog_dirs))
     loaded_plan = None
     cluster: ClusterView | None = None
     if plan is not None:
@@ -52,6 +53,9 @@ def validate_tree(path: str | Path, profile: str | Path | None = None, plan: str
     for k in tree.kustomizations:
         report.findings += check_kustomization(k)
     report.findings += check_unlisted(tree.kustomizations, tree.files)
+    built, notes = check_builds(tree.kustomizations)
+    report.findings += built
+    report.notes += notes
     names = device_names(cluster, catalog)
     report.findings += check_semantic(tree.manifests, names, catalog)
     if cluster is not None:

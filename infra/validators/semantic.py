@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 from infra.catalog.loader import Catalog
 from infra.validators.cluster import DeviceNames
-from infra.validators.engine_args import EngineArgs, engine_args
+from infra.validators.engine_args import EngineArgs, engine_args, file_settings
 from infra.validators.findings import Finding
 from infra.validators.manifests import Manifest
 from infra.validators.names import LABEL_NAMED_KINDS, label_problem, port_name_problem, subdomain_problem
@@ -342,11 +342,26 @@ def devices_of(t: PodTemplate, names: DeviceNames, manifests: list[Manifest]) ->
     return int(total)
 
 
-def engine_of(t: PodTemplate, catalog: Catalog) -> tuple[tuple, dict[str, Any], EngineArgs] | None:
+def config_maps(manifests: list[Manifest]) -> dict[str, dict[str, Any]]:
+    return {m.name: m.data for m in manifests if m.kind == "ConfigMap" and m.api_version == "v1"}
+
+
+def engine_of(t: PodTemplate, catalog: Catalog, manifests: list[Manifest]
+              ) -> tuple[tuple, dict[str, Any], EngineArgs, str] | None:
+    """(container path, container, its engine settings, why settings of a config file could not be read) for the
+    first container that runs an engine the catalog knows. Settings an engine reads from a file come from the
+    ConfigMap the pod mounts; flags win where both are given."""
     for path, c in t.containers(init=False):
         found = engine_args(c, catalog)
-        if found is not None:
-            return path, c, found
+        if found is None:
+            continue
+        cli = catalog.framework(found.framework).cli
+        why = ""
+        if cli is not None and cli.config_file is not None:
+            values, why = file_settings(t.spec, cli, config_maps(manifests))
+            for setting, value in (values or {}).items():
+                found.settings.setdefault(setting, value if isinstance(value, bool) else str(value))
+        return path, c, found, why
     return None
 
 
@@ -359,7 +374,7 @@ def check_parallel(m: Manifest, names: DeviceNames, catalog: Catalog, manifests:
         groups.setdefault(t.group, []).append(t)
     for templates in groups.values():
         per_group = sum(devices_of(t, names, manifests) * t.pods_per_group for t in templates)
-        engines = [(t, engine_of(t, catalog)) for t in templates]
+        engines = [(t, engine_of(t, catalog, manifests)) for t in templates]
         found = [(t, e) for t, e in engines if e is not None]
         if not found:
             if per_group:
@@ -369,11 +384,16 @@ def check_parallel(m: Manifest, names: DeviceNames, catalog: Catalog, manifests:
                                      f"{per_group} device(s) per group, but no container runs an engine command "
                                      "the catalog knows; tensor/pipeline/data parallel sizes were not checked"))
             continue
-        t, (path, container, args) = found[0]
+        t, (path, container, args, unread) = found[0]
         if args.duplicates:
             out.append(m.finding("SEM009", path + ("args",), f"engine flag(s) given twice: "
                                                               f"{', '.join(sorted(set(args.duplicates)))}",
                                  fix="give each flag once"))
+        if unread:
+            out.append(m.finding("SEM012", path, f"{args.framework} reads its settings from a file, and {unread}; "
+                                                 "tensor/pipeline/data parallel sizes were not checked",
+                                 fix="ship the engine's config file in a ConfigMap of the tree, mounted into the pod"))
+            continue
         sizes = {s: args.int_setting(s) for s in ("tensor_parallel", "pipeline_parallel", "data_parallel")}
         bad = [s for s, v in sizes.items() if v is None]
         if bad:

@@ -137,8 +137,21 @@ def test_planted_defect_is_caught(tree: Path, rule: str, file: str, old: str, ne
     assert report.ok is (not report.errors)
 
 
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl builds the overlays")
+def test_overlay_that_does_not_build_is_caught(tree: Path):
+    overlay = tree / "chat" / "overlays" / "lab"
+    (overlay / "patch.yaml").write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: nope\n"
+                                        "spec:\n  replicas: 3\n")
+    k = overlay / "kustomization.yaml"
+    k.write_text(k.read_text() + "patches:\n  - path: patch.yaml\n")
+    report = validate_tree(tree)
+    assert [f.rule for f in report.findings] == ["KUS004"], [str(f) for f in report.findings]
+    f = report.findings[0]
+    assert f.file == str(k) and f.object == "Kustomization/lab" and "nope" in f.message
+
+
 def test_every_rule_is_planted_or_needs_a_plan_or_cluster():
-    planted = {d[0] for d in DEFECTS}
+    planted = {d[0] for d in DEFECTS} | {"KUS004"}
     rest = {r for r in RULES if r.startswith(("PLN", "LIV", "YAML"))}
     assert set(RULES) - planted - rest == set()
 
