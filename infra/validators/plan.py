@@ -302,7 +302,8 @@ def check_plan(manifests: list[Manifest], plan: DeploymentPlan, plan_path: str,
         if a.nodes_per_worker > 1:
             size = _get(m.data, replicas_path[:-1] + ("leaderWorkerTemplate", "size"))
             if m.kind not in ("LeaderWorkerSet", "DisaggregatedSet") or size != a.nodes_per_worker:
-                out.append(m.finding("PLN005", replicas_path[:-1], f"a worker spans {a.nodes_per_worker} nodes, "
+                out.append(m.finding("PLN005", replicas_path[:-1] + ("leaderWorkerTemplate", "size"),
+                                     f"a worker spans {a.nodes_per_worker} nodes, "
                                      f"but the object is a {m.kind} with group size {size or 1}",
                                      fix=f"use a LeaderWorkerSet with leaderWorkerTemplate.size: "
                                          f"{a.nodes_per_worker}"))

@@ -6,6 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from .test_cli import infra
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "manifests"
@@ -85,3 +87,19 @@ def test_missing_path_and_live_without_kubeconfig_exit_1(tmp_path):
                          capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "--live needs a cluster" in out.stderr and "KUBECONFIG" in out.stderr
+
+
+def _kubeconfig():
+    from infra.validators.live import kubeconfig
+
+    return kubeconfig()
+
+
+
+@pytest.mark.skipif(_kubeconfig() is None, reason="server-side dry run needs a cluster (KUBECONFIG)")
+def test_live_dry_run_on_the_kubeconfig_cluster():
+    from infra.validators import validate_tree
+
+    report = validate_tree(FIXTURES / "good" / "chat" / "base" / "service-chat.yaml", live=True)
+    assert "live" in report.checks
+    assert not [f for f in report.findings if f.rule == "LIV001" and "refused" in f.message]

@@ -134,3 +134,36 @@ def test_settings_in_an_engine_config_file_are_read_from_its_configmap(tmp_path:
         (cm.parent / "kustomization.yaml").read_text().replace(f"- {cm.name}\n", ""))
     rules = sorted({f.rule for f in validate_tree(tree, plan=plan).findings})
     assert rules == ["PLN004", "SEM012"], rules
+
+
+def test_multi_node_worker_renders_a_leaderworkerset_that_validates(tmp_path: Path):
+    """A worker over two nodes (the rag example's plan with TP 16 across 2 x 8 devices) renders a LeaderWorkerSet;
+    it validates against the plan, and a group size that disagrees is caught twice (plan and layout)."""
+    text = (ROOT / "tests" / "golden" / "rag-long-context" / "plan.yaml").read_text()
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(text.replace("        tp: 8\n", "        tp: 16\n", 1).replace(
+        "      devices_per_worker: 8\n      nodes_per_worker: 1\n", "      devices_per_worker: 16\n"
+        "      nodes_per_worker: 2\n", 1))
+    tree = write_files(render_plan(load_plan(plan)), tmp_path / "m")
+    lws = next(tree.glob("*/base/leaderworkerset-*.yaml"))
+    assert validate_tree(tree, plan=plan).findings == []
+    _edit(lws, "    size: 2\n", "    size: 3\n")
+    found = {f.rule: f for f in validate_tree(tree, plan=plan).findings}
+    assert sorted(found) == ["PLN005", "SEM006"]
+    assert lws.read_text().splitlines()[found["PLN005"].line - 1].strip() == "size: 3"
+    assert "TP 16" in found["SEM006"].message and "24 device(s)" in found["SEM006"].message
+
+
+def test_hami_slice_renders_requests_that_validate(tmp_path: Path):
+    """Half a device (HAMi): count 1 plus the memory and core slice resources, checked against the plan's share."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(GOLDEN.read_text().replace("      devices_per_worker: 1\n",
+                                               "      share: 0.5\n      devices_per_worker: 1\n", 1))
+    tree = write_files(render_plan(load_plan(plan)), tmp_path / "m")
+    dep = tree / DEPLOYMENT
+    # 0.5 x 24 GB in MiB units, and half the cores.
+    assert "nvidia.com/gpumem: 11444" in dep.read_text() and "nvidia.com/gpucores: 50" in dep.read_text()
+    assert validate_tree(tree, plan=plan).findings == []
+    dep.write_text(dep.read_text().replace("nvidia.com/gpumem: 11444", "nvidia.com/gpumem: 20000"))
+    found = [f for f in validate_tree(tree, plan=plan).findings]
+    assert [f.rule for f in found] == ["PLN005"] and "11444" in found[0].message
