@@ -72,6 +72,9 @@ _ALL = [
          "to the framework's catalog entry"),
     Rule("SEM013", "error", "semantic", "a HAMi slice keeps the device count at 1 and memory within the device",
          "request count 1 with the memory/core slice resources, or whole devices without them"),
+    Rule("SEM014", "error", "semantic", "DRA device selectors are valid CEL",
+         "write a CEL expression over device.driver / device.attributes / device.capacity, e.g. "
+         "device.driver == \"gpu.nvidia.com\""),
     # Cluster profile
     Rule("PRO001", "error", "profile", "extended resources are ones the cluster offers",
          "use a resource name of the cluster profile's conventions.devices (or fix the profile)"),

@@ -410,6 +410,55 @@ def check_parallel(m: Manifest, names: DeviceNames, catalog: Catalog, manifests:
     return out
 
 
+def _cel_selectors(m: Manifest) -> list[tuple[tuple, str]]:
+    """(path, expression) of every CEL selector of a DRA claim, claim template or device class."""
+    spec = m.data.get("spec")
+    if not isinstance(spec, dict):
+        return []
+    out: list[tuple[tuple, str]] = []
+
+    def selectors(node: Any, base: tuple) -> None:
+        for i, sel in _items(node.get("selectors") if isinstance(node, dict) else None):
+            expr = sel.get("cel", {}).get("expression") if isinstance(sel.get("cel"), dict) else None
+            if isinstance(expr, str):
+                out.append((base + ("selectors", i, "cel", "expression"), expr))
+
+    if m.kind == "DeviceClass":
+        selectors(spec, ("spec",))
+        return out
+    base: tuple = ("spec",)
+    if m.kind == "ResourceClaimTemplate":
+        spec, base = spec.get("spec", {}), ("spec", "spec")
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    for i, r in _items(devices.get("requests") if isinstance(devices, dict) else None):
+        req = base + ("devices", "requests", i)
+        if isinstance(r.get("exactly"), dict):
+            selectors(r["exactly"], req + ("exactly",))
+        for j, sub in _items(r.get("firstAvailable")):
+            selectors(sub, req + ("firstAvailable", j))
+    return out
+
+
+def check_cel(m: Manifest) -> list[Finding]:
+    """SEM014: DRA selector expressions are CEL (the schema sees only a string; the API server compiles them)."""
+    if not m.api_version.startswith("resource.k8s.io/"):
+        return []
+    found = _cel_selectors(m)
+    if not found:
+        return []
+    import celpy
+
+    env = celpy.Environment()
+    out = []
+    for path, expr in found:
+        try:
+            env.compile(expr)
+        except celpy.CELParseError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else "syntax error"
+            out.append(m.finding("SEM014", path, f"selector {expr!r} is not a CEL expression ({first[:120]})"))
+    return out
+
+
 def check_semantic(manifests: list[Manifest], names: DeviceNames, catalog: Catalog) -> list[Finding]:
     """Every semantic rule over every object of the tree."""
     out = check_duplicate_objects(manifests)
@@ -422,5 +471,6 @@ def check_semantic(manifests: list[Manifest], names: DeviceNames, catalog: Catal
         out += check_service_targets(m, manifests)
         out += check_resources(m, names)
         out += check_parallel(m, names, catalog, manifests)
+        out += check_cel(m)
     return out
 

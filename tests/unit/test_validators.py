@@ -87,6 +87,8 @@ DEFECTS = [
     ("SEM011", "deployment-chat-a0.yaml", "            - {name: models, mountPath: /models}",
      "            - {name: weights, mountPath: /models}", None),
     ("SEM011", "resourceclaimtemplate-chat-a4.yaml", "requests: [gpu, nic]", "requests: [gpu, nics]", None),
+    ("SEM014", "resourceclaimtemplate-chat-a4.yaml", "expression: device.capacity", "expression: this is not CEL or",
+     None),
     ("SEM012", "deployment-chat-a0.yaml", "command: [vllm, serve]", "command: [trtllm-serve]", None),
     ("SEM013", "deployment-chat-a3.yaml", "limits: {cpu: \"8\", memory: 64Gi, nvidia.com/gpu: 1,",
      "limits: {cpu: \"8\", memory: 64Gi, nvidia.com/gpu: 2,", None),
