@@ -203,7 +203,9 @@ def _cluster(resolved: ResolvedIntent) -> dict[str, Any]:
             "zone": p.zone, "switch": p.topology.switch, "scale_up_domain": p.topology.scale_up_domain,
             "nics": [{"name": n.name, "kind": n.kind, "bandwidth_gbps": _r(n.bandwidth * 8, 6),
                       "pcie_root": n.pcie_root} for n in p.nics],
-            "resources": res.model_dump(mode="json", exclude_none=True),
+            # HAMi names some resources per chip (huawei.com/Ascend{chip}): the plan carries the pool's own names.
+            "resources": {k: v.replace("{chip}", device.name.removeprefix("Ascend-")) if isinstance(v, str) else v
+                          for k, v in res.model_dump(mode="json", exclude_none=True).items()},
             "spot": p.spot, "multi_node": p.multi_node,
         })
     return {"name": resolved.loaded.profile_name, "namespace": conv.namespace, "scheduler": conv.scheduler,

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import math
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from infra.catalog.loader import Catalog
 from infra.catalog.schema import BYTES_PER_PARAM, EngineCli, FrameworkSpec
@@ -66,6 +67,12 @@ def check_plan(plan: DeploymentPlan, catalog: Catalog, locate: Locate) -> None:
     """Cross-field checks the schema cannot make; each problem names the field (and line) and the fix."""
     problems: list[Problem] = []
     pools = {p.name for p in plan.spec.cluster.pools}
+    for pi, pool in enumerate(plan.spec.cluster.pools):
+        for key, name in pool.resources.model_dump(exclude_none=True).items():
+            if isinstance(name, str) and "{" in name:
+                problems.append(Problem(f"resource name {name!r} still holds a placeholder",
+                                        locate(("spec", "cluster", "pools", pi, "resources", key)),
+                                        "re-plan with `infra plan`, which writes the pool's own resource names"))
     names: set[str] = set()
     for si, svc in enumerate(plan.spec.services):
         where = ("spec", "services", si)
@@ -235,7 +242,6 @@ class AllocationBuilder:
         self.name = f"{sb.svc.name}-{self.alloc_id}"
         self.pool: ClusterPool = sb.pools[a.pool]
         self.header: list[str] = []
-        self.pods_per_worker = a.nodes_per_worker
         self.devices_per_pod = a.devices_per_worker // a.nodes_per_worker
         self.rdma = [n for n in self.pool.nics if n.kind in RDMA_KINDS]
         pods_per_replica = a.nodes_per_worker * (1 if a.mode == "agg"
@@ -265,9 +271,12 @@ class AllocationBuilder:
         if a.mode == "disagg" and self.pool.switch is not None:
             self.header.append(f"Prefill and decode share leaf switch {self.pool.switch}: every node of pool "
                                f"{self.pool.name} hangs off it.")
-        workloads = []
-        for role in roles:
-            workloads.append(self._workload(role, image, quantization, multi, colocate))
+        if a.mode == "disagg":
+            self.note(f"{self.name}: prefill/decode groups take requests through a P/D-aware router (the "
+                      "Gateway API Inference Extension's endpoint picker, or the engine's own router) pointed at "
+                      f"the headless Services {self.name}-prefill and {self.name}-decode; they keep "
+                      f"{a.replicas} group(s) without autoscaling")
+        workloads = [self._workload(role, image, quantization, multi, colocate) for role in roles]
         config = self._config_maps(workloads)
         use_ds = a.mode == "disagg" and bool(crds.get("disaggregatedset"))
         if use_ds:
@@ -280,21 +289,16 @@ class AllocationBuilder:
                 else:
                     self.sb.add("deployment.yaml.j2", {"w": w}, self.header)
         for cm in config:
-            self.sb.add("configmap.yaml.j2", {"cm": cm}, self.header)
+            self.sb.add("configmap.yaml.j2", {"cm": cm})
         for w in workloads:
             if w["claim"] is not None:
-                self.sb.add("resourceclaimtemplate.yaml.j2", {"claim": w["claim"]}, self.header)
+                self.sb.add("resourceclaimtemplate.yaml.j2", {"claim": w["claim"]})
             self.sb.add("poddisruptionbudget.yaml.j2", {"w": w})
             if a.mode == "disagg":
                 self.sb.add("service-role.yaml.j2", {"w": w})
         self._gang(workloads)
         if a.mode == "agg":
             self._autoscaler(workloads[0])
-        else:
-            self.note(f"{self.name}: prefill/decode groups take requests through a P/D-aware router (the "
-                      "Gateway API Inference Extension's endpoint picker, or the engine's own router) pointed at "
-                      f"the headless Services {self.name}-prefill and {self.name}-decode; they keep "
-                      f"{a.replicas} group(s) without autoscaling")
 
     # --- images, quantization -----------------------------------------------------------------------------------
 
@@ -303,7 +307,7 @@ class AllocationBuilder:
         default = self.fw.image if self.fw.vendors and self.fw.vendors[0] == self.pool.vendor else ""
         image = self.fw.images.get(self.a.device) or self.fw.images.get(self.pool.vendor) or default
         last = image.rsplit("/", 1)[-1]
-        tag = last.split(":", 1)[1] if ":" in last else (image.split("@", 1)[1] if "@" in image else "")
+        tag = image.split("@", 1)[1] if "@" in image else (last.split(":", 1)[1] if ":" in last else "")
         if not tag or "latest" in tag:
             raise CatalogError(Problem(
                 f"framework {self.fw.name} has no image pinned to a release for {self.a.device} "
@@ -345,7 +349,7 @@ class AllocationBuilder:
             replicas = a.replicas * int(per_unit or 1)
         engine = a.engines[role]
         values = self._values(role, engine, quantization)
-        claim = self._claim(name)
+        claim = self._claim(name, labels)
         pods = []
         for kind in (("leader", "worker") if multi else ("single",)):
             pods.append(self._pod(name, role, kind, image, values, labels, colocate, claim))
@@ -362,13 +366,13 @@ class AllocationBuilder:
         v: dict[str, Any] = {
             "model": self._model_path(), "served_model_name": self.sb.svc.name, "host": "0.0.0.0",
             "port": self.cli.port, "tensor_parallel": p.tp, "pipeline_parallel": p.pp,
-            "data_parallel": p.attention_dp if p.attention_dp > 1 else None,
+            "data_parallel": p.attention_dp if p.attention_dp > 1 else None, "attention_dp": p.attention_dp > 1,
             "expert_parallel": (True if "expert_parallel" in self.cli.switches else p.ep) if p.ep > 1 else None,
             "max_num_seqs": engine.max_num_seqs, "max_num_batched_tokens": engine.max_num_batched_tokens,
             "max_model_len": engine.max_model_len, "memory_utilization": engine.memory_utilization,
             "kv_cache_dtype": engine.kv_cache_dtype, "quantization": quantization,
             "chunked_prefill": engine.chunked_prefill, "prefix_caching": engine.prefix_caching,
-            "device_ids": [list(range(self.devices_per_pod))],
+            "device_ids": [list(range(self.devices_per_pod))], "device": self.pool.vendor,
         }
         if role != "agg":
             connector = self.cli.values.get("kv_transfer_config", {})
@@ -392,8 +396,8 @@ class AllocationBuilder:
         return model_id
 
     def _multi_values(self, kind: str) -> dict[str, Any]:
-        need = {"nnodes", "node_rank"}
-        if not need <= set(self.cli.flags):
+        flags = set(self.cli.flags)
+        if not ({"nnodes", "node_rank"} <= flags and flags & {"master_addr", "dist_init_addr"}):
             raise CatalogError(Problem(
                 f"{self.fw.name} states no multi-node flags, but allocation {self.alloc_id} spans "
                 f"{self.a.nodes_per_worker} nodes",
@@ -481,7 +485,7 @@ class AllocationBuilder:
                     limits[res.cores] = round(share * 100)
         return {"limits": limits, "requests": dict(limits), "memory_gi": mem}
 
-    def _claim(self, name: str) -> dict[str, Any] | None:
+    def _claim(self, name: str, labels: dict[str, str]) -> dict[str, Any] | None:
         """A ResourceClaimTemplate when the cluster allocates devices through DRA: one request per device, each
         paired with an RDMA NIC on the same PCIe root while NICs with a known root last."""
         api = self.sb.crds.get("dra")
@@ -510,8 +514,9 @@ class AllocationBuilder:
         rest = self.devices_per_pod - pairs
         if rest:
             requests.append({"name": "gpu", "exactly": {"deviceClassName": gpu_class, "count": rest}})
-        return {"api_version": api, "name": f"{name}-devices", "requests": requests, "constraints": constraints,
-                "labels": {**self.sb.base_labels, "infra.dev/allocation": self.alloc_id}}
+        # Named like its workload (MANIFESTS.md): objects of different kinds may share a name.
+        return {"api_version": api, "name": name, "requests": requests, "constraints": constraints,
+                "labels": labels}
 
     def _volumes(self, resources: dict[str, Any], name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         s = self.settings
@@ -531,7 +536,7 @@ class AllocationBuilder:
         if cf is not None:
             # A file merged into the image's own is mounted beside it; any other replaces its directory.
             where = CONFIG_DIR if cf.merge else cf.path.rsplit("/", 1)[0]
-            volumes.append({"name": "engine-config", "configMap": {"name": f"{name}-engine"}})
+            volumes.append({"name": "engine-config", "configMap": {"name": name}})
             mounts.append({"name": "engine-config", "mountPath": where, "readOnly": True})
         return volumes, mounts
 
@@ -600,7 +605,7 @@ class AllocationBuilder:
                 for pod in (w["pod"], w["worker"]):
                     if pod is not None:
                         pod["env"].append({"name": "MERGE", "value": self._merge_script()})
-            out.append({"name": f"{w['name']}-engine", "labels": w["labels"], "data": data})
+            out.append({"name": w["name"], "labels": w["labels"], "data": data})
         return out
 
     def _merge_script(self) -> str:

@@ -7,13 +7,14 @@ is not YAML) instead of producing a broken manifest.
 
 from __future__ import annotations
 
+import functools
 import json
 import traceback
 from pathlib import Path
 from typing import Any
 
 import jinja2
-from ruamel.yaml.error import YAMLError
+from yaml import YAMLError
 
 from infra.errors import InfraError, IntentError, Location, Problem
 from infra.render.yamlout import load_yaml_text
@@ -34,6 +35,23 @@ def _nindent(text: str, width: int) -> str:
     return "\n" + "\n".join(pad + line if line else line for line in text.splitlines())
 
 
+@functools.lru_cache(maxsize=16)
+def _environment(override_dir: str | None) -> jinja2.Environment:
+    """One environment per override directory: compiled templates are reused across renders, and jinja reloads a
+    template whose file changed since."""
+    loaders: list[jinja2.BaseLoader] = []
+    if override_dir is not None:
+        loaders.append(jinja2.FileSystemLoader(override_dir))
+    loaders.append(jinja2.FileSystemLoader(str(PACKAGED)))
+    env = jinja2.Environment(
+        loader=jinja2.ChoiceLoader(loaders), undefined=jinja2.StrictUndefined, autoescape=False,
+        keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+    )
+    env.filters["json"] = _json
+    env.filters["nindent"] = _nindent
+    return env
+
+
 class Templates:
     """Loads, renders and checks templates."""
 
@@ -43,16 +61,7 @@ class Templates:
                                       "give --templates a directory holding *.yaml.j2 files named like the "
                                       "packaged ones (see infra/templates/)"))
         self.override_dir = Path(override_dir) if override_dir is not None else None
-        loaders: list[jinja2.BaseLoader] = []
-        if self.override_dir is not None:
-            loaders.append(jinja2.FileSystemLoader(str(self.override_dir)))
-        loaders.append(jinja2.FileSystemLoader(str(PACKAGED)))
-        self.env = jinja2.Environment(
-            loader=jinja2.ChoiceLoader(loaders), undefined=jinja2.StrictUndefined, autoescape=False,
-            keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
-        )
-        self.env.filters["json"] = _json
-        self.env.filters["nindent"] = _nindent
+        self.env = _environment(str(self.override_dir) if self.override_dir is not None else None)
 
     def origin(self, name: str) -> str:
         """The file a template comes from, as the user should see it."""

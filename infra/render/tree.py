@@ -87,7 +87,12 @@ def write_tree(files: dict[str, str], output: str | Path, *, force: bool = False
         if out.exists():
             old = out.parent / f".{out.name}.old-{os.getpid()}"
             os.replace(out, old)
-        os.replace(staging, out)
+        try:
+            os.replace(staging, out)
+        except OSError:
+            if old is not None:
+                os.replace(old, out)  # put the previous tree back where it was
+            raise
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     except OSError as exc:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.errors import IntentError
+from infra.errors import InfraError, IntentError
 from infra.planner.types import DeploymentPlan, load_plan
 from infra.render import MARKER, render_plan, render_tree, write_tree
 from infra.render.env import TemplateError
@@ -183,3 +183,31 @@ def test_bad_settings_override_names_the_file_and_field(tmp_path):
         render_plan(golden_plan("small-model-shared"), templates=tmp_path)
     p = err.value.problems[0]
     assert p.location.file == str(tmp_path / "settings.yaml") and p.location.path == "load_bandwidth_mb_s"
+
+
+def test_placeholder_resource_name_is_rejected():
+    plan = edit(golden_plan("small-model-shared"),
+                lambda d: d["spec"]["cluster"]["pools"][2]["resources"].update(count="huawei.com/Ascend{chip}"))
+    with pytest.raises(IntentError, match="placeholder") as err:
+        render_tree(plan)
+    assert err.value.problems[0].location.path == "spec.cluster.pools[2].resources.count"
+
+
+def test_a_failed_write_leaves_the_previous_tree(tmp_path, monkeypatch):
+    import os
+
+    out = tmp_path / "m"
+    write_tree({"a/base/kustomization.yaml": "old: 1\n"}, out)
+    real = os.replace
+
+    def failing(src, dst):
+        if Path(src).name.startswith(".m.") and ".old-" not in Path(src).name and Path(dst) == out:
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(InfraError, match="cannot write"):
+        write_tree({"b/base/kustomization.yaml": "new: 1\n"}, out)
+    monkeypatch.undo()
+    assert (out / "a/base/kustomization.yaml").read_text() == "old: 1\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # no staging or old copies left behind

@@ -96,7 +96,7 @@ def test_every_framework_renders(framework, pinned_overlay):
         assert arg(c["args"], cli.flags["max_model_len"]) == "8000"
         assert arg(c["args"], cli.flags["tensor_parallel"]) == "1"
     else:
-        cm = objs(files)["configmap-summarise-a0-engine.yaml"]
+        cm = objs(files)["configmap-summarise-a0.yaml"]
         assert cm["data"]
 
 
@@ -111,7 +111,7 @@ def test_mindie_renders_its_config_file_merged_into_the_images_own(pinned_overla
 
     files = render_tree(edited("small-model-shared", change)).files
     o = objs(files)
-    config = json.loads(o["configmap-summarise-a0-engine.yaml"]["data"]["config.json"])
+    config = json.loads(o["configmap-summarise-a0.yaml"]["data"]["config.json"])
     model = config["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0]
     assert model["worldSize"] == 2 and model["modelName"] == "summarise"
     assert model["modelWeightPath"] == "/models/Qwen/Qwen3-8B"
@@ -229,7 +229,7 @@ def test_disaggregated_set_when_the_profile_lists_it():
     # pool h200 sits under one switch (spine-1): no extra affinity, the pool placement keeps them together
     pod = roles["decode"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
     assert "affinity" not in pod
-    cm = load_yaml_text(o["configmap-deepseek-a1-decode-engine.yaml"]["data"]["extra-llm-api-options.yaml"])
+    cm = load_yaml_text(o["configmap-deepseek-a1-decode.yaml"]["data"]["extra-llm-api-options.yaml"])
     assert cm["cache_transceiver_config"] == {"backend": "NIXL"} and cm["kv_cache_config"]["dtype"] == "fp8"
 
 
@@ -260,7 +260,7 @@ def test_hami_shared_count_resource_for_metax():
 
 def test_dra_claim_pairs_gpus_with_nics_on_one_pcie_root():
     o = objs(render_tree(plan_of("rag-long-context")).files)
-    claim = o["resourceclaimtemplate-rag-a0-devices.yaml"]
+    claim = o["resourceclaimtemplate-rag-a0.yaml"]
     assert claim["apiVersion"] == "resource.k8s.io/v1"
     devices = claim["spec"]["spec"]["devices"]
     assert sum(r["exactly"]["count"] for r in devices["requests"] if r["name"].startswith("gpu")) == 8
@@ -270,7 +270,7 @@ def test_dra_claim_pairs_gpus_with_nics_on_one_pcie_root():
     c = spec["containers"][0]
     assert "nvidia.com/gpu" not in c["resources"]["limits"]  # never both DRA and the device plugin
     assert c["resources"]["claims"] == [{"name": "devices"}]
-    assert spec["resourceClaims"] == [{"name": "devices", "resourceClaimTemplateName": "rag-a0-devices"}]
+    assert spec["resourceClaims"] == [{"name": "devices", "resourceClaimTemplateName": "rag-a0"}]
     assert c["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"]}
 
 
@@ -343,3 +343,18 @@ def test_model_cache_pvc_when_the_profile_names_one():
     spec = pod_spec(o["deployment-chat-a0.yaml"])
     assert spec["nodeSelector"]["accelerator"] == "ascend-910b3"
     assert spec["affinity"]["nodeAffinity"]  # the pool lists its nodes by name
+
+
+def test_attention_data_parallel_and_expert_parallel_flags():
+    def change(d, framework):
+        a = alloc(d)
+        a["framework"] = framework
+        a["parallel"].update(tp=1, attention_dp=2, ep=2, moe_tp=1)
+        a["devices_per_worker"] = 2
+
+    vllm = pod_spec(objs(render_tree(edited("small-model-shared", lambda d: change(d, "vllm"))).files)[
+        "deployment-summarise-a0.yaml"])["containers"][0]["args"]
+    assert arg(vllm, "--data-parallel-size") == "2" and "--enable-expert-parallel" in vllm
+    sgl = pod_spec(objs(render_tree(edited("small-model-shared", lambda d: change(d, "sglang"))).files)[
+        "deployment-summarise-a0.yaml"])["containers"][0]["args"]
+    assert arg(sgl, "--dp-size") == "2" and "--enable-dp-attention" in sgl and arg(sgl, "--ep-size") == "2"
