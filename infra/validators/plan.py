@@ -116,7 +116,7 @@ def _plan_settings(e: Expected, cli: EngineCli) -> dict[str, Any]:
     engine, p = e.allocation.engines[e.role], e.allocation.parallel
     want: dict[str, Any] = {
         "served_model_name": e.service, "tensor_parallel": p.tp, "pipeline_parallel": p.pp,
-        "data_parallel": p.attention_dp if p.attention_dp > 1 else None,
+        "data_parallel": p.attention_dp if p.attention_dp > 1 else None, "attention_dp": p.attention_dp > 1,
         "expert_parallel": (True if "expert_parallel" in cli.switches else p.ep) if p.ep > 1 else None,
         "max_num_seqs": engine.max_num_seqs, "max_num_batched_tokens": engine.max_num_batched_tokens,
         "max_model_len": engine.max_model_len, "memory_utilization": engine.memory_utilization,

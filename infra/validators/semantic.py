@@ -399,14 +399,24 @@ def check_parallel(m: Manifest, names: DeviceNames, catalog: Catalog, manifests:
         if bad:
             out.append(m.finding("SEM006", path + ("args",), f"{', '.join(bad)} is not a whole number"))
             continue
-        product = sizes["tensor_parallel"] * sizes["pipeline_parallel"] * sizes["data_parallel"]  # type: ignore
+        tp, pp, dp = sizes["tensor_parallel"], sizes["pipeline_parallel"], sizes["data_parallel"]
+        assert tp is not None and pp is not None and dp is not None
+        # With data-parallel attention (SGLang --enable-dp-attention, TensorRT-LLM enable_attention_dp) the
+        # attention groups split the tensor-parallel ranks: the world is TP x PP and DP must divide TP.
+        inside = args.settings.get("attention_dp") in (True, "true", "True")
+        if inside and tp % dp:
+            out.append(m.finding("SEM006", path + ("args",),
+                                 f"{args.framework} runs data-parallel attention with DP {dp}, which does not divide "
+                                 f"TP {tp}", fix=f"make the tensor-parallel size a multiple of {dp}"))
+            continue
+        product = tp * pp * (1 if inside else dp)
         if product != per_group:
             pods = sum(x.pods_per_group for x in templates)
             out.append(m.finding(
                 "SEM006", path + ("args",),
-                f"{args.framework} runs TP {sizes['tensor_parallel']} x PP {sizes['pipeline_parallel']} x DP "
-                f"{sizes['data_parallel']} = {product} ranks, but the group has {per_group} device(s) "
-                f"({pods} pod(s))"))
+                f"{args.framework} runs TP {tp} x PP {pp}" + (f" (DP {dp} attention inside TP)" if inside else
+                                                               f" x DP {dp}")
+                + f" = {product} ranks, but the group has {per_group} device(s) ({pods} pod(s))"))
     return out
 
 

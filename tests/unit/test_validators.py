@@ -74,6 +74,8 @@ DEFECTS = [
     ("SEM006", "leaderworkerset-chat-a1.yaml", "    size: 2", "    size: 3", None),
     ("SEM006", "disaggregatedset-chat-a5.yaml", "--disaggregation-mode, decode]",
      "--disaggregation-mode, decode, --dp-size, \"2\"]", None),
+    ("SEM006", "disaggregatedset-chat-a5.yaml", "--disaggregation-mode, decode]",
+     "--disaggregation-mode, decode, --dp-size, \"8\", --enable-dp-attention]", None),
     ("SEM007", "deployment-chat-a0.yaml", "httpGet: {path: /health, port: 8000}",
      "httpGet: {path: /health, port: 8080}", None),
     ("SEM008", "service-chat.yaml", "targetPort: http", "targetPort: metrics", None),
@@ -156,6 +158,14 @@ def test_every_rule_is_planted_or_needs_a_plan_or_cluster():
     planted = {d[0] for d in DEFECTS} | {"KUS004"}
     rest = {r for r in RULES if r.startswith(("PLN", "LIV", "YAML"))}
     assert set(RULES) - planted - rest == set()
+
+
+def test_data_parallel_attention_runs_inside_tensor_parallel(tree: Path):
+    """SGLang's `--tp 4 --dp 2 --enable-dp-attention` runs on 4 devices (attention groups split the TP ranks);
+    without --enable-dp-attention the same sizes need 8."""
+    plant(tree, "disaggregatedset-chat-a5.yaml", "--disaggregation-mode, decode]",
+          "--disaggregation-mode, decode, --dp-size, \"2\", --enable-dp-attention]")
+    assert validate_tree(tree).findings == []
 
 
 def test_shipped_crd_schemas_record_their_source():

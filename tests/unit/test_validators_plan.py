@@ -97,13 +97,9 @@ def test_planted_disagreement_is_caught(tree: Path, tmp_path: Path, rule: str, f
 
 
 GOLDEN_PLANS = sorted(p.parent.name for p in (ROOT / "tests" / "golden").glob("*/plan.yaml"))
-# Resource names with HAMi's `{chip}` placeholder reach the plan unexpanded (spec.cluster.pools[].resources of the
-# Ascend pool) and rendering writes them as they are: `huawei.com/Ascend{chip}: 8` is no resource of the cluster.
-KNOWN_BAD = {"chat-mixed-fleet": "plan/render write huawei.com/Ascend{chip} instead of huawei.com/Ascend910B3"}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_BAD[n]))
-                                  if n in KNOWN_BAD else n for n in GOLDEN_PLANS])
+@pytest.mark.parametrize("name", GOLDEN_PLANS)
 def test_every_rendered_example_validates_against_its_plan(tmp_path: Path, name: str):
     from infra.errors import CatalogError
 
@@ -125,7 +121,7 @@ def test_settings_in_an_engine_config_file_are_read_from_its_configmap(tmp_path:
     files = render_plan(load_plan(plan))
     tree = write_files(files, tmp_path / "m")
     assert validate_tree(tree, plan=plan).findings == []
-    cm = next(tree.glob("*/base/configmap-*-a0-prefill-engine.yaml"))
+    cm = next(tree.glob("*/base/configmap-*-a0-prefill.yaml"))
     _edit(cm, "free_gpu_memory_fraction: 0.9", "free_gpu_memory_fraction: 0.8")
     hits = [f for f in validate_tree(tree, plan=plan).findings if f.rule == "PLN004"]
     assert len(hits) == 1 and "free_gpu_memory_fraction" in hits[0].message and "0.8" in hits[0].message
