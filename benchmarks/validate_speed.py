@@ -60,7 +60,8 @@ def main() -> int:
             except InfraError as exc:
                 rows.append({"tree": name, "skipped": exc.problems[0].message})
                 continue
-            cold, warm, report = _time(lambda: api.validate(out / "manifests", plan=out / "plan.yaml"), args.repeat)
+            cold, warm, report = _time(lambda out=out: api.validate(out / "manifests", plan=out / "plan.yaml"),
+                                       args.repeat)
             rows.append({"tree": name, "objects": report.objects, "cold_s": round(cold, 3),
                          "warm_s": round(statistics.median(warm), 3), "errors": len(report.errors)})
     if args.json:

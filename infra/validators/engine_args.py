@@ -131,12 +131,6 @@ def engine_args(container: dict[str, Any], catalog: Catalog,
     return None
 
 
-def plan_value(cli: EngineCli, setting: str, value: Any) -> str:
-    """How the engine spells a plan value (`kv_cache_dtype: fp8` -> `fp8_e4m3` for SGLang)."""
-    text = str(value).lower() if isinstance(value, bool) else str(value)
-    return cli.values.get(setting, {}).get(text, text)  # type: ignore[call-overload]
-
-
 def _dotted(doc: Any, path: str) -> Any:
     node = doc
     for step in path.split("."):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any
 
 from infra.validators.findings import Finding
 from infra.validators.manifests import KUSTOMIZATION_FILES, Manifest

@@ -57,6 +57,6 @@ def dry_run(dyn: Any, manifests: list[Manifest], namespace: str = "default") -> 
             out.append(m.finding("LIV001", ("kind",), f"the API server does not serve {m.api_version} {m.kind}",
                                  fix="install the CRD, or use a version the server serves"))
         except (ApiException, DynamicApiError) as exc:
-            body = getattr(exc, "body", None) or getattr(exc, "summary", lambda: str(exc))()
+            body = getattr(exc, "body", None) or str(exc)
             out.append(m.finding("LIV001", ("metadata", "name"), f"API server refused it: {str(body)[:400]}"))
     return out

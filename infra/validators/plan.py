@@ -15,6 +15,7 @@ from typing import Any
 
 from infra.catalog.loader import Catalog
 from infra.catalog.schema import EngineCli, FrameworkSpec
+from infra.errors import InfraError
 from infra.planner.types import Allocation, DeploymentPlan
 from infra.validators.cluster import PoolView, from_plan
 from infra.validators.engine_args import engine_args, file_settings, parse, tokens
@@ -65,7 +66,7 @@ class _PlanFile:
         self.path = path
         try:
             self.data, self.smap = load_yaml(read_text(Path(path), "plan"), path)
-        except Exception:  # the plan already loaded once; a second read failing only loses line numbers
+        except InfraError:  # the plan already loaded once; a second read failing only loses line numbers
             self.data, self.smap = None, None
 
     def line(self, path: tuple) -> int:

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from infra.catalog.loader import load_catalog
-from infra.errors import ValidationError, Location, Problem
+from infra.errors import Location, Problem, ValidationError
 from infra.validators.cluster import ClusterView, device_names, from_plan, from_profile
 from infra.validators.findings import Report
 from infra.validators.kustomize import check_builds, check_kustomization, check_unlisted

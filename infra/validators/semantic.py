@@ -384,7 +384,7 @@ def check_parallel(m: Manifest, names: DeviceNames, catalog: Catalog, manifests:
                                      f"{per_group} device(s) per group, but no container runs an engine command "
                                      "the catalog knows; tensor/pipeline/data parallel sizes were not checked"))
             continue
-        t, (path, container, args, unread) = found[0]
+        t, (path, _, args, unread) = found[0]
         if args.duplicates:
             out.append(m.finding("SEM009", path + ("args",), f"engine flag(s) given twice: "
                                                               f"{', '.join(sorted(set(args.duplicates)))}",

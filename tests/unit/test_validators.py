@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from infra.errors import ValidationError
 from infra.validators import validate_tree
 from infra.validators.rules import RULES
 

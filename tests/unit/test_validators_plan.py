@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.render import render_plan
 from infra.planner.types import load_plan
+from infra.render import render_plan
 from infra.validators import validate_tree
 from infra.validators.rules import RULES
 
