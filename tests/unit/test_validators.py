@@ -193,3 +193,18 @@ def test_volcano_podgroup_is_checked_against_volcano_not_kubernetes():
     assert check_object(m) == []
     m.data["spec"]["minMember"] = "two"
     assert [f.rule for f in check_object(m)] == ["SCH002"]
+
+
+@pytest.mark.parametrize("text,rule,line", [
+    (b"apiVersion: v1\nkind: Service\nmetadata:\n  name: x\n  name: y\nspec: {}\n", "YAML001", 5),
+    (b"apiVersion: v1\nkind: Service\nmetadata:\n  name: !!custom x\n", "YAML001", 4),
+    (b"\xff\xfe bad", "YAML001", 1),
+    (b"---\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\n- 1\n", "YAML002", 7),
+    (b"apiVersion: v1\nmetadata: {name: a}\n", "YAML002", 1),
+], ids=["duplicate-key", "tag", "not-utf8", "list-document", "no-kind"])
+def test_unreadable_input_is_a_located_finding(tmp_path: Path, text: bytes, rule: str, line: int):
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(text)
+    report = validate_tree(path)
+    assert [(f.rule, f.line, f.file) for f in report.findings] == [(rule, line, str(path))]
+    assert not report.ok
