@@ -279,3 +279,11 @@ def open_pr(intent: str | Path, repo: str | Path, *, plan_path: str | Path | Non
         return rendered.files, rendered.notes
 
     return prepare(typed, plan_text, render_files, records, req)
+def validate(path: str | Path, profile: str | Path | None = None, plan: str | Path | None = None,
+             live: bool = False, catalog_dirs: tuple[Path, ...] = ()) -> Any:
+    """Check a manifest file or tree: schema, kustomize, semantic and security rules; with `profile` (a
+    ClusterProfile file) or `plan` (a plan.yaml, whose spec.cluster also serves as the profile) the cluster and
+    plan-consistency rules; with `live` a server-side dry run. Returns an `infra.validators.Report`."""
+    from infra.validators import validate_tree
+
+    return validate_tree(path, profile=profile, plan=plan, live=live, catalog_dirs=catalog_dirs)

@@ -402,5 +402,43 @@ def main(argv: list[str] | None = None) -> Any:
         sys.exit(0)
 
 
+@app.command(name="validate")
+def validate_cmd(
+    path: Annotated[Optional[Path], typer.Argument(help="Manifest file or directory (walked in sorted order).",
+                                                   show_default=False)] = None,
+    profile: Annotated[Optional[Path], typer.Option("--profile", help="ClusterProfile YAML: check resource names, "
+                                                    "node labels, fit and installed CRDs.", show_default=False)] = None,
+    plan_file: Annotated[Optional[Path], typer.Option("--plan", help="plan.yaml: check replicas, engine arguments "
+                                                      "and device requests against it (its cluster also serves as "
+                                                      "the profile).", show_default=False)] = None,
+    live: Annotated[bool, typer.Option("--live", help="Also dry-run every object on the cluster of the current "
+                                                      "kubeconfig (dryRun=All, fieldValidation=Strict).")] = False,
+    rules: Annotated[bool, typer.Option("--rules", help="List the rules (id, severity, fix) and exit.")] = False,
+    catalog: CatalogOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check manifests: schema (strict), kustomize, semantic, security, cluster-profile and plan rules. Exit 1 on
+    errors; warnings alone exit 0."""
+    from infra.report.validate import print_report, print_rules, report_json, rules_json
+
+    if rules:
+        if as_json:
+            print(json.dumps(rules_json(), indent=2, sort_keys=True))
+        else:
+            print_rules(_console())
+        return
+    if path is None:
+        raise InfraError("missing PATH — To fix: give a manifest file or directory, e.g. `infra validate out/manifests`")
+    from infra import api
+
+    report = api.validate(path, profile=profile, plan=plan_file, live=live, catalog_dirs=tuple(catalog or ()))
+    if as_json:
+        print(json.dumps(report_json(report), indent=2, sort_keys=True))
+    else:
+        print_report(_console(), report)
+    if not report.ok:
+        sys.exit(EXIT_BAD_INPUT)
+
+
 if __name__ == "__main__":
     main()

@@ -200,3 +200,14 @@ def load_yaml(text: str, file: str) -> tuple[Any, SourceMap]:
         raise IntentError(Problem(f"top level is a {type(data).__name__}, expected a mapping",
                                   Location(file, 1, 1), "start the file with `apiVersion: infra.dev/v1alpha1`"))
     return data, smap
+
+
+def flatten(node: Any, file: str) -> tuple[Any, SourceMap]:
+    """Plain data and source map of one already-parsed round-trip document (for multi-document files such as
+    Kubernetes manifests); a custom YAML tag raises IntentError at its position."""
+    smap = SourceMap(file)
+    try:
+        return _plain(node, (), smap), smap
+    except _Tagged as exc:
+        raise IntentError(Problem(f"YAML tag {exc.tag} is not supported", smap.locate(exc.path),
+                                  "write the plain value without a YAML tag")) from None

@@ -104,6 +104,17 @@ class Allocation(PlanModel):
     calibrated: bool
     calibration_source: str
 
+    def role_view(self, role: str, devices_per_node: int) -> Allocation:
+        """The allocation as the workers of one role see it: for decode workers on another pool (prefill and decode
+        on different device types), that pool, device and layout; otherwise the allocation itself."""
+        if role != "decode" or self.decode_pool is None or self.decode_parallel is None:
+            return self
+        d = self.decode_parallel
+        devices = max(d.tp * d.attention_dp, d.moe_tp * d.ep) * d.pp * d.sp
+        return self.model_copy(update={"pool": self.decode_pool, "device": self.decode_device or self.device,
+                                       "parallel": d, "devices_per_worker": devices,
+                                       "nodes_per_worker": -(-devices // devices_per_node)})
+
 
 class Quantity(PlanModel):
     value: float
@@ -122,6 +133,12 @@ class ServicePlan(PlanModel):
     stage: str | None = None
     kind: str | None = None
     """The stage's kind: llm, vision_encoder, audio_encoder, codec or dit."""
+
+    @property
+    def runs_llm_engine(self) -> bool:
+        """Served by an LLM engine (rendered and validated as such); the other stages of a pipeline (encoders,
+        codecs, diffusion transformers) run on vLLM-Omni from a stage config."""
+        return self.kind in (None, "llm")
     objectives: dict[str, float] = {}
     """Objective key (`ttft_p99`) -> target in milliseconds, from the intent."""
     availability: dict[str, Any] = {}

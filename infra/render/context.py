@@ -75,7 +75,7 @@ def check_plan(plan: DeploymentPlan, catalog: Catalog, locate: Locate) -> None:
                                         "re-plan with `infra plan`, which writes the pool's own resource names"))
     names: set[str] = set()
     for si, svc in enumerate(plan.spec.services):
-        if not renders(svc):
+        if not svc.runs_llm_engine:
             continue
         where = ("spec", "services", si)
         if svc.name in names:
@@ -118,12 +118,6 @@ def check_plan(plan: DeploymentPlan, catalog: Catalog, locate: Locate) -> None:
         raise IntentError(problems)
 
 
-def renders(svc: ServicePlan) -> bool:
-    """Whether the templates render this service: LLM engines do; the other stages of a pipeline (encoders,
-    codecs, diffusion transformers) run from a vLLM-Omni stage config the templates do not write."""
-    return svc.kind in (None, "llm")
-
-
 def _dns_label(name: str) -> bool:
     import re
 
@@ -136,7 +130,7 @@ def build(plan: DeploymentPlan, catalog: Catalog, settings: Settings, locate: Lo
     docs: list[Doc] = []
     notes: list[str] = []
     for svc in plan.spec.services:
-        if not renders(svc):
+        if not svc.runs_llm_engine:
             notes.append(f"{svc.name}: stage {svc.stage} of pipeline {svc.pipeline} ({svc.kind}) is not rendered: "
                          "vLLM-Omni runs such stages from a stage config the templates do not write; deploy it "
                          "from the model's vLLM-Omni stage config on the planned devices")
@@ -323,14 +317,9 @@ class AllocationBuilder:
         """The builder of one role's pods: this one, or for decode workers on another pool (prefill and decode on
         different device types) one that sees the decode pool, device and layout under the same names."""
         a = self.a
-        if role != "decode" or a.decode_pool is None or a.decode_parallel is None:
+        if role != "decode" or a.decode_pool is None:
             return self
-        pool = self.sb.pools[a.decode_pool]
-        d = a.decode_parallel
-        devices = max(d.tp * d.attention_dp, d.moe_tp * d.ep) * d.pp * d.sp
-        view = a.model_copy(update={"pool": a.decode_pool, "device": a.decode_device or a.device,
-                                    "parallel": a.decode_parallel, "devices_per_worker": devices,
-                                    "nodes_per_worker": -(-devices // pool.devices_per_node)})
+        view = a.role_view(role, self.sb.pools[a.decode_pool].devices_per_node)
         other = AllocationBuilder(self.sb, self.index, view, self.fw, self.model)
         other.header = self.header
         return other

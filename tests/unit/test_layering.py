@@ -19,6 +19,7 @@ ALLOWED = {
     "report": {"api", "catalog", "intent", "perf", "planner", "render", "validators", "bench"},
     "render": {"catalog", "intent", "planner"},
     "gitops": {"catalog", "intent", "perf", "planner", "render", "report"},
+    "validators": {"catalog", "intent", "planner"},
 }
 NEVER = {"agent"}  # only cli/api may reach it, and only lazily
 

@@ -1,0 +1,129 @@
+"""Every rule validation applies: id, severity, what it checks, how to fix a finding. `infra validate --rules`
+lists this table; checks create findings only through `Rule.at`, so an id cannot be used without being listed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infra.validators.findings import Finding, Severity
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    severity: Severity
+    layer: str
+    title: str
+    fix: str
+
+    def at(self, file: str, line: int | None, obj: str, message: str, *, field: str = "",
+           fix: str | None = None, severity: Severity | None = None) -> Finding:
+        """A finding of this rule; `fix` refines the generic hint with the concrete value to write."""
+        return Finding(file=file, line=line or 0, rule=self.id, object=obj, message=message,
+                       severity=severity or self.severity, fix=fix or self.fix, field=field)
+
+
+_ALL = [
+    # Reading
+    Rule("YAML001", "error", "input", "file is readable YAML",
+         "fix the YAML syntax at the position shown (indent with spaces; quote values containing ': ')"),
+    Rule("YAML002", "error", "input", "every document is a mapping with apiVersion, kind and metadata.name",
+         "write each object as a mapping starting with apiVersion, kind and metadata.name"),
+    # Schema
+    Rule("SCH001", "error", "schema", "built-in kinds match the Kubernetes schema (strict: no unknown fields)",
+         "correct the field's name or value as the Kubernetes API reference describes it"),
+    Rule("SCH002", "error", "schema", "custom resources match their CRD schema at the pinned version",
+         "correct the field as the custom resource's CRD describes it (see `infra validate --rules` for versions)"),
+    Rule("SCH003", "error", "schema", "the kind is known (a built-in kind or a custom resource with a schema)",
+         "use a built-in Kubernetes kind or one of the custom resources infra knows, with its exact apiVersion"),
+    Rule("KUS001", "error", "kustomize", "paths a Kustomization lists exist",
+         "create the file or directory, or remove it from the kustomization"),
+    Rule("KUS002", "error", "kustomize", "a Kustomization uses only kustomize's fields",
+         "use a field of kustomize.config.k8s.io/v1beta1 Kustomization (resources, namespace, patches, ...)"),
+    Rule("KUS003", "warning", "kustomize", "every manifest beside a kustomization.yaml is listed in it",
+         "add the file to the kustomization's resources, or delete it"),
+    Rule("KUS004", "error", "kustomize", "every overlay (top-level kustomization) builds with kustomize",
+         "fix what `kubectl kustomize DIR` reports (a patch naming no object, a missing field, a conflict)"),
+    # Semantic
+    Rule("SEM001", "error", "semantic", "a workload's selector matches its pod template's labels",
+         "make spec.selector.matchLabels a subset of spec.template.metadata.labels"),
+    Rule("SEM002", "warning", "semantic", "a Service / InferencePool / PDB selector selects pods in the tree",
+         "use the labels of the pod template it should select"),
+    Rule("SEM003", "error", "semantic", "names are DNS-1123 (objects, containers, ports, volumes)",
+         "use lowercase letters, digits and '-', starting and ending with a letter or digit"),
+    Rule("SEM004", "error", "semantic", "extended resources (devices) are whole numbers",
+         "request a whole number of devices; share a device with the memory/core slice resources instead"),
+    Rule("SEM005", "error", "semantic", "extended resources have requests equal to limits, and are in limits",
+         "set the same value under resources.limits and resources.requests"),
+    Rule("SEM006", "error", "semantic", "tensor x pipeline x data parallel equals the devices of one group",
+         "make --tensor/--pipeline/--data-parallel sizes multiply to the devices per pod x pods per group"),
+    Rule("SEM007", "error", "semantic", "probes use a port the container declares",
+         "probe a port listed in the container's ports (by number or name)"),
+    Rule("SEM008", "error", "semantic", "a Service's targetPort (an InferencePool's targetPorts) exists in "
+         "the pods it selects", "point targetPort at a containerPort (number or name) of the selected pods"),
+    Rule("SEM009", "error", "semantic", "names are unique: objects, containers, volumes, env vars, ports",
+         "rename or remove the duplicate"),
+    Rule("SEM010", "error", "semantic", "quantities parse (resources, sizes)",
+         "write a Kubernetes quantity such as 500m, 2, 16Gi or 1e3"),
+    Rule("SEM011", "error", "semantic", "references resolve: volume mounts, resource claims, DRA constraints",
+         "name a volume / claim / request that is declared in the same pod or template"),
+    Rule("SEM012", "warning", "semantic", "an engine container's command is recognised (else its parallel "
+         "layout is not checked)", "launch the engine with the command its catalog entry names, or add `cli` "
+         "to the framework's catalog entry"),
+    Rule("SEM013", "error", "semantic", "a HAMi slice keeps the device count at 1 and memory within the device",
+         "request count 1 with the memory/core slice resources, or whole devices without them"),
+    Rule("SEM014", "error", "semantic", "DRA device selectors are valid CEL",
+         "write a CEL expression over device.driver / device.attributes / device.capacity, e.g. "
+         "device.driver == \"gpu.nvidia.com\""),
+    # Cluster profile
+    Rule("PRO001", "error", "profile", "extended resources are ones the cluster offers",
+         "use a resource name of the cluster profile's conventions.devices (or fix the profile)"),
+    Rule("PRO002", "error", "profile", "node labels used by nodeSelector / affinity exist in the profile",
+         "select nodes with a pool's node_selector labels, or add the label to the profile's pool"),
+    Rule("PRO003", "error", "profile", "a pod's device request fits one node of a pool",
+         "request at most devices_per_node devices per pod; span nodes with a LeaderWorkerSet"),
+    Rule("PRO004", "error", "profile", "a custom resource's apiVersion is installed in the cluster",
+         "use the version the profile's conventions.crds lists, or install the CRD"),
+    Rule("PRO005", "warning", "profile", "pods use the cluster's scheduler and namespace",
+         "set schedulerName / namespace as the profile's conventions say"),
+    # Security
+    Rule("SEC001", "error", "security", "no privileged containers and no privilege escalation",
+         "remove privileged: true and set allowPrivilegeEscalation: false"),
+    Rule("SEC002", "error", "security", "no hostNetwork, hostPID, hostIPC or hostPath",
+         "use the pod network, and emptyDir / PVC volumes instead of hostPath"),
+    Rule("SEC003", "error", "security", "added capabilities are only what RDMA needs (IPC_LOCK)",
+         "add only IPC_LOCK; drop other capabilities"),
+    Rule("SEC004", "error", "security", "secrets only by reference (no literal token-looking env values)",
+         "store the value in a Secret and use env[].valueFrom.secretKeyRef"),
+    Rule("SEC005", "error", "security", "images are pinned (a tag other than latest, or a digest)",
+         "pin the image to a version tag or @sha256 digest"),
+    Rule("SEC006", "warning", "security", "containers set resource limits (cpu/memory)",
+         "set resources.limits.memory (and cpu) for every container"),
+    Rule("SEC007", "warning", "security", "pods name their service account explicitly",
+         "set spec.serviceAccountName (and automountServiceAccountToken: false when it needs no API access)"),
+    # Plan consistency
+    Rule("PLN001", "error", "plan", "every allocation of the plan has its objects",
+         "render the plan again (`infra render PLAN -o DIR`)"),
+    Rule("PLN002", "error", "plan", "every workload object belongs to an allocation of the plan",
+         "remove the object or render the plan again"),
+    Rule("PLN003", "error", "plan", "replicas match the plan", "set replicas to the plan's value"),
+    Rule("PLN004", "error", "plan", "engine arguments match the plan's engine settings and layout",
+         "write the argument the plan decides (see the allocation's engines and parallel)"),
+    Rule("PLN005", "error", "plan", "device requests match the plan (count, slice memory and cores)",
+         "request what the allocation's pool resources and devices_per_worker / share say"),
+    Rule("PLN006", "warning", "plan", "engine arguments could be read for the framework",
+         "add `cli` to the framework's catalog entry so its arguments can be checked"),
+    Rule("PLN007", "error", "plan", "the plan-fingerprint annotation matches the plan",
+         "render the manifests from this plan again"),
+    Rule("PLN008", "error", "plan", "pods select the nodes of the allocation's pool",
+         "use the pool's node_selector as the pod's nodeSelector"),
+    # Live
+    Rule("LIV001", "error", "live", "the API server accepts the object (server-side dry run, strict fields)",
+         "correct the object as the API server's message says"),
+]
+
+RULES: dict[str, Rule] = {r.id: r for r in _ALL}
+
+
+def rule(rule_id: str) -> Rule:
+    return RULES[rule_id]

@@ -1,0 +1,79 @@
+"""One validation run over a manifest tree: read, then every layer, then a sorted report."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from infra.catalog.loader import load_catalog
+from infra.errors import Location, Problem, ValidationError
+from infra.validators.cluster import ClusterView, device_names, from_plan, from_profile
+from infra.validators.findings import Report
+from infra.validators.kustomize import check_builds, check_kustomization, check_unlisted
+from infra.validators.manifests import read_tree
+from infra.validators.profile import check_profile
+from infra.validators.schema import check_object, kubernetes_version
+from infra.validators.security import check_security
+from infra.validators.semantic import check_semantic
+
+
+def validate_tree(path: str | Path, profile: str | Path | None = None, plan: str | Path | None = None,
+                  live: bool = False, catalog_dirs: tuple[Path, ...] = ()) -> Report:
+    """Validate every manifest under `path` (a file or a directory); raises ValidationError only for inputs that
+    stop validation altogether (a missing path, an unreadable profile or plan, `live` without a cluster).
+    `catalog_dirs` are catalog overlays: frameworks (how engine arguments are spelled) and devices."""
+    started = time.perf_counter()
+    root = Path(path)
+    if not root.exists():
+        raise ValidationError(Problem("manifest path does not exist", Location(str(root)),
+                                      "give a manifest file or a directory of manifests (e.g. OUT/manifests)"))
+    catalog = load_catalog(tuple(catalog_dirs))
+    loaded_plan = None
+    cluster: ClusterView | None = None
+    if plan is not None:
+        from infra.planner.types import load_plan
+
+        loaded_plan = load_plan(plan)
+        cluster = from_plan(loaded_plan, str(plan))
+    if profile is not None:
+        cluster = from_profile(Path(profile), catalog)
+    live_client = None
+    if live:
+        from infra.validators.live import client
+
+        live_client = client()
+    tree = read_tree(root)
+    report = Report(path=str(root), files=len(tree.files), objects=len(tree.manifests))
+    report.findings += tree.findings
+    report.checks = ["schema", "kustomize", "semantic", "security"]
+    report.notes.append(f"built-in kinds checked against Kubernetes {kubernetes_version()} (strict)")
+    for m in tree.manifests:
+        report.findings += check_object(m)
+        report.findings += check_security(m)
+    for k in tree.kustomizations:
+        report.findings += check_kustomization(k)
+    report.findings += check_unlisted(tree.kustomizations, tree.files)
+    built, notes = check_builds(tree.kustomizations)
+    report.findings += built
+    report.notes += notes
+    names = device_names(cluster, catalog)
+    report.findings += check_semantic(tree.manifests, names, catalog)
+    if cluster is not None:
+        report.checks.append("profile")
+        for m in tree.manifests:
+            report.findings += check_profile(m, cluster, names)
+    if loaded_plan is not None:
+        from infra.validators.plan import check_plan
+
+        report.checks.append("plan")
+        findings, notes = check_plan(tree.manifests, loaded_plan, str(plan), catalog)
+        report.findings += findings
+        report.notes += notes
+    if live_client is not None:
+        from infra.validators.live import dry_run
+
+        report.checks.append("live")
+        report.findings += dry_run(live_client, tree.manifests)
+    report.sort()
+    report.seconds = time.perf_counter() - started
+    return report
