@@ -232,6 +232,126 @@ def estimate(
         print_estimate(_console(), result)
 
 
+@app.command()
+def bench(
+    endpoint: Annotated[Optional[str], typer.Option(help="Base URL of an OpenAI-compatible server, e.g. "
+                                                         "http://127.0.0.1:8000/v1.", show_default=False)] = None,
+    model: Annotated[Optional[str], typer.Option(help="Served model name (default: the first /v1/models lists).",
+                                                 show_default=False)] = None,
+    api_kind: Annotated[str, typer.Option("--api", help="chat or completions.")] = "chat",
+    concurrency: Annotated[Optional[int], typer.Option(help="Closed loop: this many clients.",
+                                                       show_default=False)] = None,
+    rate: Annotated[Optional[float], typer.Option(help="Open loop: requests/s (the intent's arrival process, "
+                                                       "Poisson without one).", show_default=False)] = None,
+    requests: Annotated[Optional[int], typer.Option(help="Requests to measure (default 100, or what --duration "
+                                                         "allows).", show_default=False)] = None,
+    duration: Annotated[Optional[float], typer.Option(help="Send no request after this many seconds.",
+                                                      show_default=False)] = None,
+    input_tokens: Annotated[Optional[int], typer.Option(help="Prompt tokens per request (default: the "
+                                                             "workload's, else 128).", show_default=False)] = None,
+    output_tokens: Annotated[Optional[int], typer.Option(help="Output tokens per request (default: the "
+                                                              "workload's, else 64).", show_default=False)] = None,
+    intent: Annotated[Optional[Path], typer.Option(help="Take the workload and objectives from this intent.",
+                                                   show_default=False)] = None,
+    plan_file: Annotated[Optional[Path], typer.Option("--plan", help="Take the workload and objectives from this "
+                                                                     "plan.yaml.", show_default=False)] = None,
+    service: Annotated[Optional[str], typer.Option(help="Service of the intent or plan (default: the first).",
+                                                   show_default=False)] = None,
+    slo: Annotated[Optional[str], typer.Option(help="Objectives in ms, e.g. ttft_p99=300,tpot_p99=40 (over the "
+                                                    "intent's or plan's).", show_default=False)] = None,
+    warmup: Annotated[int, typer.Option(help="Warm-up requests, not measured.")] = 1,
+    timeout: Annotated[float, typer.Option(help="Seconds one request may take before it fails.")] = 60.0,
+    ignore_eos: Annotated[bool, typer.Option("--ignore-eos/--no-ignore-eos", help="Ask the server to run to "
+                                                                                  "max_tokens.")] = True,
+    min_tokens: Annotated[bool, typer.Option("--min-tokens", help="Also send min_tokens = max_tokens.")] = False,
+    seed: Annotated[int, typer.Option(help="Seed of arrivals, lengths and prompts.")] = 0,
+    save: Annotated[Optional[Path], typer.Option(help="Write the summary and every request as JSON here.",
+                                                 show_default=False)] = None,
+    markdown: Annotated[Optional[Path], typer.Option(help="Write a markdown report (with PNG plots when "
+                                                          "matplotlib is installed) here.", show_default=False)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object on the last "
+                                                        "line.")] = False,
+) -> None:
+    """Drive load against an endpoint; report TTFT, TPOT, ITL, E2E, throughput, goodput and the SLO verdict
+    (exit 0 pass, 3 fail)."""
+    if endpoint is None:
+        raise InfraError("give --endpoint URL — To fix: e.g. infra bench --endpoint http://127.0.0.1:8000/v1")
+    from infra import api
+    from infra.errors import EXIT_VERIFICATION_FAILED
+    from infra.report.bench import bench_json, print_bench, write_markdown
+
+    from contextlib import nullcontext
+
+    live = None
+    if sys.stderr.isatty():
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        live = Progress(TextColumn("requests"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=Console(stderr=True), transient=True)
+    with live or nullcontext():
+        task = live.add_task("requests", total=None) if live else None
+
+        def progress(done: int, total: int) -> None:
+            if live is not None:
+                live.update(task, completed=done, total=total)
+
+        result = api.bench_endpoint(endpoint, model=model, api=api_kind, concurrency=concurrency, rate=rate,
+                                    requests=requests, duration_s=duration, input_tokens=input_tokens,
+                                    output_tokens=output_tokens, intent=intent, plan=plan_file, service=service,
+                                    slo=slo, warmup=warmup, timeout_s=timeout, seed=seed, ignore_eos=ignore_eos,
+                                    min_tokens=min_tokens, progress=progress)
+    data = bench_json(result)
+    if save is not None:
+        from dataclasses import asdict
+
+        from infra.files import write_atomic
+
+        write_atomic(save, json.dumps({"summary": data, "requests": [asdict(r) for r in result.run.records]},
+                                      indent=1, sort_keys=True) + "\n")
+    if markdown is not None:
+        write_markdown(result, data, markdown)
+    if as_json:
+        print(json.dumps(data, sort_keys=True, separators=(",", ":")))
+    else:
+        print_bench(_console(), data)
+    if data["verdict"] != "pass":
+        sys.exit(EXIT_VERIFICATION_FAILED)
+
+
+@app.command()
+def emulate(
+    plan_file: Annotated[Optional[Path], typer.Argument(help="Plan whose services to serve (optional with fixed "
+                                                             "timing).", show_default=False)] = None,
+    port: Annotated[int, typer.Option(help="Port to listen on (0 picks a free one).")] = 8000,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    service: Annotated[Optional[str], typer.Option(help="Serve only this service of the plan.",
+                                                   show_default=False)] = None,
+    ttft_ms: Annotated[Optional[float], typer.Option("--ttft-ms", help="Fixed timing: first token after this "
+                                                                       "many ms.", show_default=False)] = None,
+    itl_ms: Annotated[Optional[float], typer.Option("--itl-ms", help="Fixed timing: ms between tokens.",
+                                                    show_default=False)] = None,
+    error_rate: Annotated[float, typer.Option("--error-rate", help="Share of requests answered HTTP 500.")] = 0.0,
+    stall_ms: Annotated[float, typer.Option("--stall-ms", help="Length of an injected stall.")] = 0.0,
+    stall_rate: Annotated[float, typer.Option("--stall-rate", help="Share of streams that stall once.")] = 0.0,
+    disconnect_rate: Annotated[float, typer.Option("--disconnect-rate", help="Share of streams cut short with no "
+                                                                            "finish_reason.")] = 0.0,
+    slow_start: Annotated[float, typer.Option("--slow-start", help="Seconds of HTTP 503 after start.")] = 0.0,
+    tokens_per_chunk: Annotated[int, typer.Option("--tokens-per-chunk", help="Tokens per SSE chunk.")] = 1,
+    usage: Annotated[bool, typer.Option("--usage/--no-usage", help="Send usage in streams when asked.")] = True,
+    seed: Annotated[int, typer.Option(help="Seed of the fault draws.")] = 0,
+) -> None:
+    """Serve an emulated OpenAI-compatible endpoint (with /metrics and fault injection) until interrupted."""
+    from infra import api
+
+    def ready(url: str) -> None:
+        print(f"serving {url}/v1", flush=True)
+
+    api.emulate(plan_file, port=port, host=host, service=service, ttft_ms=ttft_ms, itl_ms=itl_ms,
+                error_rate=error_rate, stall_ms=stall_ms, stall_rate=stall_rate, disconnect_rate=disconnect_rate,
+                slow_start_s=slow_start, tokens_per_chunk=tokens_per_chunk, usage=usage, seed=seed, on_ready=ready)
+
+
 def _fail(message: str, code: int) -> None:
     sys.stderr.write(message.rstrip("\n") + "\n")
     sys.exit(code)

@@ -1,0 +1,157 @@
+"""The load client and `infra bench --endpoint` against `infra emulate` started as a real server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from infra import api
+
+from ..bench_servers import emulator
+
+TTFT_MS, ITL_MS = 60.0, 10.0
+
+
+@pytest.fixture(scope="module")
+def fixed():
+    with emulator("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS)) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def faulty():
+    with emulator("--ttft-ms", "5", "--itl-ms", "2", "--error-rate", "0.25", "--disconnect-rate", "0.25",
+                  "--seed", "3") as url:
+        yield url
+
+
+def infra(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "infra", *args], capture_output=True, text=True, timeout=120)
+
+
+def _requests_served(url: str) -> float:
+    text = httpx.get(url.removesuffix("/v1") + "/metrics").text
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("vllm:request_success_total{"))
+
+
+def test_fixed_timing_is_measured(fixed):
+    r = api.bench_endpoint(fixed, concurrency=4, requests=24, input_tokens=32, output_tokens=8, warmup=4)
+    s = r.summary
+    assert s.completed == 24 and s.failed == 0 and s.approximate_tokens == 0
+    assert all(rec.output_tokens == 8 and rec.input_tokens == 32 for rec in r.run.records)
+    # The client cannot see a token before the server sends it; event-loop noise on a shared machine is bounded.
+    assert TTFT_MS <= s.metrics["ttft"].mean < TTFT_MS + 25
+    assert ITL_MS * 0.8 < s.metrics["tpot"].mean < ITL_MS * 1.5
+    assert ITL_MS * 0.8 < s.metrics["itl"].get("p50") < ITL_MS * 1.5
+    assert s.metrics["itl"].n == 24 * 7
+    e2e = TTFT_MS + 7 * ITL_MS
+    assert e2e <= s.metrics["e2e"].mean < e2e + 30
+
+
+def test_closed_loop_holds_its_clients_and_open_loop_follows_arrivals(fixed):
+    closed = api.bench_endpoint(fixed, concurrency=2, requests=8, output_tokens=4, warmup=0)
+    assert closed.run.load.arrival == "closed" and _max_in_flight(closed.run.records) <= 2
+    opened = api.bench_endpoint(fixed, rate=200.0, requests=12, output_tokens=4, warmup=0, seed=1)
+    assert opened.run.load.arrival == "poisson"
+    assert _max_in_flight(opened.run.records) > 2  # arrivals do not wait for answers
+    planned = [spec.at for spec in opened.run.load.requests]
+    for rec, at in zip(opened.run.records, planned):
+        assert rec.t_sched - opened.run.records[0].t_sched == pytest.approx(at, abs=1e-9)
+        assert 0 <= rec.t_send - rec.t_sched < 0.05  # client_queue: no slot limit was reached
+
+
+def _max_in_flight(records) -> int:
+    events = sorted([(r.t_send, 1) for r in records] + [(r.end, -1) for r in records])
+    depth = best = 0
+    for _, d in events:
+        depth += d
+        best = max(best, depth)
+    return best
+
+
+def test_warmup_requests_are_sent_but_not_measured(fixed):
+    before = _requests_served(fixed)
+    r = api.bench_endpoint(fixed, concurrency=2, requests=5, output_tokens=2, warmup=3)
+    assert len(r.run.records) == 5 and len(r.run.warmup) == 3
+    assert all(rec.index >= 0 for rec in r.run.records) and all(w.index < 0 for w in r.run.warmup)
+    assert _requests_served(fixed) - before == 8
+
+
+def test_injected_faults_are_failures_that_count_against_the_objectives(faulty):
+    r = api.bench_endpoint(faulty, concurrency=4, requests=40, output_tokens=8, warmup=0, slo="e2e_p50=10000")
+    s = r.summary
+    assert s.failed > 0 and s.completed + s.failed == 40
+    # A stream cut before its first token is "empty", after it "truncated".
+    assert set(s.errors) <= {"http_500", "truncated", "empty"} and "http_500" in s.errors and "truncated" in s.errors
+    assert s.attainment == pytest.approx(s.completed / 40)
+    assert s.good == s.completed
+
+
+def test_timeouts_and_missing_usage_with_bundled_chunks():
+    with emulator("--ttft-ms", "1", "--itl-ms", "1", "--stall-ms", "3000", "--stall-rate", "1") as url:
+        r = api.bench_endpoint(url, concurrency=2, requests=2, output_tokens=4, warmup=0, timeout_s=0.5)
+        assert r.summary.failed == 2 and r.summary.errors == {"timeout": 2}
+    with emulator("--ttft-ms", "1", "--itl-ms", "1", "--tokens-per-chunk", "4", "--no-usage") as url:
+        r = api.bench_endpoint(url, concurrency=2, requests=4, output_tokens=16, warmup=0)
+        assert r.summary.completed == 4 and r.summary.approximate_tokens == 4
+        assert all(rec.output_tokens == 4 and len(rec.itl) == 3 for rec in r.run.records)  # chunks, not tokens
+
+
+def test_cli_json_last_line_and_exit_codes(fixed, tmp_path):
+    common = ("bench", "--endpoint", fixed, "--concurrency", "2", "--requests", "6", "--output-tokens", "4",
+              "--json")
+    ok = infra(*common, "--slo", "ttft_p99=5000,tpot_p99=1000", "--save", str(tmp_path / "run.json"),
+               "--markdown", str(tmp_path / "report.md"))
+    assert ok.returncode == 0, ok.stderr
+    data = json.loads(ok.stdout.strip().splitlines()[-1])
+    assert data["completed"] == 6 and data["failed"] == 0 and data["duration_s"] > 0 and data["goodput_rps"] > 0
+    for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        assert {"mean", "p50", "p90", "p99"} <= set(data[metric])
+    assert data["verdict"] == "pass" and data["model"] == "emulated"
+    saved = json.loads((tmp_path / "run.json").read_text())
+    assert len(saved["requests"]) == 6
+    assert "Verdict: pass" in (tmp_path / "report.md").read_text()
+    fail = infra(*common, "--slo", "tpot_p50=0.01")
+    assert fail.returncode == 3 and json.loads(fail.stdout.strip().splitlines()[-1])["verdict"] == "fail"
+    bad = infra(*common, "--api", "grpc")
+    assert bad.returncode == 1 and "--api" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_unreachable_endpoint_is_one_line_naming_the_url():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    out = infra("bench", "--endpoint", url, "--requests", "1")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and url in lines[0] and "To fix" in lines[0]
+
+
+def test_emulator_metrics_agree_with_the_client(fixed):
+    def sums() -> dict[str, float]:
+        text = httpx.get(fixed.removesuffix("/v1") + "/metrics").text
+        out = {}
+        for line in text.splitlines():
+            for name in ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds"):
+                for part in ("_sum", "_count"):
+                    if line.startswith(name + part + "{"):
+                        out[name + part] = float(line.split()[-1])
+        return out
+
+    before = sums()
+    r = api.bench_endpoint(fixed, concurrency=2, requests=6, output_tokens=5, warmup=0)
+    after = sums()
+    d = {k: after[k] - before.get(k, 0.0) for k in after}
+    server_ttft = d["vllm:time_to_first_token_seconds_sum"] / d["vllm:time_to_first_token_seconds_count"] * 1000
+    server_itl = d["vllm:inter_token_latency_seconds_sum"] / d["vllm:inter_token_latency_seconds_count"] * 1000
+    assert d["vllm:time_to_first_token_seconds_count"] == 6
+    assert abs(r.summary.metrics["ttft"].mean - server_ttft) < 15
+    assert abs(r.summary.metrics["itl"].mean - server_itl) < 5
