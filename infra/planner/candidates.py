@@ -257,6 +257,15 @@ def _can_share(resolved: ResolvedIntent, svc: Service, device: DeviceSpec) -> bo
     return svc.preferences.fractional_sharing and res is not None and res.memory is not None
 
 
+def slice_device(device: DeviceSpec, share: float) -> DeviceSpec:
+    """The device as a slice of `share` of it sees it: that share of its compute and memory bandwidth."""
+    return device.model_copy(update={
+        "memory_bandwidth_tbps": device.memory_bandwidth_tbps.model_copy(
+            update={"value": device.memory_bandwidth_tbps.value * share}),
+        "tflops": {k: f.model_copy(update={"value": f.value * share}) for k, f in device.tflops.items()},
+    })
+
+
 def _shared(rs: ResolvedService, svc: Service, device: DeviceSpec, fw: FrameworkSpec, precision: str, pool: Pool,
             wl: Workload, slo: dict[tuple[str, str], float], resolved: ResolvedIntent, price: float, zone: str,
             seen: list[Considered]) -> list[Candidate]:
@@ -265,11 +274,7 @@ def _shared(rs: ResolvedService, svc: Service, device: DeviceSpec, fw: Framework
     assert rs.model is not None
     out = []
     for share in SHARES:
-        scaled = device.model_copy(update={
-            "memory_bandwidth_tbps": device.memory_bandwidth_tbps.model_copy(
-                update={"value": device.memory_bandwidth_tbps.value * share}),
-            "tflops": {k: f.model_copy(update={"value": f.value * share}) for k, f in device.tflops.items()},
-        })
+        scaled = slice_device(device, share)
         dep = Deployment(rs.model.name, device.name, fw.name, precision, agg=Role(Parallel()))
         scored = _score(Considered(svc.name, pool.name, fw.name, precision, f"tp1@{share:g}", ""), dep, wl, slo,
                         resolved, pool, scaled, seen, memory_gb=pool_device_memory_gb(pool, device) * share,

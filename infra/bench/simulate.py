@@ -1,0 +1,372 @@
+"""Discrete-event simulation of a deployed service in virtual time: the embedded default of `infra bench`.
+
+Requests (seeded, from the service's workload) go through a router to engines (`infra.bench.engine`), one per
+attention group of every worker of every allocation; the router weighs allocations by the capacity the plan gave
+each replica. Disaggregated allocations send a request to a prefill engine, then, once its KV cache has crossed
+the link (`EngineModel.transfer_s`), to a decode engine chosen by the same policy; the client sees the first token
+when the decode side has it. Each engine's runs of identical decode steps are one event, cut short when a request
+arrives in the middle, so the cost grows with batch changes rather than with tokens.
+
+Results are the harness's own `RequestRecord`s with ITL pooled as (gap, occurrences), so every figure goes through
+`infra.bench.metrics.summarize` like an HTTP measurement does.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from infra.bench.engine import Engine, SimRequest, engine_model
+from infra.bench.metrics import RequestRecord
+from infra.bench.workload import Load, RequestSpec, generate
+from infra.errors import IntentError, Location, Problem
+
+Policy = Literal["least-loaded", "round-robin"]
+POLICIES = ("least-loaded", "round-robin")
+_FOREVER = 1 << 40
+
+
+@dataclass
+class Group:
+    """The engines of one allocation: entry engines (aggregated, or prefill) and, when disaggregated, decode
+    engines; `weight` is the load share of one entry engine (the replica's planned capacity over its entries)."""
+
+    entry: list[Engine]
+    decode: list[Engine] = field(default_factory=list)
+    weight: float = 1.0
+    label: str = ""
+
+
+class Router:
+    """Spreads requests over engines of unequal capacity: least outstanding requests per unit of weight, or
+    smooth weighted round-robin; ties go to the lowest index so runs repeat exactly."""
+
+    def __init__(self, weights: list[float], policy: Policy = "least-loaded"):
+        if policy not in POLICIES:
+            raise IntentError(Problem(f"unknown router policy {policy!r}", Location(path="router"),
+                                      f"use one of {', '.join(POLICIES)}"))
+        self.inv = [1.0 / max(w, 1e-12) for w in weights]
+        self.weights = list(weights)
+        self.policy = policy
+        self.load = [0] * len(weights)
+        self._credit = [0.0] * len(weights)
+        self._total = float(sum(weights))
+
+    def pick(self) -> int:
+        """The engine for the next request (counted as outstanding there until `done`)."""
+        if self.policy == "least-loaded":
+            load, inv = self.load, self.inv
+            best, score = 0, (load[0] + 1) * inv[0]
+            for i in range(1, len(load)):
+                s = (load[i] + 1) * inv[i]
+                if s < score:
+                    best, score = i, s
+        else:
+            credit = self._credit
+            for i, w in enumerate(self.weights):
+                credit[i] += w
+            best = max(range(len(credit)), key=credit.__getitem__)
+            credit[best] -= self._total
+        self.load[best] += 1
+        return best
+
+    def done(self, i: int) -> None:
+        self.load[i] -= 1
+
+
+@dataclass
+class EngineStats:
+    name: str
+    role: str
+    steps: int
+    busy_s: float
+    preemptions: int
+
+
+@dataclass
+class SimResult:
+    """What a simulated run measured."""
+
+    records: list[RequestRecord]
+    itl_pool: tuple[np.ndarray, np.ndarray]
+    """(gap seconds, occurrences) over every request's successive tokens."""
+    group: np.ndarray
+    """Index of the group (allocation) that served each request."""
+    cached_tokens: np.ndarray
+    """Prompt tokens each request found in the prefix cache."""
+    engines: list[EngineStats]
+    groups: list[str]
+    load: Load
+    wall_s: float
+    """Real seconds the simulation took."""
+    preemptions: int = 0
+
+
+def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded") -> SimResult:
+    """Run `load` through the engines of `groups` until every request has finished or failed."""
+    t0 = time.perf_counter()
+    specs = load.requests
+    n = len(specs)
+    engines: list[Engine] = []
+    owner: list[int] = []
+    entry_idx: list[list[int]] = []
+    decode_idx: list[list[int]] = []
+    weights: list[float] = []
+    for g, grp in enumerate(groups):
+        ids = []
+        for e in grp.entry:
+            ids.append(len(engines))
+            engines.append(e)
+            owner.append(g)
+            weights.append(grp.weight)
+        entry_idx.append(ids)
+        dids = []
+        for e in grp.decode:
+            dids.append(len(engines))
+            engines.append(e)
+            owner.append(g)
+        decode_idx.append(dids)
+    entries = [i for ids in entry_idx for i in ids]
+    front = Router(weights, router)
+    back = {g: Router([1.0] * len(ids), router) for g, ids in enumerate(decode_idx) if ids}
+    slot = {i: k for g, ids in enumerate(decode_idx) for k, i in enumerate(ids)}
+
+    t_send = np.zeros(n)
+    first = np.full(n, np.nan)
+    end = np.full(n, np.nan)
+    out_tok = np.zeros(n, dtype=np.int64)
+    served_by = np.full(n, -1, dtype=np.int64)
+    cached = np.zeros(n, dtype=np.int64)
+    errors: dict[int, str] = {}
+    gap_v: list[float] = []
+    gap_w: list[int] = []
+    version = [0] * len(engines)
+    at_engine = [0] * len(engines)
+    """Index in its router of the engine each request sits in (entry or decode)."""
+
+    heap: list[tuple[float, int, int, int, Any]] = []
+    counter = 0
+    ENQUEUE, STEP, HANDOFF, SEND = 0, 1, 2, 3
+
+    def push(t: float, kind: int, a: int, b: Any) -> None:
+        nonlocal counter
+        counter += 1
+        heapq.heappush(heap, (t, counter, kind, a, b))
+
+    def start(i: int, now: float) -> None:
+        plan = engines[i].begin(now, _FOREVER)
+        if plan is not None:
+            version[i] += 1
+            push(plan.end, STEP, i, version[i])
+
+    def send(idx: int, now: float) -> None:
+        spec = specs[idx]
+        t_send[idx] = now
+        k = front.pick()
+        i = entries[k]
+        served_by[idx] = owner[i]
+        req = SimRequest(idx, spec.input_tokens, spec.output_tokens, spec.prefix_group, spec.prefix_tokens)
+        req.context = k
+        why = engines[i].rejects(req)
+        if why is not None:
+            fail(idx, why, now)
+            front.done(k)
+            return
+        push(now + engines[i].model.request_s, ENQUEUE, i, req)
+
+    def enqueue(i: int, req: SimRequest, now: float) -> None:
+        e = engines[i]
+        e.add(req, now)
+        plan = e._plan
+        if plan is None:
+            start(i, now)
+        elif plan.steps > 1:
+            before = plan.end
+            after = e.cut(now)
+            if after != before:
+                version[i] += 1
+                push(after, STEP, i, version[i])
+
+    # Closed loop: each client sends its next request when the last one returns.
+    closed = load.concurrency is not None
+    next_closed = 0
+
+    def follow(idx: int, now: float) -> None:
+        nonlocal next_closed
+        if closed and next_closed < n:
+            j = next_closed
+            next_closed += 1
+            push(now, SEND, j, None)
+
+    def fail(idx: int, why: str, now: float) -> None:
+        errors[idx] = f"rejected: {why}"
+        end[idx] = now
+        follow(idx, now)
+
+    arrivals: list[float] = []
+    if closed:
+        for _ in range(min(load.concurrency or 0, n)):
+            follow(-1, 0.0)
+    else:
+        arrivals = [s.at if s.at is not None else 0.0 for s in specs]
+    a = 0
+    while True:
+        if a < len(arrivals) and (not heap or arrivals[a] <= heap[0][0]):
+            send(a, arrivals[a])
+            a += 1
+            continue
+        if not heap:
+            break
+        now, _, kind, i, b = heapq.heappop(heap)
+        if kind == ENQUEUE:
+            enqueue(i, b, now)
+            continue
+        if kind == SEND:
+            send(i, now)
+            continue
+        if kind == HANDOFF:
+            g = owner[i]
+            k = back[g].pick()
+            j = decode_idx[g][k]
+            why = engines[j].rejects(b)
+            if why is not None:
+                back[g].done(k)
+                fail(b.id, why, now)
+                continue
+            b.context = k
+            b.last_token = now
+            enqueue(j, b, now)
+            continue
+        if b != version[i]:
+            continue
+        e = engines[i]
+        res = e.finish()
+        if res.gaps:
+            gap_v.append(res.step_s)
+            gap_w.append(res.gaps)
+        for req, gap in res.resumed:
+            gap_v.append(gap)
+            gap_w.append(1)
+        role = e.role
+        for req in res.first:
+            if role != "prefill":
+                first[req.id] = req.first_token
+        for req in res.done:
+            idx = req.id
+            if role == "prefill":
+                front.done(req.context)
+                cached[idx] = req.cached_tokens
+                t_hand = now + e.model.transfer_s(req.input_tokens)
+                if req.output_tokens <= 1:
+                    first[idx] = end[idx] = t_hand
+                    out_tok[idx] = req.generated
+                    follow(idx, t_hand)
+                else:
+                    first[idx] = t_hand
+                    push(t_hand, HANDOFF, i, req)
+                continue
+            if role == "decode":
+                back[owner[i]].done(req.context)
+            else:
+                front.done(req.context)
+                cached[idx] = req.cached_tokens
+            end[idx] = now
+            out_tok[idx] = req.generated
+            follow(idx, now)
+        start(i, now)
+
+    records = []
+    for idx, spec in enumerate(specs):
+        if idx in errors:
+            records.append(RequestRecord(idx, float(t_send[idx]), float(t_send[idx]), input_tokens=spec.input_tokens,
+                                         error=errors[idx]))
+            continue
+        ts = float(t_send[idx])
+        records.append(RequestRecord(idx, ts, ts, ttft=float(first[idx]) - ts, e2e=float(end[idx]) - ts,
+                                     input_tokens=spec.input_tokens, output_tokens=int(out_tok[idx])))
+    stats = [EngineStats(e.name, e.role, e.steps, e.busy_s, e.preemptions) for e in engines]
+    return SimResult(records, (np.asarray(gap_v, dtype=float), np.asarray(gap_w, dtype=float)), served_by, cached,
+                     stats, [grp.label for grp in groups], load, time.perf_counter() - t0,
+                     sum(s.preemptions for s in stats))
+
+
+def plan_groups(plan: Any, service: str, catalog: Any = None) -> list[Group]:
+    """One group per allocation of the service: every attention group of every worker of every replica."""
+    from infra.bench.engine import plan_allocation
+
+    svc, _ = plan_allocation(plan, service, 0)
+    groups = []
+    for a, alloc in enumerate(svc.allocations):
+        dp = alloc.parallel.attention_dp
+        roles = sorted(alloc.engines)
+        models = {role: engine_model(plan, service, a, role, catalog) for role in roles}
+        label = f"{alloc.device}/{alloc.framework}/{alloc.mode}#{a}"
+        if alloc.mode == "disagg":
+            per_p = (alloc.prefill_workers or 1) * dp
+            per_d = (alloc.decode_workers or 1) * dp
+            entry = [Engine(models["prefill"], "prefill", f"{label}/r{r}/p{w}") for r in range(alloc.replicas)
+                     for w in range(per_p)]
+            decode = [Engine(models["decode"], "decode", f"{label}/r{r}/d{w}") for r in range(alloc.replicas)
+                      for w in range(per_d)]
+            groups.append(Group(entry, decode, alloc.capacity_per_replica / per_p, label))
+        else:
+            entry = [Engine(models["agg"], "agg", f"{label}/r{r}/g{w}") for r in range(alloc.replicas)
+                     for w in range(dp)]
+            groups.append(Group(entry, [], alloc.capacity_per_replica / dp, label))
+    return groups
+
+
+def service_load(plan: Any, service: str, *, requests: int, seed: int = 0, rate: float | None = None,
+                 concurrency: int | None = None, input_tokens: int | None = None, output_tokens: int | None = None,
+                 intent: str | Path | None = None, plan_path: str | Path | None = None) -> Load:
+    """The requests of a run: the service's workload as the plan records it (its peak), or the given load."""
+    from pydantic import ValidationError as PydanticValidationError
+
+    from infra.bench.engine import plan_allocation
+    from infra.intent.models import Workload
+
+    svc, _ = plan_allocation(plan, service, 0)
+    try:
+        workload = Workload.model_validate(svc.workload)
+    except PydanticValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise IntentError(Problem(f"the plan's workload does not validate: {first['msg']}",
+                                  Location(str(plan_path) if plan_path else None,
+                                           path=f"spec.services.{service}.workload.{where}"),
+                                  "re-plan the intent, or give --rate/--concurrency and token lengths")) from None
+    base = _intent_dir(plan, intent, plan_path, workload)
+    return generate(workload, requests=requests, seed=seed, base=base, rate=rate, concurrency=concurrency,
+                    input_tokens=input_tokens, output_tokens=output_tokens)
+
+
+def _intent_dir(plan: Any, intent: str | Path | None, plan_path: str | Path | None, workload: Any) -> Path:
+    """Where trace paths in the workload are relative to: the intent's directory."""
+    given = Path(intent) if intent is not None else Path(plan.spec.provenance.intent)
+    traced = [d.trace for d in (workload.input_tokens, workload.output_tokens) if d is not None and d.trace]
+    if not traced:
+        return given.parent
+    for base in (given.parent, *([Path(plan_path).parent / given.parent] if plan_path else [])):
+        if all((base / t).exists() for t in traced):
+            return base
+    raise IntentError(Problem(f"trace {traced[0]} of the plan's workload not found next to the intent {given}",
+                              Location(str(plan_path) if plan_path else None, path="spec.provenance.intent"),
+                              "give --intent with the intent file the plan was made from"))
+
+
+def simulate_plan(plan: Any, service: str, *, requests: int = 2000, seed: int = 0, router: Policy = "least-loaded",
+                  catalog: Any = None, load: Load | None = None, **load_args: Any) -> SimResult:
+    """Simulate a service of a DeploymentPlan under its workload (or `load`, or the overrides in `load_args`:
+    rate, concurrency, input_tokens, output_tokens, intent, plan_path)."""
+    if load is None:
+        load = service_load(plan, service, requests=requests, seed=seed, **load_args)
+    return simulate(plan_groups(plan, service, catalog), load, router=router)
+
+
+__all__ = ["Group", "POLICIES", "RequestSpec", "Router", "SimResult", "plan_groups", "service_load", "simulate",
+           "simulate_plan"]
