@@ -189,21 +189,34 @@ def emulate(plan: str | Path | None, *, port: int, host: str = "127.0.0.1", serv
     if tokens_per_chunk < 1:
         raise IntentError(Problem(f"--tokens-per-chunk is {tokens_per_chunk}", Location(path="--tokens-per-chunk"),
                                   "give 1 or more"))
+    if (ttft_ms is None) != (itl_ms is None):
+        raise IntentError(Problem("fixed timing needs both --ttft-ms and --itl-ms", Location(path="--itl-ms"),
+                                  "give both, or neither to time tokens with the plan's engine model"))
     names = ["emulated"]
-    if plan is not None:
+    timing: Any
+    if ttft_ms is not None and itl_ms is not None:
+        timing = FixedTiming(ttft_ms, itl_ms)
+        if plan is not None:
+            from infra.planner.types import load_plan
+
+            from infra.bench.engine import plan_allocation
+
+            p = load_plan(plan)
+            names = [plan_allocation(p, service, 0)[0].name] if service else [s.name for s in p.spec.services]
+    elif plan is None:
+        raise IntentError(Problem("nothing to time the tokens with", Location(path="PLAN"),
+                                  "give a plan.yaml (its engine model times the tokens), or --ttft-ms and --itl-ms"))
+    else:
+        from infra.bench.emulator import EngineTiming
+        from infra.bench.engine import plan_allocation
+        from infra.bench.simulate import plan_groups
         from infra.planner.types import load_plan
 
         p = load_plan(plan)
-        names = [s.name for s in p.spec.services]
-        if service is not None:
-            if service not in names:
-                raise IntentError(Problem(f"no service {service!r} (it has {', '.join(names)})",
-                                          Location(str(plan)), f"give --service one of {', '.join(names)}"))
-            names = [service]
-    if ttft_ms is None or itl_ms is None:
-        raise IntentError(Problem("give the token timing with --ttft-ms and --itl-ms", Location(path="--ttft-ms"),
-                                  "e.g. --ttft-ms 200 --itl-ms 20"))
-    timing = FixedTiming(ttft_ms, itl_ms)
+        name = service or p.spec.services[0].name
+        svc, _ = plan_allocation(p, name, 0)
+        timing = EngineTiming(plan_groups(p, name))
+        names = [name] + ([svc.model_id] if getattr(svc, "model_id", None) and svc.model_id != name else [])
     try:
         sock = bind(host, port)
     except OSError as exc:

@@ -43,6 +43,10 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25
 class Timing(Protocol):
     """When the tokens of one request become available."""
 
+    def rejects(self, prompt_tokens: int, max_tokens: int) -> str | None:
+        """Why such a request can never be served (answered HTTP 400), else None."""
+        ...
+
     def tokens(self, prompt_tokens: int, max_tokens: int, arrived: float) -> AsyncIterator[int]:
         """Yield the number of tokens that became available, each at the time they do (perf_counter clock)."""
         ...
@@ -56,6 +60,9 @@ class FixedTiming:
     ttft_ms: float
     itl_ms: float
 
+    def rejects(self, prompt_tokens: int, max_tokens: int) -> str | None:
+        return None
+
     async def tokens(self, prompt_tokens: int, max_tokens: int, arrived: float) -> AsyncIterator[int]:
         for i in range(max_tokens):
             due = arrived + (self.ttft_ms + i * self.itl_ms) / 1000.0
@@ -63,6 +70,121 @@ class FixedTiming:
             if delay > 0:
                 await asyncio.sleep(delay)
             yield 1
+
+
+class EngineTiming:
+    """Tokens as a plan's engines emit them, stepped in real time: one asyncio task per engine (`Engine` of
+    `infra.bench.engine`, every attention group of every worker of every allocation) runs a step, sleeps for the
+    step's duration as the performance model prices it, then hands out the tokens the step emitted. Requests go to
+    engines through the simulator's router; a disaggregated request is prefilled, waits for its KV cache to cross
+    the link, and then decodes, its first token reaching the client at the hand-over."""
+
+    def __init__(self, groups: list[Any], policy: str = "least-loaded"):
+        from infra.bench.simulate import Router
+
+        self.engines: list[Any] = []
+        self.entries: list[int] = []
+        self.decode: list[list[int]] = []
+        self.owner: list[int] = []
+        weights = []
+        for g, grp in enumerate(groups):
+            for e in grp.entry:
+                self.entries.append(len(self.engines))
+                self.engines.append(e)
+                self.owner.append(g)
+                weights.append(grp.weight)
+            ids = []
+            for e in grp.decode:
+                ids.append(len(self.engines))
+                self.engines.append(e)
+                self.owner.append(g)
+            self.decode.append(ids)
+        self.front = Router(weights, policy)  # type: ignore[arg-type]
+        self.back = {g: Router([1.0] * len(ids), policy) for g, ids in enumerate(self.decode) if ids}  # type: ignore
+        self.live: dict[int, asyncio.Queue[tuple[int, bool]]] = {}
+        """Request id -> its token queue (a request's `context` is its index in the router that placed it)."""
+        self.wake: list[asyncio.Event] = []
+        self.tasks: list[asyncio.Task[None]] = []
+        self.next_id = 0
+        self.t0 = time.perf_counter()
+
+    def rejects(self, prompt_tokens: int, max_tokens: int) -> str | None:
+        from infra.bench.engine import SimRequest
+
+        why = [self.engines[i].rejects(SimRequest(-1, prompt_tokens, max_tokens)) for i in self.entries]
+        return None if any(w is None for w in why) else why[0]
+
+    def _start(self) -> None:
+        if not self.tasks:
+            self.wake = [asyncio.Event() for _ in self.engines]
+            self.tasks = [asyncio.create_task(self._run(i)) for i in range(len(self.engines))]
+
+    def _add(self, i: int, req: Any) -> None:
+        self.engines[i].add(req, time.perf_counter() - self.t0)
+        self.wake[i].set()
+
+    async def tokens(self, prompt_tokens: int, max_tokens: int, arrived: float) -> AsyncIterator[int]:
+        from infra.bench.engine import SimRequest
+
+        self._start()
+        k = self.front.pick()
+        i = self.entries[k]
+        req = SimRequest(self.next_id, prompt_tokens, max_tokens, context=k)
+        self.next_id += 1
+        queue: asyncio.Queue[tuple[int, bool]] = asyncio.Queue()
+        self.live[req.id] = queue
+        try:
+            delay = arrived + self.engines[i].model.request_s - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self._add(i, req)
+            while True:
+                n, finished = await queue.get()
+                if n:
+                    yield n
+                if finished:
+                    return
+        finally:
+            self.live.pop(req.id, None)
+
+    def _handoff(self, i: int, req: Any) -> None:
+        """A prefilled request's KV cache has reached the decode side: its first token is out; decode the rest."""
+        queue = self.live.get(req.id)
+        if queue is None:
+            return
+        if req.output_tokens <= 1:
+            queue.put_nowait((req.generated, True))
+            return
+        g = self.owner[i]
+        req.context = self.back[g].pick()
+        queue.put_nowait((1, False))
+        req.last_token = time.perf_counter() - self.t0
+        self._add(self.decode[g][req.context], req)
+
+    async def _run(self, i: int) -> None:
+        e = self.engines[i]
+        loop = asyncio.get_running_loop()
+        while True:
+            res = e.step(time.perf_counter() - self.t0)
+            if res is None:
+                self.wake[i].clear()
+                await self.wake[i].wait()
+                continue
+            delay = self.t0 + res.end - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if e.role != "prefill":
+                for rid, n, finished in res.tokens:
+                    queue = self.live.get(rid)
+                    if queue is not None:
+                        queue.put_nowait((n, finished))
+            for req in res.done:
+                if e.role == "decode":
+                    self.back[self.owner[i]].done(req.context)
+                    continue
+                self.front.done(req.context)
+                if e.role == "prefill":
+                    loop.call_later(e.model.transfer_s(req.input_tokens), self._handoff, i, req)
 
 
 @dataclass(frozen=True)
@@ -186,6 +308,9 @@ class Emulator:
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
         if not isinstance(max_tokens, int) or max_tokens < 1:
             return self._fail(400, "max_tokens must be a positive integer", "bad_request")
+        why = self.timing.rejects(len(prompt.split()), max_tokens)
+        if why is not None:
+            return self._fail(400, why, "bad_request")
         plan = _RequestPlan(
             chat=chat, model=model, prompt_tokens=len(prompt.split()), max_tokens=max_tokens, arrived=arrived,
             stall_at=self.rng.randrange(max_tokens) if self.rng.random() < self.faults.stall_rate else None,

@@ -155,3 +155,18 @@ def test_emulator_metrics_agree_with_the_client(fixed):
     assert d["vllm:time_to_first_token_seconds_count"] == 6
     assert abs(r.summary.metrics["ttft"].mean - server_ttft) < 15
     assert abs(r.summary.metrics["itl"].mean - server_itl) < 5
+
+
+def test_emulator_times_tokens_with_the_plans_engine_model(tmp_path):
+    from ..conftest import EXAMPLES
+
+    api.plan(EXAMPLES / "chat-mixed-fleet.yaml", tmp_path)
+    plan = tmp_path / "plan.yaml"
+    with emulator(str(plan)) as url:
+        r = api.bench_endpoint(url, plan=plan, concurrency=2, requests=6, input_tokens=64, output_tokens=12,
+                               warmup=1)
+    s = r.summary
+    assert s.completed == 6 and all(rec.output_tokens == 12 for rec in r.run.records)
+    assert r.run.model == "chat" and r.objectives  # the plan's objectives are checked
+    # A 70B model's decode step on these devices takes milliseconds, not microseconds.
+    assert 2 < s.metrics["tpot"].mean < 500
