@@ -37,6 +37,7 @@ from typing import Any, Literal
 import httpx
 
 from infra.bench.metrics import RequestRecord
+from infra.bench.scrape import histogram_totals, server_means
 from infra.bench.workload import Load, RequestSpec
 from infra.errors import EndpointError, Location, Problem
 
@@ -92,6 +93,8 @@ class BenchRun:
     """From the first measured send to the end of the run."""
     client_queue_s: list[float] = field(default_factory=list)
     """t_send - t_sched of every measured request."""
+    server: dict[str, dict[str, float]] = field(default_factory=dict)
+    """The engine's own mean TTFT/ITL/E2E over the measured requests, from its /metrics (empty without one)."""
 
 
 def base_url(url: str) -> str:
@@ -256,6 +259,14 @@ class LoadClient:
         self.model = ids[0]
         return self.model
 
+    async def scrape(self) -> dict[str, tuple[float, float]]:
+        """The server's latency histograms (sum, count), or nothing when it has no Prometheus /metrics."""
+        try:
+            resp = await self.http.get(self.base.removesuffix("/v1") + "/metrics")
+            return histogram_totals(resp.text) if resp.status_code == 200 else {}
+        except (httpx.HTTPError, ValueError):
+            return {}
+
     async def send(self, spec: RequestSpec, t_sched: float) -> RequestRecord:
         """One streamed request; never raises for what the server or the network does."""
         body = request_body(spec, self.opts, self.model)
@@ -336,6 +347,7 @@ async def run_async(load: Load, opts: ClientOptions, progress: Progress | None =
             if progress is not None:
                 progress(len(records), total)
 
+        before = await client.scrape()
         t0 = time.perf_counter()
         deadline = t0 + opts.duration_s if opts.duration_s else None
         if closed:
@@ -343,9 +355,10 @@ async def run_async(load: Load, opts: ClientOptions, progress: Progress | None =
         else:
             await _open_loop(client, load.requests, slots, deadline, done)
         wall = time.perf_counter() - t0
+        server = server_means(before, await client.scrape()) if before else {}
     records.sort(key=lambda r: r.index)
     return BenchRun(records, warm, model, client.base, opts.api, load, wall,
-                    [r.t_send - r.t_sched for r in records])
+                    [r.t_send - r.t_sched for r in records], server)
 
 
 def run(load: Load, opts: ClientOptions, progress: Progress | None = None) -> BenchRun:

@@ -45,6 +45,7 @@ def bench_json(result: EndpointResult) -> dict[str, Any]:
                                     _COLS[1:]).to_json(),
         "client_queue_ms": distribution(run.client_queue_s, _COLS[1:]).to_json(),
         "wall_s": round(run.wall_s, 6),
+        "server": run.server,
         "objectives": [{"objective": c.key, "target_ms": c.target_ms, "measured_ms": _ms(c.measured_ms), "n": c.n,
                         "passed": c.passed} for c in checks],
         "verdict": "pass" if passed(result) else "fail",
@@ -80,6 +81,8 @@ def print_bench(console: Console, data: dict[str, Any]) -> None:
     console.print(f"completed {data['completed']}, failed {data['failed']} in {data['duration_s']:.2f} s: "
                   f"{data['request_throughput']:.3f} req/s, {data['output_token_throughput']:,.1f} output tok/s; "
                   f"goodput {data['goodput_rps']:.3f} req/s (attainment {data['attainment']:.1%})")
+    if data["server"]:
+        console.print("engine's own /metrics (means): " + server_line(data["server"]))
     if data["errors"]:
         console.print("errors: " + ", ".join(f"{k} x{v}" for k, v in data["errors"].items()))
     for note in notes(data):
@@ -94,6 +97,10 @@ def print_bench(console: Console, data: dict[str, Any]) -> None:
         console.print(v)
     colour = "green" if data["verdict"] == "pass" else "red"
     console.print(f"verdict: [{colour}]{data['verdict']}[/{colour}]")
+
+
+def server_line(server: dict[str, dict[str, float]]) -> str:
+    return ", ".join(f"{k.upper()} {v['mean_ms']:,.1f} ms (n={v['n']})" for k, v in server.items())
 
 
 def notes(data: dict[str, Any]) -> list[str]:
@@ -183,6 +190,9 @@ def write_markdown(result: EndpointResult, data: dict[str, Any], out: Path) -> l
     lines += ["", f"Completed {data['completed']}, failed {data['failed']} in {data['duration_s']:.2f} s: "
                   f"{data['request_throughput']:.3f} req/s, {data['output_token_throughput']:,.1f} output tok/s; "
                   f"goodput {data['goodput_rps']:.3f} req/s, attainment {data['attainment']:.1%}.", ""]
+    if data["server"]:
+        lines += ["The engine's own `/metrics` (means over the measured requests): " + server_line(data["server"])
+                  + ".", ""]
     if data["errors"]:
         lines += ["Errors: " + ", ".join(f"{k} x{v}" for k, v in data["errors"].items()) + ".", ""]
     if data["objectives"]:
