@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +59,12 @@ def poisson(n: int, rate: float, isl: int, osl: int, seed: int = 0) -> Load:
     return Load([RequestSpec(i, float(at[i]), isl, osl, 0, 0) for i in range(n)], rate, None, "poisson")
 
 
+def server_cpu_s(proc: subprocess.Popen[str]) -> float:
+    """CPU seconds (user + system) the emulator process has used."""
+    fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def lateness_ms(records, ttft_ms: float, itl_ms: float) -> np.ndarray:
     """Per token: client receipt time minus the emulator's schedule (send + ttft + i * itl), in ms. The schedule
     starts when the server reads the request, a little after the client's send, so this bounds the overhead from
@@ -75,32 +83,41 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quick", action="store_true", help="smaller runs")
+    ap.add_argument("--rate", type=float, default=220.0, help="offered requests/s of the open-loop run")
     a = ap.parse_args()
     q = 0.25 if a.quick else 1.0
-    out: dict = {}
+    out: dict = {"load_average_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
 
     proc, url = start(200.0, 20.0)
     try:
         opts = ClientOptions(url=url, model="emulated", warmup=8)
-        r = run(closed(int(200 * q) or 20, 20, 64, 16), opts)
+        r = run(closed(int(200 * q) or 20, 8, 64, 16), opts)
         s = summarize(r.records)
+        late = lateness_ms(r.records, 200.0, 20.0)
+        out["accuracy_lateness_ms"] = {"p50": round(float(np.percentile(late, 50)), 3),
+                                       "p99": round(float(np.percentile(late, 99)), 3)}
         exp = {"ttft": 200.0, "tpot": 20.0, "itl": 20.0, "e2e": 200.0 + 15 * 20.0}
         out["accuracy"] = {m: {"expected_ms": exp[m], "measured_ms": round(s.metrics[m].mean, 3),
-                               "error_pct": round((s.metrics[m].mean - exp[m]) / exp[m] * 100, 3)} for m in exp}
+                               "error_pct": round((s.metrics[m].mean - exp[m]) / exp[m] * 100, 3),
+                               "server_ms": r.server.get(m, {}).get("mean_ms")} for m in exp}
         out["accuracy"]["requests"] = s.completed
     finally:
         stop(proc)
 
     proc, url = start(5.0, 2.0)
     try:
-        n = int(3000 * q)
+        n = int(2000 * q)
         opts = ClientOptions(url=url, model="emulated", warmup=20, max_connections=1024)
-        r = run(poisson(n, 300.0, 16, 4), opts)
+        cpu0, srv0 = time.process_time(), server_cpu_s(proc)
+        r = run(poisson(n, a.rate, 16, 4), opts)
+        cpu, srv = time.process_time() - cpu0, server_cpu_s(proc) - srv0
         s = summarize(r.records)
         late = lateness_ms(r.records, 5.0, 2.0)
         queue = np.asarray(r.client_queue_s) * 1000
-        out["rate"] = {"offered_rps": 300.0, "requests": n, "completed": s.completed, "failed": s.failed,
+        out["rate"] = {"offered_rps": a.rate, "requests": n, "completed": s.completed, "failed": s.failed,
                        "achieved_rps": round(s.request_throughput, 1),
+                       "client_cpu_ms_per_request": round(cpu / (n + 20) * 1000, 3),
+                       "server_cpu_ms_per_request": round(srv / (n + 20) * 1000, 3),
                        "client_queue_p99_ms": round(float(np.percentile(queue, 99)), 3),
                        "token_lateness_ms": {"p50": round(float(np.percentile(late, 50)), 3),
                                              "p99": round(float(np.percentile(late, 99)), 3)}}
@@ -130,15 +147,21 @@ def main() -> None:
         print(json.dumps(out, sort_keys=True))
         return
     acc = out["accuracy"]
+    print(f"machine: {out['cpus']} CPUs, load average {out['load_average_1m']} at the start")
     print(f"accuracy vs fixed timing (TTFT 200 ms, 20 ms/token), {acc['requests']} requests:")
     for m in ("ttft", "tpot", "itl", "e2e"):
         x = acc[m]
+        srv = f"  (server's own /metrics {x['server_ms']:.2f} ms)" if x["server_ms"] is not None else ""
         print(f"  {m.upper():5s} expected {x['expected_ms']:8.1f} ms  measured {x['measured_ms']:8.2f} ms  "
-              f"error {x['error_pct']:+.2f} %")
+              f"error {x['error_pct']:+.2f} %{srv}")
+    print(f"  token lateness (receipt - schedule) p50 {out['accuracy_lateness_ms']['p50']:.2f} ms, "
+          f"p99 {out['accuracy_lateness_ms']['p99']:.2f} ms")
     rt = out["rate"]
     print(f"rate: offered {rt['offered_rps']:.0f}/s, achieved {rt['achieved_rps']:.1f} req/s "
           f"({rt['completed']}/{rt['requests']} completed); client_queue p99 {rt['client_queue_p99_ms']:.2f} ms; "
-          f"token lateness p50 {rt['token_lateness_ms']['p50']:.2f} ms, p99 {rt['token_lateness_ms']['p99']:.2f} ms")
+          f"token lateness p50 {rt['token_lateness_ms']['p50']:.2f} ms, p99 {rt['token_lateness_ms']['p99']:.2f} ms; "
+          f"CPU per request: client {rt['client_cpu_ms_per_request']:.2f} ms, "
+          f"emulator {rt['server_cpu_ms_per_request']:.2f} ms")
     st = out["streams"]
     print(f"streams: {st['clients']} clients, peak {st['peak_in_flight']} in flight, "
           f"{st['completed']}/{st['requests']} completed; token lateness p50 {st['token_lateness_ms']['p50']:.2f} "

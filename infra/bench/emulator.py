@@ -442,7 +442,9 @@ def _error(status: int, message: str) -> Any:
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket (port 0 picks a free one); raises OSError when the address is taken."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and without it
+    # Nagle's algorithm holds a small SSE chunk back until the client's delayed ACK (tens of ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(2048)
