@@ -1,6 +1,7 @@
 """Fit the performance model's efficiency factors to measured deployments, and report how well they generalise.
 
-    python benchmarks/calibrate.py --csv ../shared/data/silicon_calibration.csv [--write] [--lomo] [--json]
+    python benchmarks/calibrate.py --csv ../shared/data/silicon_calibration.csv [--extra RUN.jsonl] [--write]
+                                   [--lomo] [--json]
 
 Fits, in log space with a robust (soft-L1) loss on TTFT and TPOT:
 1. pooled factors over every row (the fallback for unmeasured pairs);
@@ -29,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from infra.catalog.loader import load_catalog  # noqa: E402
 from infra.perf.calibration import Factors  # noqa: E402
-from infra.perf.replay import Case, compiled, load_rows, prepare, summarize  # noqa: E402
+from infra.perf.replay import Case, compiled, load_rows, measured_cases, prepare, summarize  # noqa: E402
 
 OUT = ROOT / "infra" / "perf" / "data" / "calibration.json"
 NAMES = [n for n in Factors.names() if n != "accept"]
@@ -129,6 +130,8 @@ def main() -> int:
     ap.add_argument("--group-by", choices=("pair", "framework", "none"), default=GROUP_BY,
                     help="share factors per framework/device pair, per framework, or not at all")
     ap.add_argument("--prior", type=float, default=PRIOR_STRENGTH, help="pull of the pooled factors on groups")
+    ap.add_argument("--extra", action="append", default=[], metavar="FILE",
+                    help="also fit the cases of a saved benchmark run (`infra bench --save FILE`); repeatable")
     args = ap.parse_args()
     globals()["GROUP_BY"] = args.group_by
     globals()["PRIOR_STRENGTH"] = args.prior
@@ -136,6 +139,13 @@ def main() -> int:
     catalog = load_catalog()
     rows = load_rows(args.csv)
     items, skipped = prepare(rows, catalog, lambda case: compiled(case, catalog))
+    for path in args.extra:
+        for case in measured_cases(path, catalog):
+            run = compiled(case, catalog)
+            if isinstance(run, str):
+                skipped.append((case.row, run))
+            else:
+                items.append((case, run))
     pooled, groups = fit_all(items)
     in_sample = summarize([r for r in score(items, pooled, groups) if math.isfinite(r[1])], skipped)
     print(f"rows {len(rows)}, used {len(items)}, skipped {len(skipped)}")

@@ -98,14 +98,19 @@ class PlanResult:
     report: str
     considered: list[Any]
     written: list[Path]
+    verification: dict[str, Any] | None = None
+    """The plan's verification section when it was verified (`verdict` pass, fail or inconclusive)."""
 
 
 def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
-         catalog_dirs: tuple[Path, ...] = (), progress: Any = None, objective: str = "cost") -> PlanResult:
+         catalog_dirs: tuple[Path, ...] = (), progress: Any = None, objective: str = "cost",
+         verify: bool = False, verify_requests: int | None = None, seed: int = 0) -> PlanResult:
     """Plan an intent: the cheapest deployment that meets every objective, or InfeasibleError (exit 2) with the
     conflict and the relaxations that would fix it. With `output`, writes plan.yaml and report.md there;
     `progress(done, total)` hears how many services have been scored. `objective` "goodput" plans for a fixed
-    inventory: as much of the demand as fits, then the cheapest way to carry it."""
+    inventory: as much of the demand as fits, then the cheapest way to carry it. With `verify`, the plan is
+    simulated and re-planned while objectives fail (`infra.bench.verify`); the result's `verification` says how
+    it ended (`verdict` "fail" is exit 3 on the command line)."""
     from infra.errors import InfeasibleError
     from infra.planner.plan import build_plan
     from infra.report.plan import plan_markdown, plan_yaml
@@ -113,6 +118,10 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
     resolved = load_intent(path, catalog_dirs)
     try:
         data, considered = build_plan(resolved, top=top, objective=objective, progress=progress)
+        verification = None
+        if verify:
+            data, considered, verification = _verify(resolved, data, considered, top=top, objective=objective,
+                                                     requests=verify_requests, seed=seed)
     except InfeasibleError as exc:
         if output is not None:
             from infra.files import write_atomic
@@ -123,6 +132,10 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
                                              getattr(exc, "considered", [])))
         raise
     report = plan_markdown(data, considered)
+    if verification is not None:
+        from infra.report.bench import verification_markdown
+
+        report = report.rstrip("\n") + "\n\n" + verification_markdown(verification) + "\n"
     written: list[Path] = []
     if output is not None:
         from infra.files import write_atomic
@@ -131,7 +144,48 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
         write_atomic(out / "plan.yaml", plan_yaml(data))
         write_atomic(out / "report.md", report)
         written = [out / "plan.yaml", out / "report.md"]
-    return PlanResult(data, report, considered, written)
+    return PlanResult(data, report, considered, written, verification)
+
+
+def _verify(resolved: ResolvedIntent, data: dict[str, Any], considered: list[Any], *, top: int, objective: str,
+            requests: int | None, seed: int) -> tuple[dict[str, Any], list[Any], dict[str, Any]]:
+    """Simulate the plan and re-plan with corrections while objectives fail (the loop lives above the planner)."""
+    from infra.bench.verify import VERIFY_REQUESTS, verify_plan
+    from infra.planner.plan import build_plan
+
+    def replan(corrections: Any) -> tuple[dict[str, Any], list[Any]]:
+        return build_plan(resolved, top=top, objective=objective, corrections=corrections, explain=False)
+
+    final, extra, section = verify_plan(data, replan, intent=str(resolved.loaded.document.path),
+                                        catalog=resolved.catalog, requests=requests or VERIFY_REQUESTS, seed=seed)
+    return final, extra if extra is not None else considered, section
+
+
+def bench(*, simulate: str | Path | None = None, service: str | None = None, concurrency: int | None = None,
+          rate: float | None = None, requests: int | None = None, input_tokens: int | None = None,
+          output_tokens: int | None = None, seed: int = 0, intent: str | Path | None = None,
+          save: str | Path | None = None, catalog_dirs: tuple[Path, ...] = ()) -> Any:
+    """Drive one service of a plan and judge it against its objectives: a `infra.bench.run.BenchResult`.
+    `simulate` names the plan to simulate (the embedded default source); `save` writes the measurements as JSON
+    Lines that calibration reads back."""
+    from infra.bench.run import DEFAULT_REQUESTS, save as save_run, simulate_service
+    from infra.errors import IntentError, Location, Problem
+    from infra.planner.types import load_plan
+
+    if simulate is None:
+        raise IntentError(Problem("nothing to benchmark", Location(path="--simulate"),
+                                  "give --simulate PLAN (a plan.yaml from `infra plan`) or --endpoint URL"))
+    plan_doc = load_plan(simulate)
+    result = simulate_service(plan_doc, service=service, requests=requests or DEFAULT_REQUESTS, seed=seed,
+                              rate=rate, concurrency=concurrency, input_tokens=input_tokens,
+                              output_tokens=output_tokens, intent=intent, plan_path=simulate,
+                              catalog=load_catalog(catalog_dirs))
+    if save is not None:
+        save_run(result, save)
+    return result
+
+
+__all__ += ["bench"]
 
 
 __all__ += ["bench_endpoint", "emulate"]

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from infra.errors import EXIT_BAD_INPUT, InfraError
+from infra.errors import EXIT_BAD_INPUT, EXIT_VERIFICATION_FAILED, InfraError
 
 app = typer.Typer(
     name="infra",
@@ -60,6 +60,8 @@ def plan(
                                                 "the inventory and budgets allow, then cheapest.")] = "cost",
     catalog: CatalogOpt = None,
     as_json: JsonOpt = False,
+    verify: Annotated[bool, typer.Option("--verify/--no-verify", help="Simulate the plan under the intent's peak "
+                                         "workload and re-plan while objectives fail (exit 3 if they still do).")] = True,
 ) -> None:
     """Solve an intent: the cheapest deployment meeting every objective, or why none does and what to relax."""
     if objective not in ("cost", "goodput"):
@@ -82,13 +84,19 @@ def plan(
                 live.update(task, completed=done, total=total)
 
         result = api.plan(path, output, top=top, catalog_dirs=tuple(catalog or ()), progress=progress,
-                          objective=objective)
+                          objective=objective, verify=verify)
     if as_json:
         print(json.dumps(result.plan, indent=2, sort_keys=True))
     else:
         from infra.report.plan import print_plan
 
         print_plan(_console(), result.plan, result.considered, result.written)
+        if result.verification is not None:
+            from infra.report.bench import print_verification
+
+            print_verification(_console(), result.verification)
+    if result.verification is not None and result.verification["verdict"] == "fail":
+        sys.exit(EXIT_VERIFICATION_FAILED)
 
 
 @app.command()
@@ -234,53 +242,104 @@ def estimate(
 
 @app.command()
 def bench(
-    endpoint: Annotated[Optional[str], typer.Option(help="Base URL of an OpenAI-compatible server, e.g. "
-                                                         "http://127.0.0.1:8000/v1.", show_default=False)] = None,
-    model: Annotated[Optional[str], typer.Option(help="Served model name (default: the first /v1/models lists).",
-                                                 show_default=False)] = None,
-    api_kind: Annotated[str, typer.Option("--api", help="chat or completions.")] = "chat",
-    concurrency: Annotated[Optional[int], typer.Option(help="Closed loop: this many clients.",
-                                                       show_default=False)] = None,
-    rate: Annotated[Optional[float], typer.Option(help="Open loop: requests/s (the intent's arrival process, "
-                                                       "Poisson without one).", show_default=False)] = None,
-    requests: Annotated[Optional[int], typer.Option(help="Requests to measure (default 100, or what --duration "
-                                                         "allows).", show_default=False)] = None,
-    duration: Annotated[Optional[float], typer.Option(help="Send no request after this many seconds.",
-                                                      show_default=False)] = None,
-    input_tokens: Annotated[Optional[int], typer.Option(help="Prompt tokens per request (default: the "
-                                                             "workload's, else 128).", show_default=False)] = None,
-    output_tokens: Annotated[Optional[int], typer.Option(help="Output tokens per request (default: the "
-                                                              "workload's, else 64).", show_default=False)] = None,
-    intent: Annotated[Optional[Path], typer.Option(help="Take the workload and objectives from this intent.",
+    simulate: Annotated[Optional[Path], typer.Option("--simulate", help="Simulate this plan (plan.yaml): the "
+                                                     "embedded default, no endpoint needed.", show_default=False)] = None,
+    service: Annotated[Optional[str], typer.Option(help="Service of the plan (default: its only one).",
                                                    show_default=False)] = None,
-    plan_file: Annotated[Optional[Path], typer.Option("--plan", help="Take the workload and objectives from this "
-                                                                     "plan.yaml.", show_default=False)] = None,
-    service: Annotated[Optional[str], typer.Option(help="Service of the intent or plan (default: the first).",
-                                                   show_default=False)] = None,
-    slo: Annotated[Optional[str], typer.Option(help="Objectives in ms, e.g. ttft_p99=300,tpot_p99=40 (over the "
-                                                    "intent's or plan's).", show_default=False)] = None,
-    warmup: Annotated[int, typer.Option(help="Warm-up requests, not measured.")] = 1,
-    timeout: Annotated[float, typer.Option(help="Seconds one request may take before it fails.")] = 60.0,
-    ignore_eos: Annotated[bool, typer.Option("--ignore-eos/--no-ignore-eos", help="Ask the server to run to "
-                                                                                  "max_tokens.")] = True,
-    min_tokens: Annotated[bool, typer.Option("--min-tokens", help="Also send min_tokens = max_tokens.")] = False,
-    seed: Annotated[int, typer.Option(help="Seed of arrivals, lengths and prompts.")] = 0,
-    save: Annotated[Optional[Path], typer.Option(help="Write the summary and every request as JSON here.",
-                                                 show_default=False)] = None,
-    markdown: Annotated[Optional[Path], typer.Option(help="Write a markdown report (with PNG plots when "
-                                                          "matplotlib is installed) here.", show_default=False)] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object on the last "
-                                                        "line.")] = False,
+    concurrency: Annotated[Optional[int], typer.Option(help="Closed loop: concurrent clients (default: the "
+                                                       "workload's).", show_default=False)] = None,
+    rate: Annotated[Optional[str], typer.Option(help="Open loop: request rate, e.g. 20/s (default: the workload's "
+                                                "peak).", show_default=False)] = None,
+    requests: Annotated[Optional[int], typer.Option(help="Requests to send (default 2000 simulated; 100 against "
+                                                    "an endpoint, or what --duration allows).",
+                                                    show_default=False)] = None,
+    input_tokens: Annotated[Optional[str], typer.Option("--input-tokens", help="Fixed prompt length instead of the "
+                                                        "workload's distribution.", show_default=False)] = None,
+    output_tokens: Annotated[Optional[str], typer.Option("--output-tokens", help="Fixed output length.",
+                                                         show_default=False)] = None,
+    seed: Annotated[int, typer.Option(help="Seed of arrivals, lengths and confidence intervals.")] = 0,
+    intent: Annotated[Optional[Path], typer.Option(help="The intent the plan was made from, when its traces are not "
+                                                   "where the plan says; with --endpoint, the intent whose "
+                                                   "workload and objectives to test.", show_default=False)] = None,
+    save: Annotated[Optional[Path], typer.Option(help="Write the measurements here (JSON Lines; calibration reads "
+                                                 "them with --extra).", show_default=False)] = None,
+    catalog: CatalogOpt = None,
+    as_json: JsonOpt = False,
+    endpoint: Annotated[Optional[str], typer.Option(help="Measure this OpenAI-compatible server instead, e.g. "
+                                                    "http://127.0.0.1:8000/v1 (API key from INFRA_BENCH_API_KEY or "
+                                                    "OPENAI_API_KEY).", show_default=False)] = None,
+    plan_file: Annotated[Optional[Path], typer.Option("--plan", help="With --endpoint: the plan whose service's "
+                                                      "workload and objectives to test.", show_default=False)] = None,
+    model: Annotated[Optional[str], typer.Option(help="With --endpoint: served model name (default: the first "
+                                                 "/v1/models lists).", show_default=False)] = None,
+    api_kind: Annotated[str, typer.Option("--api", help="With --endpoint: chat or completions.")] = "chat",
+    duration: Annotated[Optional[float], typer.Option(help="With --endpoint: send no request after this many "
+                                                      "seconds.", show_default=False)] = None,
+    slo: Annotated[Optional[str], typer.Option(help="With --endpoint: objectives in ms, e.g. "
+                                               "ttft_p99=300,tpot_p50=40 (over the intent's or plan's).",
+                                               show_default=False)] = None,
+    warmup: Annotated[int, typer.Option(help="With --endpoint: warm-up requests, not measured.")] = 1,
+    timeout: Annotated[float, typer.Option(help="With --endpoint: seconds one request may take before it "
+                                           "fails.")] = 60.0,
+    ignore_eos: Annotated[bool, typer.Option("--ignore-eos/--no-ignore-eos", help="With --endpoint: ask the "
+                                             "server to run to max_tokens.")] = True,
+    min_tokens: Annotated[bool, typer.Option("--min-tokens", help="With --endpoint: also send min_tokens = "
+                                             "max_tokens.")] = False,
+    markdown: Annotated[Optional[Path], typer.Option(help="With --endpoint: write a markdown report here (PNG "
+                                                     "plots beside it when matplotlib is installed).",
+                                                     show_default=False)] = None,
 ) -> None:
-    """Drive load against an endpoint; report TTFT, TPOT, ITL, E2E, throughput, goodput and the SLO verdict
-    (exit 0 pass, 3 fail)."""
-    if endpoint is None:
-        raise InfraError("give --endpoint URL — To fix: e.g. infra bench --endpoint http://127.0.0.1:8000/v1")
-    from infra import api
-    from infra.errors import EXIT_VERIFICATION_FAILED
-    from infra.report.bench import bench_json, print_bench, write_markdown
+    """Drive load at a deployment, report TTFT/TPOT/ITL/E2E and goodput, and judge each objective (exit 3 on fail).
 
+    --simulate PLAN runs the embedded simulator; --endpoint URL measures a real (or emulated) server, with the
+    workload of --intent, --plan or the flags."""
+    from infra import api
+    from infra.intent.units import parse_count, parse_rate
+
+    def parsed(parse: Any, value: str | None, flag: str) -> Any:
+        if value is None:
+            return None
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise InfraError(f"{flag} {value!r}: {exc} — To fix: e.g. {flag} 20/s or {flag} 2k") from None
+
+    if endpoint is not None:
+        if simulate is not None:
+            raise InfraError("give --simulate PLAN or --endpoint URL, not both — To fix: drop one of them")
+        _bench_endpoint(endpoint, model=model, api_kind=api_kind, concurrency=concurrency,
+                        rate=parsed(parse_rate, rate, "--rate"), requests=requests, duration=duration,
+                        input_tokens=parsed(parse_count, input_tokens, "--input-tokens"),
+                        output_tokens=parsed(parse_count, output_tokens, "--output-tokens"), intent=intent,
+                        plan_file=plan_file, service=service, slo=slo, warmup=warmup, timeout=timeout,
+                        ignore_eos=ignore_eos, min_tokens=min_tokens, seed=seed, save=save, markdown=markdown,
+                        as_json=as_json)
+        return
+    result = api.bench(simulate=simulate, service=service, concurrency=concurrency,
+                       rate=parsed(parse_rate, rate, "--rate"), requests=requests,
+                       input_tokens=parsed(parse_count, input_tokens, "--input-tokens"),
+                       output_tokens=parsed(parse_count, output_tokens, "--output-tokens"), seed=seed, intent=intent,
+                       save=save, catalog_dirs=tuple(catalog or ()))
+    data = result.to_json()
+    if as_json:
+        print(json.dumps(data, sort_keys=True))
+    else:
+        from infra.report.bench import print_bench
+
+        print_bench(_console(), data)
+        if save is not None:
+            _console().print(f"wrote {save}")
+    if data["verdict"]["overall"] == "fail":
+        sys.exit(EXIT_VERIFICATION_FAILED)
+
+
+
+def _bench_endpoint(endpoint: str, *, save: Path | None, markdown: Path | None, as_json: bool,
+                    **kw: Any) -> None:
     from contextlib import nullcontext
+
+    from infra import api
+    from infra.report.bench import endpoint_json, endpoint_markdown, print_endpoint
 
     live = None
     if sys.stderr.isatty():
@@ -296,26 +355,24 @@ def bench(
             if live is not None:
                 live.update(task, completed=done, total=total)
 
-        result = api.bench_endpoint(endpoint, model=model, api=api_kind, concurrency=concurrency, rate=rate,
-                                    requests=requests, duration_s=duration, input_tokens=input_tokens,
-                                    output_tokens=output_tokens, intent=intent, plan=plan_file, service=service,
-                                    slo=slo, warmup=warmup, timeout_s=timeout, seed=seed, ignore_eos=ignore_eos,
-                                    min_tokens=min_tokens, progress=progress)
-    data = bench_json(result)
+        result = api.bench_endpoint(endpoint, model=kw["model"], api=kw["api_kind"], concurrency=kw["concurrency"],
+                                    rate=kw["rate"], requests=kw["requests"], duration_s=kw["duration"],
+                                    input_tokens=kw["input_tokens"], output_tokens=kw["output_tokens"],
+                                    intent=kw["intent"], plan=kw["plan_file"], service=kw["service"], slo=kw["slo"],
+                                    warmup=kw["warmup"], timeout_s=kw["timeout"], seed=kw["seed"],
+                                    ignore_eos=kw["ignore_eos"], min_tokens=kw["min_tokens"], progress=progress)
+    data = endpoint_json(result)
     if save is not None:
-        from dataclasses import asdict
+        from infra.bench.run import save as save_run
 
-        from infra.files import write_atomic
-
-        write_atomic(save, json.dumps({"summary": data, "requests": [asdict(r) for r in result.run.records]},
-                                      indent=1, sort_keys=True) + "\n")
+        save_run(result.bench, save)
     if markdown is not None:
-        write_markdown(result, data, markdown)
+        endpoint_markdown(result, data, markdown)
     if as_json:
         print(json.dumps(data, sort_keys=True, separators=(",", ":")))
     else:
-        print_bench(_console(), data)
-    if data["verdict"] != "pass":
+        print_endpoint(_console(), data)
+    if data["verdict"]["overall"] == "fail":
         sys.exit(EXIT_VERIFICATION_FAILED)
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
+from typing import Any
 
 from infra.bench.client import BenchRun, ClientOptions, Progress, run
-from infra.bench.metrics import RequestRecord, Summary, parse_objective, percentile_q, summarize
+from infra.bench.metrics import Summary, parse_objective, summarize
+from infra.bench.run import BenchResult, predicted
+from infra.bench.verdict import judge
 from infra.bench.workload import Load, generate
 from infra.errors import IntentError, Location, Problem
 from infra.intent.models import Workload
@@ -25,6 +26,10 @@ DURATION_CAP = 100_000
 """Requests prepared for a closed loop bounded only by --duration."""
 DEFAULT_INPUT_TOKENS = 128
 DEFAULT_OUTPUT_TOKENS = 64
+PROMPT_NOTE = ("prompts are built as N short common words for N input tokens (about one token each in current "
+               "LLM vocabularies); input tokens report the server's usage.prompt_tokens")
+APPROX_NOTE = ("output tokens of {n} request(s) were counted as stream chunks: the server sent no usage, and a "
+               "chunk may carry several tokens, so their TPOT is approximate")
 
 
 @dataclass(frozen=True)
@@ -36,16 +41,25 @@ class Source:
     base: Path
     service: str | None = None
     origin: str = "flags"
+    predicted: dict[str, float] | None = None
+    """The plan's predicted value per objective (ms), shown beside the measurement."""
+    attainment: float | None = None
+    """The intent's attainment target."""
 
 
 @dataclass
 class EndpointResult:
-    """A measured run against an endpoint."""
+    """A measured run against an endpoint: the client's view (`run`) and the judged result (`bench`), in the same
+    form as a simulated run."""
 
     run: BenchRun
-    summary: Summary
+    bench: BenchResult
     source: Source | None
     objectives: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def summary(self) -> Summary:
+        return self.bench.summary
 
 
 def _pick(names: list[str], wanted: str | None, file: Path) -> int:
@@ -72,7 +86,8 @@ def source_from(intent: Path | None, plan: Path | None, service: str | None) -> 
         base = intent_path.parent if intent_path.is_absolute() else (plan.parent / intent_path).parent
         if not base.exists():
             base = Path(p.spec.provenance.intent).parent
-        return Source(Workload.model_validate(svc.workload), dict(svc.objectives), base, svc.name, f"plan {plan}")
+        return Source(Workload.model_validate(svc.workload), dict(svc.objectives), base, svc.name, f"plan {plan}",
+                      predicted(svc))
     if intent is not None:
         from infra.intent.loader import load_intent_file
 
@@ -81,7 +96,7 @@ def source_from(intent: Path | None, plan: Path | None, service: str | None) -> 
         i = _pick([s.name for s in services], service, intent)
         svc = services[i]
         return Source(svc.workload, {f"{m}_{q}": s * 1000.0 for m, q, s in svc.slo.targets()}, intent.parent,
-                      svc.name, f"intent {intent}")
+                      svc.name, f"intent {intent}", attainment=svc.slo.attainment)
     return None
 
 
@@ -135,54 +150,20 @@ def plan_load(source: Source | None, *, concurrency: int | None, rate: float | N
 
 def bench_endpoint(opts: ClientOptions, load: Load, source: Source | None, objectives: dict[str, float] | None = None,
                    progress: Progress | None = None) -> EndpointResult:
-    """Run the load and summarise the measured requests against the objectives (the flags' over the source's)."""
+    """Run the load and judge the measured requests against the objectives (the flags' over the source's)."""
     measured = run(load, opts, progress)
     slo = dict(source.objectives if source else {})
     slo.update(objectives or {})
-    return EndpointResult(measured, summarize(measured.records, slo), source, slo)
-
-
-@dataclass(frozen=True)
-class ObjectiveCheck:
-    """One objective against the measured distribution, failed requests counted as the worst values."""
-
-    key: str
-    target_ms: float
-    measured_ms: float | None
-    """inf when failed requests reach the percentile; None with no sample."""
-    n: int
-    passed: bool
-
-
-_FAILED = 1e18
-"""Stands for a failed request's latency: larger than any measurement, finite so that interpolation works."""
-
-
-def check_objectives(records: list[RequestRecord], objectives: dict[str, float]) -> list[ObjectiveCheck]:
-    """Each `metric_pNN` objective (ms) against the percentile of its distribution. TTFT, TPOT and E2E take one
-    value per request, with every failed request counted as slower than any bound; ITL pools the gaps of the
-    completed requests."""
-    out = []
-    done = [r for r in records if r.ok]
-    n_failed = len(records) - len(done)
-    for key, target in sorted(objectives.items()):
-        metric, pct = parse_objective(key)
-        if metric == "itl":
-            values = np.fromiter((g for r in done for g in r.itl), dtype=float)
-        else:
-            per = {"ttft": lambda r: r.ttft, "tpot": lambda r: r.tpot, "e2e": lambda r: r.e2e}[metric]
-            values = np.asarray([v for r in done if (v := per(r)) is not None] + [_FAILED] * n_failed, dtype=float)
-        if values.size == 0:
-            out.append(ObjectiveCheck(key, target, None, 0, False))
-            continue
-        value = float(np.percentile(values, percentile_q(pct)))
-        measured = math.inf if value >= _FAILED / 10 else value * 1000.0
-        out.append(ObjectiveCheck(key, target, measured, int(values.size), measured <= target))
-    return out
-
-
-def passed(result: EndpointResult) -> bool:
-    """The verdict: every objective met; a run without objectives passes when no request failed."""
-    if not result.objectives:
-        return result.summary.failed == 0
-    return all(c.passed for c in check_objectives(result.run.records, result.objectives))
+    verdict = judge(measured.records, slo, predicted=source.predicted if source else None,
+                    attainment_target=source.attainment if source else None, seed=opts.seed)
+    summary = summarize(measured.records, slo)
+    info: dict[str, Any] = {"requests": len(load.requests), "sent": len(measured.records),
+                            "warmup": len(measured.warmup), "seed": opts.seed, "arrival": load.arrival,
+                            **({"rate_rps": load.rate} if load.rate is not None else {}),
+                            **({"concurrency": load.concurrency} if load.concurrency is not None else {})}
+    notes = list(verdict.notes) + [PROMPT_NOTE]
+    if summary.approximate_tokens:
+        notes.append(APPROX_NOTE.format(n=summary.approximate_tokens))
+    result = BenchResult(measured.url, (source.service if source else None) or measured.model, measured.records,
+                         summary, verdict, info, notes=notes)
+    return EndpointResult(measured, result, source, slo)

@@ -33,9 +33,11 @@ disaggregated workers, the KV-cache hand-off from prefill to decode (`transfer_s
 from __future__ import annotations
 
 import heapq
+import math
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from infra.errors import InfraError, Location, Problem
 
@@ -198,18 +200,25 @@ class Engine:
         return self._plan is None and not self.waiting and not self.running
 
     def rejects(self, req: SimRequest) -> str | None:
-        """Why this engine can never serve the request (it cannot hold it), else None."""
+        """Why this engine can never serve the request, else None: a prompt that reaches max_model_len (vLLM
+        answers 400), or a request the whole KV cache cannot hold."""
         m = self.model
-        need = req.input_tokens + (req.output_tokens if self.role != "prefill" else 1)
-        limit = min(m.kv_tokens, m.max_model_len or m.kv_tokens)
-        if need > limit:
-            return (f"request of {need} tokens exceeds the engine's limit of {limit} tokens "
-                    f"({'max_model_len' if m.max_model_len and m.max_model_len < m.kv_tokens else 'KV cache'})")
+        if m.max_model_len is not None and req.input_tokens >= m.max_model_len:
+            return f"prompt of {req.input_tokens} tokens reaches max_model_len {m.max_model_len}"
+        need = req.input_tokens + (min(req.output_tokens, self._room(req)) if self.role != "prefill" else 1)
+        if need > m.kv_tokens:
+            return f"request of {need} tokens exceeds the KV cache of {m.kv_tokens} tokens"
         return None
 
+    def _room(self, req: SimRequest) -> int:
+        m = self.model
+        return req.output_tokens if m.max_model_len is None else m.max_model_len - req.input_tokens
+
     def add(self, req: SimRequest, now: float) -> None:
-        """Queue a request; it joins the batch at the next step that begins at or after `now`."""
+        """Queue a request; it joins the batch at the next step that begins at or after `now`. Output beyond
+        max_model_len is cut there (the request finishes with reason `length`, as vLLM does)."""
         req.state = WAITING
+        req.output_tokens = max(1, min(req.output_tokens, self._room(req)))
         if self.role == "decode":
             # The prompt's KV cache came with it from a prefill worker, and so did its first token.
             req.generated = max(req.generated, 1)
@@ -293,6 +302,9 @@ class Engine:
         # Decoding sequences each need one more KV slot this step; the last admitted make room.
         while self.n_dec and self.kv_used + self.n_dec > cap:
             self._preempt_last()
+        if not self.prefilling and not self.waiting:
+            self._chunks = []
+            return 0, self.n_dec, 0.0
         budget = m.max_num_batched_tokens - self.n_dec
         self._chunks = chunks = []
         for req in list(self.prefilling):
@@ -389,7 +401,8 @@ class Engine:
         plan = self._plan
         assert plan is not None
         if plan.steps > 1:
-            j = max(1, min(plan.steps, int((t - plan.start) / plan.step_s) + 1))
+            # A request arriving exactly at a step boundary joins the step that begins there.
+            j = max(1, min(plan.steps, math.ceil((t - plan.start) / plan.step_s - 1e-9)))
             plan.steps, plan.duration = j, j * plan.step_s
         return plan.end
 

@@ -105,6 +105,8 @@ class SimResult:
     wall_s: float
     """Real seconds the simulation took."""
     preemptions: int = 0
+    truncated: int = 0
+    """Requests whose output was cut at the engine's max_model_len."""
 
 
 def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded") -> SimResult:
@@ -134,7 +136,6 @@ def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded"
     entries = [i for ids in entry_idx for i in ids]
     front = Router(weights, router)
     back = {g: Router([1.0] * len(ids), router) for g, ids in enumerate(decode_idx) if ids}
-    slot = {i: k for g, ids in enumerate(decode_idx) for k, i in enumerate(ids)}
 
     t_send = np.zeros(n)
     first = np.full(n, np.nan)
@@ -146,8 +147,6 @@ def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded"
     gap_v: list[float] = []
     gap_w: list[int] = []
     version = [0] * len(engines)
-    at_engine = [0] * len(engines)
-    """Index in its router of the engine each request sits in (entry or decode)."""
 
     heap: list[tuple[float, int, int, int, Any]] = []
     counter = 0
@@ -290,9 +289,10 @@ def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded"
         records.append(RequestRecord(idx, ts, ts, ttft=float(first[idx]) - ts, e2e=float(end[idx]) - ts,
                                      input_tokens=spec.input_tokens, output_tokens=int(out_tok[idx])))
     stats = [EngineStats(e.name, e.role, e.steps, e.busy_s, e.preemptions) for e in engines]
+    truncated = sum(1 for r, s in zip(records, specs) if r.ok and r.output_tokens < s.output_tokens)
     return SimResult(records, (np.asarray(gap_v, dtype=float), np.asarray(gap_w, dtype=float)), served_by, cached,
                      stats, [grp.label for grp in groups], load, time.perf_counter() - t0,
-                     sum(s.preemptions for s in stats))
+                     sum(s.preemptions for s in stats), truncated)
 
 
 def plan_groups(plan: Any, service: str, catalog: Any = None) -> list[Group]:
@@ -368,5 +368,14 @@ def simulate_plan(plan: Any, service: str, *, requests: int = 2000, seed: int = 
     return simulate(plan_groups(plan, service, catalog), load, router=router)
 
 
-__all__ = ["Group", "POLICIES", "RequestSpec", "Router", "SimResult", "plan_groups", "service_load", "simulate",
-           "simulate_plan"]
+__all__ = [
+    "POLICIES",
+    "Group",
+    "RequestSpec",
+    "Router",
+    "SimResult",
+    "plan_groups",
+    "service_load",
+    "simulate",
+    "simulate_plan",
+]

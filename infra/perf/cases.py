@@ -178,3 +178,22 @@ def run_case(case: EstimateCase, catalog: Catalog) -> dict[str, Any]:
 def read_cases(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """(line number, object) for every non-empty line of a JSONL file of cases."""
     return read_jsonl(path, "cases file")
+
+
+def read_measured(path: Path) -> list[tuple[int, EstimateCase, float, float]]:
+    """(line, case, measured mean TTFT ms, measured mean TPOT ms) for every `case` line of a saved benchmark run
+    (`infra bench --save`); other lines (requests, summary) are skipped."""
+    out = []
+    for n, obj in read_jsonl(path, "measurements file", "give a file written by `infra bench --save`"):
+        if obj.get("kind") != "case":
+            continue
+        where = Location(str(path), n, 1, "case")
+        try:
+            ttft, tpot = float(obj["ttft_ms"]), float(obj["tpot_ms"])
+        except (KeyError, TypeError, ValueError):
+            raise InfraError(Problem("a case line needs numeric ttft_ms and tpot_ms", where,
+                                     "write it with `infra bench --save`")) from None
+        if not isinstance(obj.get("case"), dict):
+            raise InfraError(Problem("a case line needs a `case` object", where, "write it with `infra bench --save`"))
+        out.append((n, case_from(obj["case"], where), ttft, tpot))
+    return out

@@ -104,6 +104,18 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
                 Workload(isl=isl, osl=osl, concurrency=int(m.group(1))), ttft, tpot)
 
 
+def measured_cases(path: str | Path, catalog: Catalog) -> list[Case]:
+    """The cases of a saved benchmark run (`infra bench --save`), each with its measured mean TTFT and TPOT."""
+    from infra.perf.cases import read_measured
+
+    out = []
+    for n, case, ttft, tpot in read_measured(Path(path)):
+        dep = case.deployment(catalog)
+        out.append(Case({"source": f"{path}:{n}"}, f"{dep.framework}/{dep.device}", dep.model, dep, case.workload(),
+                        ttft, tpot))
+    return out
+
+
 def predict(case: Case, catalog: Catalog, factors: Factors | None = None) -> tuple[float, float] | str:
     """(TTFT ms, TPOT ms) predicted for a case, or why not."""
     try:
@@ -191,4 +203,5 @@ def replay(rows: list[dict[str, str]], catalog: Catalog) -> tuple[list[tuple[Cas
     return [(case, got[0], got[1]) for case, got in done], skipped
 
 
-__all__ = ["Case", "ape", "compiled", "load_rows", "predict", "prepare", "replay", "summarize", "to_case"]
+__all__ = ["Case", "ape", "compiled", "load_rows", "measured_cases", "predict", "prepare", "replay", "summarize",
+           "to_case"]

@@ -340,12 +340,23 @@ class Considered:
     """`candidate`, or why it was dropped."""
 
 
+@dataclass(frozen=True)
+class Corrections:
+    """What measuring a plan taught: per service, objective key (`ttft_p99`) -> the factor its target is
+    multiplied by when scoring candidates (below 1 tightens it where the measured metric ran over the target)."""
+
+    objective_scale: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+
+    def scale(self, service: str, metric: str, pct: str) -> float:
+        return self.objective_scale.get(service, {}).get(f"{metric}_{pct}", 1.0)
+
+
 def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
-                         progress: Callable[[int, int], None] | None = None) -> tuple[list[Candidate],
-                                                                                     list[Considered]]:
+                         progress: Callable[[int, int], None] | None = None,
+                         corrections: Corrections | None = None) -> tuple[list[Candidate], list[Considered]]:
     """Every runnable, useful replica shape of every service, and the record of what was dropped and why.
     `slo_scale` multiplies every objective (used to find how far an objective must relax); `progress(done,
-    total)` is told after each service."""
+    total)` is told after each service; `corrections` tighten objectives per service from verification."""
     base = resolved.loaded.document.path.parent
     out: list[Candidate] = []
     seen: list[Considered] = []
@@ -357,7 +368,8 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
             raise InfraError(f"service {svc.name!r} is a pipeline; planning pipelines is not available in this "
                              "version — To fix: plan each stage's model as its own service for now")
         wl = service_workload(svc, base)
-        slo = {k: v * slo_scale for k, v in objectives(svc).items()}
+        fix = corrections or Corrections()
+        slo = {k: v * slo_scale * fix.scale(svc.name, *k) for k, v in objectives(svc).items()}
         for pool in resolved.loaded.cluster.pools:
             device = resolved.pools[pool.name]
             if device.name not in rs.devices or (pool.spot and svc.preferences.spot == "never"):

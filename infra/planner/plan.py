@@ -19,7 +19,8 @@ from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_me
 from infra.perf.arch import kv_precision_for
 from infra.perf.calibration import table as calibration_table
 from infra.perf.estimate import estimate
-from infra.planner.candidates import Candidate, Considered, enumerate_candidates, objectives, service_workload
+from infra.planner.candidates import (Candidate, Considered, Corrections, enumerate_candidates, objectives,
+                                      service_workload)
 from infra.planner.solve import Limits, Solution, limits_from, minimal_conflict, solve
 from infra.planner.types import DeploymentPlan
 
@@ -384,13 +385,19 @@ def _core_problems(resolved: ResolvedIntent, core: list[str], relax: list[Proble
 
 
 def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost",
-               progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, Any], list[Considered]]:
+               progress: Callable[[int, int], None] | None = None, corrections: Corrections | None = None,
+               explain: bool = True) -> tuple[dict[str, Any], list[Considered]]:
     """Solve the intent; a DeploymentPlan as data, and every shape considered. Raises InfeasibleError.
     `objective` is "cost" (cheapest plan meeting all demand) or "goodput" (serve the most of it with what there
-    is, then cheapest)."""
-    cands, considered = enumerate_candidates(resolved, progress=progress)
+    is, then cheapest). `corrections` tighten objectives in scoring (from verifying an earlier plan); without
+    `explain` an infeasible intent is reported without searching for relaxations."""
+    cands, considered = enumerate_candidates(resolved, progress=progress, corrections=corrections)
     limits = limits_from(resolved, _tokens_per_request(resolved))
     sol = solve(cands, limits, objective=objective)
+    if sol.status not in ("OPTIMAL", "FEASIBLE") and not explain:
+        raise InfeasibleError(Problem("no deployment meets the corrected objectives",
+                                      Location(str(resolved.loaded.document.path), 1, 1),
+                                      "loosen the objectives, raise the budget or add devices"))
     if sol.status not in ("OPTIMAL", "FEASIBLE"):
         core = sol.core or [f"demand:{s}" for s in sorted(limits.demand)]
         no_cands = [s for s in sorted(limits.demand) if not any(c.service == s for c in cands)]

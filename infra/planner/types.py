@@ -216,6 +216,66 @@ class Provenance(PlanModel):
     calibration: Calibration
 
 
+class VerifiedObjective(PlanModel):
+    """One objective as verification measured it."""
+
+    key: str
+    target_ms: float
+    predicted_ms: float | None = None
+    """What the plan predicted (the slowest allocation's prediction at its planned load)."""
+    measured_ms: float | None = None
+    """The measured percentile; None when there was no sample or failed requests put it beyond any value."""
+    ci_ms: list[float | None] | None = None
+    """95% bootstrap interval of the measured percentile (None for an unbounded end)."""
+    n: int
+    verdict: Literal["pass", "fail", "inconclusive"]
+    reason: str
+
+
+class VerifiedService(PlanModel):
+    service: str
+    verdict: Literal["pass", "fail", "inconclusive"]
+    objectives: list[VerifiedObjective]
+    attainment: float
+    """Requests meeting every bound at once, over all requests (failed ones included)."""
+    goodput_rps: float
+    failed: int
+    notes: list[str] = []
+
+
+class Correction(PlanModel):
+    """How one objective was tightened for scoring in the next round: target x scale."""
+
+    service: str
+    objective: str
+    scale: float
+    measured_over_predicted: float | None = None
+
+
+class VerificationRound(PlanModel):
+    round: int
+    verdict: Literal["pass", "fail", "inconclusive"]
+    services: list[VerifiedService]
+    corrections: list[Correction] = []
+    """Corrections derived from this round and used to plan the next one."""
+    outcome: str | None = None
+    """Why the loop stopped after this round, when it stopped short of a pass."""
+
+
+class Verification(PlanModel):
+    """The chosen plan simulated under the intent's peak workload, and the re-planning rounds it took."""
+
+    method: Literal["simulation"]
+    seed: int
+    requests: int
+    """Requests simulated per service and round."""
+    plan_round: int
+    """The round whose plan this is: the first that did not fail, else the one that missed least."""
+    verdict: Literal["pass", "fail", "inconclusive"]
+    """That round's verdict."""
+    rounds: list[VerificationRound]
+
+
 class PlanSpec(PlanModel):
     fingerprint: str
     """sha256 over the intent, cluster, catalog and calibration: the same fingerprint means the same inputs."""
@@ -228,6 +288,7 @@ class PlanSpec(PlanModel):
     alternatives: list[Alternative]
     assumptions: list[str]
     provenance: Provenance
+    verification: Verification | None = None
 
 
 class Metadata(PlanModel):

@@ -1,4 +1,7 @@
-"""What `infra bench --endpoint` reports: a table, one JSON object, and a markdown file with plots."""
+"""How a benchmark run and a plan's verification are shown: the terminal table and report.md's section.
+
+Both take the JSON forms (`BenchResult.to_json()`, the plan's `verification`), so a saved run renders the same.
+"""
 
 from __future__ import annotations
 
@@ -6,112 +9,169 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from infra.bench.endpoint import EndpointResult, check_objectives, passed
-from infra.bench.metrics import distribution
-
 _COLS = ("mean", "p50", "p90", "p99")
-APPROX_NOTE = ("output tokens of {n} request(s) were counted as stream chunks: the server sent no usage, and a "
-               "chunk may carry several tokens, so their TPOT is approximate")
-PROMPT_NOTE = ("prompts are built as N short common words for N input tokens (about one token each in current "
-               "LLM vocabularies); the server's usage.prompt_tokens is what input tokens report")
+_STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
 
 
-def _ms(x: float | None) -> Any:
-    if x is None:
-        return None
-    return "inf" if math.isinf(x) else round(x, 3)
-
-
-def bench_json(result: EndpointResult) -> dict[str, Any]:
-    """The run as one JSON-ready object (summary, load, objectives and verdict)."""
-    run, s = result.run, result.summary
-    load = run.load
-    out = s.to_json()
-    checks = check_objectives(run.records, result.objectives)
-    out.update({
-        "endpoint": run.url, "model": run.model, "api": run.api,
-        "load": {"arrival": load.arrival, "rate": load.rate, "concurrency": load.concurrency,
-                 "requests": len(load.requests), "sent": len(run.records), "warmup": len(run.warmup)},
-        "source": result.source.origin if result.source else "flags",
-        "service": result.source.service if result.source else None,
-        "input_tokens_mean": round(float(np.mean([r.input_tokens for r in run.records])), 3) if run.records else None,
-        "output_tokens_mean": (round(float(np.mean([r.output_tokens for r in run.records if r.ok])), 3)
-                               if s.completed else None),
-        "ttft_any_ms": distribution([r.ttft_any for r in run.records if r.ok and r.ttft_any is not None],
-                                    _COLS[1:]).to_json(),
-        "client_queue_ms": distribution(run.client_queue_s, _COLS[1:]).to_json(),
-        "wall_s": round(run.wall_s, 6),
-        "server": run.server,
-        "objectives": [{"objective": c.key, "target_ms": c.target_ms, "measured_ms": _ms(c.measured_ms), "n": c.n,
-                        "passed": c.passed} for c in checks],
-        "verdict": "pass" if passed(result) else "fail",
-    })
-    return out
-
-
-def _fmt(v: Any) -> str:
+def _ms(v: Any) -> str:
     if v is None:
         return "-"
-    if v == "inf":
+    if v == "inf" or (isinstance(v, float) and math.isinf(v)):
         return "inf"
     return f"{v:,.1f}" if v < 10_000 else f"{v / 1000:,.1f}s"
 
 
-def print_bench(console: Console, data: dict[str, Any]) -> None:
-    """The table a person reads."""
-    load = data["load"]
-    how = (f"closed loop, {load['concurrency']} client(s)" if load["concurrency"] is not None
-           else f"open loop, {load['arrival']} arrivals at {load['rate']:g}/s")
-    console.print(f"{data['endpoint']} model {data['model']} ({data['api']}): {how}; {load['sent']} request(s) "
-                  f"measured after {load['warmup']} warm-up")
+def _ci(ci: list[Any] | None) -> str:
+    return "-" if not ci else f"{_ms(ci[0])} .. {_ms(ci[1])}"
+
+
+def print_bench(console: Console, r: dict[str, Any]) -> None:
+    """The run's metrics by percentile with each objective's target and verdict beside its metric."""
+    load = r["load"]
+    how = (f"{load['rate_rps']:g} req/s ({load['arrival']})" if "rate_rps" in load
+           else f"{load.get('concurrency')} clients (closed loop)")
+    console.print(f"{r['source']}: service {r['service']}, {load['requests']} requests at {how}, seed {load['seed']}")
+    verdict = r["verdict"]
+    by_metric: dict[str, list[dict[str, Any]]] = {}
+    for o in verdict["objectives"]:
+        by_metric.setdefault(o["key"].partition("_")[0], []).append(o)
     t = Table(title_justify="left")
-    t.add_column("ms")
-    t.add_column("n", justify="right")
+    t.add_column("metric (ms)")
     for c in _COLS:
         t.add_column(c, justify="right")
-    for metric in ("ttft", "tpot", "itl", "e2e", "ttft_any", "client_queue"):
-        d = data[f"{metric}_ms"]
-        t.add_row(metric.upper() if "_" not in metric else metric, str(d["n"]),
-                  *(_fmt(d.get(c)) for c in _COLS))
+    t.add_column("n", justify="right")
+    t.add_column("objective")
+    t.add_column("measured (95% CI)", justify="right")
+    t.add_column("predicted", justify="right")
+    t.add_column("verdict")
+    for metric in ("ttft", "tpot", "itl", "e2e"):
+        d = r[f"{metric}_ms"]
+        row = [metric.upper(), *(_ms(d.get(c)) for c in _COLS), str(d.get("n", 0))]
+        objs = by_metric.get(metric) or [None]
+        for i, o in enumerate(objs):
+            cells = row if i == 0 else [""] * len(row)
+            if o is None:
+                t.add_row(*cells, "", "", "", "")
+                continue
+            pct = o["key"].partition("_")[2]
+            style = _STYLE[o["verdict"]]
+            t.add_row(*cells, f"{pct} <= {_ms(o['target_ms'])}", f"{_ms(o['measured_ms'])} ({_ci(o['ci_ms'])})",
+                      _ms(o["predicted_ms"]), f"[{style}]{o['verdict']}[/{style}]")
     console.print(t)
-    console.print(f"completed {data['completed']}, failed {data['failed']} in {data['duration_s']:.2f} s: "
-                  f"{data['request_throughput']:.3f} req/s, {data['output_token_throughput']:,.1f} output tok/s; "
-                  f"goodput {data['goodput_rps']:.3f} req/s (attainment {data['attainment']:.1%})")
-    if data["server"]:
-        console.print("engine's own /metrics (means): " + server_line(data["server"]))
-    if data["errors"]:
-        console.print("errors: " + ", ".join(f"{k} x{v}" for k, v in data["errors"].items()))
-    for note in notes(data):
+    console.print(f"completed {r['completed']}, failed {r['failed']} over {r['duration_s']:.1f} s: "
+                  f"{r['request_throughput']:.3f} req/s, {r['output_token_throughput']:,.0f} output tok/s; "
+                  f"goodput {r['goodput_rps']:.3f} req/s, attainment {r['attainment']:.1%} "
+                  f"(95% CI {verdict['attainment_ci'][0]:.1%} .. {verdict['attainment_ci'][1]:.1%})")
+    for o in verdict["objectives"]:
+        if o["verdict"] != "pass":
+            console.print(f"{o['key']}: {o['verdict']}: {o['reason']}")
+    for note in r.get("notes") or []:
         console.print(f"note: {note}")
-    if data["objectives"]:
-        v = Table(title="objectives (failed requests count as slower than any bound)", title_justify="left")
-        for col in ("objective", "target ms", "measured ms", "n", ""):
-            v.add_column(col, justify="left" if col == "objective" else "right")
-        for c in data["objectives"]:
-            v.add_row(c["objective"], _fmt(c["target_ms"]), _fmt(c["measured_ms"]), str(c["n"]),
-                      "[green]pass[/green]" if c["passed"] else "[red]FAIL[/red]")
-        console.print(v)
-    colour = "green" if data["verdict"] == "pass" else "red"
-    console.print(f"verdict: [{colour}]{data['verdict']}[/{colour}]")
+    style = _STYLE[verdict["overall"]]
+    console.print(f"verdict: [{style}]{verdict['overall'].upper()}[/{style}]")
 
 
-def server_line(server: dict[str, dict[str, float]]) -> str:
-    return ", ".join(f"{k.upper()} {v['mean_ms']:,.1f} ms (n={v['n']})" for k, v in server.items())
+def print_verification(console: Console, v: dict[str, Any]) -> None:
+    """One line per round: its verdict, the objectives that did not pass, and why the loop stopped."""
+    for rnd in v["rounds"]:
+        style = _STYLE[rnd["verdict"]]
+        misses = "; ".join(f"{s['service']} {o['key']} {_ms(o['measured_ms'])}ms vs {_ms(o['target_ms'])}ms "
+                           f"({o['verdict']})" for s in rnd["services"] for o in s["objectives"]
+                           if o["verdict"] != "pass")
+        console.print(f"verification round {rnd['round']} ({v['method']}, {v['requests']} requests per service): "
+                      f"[{style}]{rnd['verdict']}[/{style}]" + (f": {misses}" if misses else ""))
+        if rnd.get("corrections"):
+            console.print("  re-planned with objectives tightened: " + ", ".join(
+                f"{c['service']} {c['objective']} x{c['scale']:g}" for c in rnd["corrections"]))
+        if rnd.get("outcome"):
+            console.print(f"  {rnd['outcome']}")
+    if len(v["rounds"]) > 1:
+        console.print(f"kept the plan of round {v['plan_round']}: {v['verdict']}")
 
 
-def notes(data: dict[str, Any]) -> list[str]:
-    out = [PROMPT_NOTE]
-    if data["approximate_tokens"]:
-        out.append(APPROX_NOTE.format(n=data["approximate_tokens"]))
+def verification_markdown(v: dict[str, Any]) -> str:
+    """report.md's section on a plan's verification: each round, per service and objective."""
+    method = (f"Method: {v['method']} of {v['requests']} requests per service at the intent's peak workload "
+              f"(seed {v['seed']}); {len(v['rounds'])} round(s); this is the plan of round {v['plan_round']}, "
+              f"verdict **{v['verdict']}**.")
+    out = ["## Verification", "", method, ""]
+    for rnd in v["rounds"]:
+        out.append(f"### Round {rnd['round']}: {rnd['verdict']}")
+        out.append("")
+        out.append("| service | objective | target ms | predicted ms | measured ms | 95% CI | verdict |")
+        out.append("|---|---|---:|---:|---:|---|---|")
+        for svc in rnd["services"]:
+            for o in svc["objectives"]:
+                out.append(f"| {svc['service']} | {o['key']} | {_ms(o['target_ms'])} | {_ms(o['predicted_ms'])} | "
+                           f"{_ms(o['measured_ms'])} | {_ci(o['ci_ms'])} | {o['verdict']} |")
+        out.append("")
+        for svc in rnd["services"]:
+            extra = "; ".join(svc.get("notes", []))
+            out.append(f"- {svc['service']}: attainment {svc['attainment']:.1%}, goodput {svc['goodput_rps']:.3f} "
+                       f"req/s, {svc['failed']} failed" + (f"; {extra}" if extra else ""))
+        if rnd.get("corrections"):
+            fixes = ", ".join(f"{c['service']} {c['objective']} x{c['scale']:g}" for c in rnd["corrections"])
+            out.append(f"- corrections for the next round (objective used in scoring, scaled): {fixes}")
+        if rnd.get("outcome"):
+            out.append(f"- {rnd['outcome']}")
+        out.append("")
+    return "\n".join(out)
+
+
+# -- runs against an endpoint ------------------------------------------------------------------------------------
+
+
+def endpoint_json(result: Any) -> dict[str, Any]:
+    """A run against an endpoint (`infra.bench.endpoint.EndpointResult`) as one JSON-ready object: the same keys as
+    a simulated run, plus what only a client sees (first event of any kind, client-side queueing, the engine's own
+    /metrics)."""
+    import numpy as np
+
+    from infra.bench.metrics import distribution
+
+    run, s = result.run, result.bench.summary
+    out = result.bench.to_json()
+    done = [r for r in run.records if r.ok]
+    out.update({
+        "endpoint": run.url, "model": run.model, "api": run.api,
+        "workload_from": result.source.origin if result.source else "flags",
+        "input_tokens_mean": round(float(np.mean([r.input_tokens for r in run.records])), 3) if run.records else None,
+        "output_tokens_mean": round(float(np.mean([r.output_tokens for r in done])), 3) if done else None,
+        "approximate_tokens": s.approximate_tokens,
+        "ttft_any_ms": distribution([r.ttft_any for r in done if r.ttft_any is not None], _COLS[1:]).to_json(),
+        "client_queue_ms": distribution(run.client_queue_s, _COLS[1:]).to_json(),
+        "server": run.server, "wall_s": round(run.wall_s, 6),
+    })
     return out
 
 
-def _plots(result: EndpointResult, out: Path) -> tuple[list[str], str | None]:
-    """Write the PNG plots beside `out`; returns their file names, or why there are none."""
+def _server_line(server: dict[str, dict[str, float]]) -> str:
+    return ", ".join(f"{k.upper()} {v['mean_ms']:,.1f} ms (n={v['n']})" for k, v in server.items())
+
+
+def print_endpoint(console: Console, r: dict[str, Any]) -> None:
+    """The endpoint, what only the client sees, then the same table and verdict as a simulated run."""
+    console.print(f"{r['endpoint']}: model {r['model']} over the {r['api']} API, workload from {r['workload_from']}; "
+                  f"{r['load']['warmup']} warm-up request(s) not measured")
+    extra = Table(title_justify="left")
+    extra.add_column("client (ms)")
+    for c in _COLS[1:]:
+        extra.add_column(c, justify="right")
+    extra.add_column("n", justify="right")
+    for key, label in (("ttft_any_ms", "first event of any kind"), ("client_queue_ms", "client queue")):
+        d = r[key]
+        extra.add_row(label, *(_ms(d.get(c)) for c in _COLS[1:]), str(d["n"]))
+    console.print(extra)
+    if r["server"]:
+        console.print("the engine's own /metrics (means): " + _server_line(r["server"]))
+    print_bench(console, r)
+
+
+def _plots(result: Any, out: Path) -> tuple[list[str], str | None]:
+    """PNG plots beside `out` (latency CDFs, throughput over time); their file names, or why there are none."""
     try:
         import matplotlib
 
@@ -119,12 +179,25 @@ def _plots(result: EndpointResult, out: Path) -> tuple[list[str], str | None]:
         import matplotlib.pyplot as plt
     except ImportError:
         return [], "plots need matplotlib: pip install 'infra[plots]'"
+    import io
+
+    import numpy as np
+
     from infra.files import write_atomic
 
     records = [r for r in result.run.records if r.ok]
     if not records:
-        return [], "no completed request to plot"
-    names = []
+        return [], "no request completed"
+
+    def save(fig: Any, what: str) -> str:
+        buf = io.BytesIO()
+        fig.tight_layout()
+        fig.savefig(buf, format="png", metadata={"Software": None})
+        plt.close(fig)
+        name = f"{out.stem}-{what}.png"
+        write_atomic(out.parent / name, buf.getvalue())
+        return name
+
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     series = {"TTFT": [r.ttft for r in records], "TPOT": [t for r in records if (t := r.tpot) is not None],
               "ITL": [g for r in records for g in r.itl], "E2E": [r.e2e for r in records]}
@@ -133,75 +206,62 @@ def _plots(result: EndpointResult, out: Path) -> tuple[list[str], str | None]:
             v = np.sort(np.asarray(values, dtype=float)) * 1000
             ax.plot(v, np.arange(1, v.size + 1) / v.size, label=f"{label} (n={v.size})")
     ax.set_xscale("log")
-    ax.set_xlabel("latency (ms)")
-    ax.set_ylabel("fraction of samples")
-    ax.set_title("latency CDFs")
+    ax.set(xlabel="latency (ms)", ylabel="fraction of samples", title="latency CDFs")
     ax.grid(True, alpha=0.3)
     ax.legend()
-    names.append(_save(fig, out, "latency-cdf", write_atomic))
+    names = [save(fig, "latency-cdf")]
     t0 = min(r.t_send for r in result.run.records)
     ends = np.asarray([r.end - t0 for r in records])
-    tokens = np.asarray([r.output_tokens for r in records], dtype=float)
-    edges = np.arange(0.0, math.floor(ends.max()) + 2.0)
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    edges = np.arange(0.0, np.floor(ends.max()) + 2.0)
     done, _ = np.histogram(ends, bins=edges)
-    toks, _ = np.histogram(ends, bins=edges, weights=tokens)
+    toks, _ = np.histogram(ends, bins=edges, weights=np.asarray([r.output_tokens for r in records], dtype=float))
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     ax.step(edges[:-1], done, where="post", label="completed requests/s")
     ax2 = ax.twinx()
     ax2.step(edges[:-1], toks, where="post", color="tab:orange", label="output tokens/s")
-    ax.set_xlabel("seconds since the first request (bucket: 1 s, by completion)")
-    ax.set_ylabel("requests/s")
+    ax.set(xlabel="seconds since the first request (1 s buckets, by completion)", ylabel="requests/s",
+           title="throughput over time")
     ax2.set_ylabel("output tokens/s")
-    ax.set_title("throughput over time")
     ax.grid(True, alpha=0.3)
     fig.legend(loc="upper right")
-    names.append(_save(fig, out, "throughput", write_atomic))
+    names.append(save(fig, "throughput"))
     return names, None
 
 
-def _save(fig: Any, out: Path, what: str, write_atomic: Any) -> str:
-    import io
-
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    plt.close(fig)
-    name = f"{out.stem}-{what}.png"
-    write_atomic(out.parent / name, buf.getvalue())
-    return name
-
-
-def write_markdown(result: EndpointResult, data: dict[str, Any], out: Path) -> list[Path]:
-    """A markdown report at `out` with its plots beside it; returns what was written."""
+def endpoint_markdown(result: Any, r: dict[str, Any], out: Path) -> list[Path]:
+    """A markdown report at `out` with PNG plots beside it (when matplotlib is installed); what was written."""
     from infra.files import write_atomic
 
     plots, why = _plots(result, out)
-    load = data["load"]
-    how = f"rate {load['rate']:g}/s" if load["rate"] else f"concurrency {load['concurrency']}"
-    lines = [f"# Benchmark of {data['endpoint']}", "",
-             f"Model `{data['model']}` over the {data['api']} API; load from {data['source']}: "
-             f"{load['arrival']} ({how}), {load['sent']} request(s) measured after {load['warmup']} warm-up.", "",
+    load = r["load"]
+    how = f"{load['rate_rps']:g} req/s ({load['arrival']})" if "rate_rps" in load else \
+        f"{load.get('concurrency')} clients (closed loop)"
+    lines = [f"# Benchmark of {r['endpoint']}", "",
+             f"Model `{r['model']}` over the {r['api']} API; workload from {r['workload_from']}: {load['sent']} "
+             f"request(s) at {how} after {load['warmup']} warm-up.", "",
              "| metric (ms) | n | " + " | ".join(_COLS) + " |", "|---|---:|" + "---:|" * len(_COLS)]
     for metric in ("ttft", "tpot", "itl", "e2e", "ttft_any", "client_queue"):
-        d = data[f"{metric}_ms"]
-        lines.append(f"| {metric} | {d['n']} | " + " | ".join(_fmt(d.get(c)) for c in _COLS) + " |")
-    lines += ["", f"Completed {data['completed']}, failed {data['failed']} in {data['duration_s']:.2f} s: "
-                  f"{data['request_throughput']:.3f} req/s, {data['output_token_throughput']:,.1f} output tok/s; "
-                  f"goodput {data['goodput_rps']:.3f} req/s, attainment {data['attainment']:.1%}.", ""]
-    if data["server"]:
-        lines += ["The engine's own `/metrics` (means over the measured requests): " + server_line(data["server"])
+        d = r[f"{metric}_ms"]
+        lines.append(f"| {metric} | {d['n']} | " + " | ".join(_ms(d.get(c)) for c in _COLS) + " |")
+    lines += ["", f"Completed {r['completed']}, failed {r['failed']} over {r['duration_s']:.2f} s: "
+                  f"{r['request_throughput']:.3f} req/s, {r['output_token_throughput']:,.1f} output tok/s; goodput "
+                  f"{r['goodput_rps']:.3f} req/s, attainment {r['attainment']:.1%}.", ""]
+    if r["server"]:
+        lines += ["The engine's own `/metrics` (means over the measured requests): " + _server_line(r["server"])
                   + ".", ""]
-    if data["errors"]:
-        lines += ["Errors: " + ", ".join(f"{k} x{v}" for k, v in data["errors"].items()) + ".", ""]
-    if data["objectives"]:
-        lines += ["| objective | target ms | measured ms | n | verdict |", "|---|---:|---:|---:|---|"]
-        lines += [f"| {c['objective']} | {_fmt(c['target_ms'])} | {_fmt(c['measured_ms'])} | {c['n']} | "
-                  f"{'pass' if c['passed'] else 'FAIL'} |" for c in data["objectives"]]
+    v = r["verdict"]
+    if v["objectives"]:
+        lines += ["| objective | target ms | measured ms | 95% CI | predicted ms | verdict |",
+                  "|---|---:|---:|---|---:|---|"]
+        lines += [f"| {o['key']} | {_ms(o['target_ms'])} | {_ms(o['measured_ms'])} | {_ci(o['ci_ms'])} | "
+                  f"{_ms(o['predicted_ms'])} | {o['verdict']} |" for o in v["objectives"]]
         lines.append("")
-    lines += [f"**Verdict: {data['verdict']}**", ""]
-    lines += [f"- {n}" for n in notes(data)] + [""]
+    lines += [f"**Verdict: {v['overall']}**", ""] + [f"- {n}" for n in r["notes"]] + [""]
     lines += [f"![{p}]({p})" for p in plots] if plots else [f"_No plots: {why}._"]
     write_atomic(out, "\n".join(lines) + "\n")
     return [out] + [out.parent / p for p in plots]
+
+
+__all__ = ["endpoint_json", "endpoint_markdown", "print_bench", "print_endpoint", "print_verification",
+           "verification_markdown"]
+

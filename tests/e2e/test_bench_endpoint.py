@@ -103,23 +103,25 @@ def test_timeouts_and_missing_usage_with_bundled_chunks():
 
 
 def test_cli_json_last_line_and_exit_codes(fixed, tmp_path):
-    common = ("bench", "--endpoint", fixed, "--concurrency", "2", "--requests", "6", "--output-tokens", "4",
+    common = ("bench", "--endpoint", fixed, "--concurrency", "4", "--requests", "24", "--output-tokens", "4",
               "--json")
-    ok = infra(*common, "--slo", "ttft_p99=5000,tpot_p99=1000", "--save", str(tmp_path / "run.json"),
+    ok = infra(*common, "--slo", "ttft_p50=5000,tpot_p50=1000", "--save", str(tmp_path / "run.jsonl"),
                "--markdown", str(tmp_path / "report.md"))
     assert ok.returncode == 0, ok.stderr
     data = json.loads(ok.stdout.strip().splitlines()[-1])
-    assert data["completed"] == 6 and data["failed"] == 0 and data["duration_s"] > 0 and data["goodput_rps"] > 0
+    assert data["completed"] == 24 and data["failed"] == 0 and data["duration_s"] > 0 and data["goodput_rps"] > 0
     for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
         assert {"mean", "p50", "p90", "p99"} <= set(data[metric])
-    assert data["verdict"] == "pass" and data["model"] == "emulated"
-    saved = json.loads((tmp_path / "run.json").read_text())
-    assert len(saved["requests"]) == 6
-    assert "Verdict: pass" in (tmp_path / "report.md").read_text()
+    assert data["verdict"]["overall"] == "pass" and data["model"] == "emulated" and data["source"] == fixed
+    saved = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()]
+    assert sum(1 for x in saved if x["kind"] == "request") == 24 and saved[-1]["kind"] == "summary"
+    assert "**Verdict: pass**" in (tmp_path / "report.md").read_text()
     fail = infra(*common, "--slo", "tpot_p50=0.01")
-    assert fail.returncode == 3 and json.loads(fail.stdout.strip().splitlines()[-1])["verdict"] == "fail"
+    assert fail.returncode == 3 and json.loads(fail.stdout.strip().splitlines()[-1])["verdict"]["overall"] == "fail"
     bad = infra(*common, "--api", "grpc")
     assert bad.returncode == 1 and "--api" in bad.stderr and "Traceback" not in bad.stderr
+    both = infra(*common, "--simulate", str(tmp_path / "plan.yaml"))
+    assert both.returncode == 1 and "not both" in both.stderr
 
 
 def test_unreachable_endpoint_is_one_line_naming_the_url():

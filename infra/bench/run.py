@@ -1,0 +1,179 @@
+"""A benchmark run of one service of a plan: drive the load, summarise it, judge it, save it.
+
+The source of measurements is a choice (`simulate` here: the discrete-event simulator of `infra.bench.simulate`);
+whatever the source, the run ends as RequestRecords, one summary and one verdict, and saves in one format that
+calibration reads back (`infra.perf.cases.read_measured`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from infra.bench.engine import plan_allocation
+from infra.bench.metrics import METRICS, RequestRecord, Summary, summarize
+from infra.bench.verdict import Verdict, judge
+from infra.errors import IntentError, Location, Problem
+from infra.files import write_atomic
+
+DEFAULT_REQUESTS = 2000
+"""Enough for a p99 objective to be judged (1,000 requests) with room for its interval."""
+
+
+@dataclass
+class BenchResult:
+    """A finished run: where its numbers came from, the records, their summary and the verdict."""
+
+    source: str
+    """`simulation` (or an endpoint URL)."""
+    service: str
+    records: list[RequestRecord]
+    summary: Summary
+    verdict: Verdict
+    load: dict[str, Any]
+    """How the load was driven: requests, rate or concurrency, arrival process, seed."""
+    itl_pool: tuple[np.ndarray, np.ndarray] | None = None
+    groups: list[dict[str, Any]] | None = None
+    """Per allocation: its label, the requests it served and their mean TTFT/TPOT, with the estimate case that
+    describes it (simulation only)."""
+    notes: list[str] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.summary.to_json()
+        out: dict[str, Any] = {
+            "source": self.source, "service": self.service, "load": self.load,
+            **{k: s[k] for k in ("completed", "failed", "duration_s", "request_throughput",
+                                 "output_token_throughput", "good", "goodput_rps", "attainment", "errors")},
+        }
+        for m in METRICS:
+            out[f"{m}_ms"] = s[f"{m}_ms"]
+        out["verdict"] = self.verdict.to_json()
+        out["notes"] = list(self.notes or [])
+        return out
+
+
+def pick_service(plan: Any, service: str | None, plan_path: str | Path | None = None) -> str:
+    """The service to run: the one named, or the plan's only one."""
+    names = [s.name for s in plan.spec.services]
+    if service is not None:
+        plan_allocation(plan, service, 0)
+        return service
+    if len(names) == 1:
+        return names[0]
+    raise IntentError(Problem(f"the plan has {len(names)} services ({', '.join(names)})",
+                              Location(str(plan_path) if plan_path else None, path="spec.services"),
+                              f"pick one with --service, e.g. --service {names[0]}"))
+
+
+def predicted(svc: Any) -> dict[str, float]:
+    """The plan's prediction per objective for the whole service: the slowest of its allocations."""
+    out: dict[str, float] = {}
+    for alloc in svc.allocations:
+        for key, obj in alloc.predicted.items():
+            out[key] = max(out.get(key, 0.0), obj.predicted_ms)
+    return out
+
+
+def _group_cases(plan: Any, service: str, sim: Any) -> list[dict[str, Any]]:
+    """Per allocation, the estimate case it ran as and the mean TTFT/TPOT its requests measured."""
+    svc, _ = plan_allocation(plan, service, 0)
+    lengths_in = np.array([s.input_tokens for s in sim.load.requests], dtype=float)
+    lengths_out = np.array([s.output_tokens for s in sim.load.requests], dtype=float)
+    duration = max((r.end for r in sim.records if r.ok), default=0.0) - min(r.t_send for r in sim.records)
+    out = []
+    for g, alloc in enumerate(svc.allocations):
+        mine = [r for r in sim.records if sim.group[r.index] == g]
+        ok = [r for r in mine if r.ok]
+        tpots = [t for r in ok if (t := r.tpot) is not None]
+        entry: dict[str, Any] = {"group": g, "label": sim.groups[g], "requests": len(mine), "completed": len(ok)}
+        if ok and tpots:
+            idx = np.array([r.index for r in mine])
+            wl = svc.workload
+            engine = next(iter(alloc.engines.values()))
+            par = alloc.parallel
+            layout = {"tp": par.tp, "pp": par.pp, "ep": par.ep, "moe_tp": par.moe_tp, "dp": par.attention_dp}
+            case: dict[str, Any] = {
+                "model": svc.model, "device": alloc.device, "framework": alloc.framework,
+                "precision": alloc.precision, "mode": alloc.mode,
+                "isl": round(float(lengths_in[idx].mean())), "osl": round(float(lengths_out[idx].mean())),
+                "isl_cv": round(float(lengths_in[idx].std() / lengths_in[idx].mean()), 4),
+                "osl_cv": round(float(lengths_out[idx].std() / lengths_out[idx].mean()), 4),
+                "prefix_hit": round(float(sim.cached_tokens[idx].sum() / lengths_in[idx].sum()), 4),
+                "memory_utilization": engine.memory_utilization,
+            }
+            if sim.load.concurrency is not None:
+                case["concurrency"] = max(1, round(sim.load.concurrency * len(mine) / len(sim.records)))
+            else:
+                case["rate"] = round(len(mine) / duration, 6) if duration > 0 else 0.0
+                case["arrival_cv"] = {"constant": 0.0, "gamma": float((wl.get("arrival") or {}).get("cv", 1.0))}.get(
+                    sim.load.arrival, 1.0)
+            if alloc.mode == "agg":
+                e = alloc.engines["agg"]
+                case.update(layout, batch=e.max_num_seqs, workers=alloc.replicas,
+                            max_num_tokens=e.max_num_batched_tokens)
+            else:
+                for role, workers in (("prefill", alloc.prefill_workers or 1), ("decode", alloc.decode_workers or 1)):
+                    e = alloc.engines[role]
+                    case[role] = {**layout, "batch": e.max_num_seqs, "workers": workers * alloc.replicas,
+                                  "max_num_tokens": e.max_num_batched_tokens}
+            entry.update(case=case, ttft_ms=round(float(np.mean([r.ttft for r in ok])) * 1000, 4),
+                         tpot_ms=round(float(np.mean(tpots)) * 1000, 4))
+        out.append(entry)
+    return out
+
+
+def simulate_service(plan: Any, *, service: str | None = None, requests: int = DEFAULT_REQUESTS, seed: int = 0,
+                     rate: float | None = None, concurrency: int | None = None, input_tokens: int | None = None,
+                     output_tokens: int | None = None, intent: str | Path | None = None,
+                     plan_path: str | Path | None = None, router: str = "least-loaded",
+                     catalog: Any = None) -> BenchResult:
+    """Simulate one service of a plan under its workload (or the given load) and judge it."""
+    from infra.bench.simulate import simulate_plan
+
+    if rate is not None and concurrency is not None:
+        raise IntentError(Problem("give either a rate or a concurrency, not both", Location(path="--rate"),
+                                  "drop --rate (closed loop) or --concurrency (open loop)"))
+    name = pick_service(plan, service, plan_path)
+    svc, _ = plan_allocation(plan, name, 0)
+    sim = simulate_plan(plan, name, requests=requests, seed=seed, router=router, catalog=catalog,  # type: ignore[arg-type]
+                        rate=rate, concurrency=concurrency, input_tokens=input_tokens, output_tokens=output_tokens,
+                        intent=intent, plan_path=plan_path)
+    summary = summarize(sim.records, svc.objectives, itl_pool=sim.itl_pool)
+    verdict = judge(sim.records, svc.objectives, itl_pool=sim.itl_pool, predicted=predicted(svc), seed=seed)
+    load = {"requests": requests, "seed": seed, "arrival": sim.load.arrival, "router": router,
+            **({"rate_rps": sim.load.rate} if sim.load.rate is not None else {}),
+            **({"concurrency": sim.load.concurrency} if sim.load.concurrency is not None else {})}
+    notes = list(verdict.notes)
+    if sim.preemptions:
+        notes.append(f"{sim.preemptions} preemptions (KV cache full; requests recomputed)")
+    if sim.truncated:
+        notes.append(f"{sim.truncated} requests' output cut at max_model_len")
+    return BenchResult("simulation", name, sim.records, summary, verdict, load, sim.itl_pool,
+                       _group_cases(plan, name, sim), notes)
+
+
+def save(result: BenchResult, path: str | Path) -> None:
+    """Write a run as JSON Lines: one `request` line per request, one `case` line per allocation (what
+    `benchmarks/calibrate.py --extra` reads back as measured cases), and a closing `summary` line."""
+    lines = []
+    for r in result.records:
+        lines.append({"kind": "request", "index": r.index, "t_sched": round(r.t_sched, 6),
+                      "t_send": round(r.t_send, 6),
+                      "ttft_ms": None if r.ttft is None else round(r.ttft * 1000, 4),
+                      "e2e_ms": None if r.e2e is None else round(r.e2e * 1000, 4),
+                      "tpot_ms": None if r.tpot is None else round(r.tpot * 1000, 4),
+                      "input_tokens": r.input_tokens, "output_tokens": r.output_tokens, "error": r.error})
+    for g in result.groups or []:
+        if "case" in g:
+            lines.append({"kind": "case", "source": result.source, "service": result.service, "label": g["label"],
+                          "requests": g["completed"], "case": g["case"], "ttft_ms": g["ttft_ms"],
+                          "tpot_ms": g["tpot_ms"]})
+    lines.append({"kind": "summary", **result.to_json()})
+    write_atomic(path, "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
+
+
+__all__ = ["DEFAULT_REQUESTS", "BenchResult", "pick_service", "predicted", "save", "simulate_service"]

@@ -1,0 +1,150 @@
+"""Closed-loop verification of a plan: simulate it, and where an objective fails, correct and re-plan.
+
+Each round simulates every service of the plan under its intent's peak workload and judges each objective
+(`infra.bench.verdict`). An objective that fails because the measured percentile ran over its target (queueing and
+batching the analytic model smooths over) is tightened for scoring by target / measured, times `SAFETY`: shapes
+are then sized so that their predicted value leaves the room the simulation showed was missing. The planner is
+run again with those corrections (`infra.planner.candidates.Corrections`), for at most `MAX_ROUNDS` simulations.
+Failures that re-planning cannot fix stop the loop at once and say why: requests the engines reject (longer than
+max_model_len or the KV cache), or a corrected intent with no feasible plan.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from infra.bench.run import simulate_service
+from infra.bench.verdict import Verdict
+from infra.errors import InfeasibleError
+from infra.planner.candidates import Corrections
+from infra.planner.types import DeploymentPlan
+
+MAX_ROUNDS = 3
+VERIFY_REQUESTS = 2000
+"""Requests per service and round: enough to judge p99 objectives, and a fraction of a second to simulate."""
+SAFETY = 0.95
+"""Extra tightening on top of target / measured, so the next plan does not land on the edge again."""
+
+
+def _r(x: float | None, nd: int = 4) -> float | None:
+    if x is None or math.isinf(x) or math.isnan(x):
+        return None
+    return float(f"{x:.{nd}g}")
+
+
+def _service_entry(name: str, verdict: Verdict, notes: list[str]) -> dict[str, Any]:
+    objectives = []
+    for o in verdict.objectives:
+        objectives.append({
+            "key": o.key, "target_ms": o.target_ms, "predicted_ms": _r(o.predicted_ms),
+            "measured_ms": _r(o.measured_ms),
+            "ci_ms": None if o.ci_ms is None else [_r(o.ci_ms[0]), _r(o.ci_ms[1])],
+            "n": o.n, "verdict": o.verdict, "reason": o.reason})
+    return {"service": name, "verdict": verdict.overall, "objectives": objectives,
+            "attainment": _r(verdict.attainment), "goodput_rps": _r(verdict.goodput_rps), "failed": verdict.failed,
+            "notes": notes}
+
+
+def _corrections(verdicts: dict[str, Verdict], before: Corrections) -> tuple[Corrections, list[dict[str, Any]],
+                                                                             str | None]:
+    """(corrections for the next round, what changed, why no correction can help, if so)."""
+    scale = {s: dict(v) for s, v in before.objective_scale.items()}
+    changed = []
+    for name, verdict in sorted(verdicts.items()):
+        if verdict.failed:
+            return before, [], (f"service {name}: {verdict.failed} of {verdict.requests} requests failed in the "
+                                f"engines ({'; '.join(verdict.notes)}); re-planning cannot fix that")
+        for o in verdict.objectives:
+            if o.verdict != "fail" or not o.measured_ms:
+                continue
+            old = scale.get(name, {}).get(o.key, 1.0)
+            new = old * o.target_ms / o.measured_ms * SAFETY
+            scale.setdefault(name, {})[o.key] = new
+            ratio = o.measured_ms / o.predicted_ms if o.predicted_ms else None
+            changed.append({"service": name, "objective": o.key, "scale": _r(new, 3),
+                            "measured_over_predicted": _r(ratio, 3)})
+    return Corrections(scale), changed, None
+
+
+def _halfway(before: Corrections, after: Corrections,
+             changed: list[dict[str, Any]]) -> tuple[Corrections, list[dict[str, Any]]]:
+    """Corrections half-way (geometrically) from `before` to `after`."""
+    scale = {s: dict(v) for s, v in after.objective_scale.items()}
+    for svc, keys in scale.items():
+        for key, new in keys.items():
+            old = before.scale(svc, *key.split("_", 1))
+            keys[key] = math.sqrt(old * new)
+    return Corrections(scale), [{**c, "scale": _r(scale[c["service"]][c["objective"]], 3)} for c in changed]
+
+
+def _overall(verdicts: dict[str, Verdict]) -> str:
+    outcomes = {v.overall for v in verdicts.values()}
+    return "fail" if "fail" in outcomes else "inconclusive" if "inconclusive" in outcomes else "pass"
+
+
+def _miss(verdicts: dict[str, Verdict]) -> tuple[int, int, float]:
+    """How badly a round missed: (objectives failed, requests failed, worst measured / target); smaller is
+    better."""
+    fails = [o for v in verdicts.values() for o in v.objectives if o.verdict == "fail"]
+    worst = max((o.measured_ms / o.target_ms if o.measured_ms else math.inf for o in fails), default=0.0)
+    return len(fails), sum(v.failed for v in verdicts.values()), worst
+
+
+def verify_plan(data: dict[str, Any], replan: Callable[[Corrections], tuple[dict[str, Any], Any]], *,
+                intent: str, catalog: Any = None, requests: int = VERIFY_REQUESTS, seed: int = 0,
+                max_rounds: int = MAX_ROUNDS) -> tuple[dict[str, Any], Any, dict[str, Any]]:
+    """Verify a plan (as data), re-planning with `replan(corrections)` while objectives fail. Returns the plan
+    kept (the first that passes, else the round that missed least) with its `verification` section, what
+    `replan` returned beside that plan (None for the first one), and the section."""
+    rounds: list[dict[str, Any]] = []
+    corrections = Corrections()
+    current: tuple[dict[str, Any], Any] = (data, None)
+    tried: list[tuple[tuple[int, int, float], int, tuple[dict[str, Any], Any]]] = []
+    for n in range(1, max_rounds + 1):
+        plan = DeploymentPlan.model_validate(current[0])
+        verdicts: dict[str, Verdict] = {}
+        entries = []
+        for svc in plan.spec.services:
+            result = simulate_service(plan, service=svc.name, requests=requests, seed=seed, intent=intent,
+                                      catalog=catalog)
+            verdicts[svc.name] = result.verdict
+            entries.append(_service_entry(svc.name, result.verdict, result.notes or []))
+        entry: dict[str, Any] = {"round": n, "verdict": _overall(verdicts), "services": entries}
+        rounds.append(entry)
+        tried.append((_miss(verdicts), n, current))
+        if entry["verdict"] != "fail":
+            break
+        if n == max_rounds:
+            entry["outcome"] = f"objectives still fail after {max_rounds} rounds"
+            break
+        previous = corrections
+        corrections, changed, stuck = _corrections(verdicts, corrections)
+        if stuck is not None:
+            entry["outcome"] = stuck
+            break
+        try:
+            current = replan(corrections)
+        except InfeasibleError:
+            # The full correction may ask more than the inventory or budget allows; half of it (in log terms)
+            # may still be enough, and the next round will tell.
+            corrections, changed = _halfway(previous, corrections, changed)
+            try:
+                current = replan(corrections)
+            except InfeasibleError as exc:
+                entry["corrections"] = changed
+                entry["outcome"] = f"re-planning with these corrections is infeasible ({exc.problems[0].message})"
+                break
+        entry["corrections"] = changed
+    # The last round's plan if it did not fail; otherwise the one that missed least (earliest on a tie).
+    _, kept, (final, extra) = tried[-1] if rounds[-1]["verdict"] != "fail" else min(tried, key=lambda t: t[:2])
+    section = {"method": "simulation", "seed": seed, "requests": requests, "plan_round": kept,
+               "verdict": rounds[kept - 1]["verdict"], "rounds": rounds}
+    out = dict(final)
+    out["spec"] = {**final["spec"], "verification": section}
+    typed = DeploymentPlan.model_validate(out)
+    return typed.model_dump(mode="json", by_alias=True, exclude_none=True), extra, section
+
+
+__all__ = ["MAX_ROUNDS", "SAFETY", "VERIFY_REQUESTS", "verify_plan"]

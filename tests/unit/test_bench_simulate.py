@@ -1,0 +1,120 @@
+"""The simulator against the analytic model, on a real plan, and the closed verification loop."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from infra import api
+from infra.bench.engine import Engine, EngineModel, engine_for
+from infra.bench.metrics import summarize
+from infra.bench.run import save, simulate_service
+from infra.bench.simulate import Group, simulate
+from infra.bench.verify import verify_plan
+from infra.bench.workload import Load, RequestSpec
+from infra.catalog.loader import load_catalog
+from infra.errors import InfraError
+from infra.perf.cases import read_measured
+from infra.perf.estimate import build_workers, predict
+from infra.perf.replay import measured_cases
+from infra.perf.shape import Deployment, Parallel, Role, Workload
+from infra.planner.types import DeploymentPlan
+
+from ..conftest import EXAMPLES
+
+CHAT = EXAMPLES / "chat-mixed-fleet.yaml"
+
+
+@pytest.fixture(scope="module")
+def chat_plan() -> dict:
+    return api.plan(CHAT, top=0).plan
+
+
+@pytest.mark.parametrize("model,tp,rate", [("Llama-3.1-8B", 1, 1.0), ("Llama-3.1-70B", 4, 0.5)])
+def test_agrees_with_the_analytic_model_at_low_load(model, tp, rate):
+    """Where queueing hardly matters, simulation and prediction share their step times and must agree."""
+    catalog = load_catalog()
+    dep = Deployment(model, "H100-SXM", "vllm", "bf16", agg=Role(Parallel(tp=tp), batch_cap=256))
+    workers, _, link = build_workers(dep, catalog)
+    w = workers["agg"]
+    isl, osl, n = 1000, 200, 400
+    pred = predict(dep, Workload(isl=isl, osl=osl, rate=rate), workers, link)
+    times = np.concatenate(([0.0], np.cumsum(np.random.default_rng(0).exponential(1 / rate, n - 1))))
+    load = Load([RequestSpec(i, float(times[i]), isl, osl, -1, 0) for i in range(n)], rate, None, "poisson")
+    engine = Engine(EngineModel.from_worker(w, max_num_seqs=256, max_num_batched_tokens=8192,
+                                            kv_tokens=w.memory.kv_tokens))
+    result = simulate([Group([engine])], load)
+    got = summarize(result.records, itl_pool=result.itl_pool).metrics
+    assert got["ttft"].mean == pytest.approx(pred.ttft["mean"] * 1000, rel=0.15)
+    assert got["tpot"].mean == pytest.approx(pred.tpot["mean"] * 1000, rel=0.10)
+
+
+def test_simulating_a_planned_service(chat_plan, tmp_path):
+    plan = DeploymentPlan.model_validate(chat_plan)
+    result = simulate_service(plan, requests=600, seed=1, intent=CHAT)
+    assert result.summary.completed == 600 and result.summary.failed == 0
+    assert {o.key for o in result.verdict.objectives} == set(plan.spec.services[0].objectives)
+    assert all(o.predicted_ms for o in result.verdict.objectives)
+    assert sum(g["requests"] for g in result.groups) == 600
+    again = simulate_service(plan, requests=600, seed=1, intent=CHAT)
+    assert again.to_json() == result.to_json()
+    out = tmp_path / "run.jsonl"
+    save(result, out)
+    cases = read_measured(out)
+    assert cases and all(ttft > 0 and tpot > 0 for _, _, ttft, tpot in cases)
+    replayed = measured_cases(out, load_catalog())
+    assert {c.deployment.device for c in replayed} <= {a.device for a in plan.spec.services[0].allocations}
+
+
+def test_engine_for_names_what_exists(chat_plan):
+    plan = DeploymentPlan.model_validate(chat_plan)
+    engine = engine_for(plan, "chat", 1)
+    alloc = plan.spec.services[0].allocations[1]
+    assert engine.model.max_num_seqs == alloc.engines["agg"].max_num_seqs
+    assert engine.model.kv_tokens == alloc.engines["agg"].kv_cache_tokens
+    with pytest.raises(InfraError, match="no service 'nope'"):
+        engine_for(plan, "nope", 0)
+    with pytest.raises(InfraError, match="no allocation 9"):
+        engine_for(plan, "chat", 9)
+    with pytest.raises(InfraError, match="no prefill engine"):
+        engine_for(plan, "chat", 1, role="prefill")
+
+
+def test_verification_rounds_correct_and_replan(chat_plan):
+    """A tail objective the plan misses is tightened by target / measured for the next plan, and each round is
+    recorded with measured, predicted, target, interval and verdict."""
+    data = copy.deepcopy(chat_plan)
+    data["spec"]["services"][0]["objectives"]["ttft_p99"] = 700.0
+    asked = []
+
+    def replan(corrections):
+        # Stands in for the planner: a plan with more replicas, whose own objective it meets.
+        asked.append(corrections)
+        bigger = copy.deepcopy(chat_plan)
+        bigger["spec"]["services"][0]["allocations"][1]["replicas"] = 16
+        return bigger, "second"
+
+    final, extra, section = verify_plan(data, replan, intent=str(CHAT), requests=1500)
+    first, second = section["rounds"]
+    ttft = next(o for o in first["services"][0]["objectives"] if o["key"] == "ttft_p99")
+    assert first["verdict"] == "fail" and ttft["verdict"] == "fail" and ttft["measured_ms"] > 700
+    assert ttft["ci_ms"][0] > 700 and ttft["predicted_ms"] and ttft["target_ms"] == 700
+    scale = asked[0].scale("chat", "ttft", "p99")
+    assert scale == pytest.approx(700 / ttft["measured_ms"] * 0.95, rel=1e-3)
+    assert first["corrections"][0]["objective"] == "ttft_p99"
+    assert second["verdict"] == "pass" and section["plan_round"] == 2 and extra == "second"
+    assert final["spec"]["services"][0]["allocations"][1]["replicas"] == 16
+    assert DeploymentPlan.model_validate(final).spec.verification.verdict == "pass"
+
+
+def test_a_plan_with_several_services_needs_one_named(chat_plan):
+    data = copy.deepcopy(chat_plan)
+    other = copy.deepcopy(data["spec"]["services"][0])
+    other["name"] = "chat-b"
+    data["spec"]["services"].append(other)
+    plan = DeploymentPlan.model_validate(data)
+    with pytest.raises(InfraError, match="--service chat"):
+        simulate_service(plan, requests=10, intent=CHAT)
+    assert simulate_service(plan, service="chat-b", requests=50, intent=CHAT).service == "chat-b"
