@@ -4,6 +4,7 @@ shared machine, never absolute latencies. A comparison that fails is measured on
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -91,3 +92,68 @@ def test_generous_slo_passes_and_impossible_one_fails(vllm_server):
     bad = infra("tpot_p50=0.1")
     assert bad.returncode == 3, bad.stderr
     assert json.loads(bad.stdout.strip().splitlines()[-1])["verdict"]["overall"] == "fail"
+
+
+CPU_DEVICE = """\
+name: cpu-2vcpu
+vendor: amd
+architecture: zen4-cpu
+memory_gb: {value: 23, source: "%(src)s", confidence: low, note: "memory of the CI machine"}
+memory_bandwidth_tbps: {value: 0.02, source: "%(src)s", confidence: low, note: "two vCPUs' share; a guess"}
+tflops:
+  fp32: {value: 0.2, source: "%(src)s", confidence: low, note: "two cores of AVX-512 FMA; a guess"}
+  bf16: {value: 0.2, source: "%(src)s", confidence: low, note: "as fp32"}
+interconnect:
+  kind: pcie4
+  bandwidth_gbs: {value: 10, source: "%(src)s", confidence: low}
+  domain_size: {value: 1, source: "%(src)s", confidence: low}
+devices_per_node: {value: 1, source: "%(src)s", confidence: low}
+reference_price_per_hour: {value: 0.05, source: "%(src)s", confidence: low}
+""" % {"src": "https://www.amd.com/en/products/processors/server/epyc.html"}
+
+
+def test_one_recalibration_step_moves_the_prediction_toward_the_measurement(vllm_server, tiny_model, tmp_path):
+    """Measure the engine, save the measurement as a `case` line (the format `infra bench --save` writes and
+    `infra.perf.cases.read_measured` reads), and take one fitting step of the performance model's efficiency
+    factors from their looked-up values: the prediction must end closer to what was measured."""
+    from scipy.optimize import least_squares
+
+    from infra.catalog.loader import load_catalog
+    from infra.perf.calibration import Factors, lookup
+    from infra.perf.replay import compiled, measured_cases
+
+    r = bench(vllm_server, concurrency=1, requests=8)
+    _complete(r, 8)
+    s = r.summary
+    (tmp_path / "catalog" / "devices").mkdir(parents=True)
+    (tmp_path / "catalog" / "devices" / "cpu.yaml").write_text(CPU_DEVICE)
+    catalog = load_catalog([tmp_path / "catalog"])
+    isl = round(sum(rec.input_tokens for rec in r.run.records) / len(r.run.records))
+    line = {"kind": "case", "source": r.run.url, "service": "tiny", "label": "vllm-cpu", "requests": s.completed,
+            "case": {"model": str(tiny_model / "config.json"), "device": "cpu-2vcpu", "framework": "vllm",
+                     "precision": "fp32", "isl": isl, "osl": OSL, "concurrency": 1, "batch": 8, "workers": 1},
+            "ttft_ms": s.metrics["ttft"].mean, "tpot_ms": s.metrics["tpot"].mean}
+    (tmp_path / "run.jsonl").write_text(json.dumps(line) + "\n")
+    [case] = measured_cases(tmp_path / "run.jsonl", catalog)
+    predict = compiled(case, catalog)
+    assert not isinstance(predict, str), predict
+
+    names = ("gemm", "mem", "step_ms", "request_ms")
+    start = lookup("vllm", catalog.device("cpu-2vcpu")).factors
+    lo = [Factors.BOUNDS[n][0] for n in names]
+    hi = [Factors.BOUNDS[n][1] for n in names]
+
+    def factors(x) -> Factors:
+        values = {n: min(max(float(v), a), b) for n, v, a, b in zip(names, x, lo, hi)}
+        return Factors(**{**start.as_dict(), **values})
+
+    def log_errors(f: Factors) -> list[float]:
+        ttft, tpot = predict(f)
+        return [math.log(ttft / case.ttft_ms), math.log(tpot / case.tpot_ms)]
+
+    before = log_errors(start)
+    step = least_squares(lambda x: log_errors(factors(x)), [getattr(start, n) for n in names], bounds=(lo, hi),
+                         max_nfev=len(names) + 2, diff_step=1e-3)
+    after = log_errors(factors(step.x))
+    assert sum(e * e for e in after) < sum(e * e for e in before), (before, after)
+    assert abs(after[1]) <= abs(before[1]) + 1e-9, (before, after)  # TPOT no further from the measurement
