@@ -275,8 +275,8 @@ def bench(
     api_kind: Annotated[str, typer.Option("--api", help="With --endpoint: chat or completions.")] = "chat",
     duration: Annotated[Optional[float], typer.Option(help="With --endpoint: send no request after this many "
                                                       "seconds.", show_default=False)] = None,
-    slo: Annotated[Optional[str], typer.Option(help="With --endpoint: objectives in ms, e.g. "
-                                               "ttft_p99=300,tpot_p50=40 (over the intent's or plan's).",
+    slo: Annotated[Optional[str], typer.Option(help="With --endpoint: objectives, e.g. "
+                                               "ttft_p99=300ms,tpot_p50=40ms (over the intent's or plan's).",
                                                show_default=False)] = None,
     warmup: Annotated[int, typer.Option(help="With --endpoint: warm-up requests, not measured.")] = 1,
     timeout: Annotated[float, typer.Option(help="With --endpoint: seconds one request may take before it "

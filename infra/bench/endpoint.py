@@ -101,19 +101,18 @@ def source_from(intent: Path | None, plan: Path | None, service: str | None) -> 
 
 
 def parse_objectives(text: str) -> dict[str, float]:
-    """`ttft_p99=300,tpot_p50=20` (milliseconds) -> {"ttft_p99": 300.0, ...}."""
+    """`ttft_p99=300ms,tpot_p50=20ms` (as `infra estimate --slo` takes them) -> {"ttft_p99": 300.0, ...} in ms."""
+    from infra.intent.units import parse_duration
+    from infra.perf.cases import parse_slo
+
     out: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = part.partition("=")
+    for key, value in parse_slo(text).items():
         try:
-            parse_objective(key.strip())
-            out[key.strip()] = float(value.removesuffix("ms")) if sep else math.nan
+            parse_objective(key)
         except ValueError as exc:
-            raise IntentError(Problem(f"--slo item {part!r}: {exc}", Location(path="--slo"),
-                                      "write e.g. --slo ttft_p99=300,tpot_p99=40 (milliseconds)")) from None
-        if not sep or math.isnan(out[key.strip()]) or out[key.strip()] <= 0:
-            raise IntentError(Problem(f"--slo item {part!r} has no positive bound in ms", Location(path="--slo"),
-                                      "write e.g. --slo ttft_p99=300"))
+            raise IntentError(Problem(str(exc), Location(path="--slo"),
+                                      "write e.g. --slo ttft_p99=300ms,tpot_p99=40ms")) from None
+        out[key] = parse_duration(value) * 1000.0
     return out
 
 

@@ -44,13 +44,14 @@ def test_fixed_timing_is_measured(fixed):
     s = r.summary
     assert s.completed == 24 and s.failed == 0 and s.approximate_tokens == 0
     assert all(rec.output_tokens == 8 and rec.input_tokens == 32 for rec in r.run.records)
-    # The client cannot see a token before the server sends it; event-loop noise on a shared machine is bounded.
-    assert TTFT_MS <= s.metrics["ttft"].mean < TTFT_MS + 25
+    # The client cannot see a token before the server sends it; scheduling delays on a busy 2-core machine are
+    # tens of ms at worst, far below what counting the role-only chunk as a token would do (TTFT near 0).
+    assert TTFT_MS <= s.metrics["ttft"].mean < TTFT_MS + 40
     assert ITL_MS * 0.8 < s.metrics["tpot"].mean < ITL_MS * 1.5
     assert ITL_MS * 0.8 < s.metrics["itl"].get("p50") < ITL_MS * 1.5
     assert s.metrics["itl"].n == 24 * 7
     e2e = TTFT_MS + 7 * ITL_MS
-    assert e2e <= s.metrics["e2e"].mean < e2e + 30
+    assert e2e <= s.metrics["e2e"].mean < e2e + 50
 
 
 def test_closed_loop_holds_its_clients_and_open_loop_follows_arrivals(fixed):
@@ -83,7 +84,7 @@ def test_warmup_requests_are_sent_but_not_measured(fixed):
 
 
 def test_injected_faults_are_failures_that_count_against_the_objectives(faulty):
-    r = api.bench_endpoint(faulty, concurrency=4, requests=40, output_tokens=8, warmup=0, slo="e2e_p50=10000")
+    r = api.bench_endpoint(faulty, concurrency=4, requests=40, output_tokens=8, warmup=0, slo="e2e_p50=10s")
     s = r.summary
     assert s.failed > 0 and s.completed + s.failed == 40
     # A stream cut before its first token is "empty", after it "truncated".
@@ -105,7 +106,7 @@ def test_timeouts_and_missing_usage_with_bundled_chunks():
 def test_cli_json_last_line_and_exit_codes(fixed, tmp_path):
     common = ("bench", "--endpoint", fixed, "--concurrency", "4", "--requests", "24", "--output-tokens", "4",
               "--json")
-    ok = infra(*common, "--slo", "ttft_p50=5000,tpot_p50=1000", "--save", str(tmp_path / "run.jsonl"),
+    ok = infra(*common, "--slo", "ttft_p50=5s,tpot_p50=1s", "--save", str(tmp_path / "run.jsonl"),
                "--markdown", str(tmp_path / "report.md"))
     assert ok.returncode == 0, ok.stderr
     data = json.loads(ok.stdout.strip().splitlines()[-1])
@@ -116,7 +117,7 @@ def test_cli_json_last_line_and_exit_codes(fixed, tmp_path):
     saved = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()]
     assert sum(1 for x in saved if x["kind"] == "request") == 24 and saved[-1]["kind"] == "summary"
     assert "**Verdict: pass**" in (tmp_path / "report.md").read_text()
-    fail = infra(*common, "--slo", "tpot_p50=0.01")
+    fail = infra(*common, "--slo", "tpot_p50=0.01ms")
     assert fail.returncode == 3 and json.loads(fail.stdout.strip().splitlines()[-1])["verdict"]["overall"] == "fail"
     bad = infra(*common, "--api", "grpc")
     assert bad.returncode == 1 and "--api" in bad.stderr and "Traceback" not in bad.stderr
@@ -141,8 +142,8 @@ def test_emulator_metrics_agree_with_the_client(fixed):
     r = api.bench_endpoint(fixed, concurrency=2, requests=6, output_tokens=5, warmup=1)
     server = r.run.server  # the emulator's /metrics, scraped before and after the measured requests
     assert server["ttft"]["n"] == 6 and server["itl"]["n"] == 6 * 4 and server["e2e"]["n"] == 6
-    assert abs(r.summary.metrics["ttft"].mean - server["ttft"]["mean_ms"]) < 15
-    assert abs(r.summary.metrics["itl"].mean - server["itl"]["mean_ms"]) < 5
+    assert abs(r.summary.metrics["ttft"].mean - server["ttft"]["mean_ms"]) < 40
+    assert abs(r.summary.metrics["itl"].mean - server["itl"]["mean_ms"]) < 8
 
 
 def test_emulator_times_tokens_with_the_plans_engine_model(tmp_path):

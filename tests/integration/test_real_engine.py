@@ -86,10 +86,10 @@ def test_generous_slo_passes_and_impossible_one_fails(vllm_server):
                                "--json"], capture_output=True, text=True, timeout=300)
 
     # p50 objectives: 24 requests leave enough samples beyond the median for a verdict either way.
-    ok = infra("ttft_p50=60000,tpot_p50=10000,e2e_p50=120000")
+    ok = infra("ttft_p50=60s,tpot_p50=10s,e2e_p50=120s")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout.strip().splitlines()[-1])["verdict"]["overall"] == "pass"
-    bad = infra("tpot_p50=0.1")
+    bad = infra("tpot_p50=0.1ms")
     assert bad.returncode == 3, bad.stderr
     assert json.loads(bad.stdout.strip().splitlines()[-1])["verdict"]["overall"] == "fail"
 
