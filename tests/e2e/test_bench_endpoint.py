@@ -159,3 +159,10 @@ def test_emulator_times_tokens_with_the_plans_engine_model(tmp_path):
     assert r.run.model == "chat" and r.objectives  # the plan's objectives are checked
     # A 70B model's decode step on these devices takes milliseconds, not microseconds.
     assert 2 < s.metrics["tpot"].mean < 500
+
+
+def test_a_loading_server_fails_every_request():
+    with emulator("--ttft-ms", "1", "--itl-ms", "1", "--slow-start", "60") as url:
+        assert httpx.get(url.removesuffix("/v1") + "/health").status_code == 503
+        r = api.bench_endpoint(url, model="emulated", concurrency=2, requests=3, output_tokens=2, warmup=0)
+    assert r.summary.failed == 3 and r.summary.errors == {"http_503": 3}
