@@ -26,8 +26,8 @@ such words. Requests of one prefix group start with the same words for their sha
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
-import math
 import random
 import ssl
 import time
@@ -213,16 +213,16 @@ class StreamState:
 
 
 class LoadClient:
-    """Sends requests over keep-alive HTTP/1.1 connections, as many as requests in flight, and records them.
+    """Sends requests over keep-alive HTTP/1.1 connections, as many as requests in flight (the closed loop's
+    clients, or the open loop's `max_connections` at most), and records them.
 
     Each connection is an httpx client of its own with a pool of one, lent to one request at a time: httpx's
     shared pool scans every connection on every request event, which costs more CPU than the requests themselves
     at hundreds of connections; a free list of single connections costs the same at any size."""
 
-    def __init__(self, opts: ClientOptions, pool_size: int):
+    def __init__(self, opts: ClientOptions):
         self.opts = opts
         self.base = base_url(opts.url)
-        self.pool_size = pool_size
         self.tls = ssl.create_default_context()
         """One TLS context for every connection: building one reads the CA bundle (tens of ms)."""
         self.http = self._connection()
@@ -352,12 +352,11 @@ async def run_async(load: Load, opts: ClientOptions, progress: Progress | None =
     """Drive `load` against the endpoint: warm-up first (not measured), then the load, open or closed loop."""
     closed = load.concurrency is not None
     slots = max(1, load.concurrency or 1) if closed else max(1, opts.max_connections)
-    async with LoadClient(opts, slots) as client:
+    async with LoadClient(opts) as client:
         model = await client.discover()
         warm: list[RequestRecord] = []
         warm_specs = [RequestSpec(-1 - i, None, s.input_tokens, s.output_tokens, s.prefix_group, s.prefix_tokens)
-                      for i, s in zip(range(opts.warmup), load.requests * max(1, math.ceil(opts.warmup /
-                                                                                         len(load.requests))))]
+                      for i, s in enumerate(itertools.islice(itertools.cycle(load.requests), opts.warmup))]
         if warm_specs:
             await _closed_loop(client, warm_specs, min(slots, len(warm_specs)), None, warm.append)
         records: list[RequestRecord] = []

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -290,6 +291,8 @@ class Emulator:
             body = json.loads(await request.body())
         except ValueError:
             return self._fail(400, "the body is not JSON", "bad_request")
+        except ClientDisconnect:
+            return self._fail(499, "the client went away", "client_disconnect")
         if not isinstance(body, dict):
             return self._fail(400, "the body is not a JSON object", "bad_request")
         model = body.get("model")
