@@ -47,6 +47,7 @@ WORDS = ("the of and to in is on it at as be by or an we us so if no up go do my
 """Short, frequent words: each is one token (with its leading space) in the common LLM vocabularies."""
 
 Progress = Callable[[int, int], None]
+LAG_PROBE_S = 0.005
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,9 @@ class BenchRun:
     """t_send - t_sched of every measured request."""
     server: dict[str, dict[str, float]] = field(default_factory=dict)
     """The engine's own mean TTFT/ITL/E2E over the measured requests, from its /metrics (empty without one)."""
+    loop_lag_s: list[float] = field(default_factory=list)
+    """How late the client's event loop woke a probe that sleeps `LAG_PROBE_S` at a time, during the measurement:
+    a chunk that arrives waits about this long before it is stamped, so it bounds the client's timing error."""
 
 
 def base_url(url: str) -> str:
@@ -348,6 +352,13 @@ async def _open_loop(client: LoadClient, specs: Sequence[RequestSpec], slots: in
     await asyncio.gather(*tasks)
 
 
+async def _loop_lag(out: list[float]) -> None:
+    while True:
+        t = time.perf_counter()
+        await asyncio.sleep(LAG_PROBE_S)
+        out.append(max(0.0, time.perf_counter() - t - LAG_PROBE_S))
+
+
 async def run_async(load: Load, opts: ClientOptions, progress: Progress | None = None) -> BenchRun:
     """Drive `load` against the endpoint: warm-up first (not measured), then the load, open or closed loop."""
     closed = load.concurrency is not None
@@ -368,6 +379,8 @@ async def run_async(load: Load, opts: ClientOptions, progress: Progress | None =
                 progress(len(records), total)
 
         before = await client.scrape()
+        lags: list[float] = []
+        probe = asyncio.create_task(_loop_lag(lags))
         t0 = time.perf_counter()
         deadline = t0 + opts.duration_s if opts.duration_s else None
         if closed:
@@ -375,10 +388,11 @@ async def run_async(load: Load, opts: ClientOptions, progress: Progress | None =
         else:
             await _open_loop(client, load.requests, slots, deadline, done)
         wall = time.perf_counter() - t0
+        probe.cancel()
         server = server_means(before, await client.scrape()) if before else {}
     records.sort(key=lambda r: r.index)
     return BenchRun(records, warm, model, client.base, opts.api, load, wall,
-                    [r.t_send - r.t_sched for r in records], server)
+                    [r.t_send - r.t_sched for r in records], server, lags)
 
 
 def run(load: Load, opts: ClientOptions, progress: Progress | None = None) -> BenchRun:

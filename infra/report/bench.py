@@ -143,6 +143,7 @@ def endpoint_json(result: Any) -> dict[str, Any]:
         "approximate_tokens": s.approximate_tokens,
         "ttft_any_ms": distribution([r.ttft_any for r in done if r.ttft_any is not None], _COLS[1:]).to_json(),
         "client_queue_ms": distribution(run.client_queue_s, _COLS[1:]).to_json(),
+        "client_loop_lag_ms": distribution(run.loop_lag_s, _COLS[1:]).to_json(),
         "server": run.server, "wall_s": round(run.wall_s, 6),
     })
     return out
@@ -161,7 +162,8 @@ def print_endpoint(console: Console, r: dict[str, Any]) -> None:
     for c in _COLS[1:]:
         extra.add_column(c, justify="right")
     extra.add_column("n", justify="right")
-    for key, label in (("ttft_any_ms", "first event of any kind"), ("client_queue_ms", "client queue")):
+    for key, label in (("ttft_any_ms", "first event of any kind"), ("client_queue_ms", "client queue"),
+                       ("client_loop_lag_ms", "client event-loop lag")):
         d = r[key]
         extra.add_row(label, *(_ms(d.get(c)) for c in _COLS[1:]), str(d["n"]))
     console.print(extra)
