@@ -164,11 +164,12 @@ def _verify(resolved: ResolvedIntent, data: dict[str, Any], considered: list[Any
 def bench(*, simulate: str | Path | None = None, service: str | None = None, concurrency: int | None = None,
           rate: float | None = None, requests: int | None = None, input_tokens: int | None = None,
           output_tokens: int | None = None, seed: int = 0, intent: str | Path | None = None,
-          save: str | Path | None = None, catalog_dirs: tuple[Path, ...] = ()) -> Any:
+          save: str | Path | None = None, router: str = "least-loaded", catalog_dirs: tuple[Path, ...] = ()) -> Any:
     """Drive one service of a plan and judge it against its objectives: a `infra.bench.run.BenchResult`.
     `simulate` names the plan to simulate (the embedded default source); `save` writes the measurements as JSON
     Lines that calibration reads back."""
-    from infra.bench.run import DEFAULT_REQUESTS, save as save_run, simulate_service
+    from infra.bench.run import DEFAULT_REQUESTS, simulate_service
+    from infra.bench.run import save as save_run
     from infra.errors import IntentError, Location, Problem
     from infra.planner.types import load_plan
 
@@ -176,9 +177,9 @@ def bench(*, simulate: str | Path | None = None, service: str | None = None, con
         raise IntentError(Problem("nothing to benchmark", Location(path="--simulate"),
                                   "give --simulate PLAN (a plan.yaml from `infra plan`) or --endpoint URL"))
     plan_doc = load_plan(simulate)
-    result = simulate_service(plan_doc, service=service, requests=requests or DEFAULT_REQUESTS, seed=seed,
-                              rate=rate, concurrency=concurrency, input_tokens=input_tokens,
-                              output_tokens=output_tokens, intent=intent, plan_path=simulate,
+    result = simulate_service(plan_doc, service=service, requests=DEFAULT_REQUESTS if requests is None else requests,
+                              seed=seed, rate=rate, concurrency=concurrency, input_tokens=input_tokens,
+                              output_tokens=output_tokens, intent=intent, plan_path=simulate, router=router,
                               catalog=load_catalog(catalog_dirs))
     if save is not None:
         save_run(result, save)

@@ -263,6 +263,8 @@ def bench(
                                                    "workload and objectives to test.", show_default=False)] = None,
     save: Annotated[Optional[Path], typer.Option(help="Write the measurements here (JSON Lines; calibration reads "
                                                  "them with --extra).", show_default=False)] = None,
+    router: Annotated[str, typer.Option(help="How the simulator spreads requests over replicas: least-loaded or "
+                                        "round-robin (both weighted by planned capacity).")] = "least-loaded",
     catalog: CatalogOpt = None,
     as_json: JsonOpt = False,
     endpoint: Annotated[Optional[str], typer.Option(help="Measure this OpenAI-compatible server instead, e.g. "
@@ -296,30 +298,30 @@ def bench(
     from infra import api
     from infra.intent.units import parse_count, parse_rate
 
-    def parsed(parse: Any, value: str | None, flag: str) -> Any:
+    def parsed(parse: Any, value: str | None, flag: str, example: str) -> Any:
         if value is None:
             return None
         try:
             return parse(value)
         except ValueError as exc:
-            raise InfraError(f"{flag} {value!r}: {exc} — To fix: e.g. {flag} 20/s or {flag} 2k") from None
+            raise InfraError(f"{flag} {value!r}: {exc} — To fix: e.g. {flag} {example}") from None
 
     if endpoint is not None:
         if simulate is not None:
             raise InfraError("give --simulate PLAN or --endpoint URL, not both — To fix: drop one of them")
         _bench_endpoint(endpoint, model=model, api_kind=api_kind, concurrency=concurrency,
-                        rate=parsed(parse_rate, rate, "--rate"), requests=requests, duration=duration,
-                        input_tokens=parsed(parse_count, input_tokens, "--input-tokens"),
-                        output_tokens=parsed(parse_count, output_tokens, "--output-tokens"), intent=intent,
+                        rate=parsed(parse_rate, rate, "--rate", "20/s"), requests=requests, duration=duration,
+                        input_tokens=parsed(parse_count, input_tokens, "--input-tokens", "2k"),
+                        output_tokens=parsed(parse_count, output_tokens, "--output-tokens", "256"), intent=intent,
                         plan_file=plan_file, service=service, slo=slo, warmup=warmup, timeout=timeout,
                         ignore_eos=ignore_eos, min_tokens=min_tokens, seed=seed, save=save, markdown=markdown,
                         as_json=as_json)
         return
     result = api.bench(simulate=simulate, service=service, concurrency=concurrency,
-                       rate=parsed(parse_rate, rate, "--rate"), requests=requests,
-                       input_tokens=parsed(parse_count, input_tokens, "--input-tokens"),
-                       output_tokens=parsed(parse_count, output_tokens, "--output-tokens"), seed=seed, intent=intent,
-                       save=save, catalog_dirs=tuple(catalog or ()))
+                       rate=parsed(parse_rate, rate, "--rate", "20/s"), requests=requests,
+                       input_tokens=parsed(parse_count, input_tokens, "--input-tokens", "2k"),
+                       output_tokens=parsed(parse_count, output_tokens, "--output-tokens", "256"), seed=seed,
+                       intent=intent, save=save, router=router, catalog_dirs=tuple(catalog or ()))
     data = result.to_json()
     if as_json:
         print(json.dumps(data, sort_keys=True))
@@ -331,7 +333,6 @@ def bench(
             _console().print(f"wrote {save}")
     if data["verdict"]["overall"] == "fail":
         sys.exit(EXIT_VERIFICATION_FAILED)
-
 
 
 def _bench_endpoint(endpoint: str, *, save: Path | None, markdown: Path | None, as_json: bool,

@@ -7,8 +7,9 @@ parallelism is that many engines). Each step it schedules, in this order:
    budget (`max_num_batched_tokens`);
 3. waiting requests, first come first served, while the budget, the batch cap (`max_num_seqs`) and the KV cache
    allow; a prompt's prefix found in the prefix cache is not computed again.
-The KV cache holds `kv_tokens` tokens in blocks of `block_size`; when decoding sequences outgrow it, the most
-recently admitted request is preempted and later recomputed (vLLM's recompute preemption). The step's duration is
+The KV cache holds `kv_tokens` tokens, charged per token (a request's partly filled last block of `block_size`
+is not charged; prefix-cache hits are whole blocks); when decoding sequences outgrow it, the most recently
+admitted request is preempted and later recomputed (vLLM's recompute preemption). The step's duration is
 the performance model's `Worker.step` for that batch, the same function the analytic prediction uses, so the two
 differ only in queueing and batching dynamics.
 
@@ -196,8 +197,9 @@ class Engine:
         return len(self.waiting) + len(self.running)
 
     @property
-    def idle(self) -> bool:
-        return self._plan is None and not self.waiting and not self.running
+    def in_flight(self) -> StepResult | None:
+        """The run `begin` planned and `finish` has not applied yet."""
+        return self._plan
 
     def rejects(self, req: SimRequest) -> str | None:
         """Why this engine can never serve the request, else None: a prompt that reaches max_model_len (vLLM
@@ -216,10 +218,13 @@ class Engine:
 
     def add(self, req: SimRequest, now: float) -> None:
         """Queue a request; it joins the batch at the next step that begins at or after `now`. Output beyond
-        max_model_len is cut there (the request finishes with reason `length`, as vLLM does)."""
+        max_model_len is cut there (the request finishes with reason `length`, as vLLM does). A decode engine
+        takes prefilled requests with tokens left to emit (its first came from the prefill worker)."""
         req.state = WAITING
         req.output_tokens = max(1, min(req.output_tokens, self._room(req)))
         if self.role == "decode":
+            if req.output_tokens <= max(req.generated, 1):
+                raise ValueError(f"request {req.id} has no token left to decode; finish it at the prefill worker")
             # The prompt's KV cache came with it from a prefill worker, and so did its first token.
             req.generated = max(req.generated, 1)
             req.target = req.input_tokens

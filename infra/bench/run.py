@@ -137,6 +137,11 @@ def simulate_service(plan: Any, *, service: str | None = None, requests: int = D
     if rate is not None and concurrency is not None:
         raise IntentError(Problem("give either a rate or a concurrency, not both", Location(path="--rate"),
                                   "drop --rate (closed loop) or --concurrency (open loop)"))
+    for flag, value in (("--rate", rate), ("--concurrency", concurrency), ("--input-tokens", input_tokens),
+                        ("--output-tokens", output_tokens)):
+        if value is not None and value <= 0:
+            raise IntentError(Problem(f"{value:g} is not positive", Location(path=flag),
+                                      f"give {flag} above 0, or leave it out to use the plan's workload"))
     name = pick_service(plan, service, plan_path)
     svc, _ = plan_allocation(plan, name, 0)
     sim = simulate_plan(plan, name, requests=requests, seed=seed, router=router, catalog=catalog,  # type: ignore[arg-type]

@@ -181,7 +181,7 @@ def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded"
     def enqueue(i: int, req: SimRequest, now: float) -> None:
         e = engines[i]
         e.add(req, now)
-        plan = e._plan
+        plan = e.in_flight
         if plan is None:
             start(i, now)
         elif plan.steps > 1:
@@ -195,7 +195,7 @@ def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded"
     closed = load.concurrency is not None
     next_closed = 0
 
-    def follow(idx: int, now: float) -> None:
+    def follow(now: float) -> None:
         nonlocal next_closed
         if closed and next_closed < n:
             j = next_closed
@@ -205,12 +205,12 @@ def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded"
     def fail(idx: int, why: str, now: float) -> None:
         errors[idx] = f"rejected: {why}"
         end[idx] = now
-        follow(idx, now)
+        follow(now)
 
     arrivals: list[float] = []
     if closed:
         for _ in range(min(load.concurrency or 0, n)):
-            follow(-1, 0.0)
+            follow(0.0)
     else:
         arrivals = [s.at if s.at is not None else 0.0 for s in specs]
     a = 0
@@ -264,7 +264,7 @@ def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded"
                 if req.output_tokens <= 1:
                     first[idx] = end[idx] = t_hand
                     out_tok[idx] = req.generated
-                    follow(idx, t_hand)
+                    follow(t_hand)
                 else:
                     first[idx] = t_hand
                     push(t_hand, HANDOFF, i, req)
@@ -276,7 +276,7 @@ def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded"
                 cached[idx] = req.cached_tokens
             end[idx] = now
             out_tok[idx] = req.generated
-            follow(idx, now)
+            follow(now)
         start(i, now)
 
     records = []

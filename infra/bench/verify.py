@@ -1,10 +1,14 @@
 """Closed-loop verification of a plan: simulate it, and where an objective fails, correct and re-plan.
 
-Each round simulates every service of the plan under its intent's peak workload and judges each objective
+Each round simulates every service of the plan under its intent's peak workload (a plan for the goodput objective:
+the share of the peak it serves) and judges each objective
 (`infra.bench.verdict`). An objective that fails because the measured percentile ran over its target (queueing and
 batching the analytic model smooths over) is tightened for scoring by target / measured, times `SAFETY`: shapes
 are then sized so that their predicted value leaves the room the simulation showed was missing. The planner is
-run again with those corrections (`infra.planner.candidates.Corrections`), for at most `MAX_ROUNDS` simulations.
+run again with those corrections (`infra.planner.candidates.Corrections`), for at most `MAX_ROUNDS` simulations;
+a correction the inventory or budget cannot carry is retried at half strength. A service whose verdict is
+inconclusive is simulated once more with `RETRY_FACTOR` times the requests. The plan kept is the first that does
+not fail, else the one that missed least.
 Failures that re-planning cannot fix stop the loop at once and say why: requests the engines reject (longer than
 max_model_len or the KV cache), or a corrected intent with no feasible plan.
 """
@@ -24,6 +28,8 @@ from infra.planner.types import DeploymentPlan
 MAX_ROUNDS = 3
 VERIFY_REQUESTS = 2000
 """Requests per service and round: enough to judge p99 objectives, and a fraction of a second to simulate."""
+RETRY_FACTOR = 4
+"""An inconclusive service is simulated once more with this many times the requests (halving its interval)."""
 SAFETY = 0.95
 """Extra tightening on top of target / measured, so the next plan does not land on the edge again."""
 
@@ -79,6 +85,15 @@ def _halfway(before: Corrections, after: Corrections,
     return Corrections(scale), [{**c, "scale": _r(scale[c["service"]][c["objective"]], 3)} for c in changed]
 
 
+def _served_load(svc: Any) -> dict[str, Any]:
+    """The load to verify at: the peak, or the share of it a goodput plan carries within the objectives."""
+    if svc.served >= 1:
+        return {}
+    if svc.demand.unit == "clients":
+        return {"concurrency": max(1, math.floor(svc.demand.value * svc.served))}
+    return {"rate": svc.demand.value * svc.served}
+
+
 def _overall(verdicts: dict[str, Verdict]) -> str:
     outcomes = {v.overall for v in verdicts.values()}
     return "fail" if "fail" in outcomes else "inconclusive" if "inconclusive" in outcomes else "pass"
@@ -107,10 +122,18 @@ def verify_plan(data: dict[str, Any], replan: Callable[[Corrections], tuple[dict
         verdicts: dict[str, Verdict] = {}
         entries = []
         for svc in plan.spec.services:
+            load = _served_load(svc)
             result = simulate_service(plan, service=svc.name, requests=requests, seed=seed, intent=intent,
-                                      catalog=catalog)
+                                      catalog=catalog, **load)
+            notes = list(result.notes or [])
+            if result.verdict.overall == "inconclusive":
+                # Too few samples or a target inside the interval: more requests narrow it, once.
+                result = simulate_service(plan, service=svc.name, requests=requests * RETRY_FACTOR, seed=seed,
+                                          intent=intent, catalog=catalog, **load)
+                notes = [f"inconclusive at {requests} requests; judged on {requests * RETRY_FACTOR}",
+                         *(result.notes or [])]
             verdicts[svc.name] = result.verdict
-            entries.append(_service_entry(svc.name, result.verdict, result.notes or []))
+            entries.append(_service_entry(svc.name, result.verdict, notes))
         entry: dict[str, Any] = {"round": n, "verdict": _overall(verdicts), "services": entries}
         rounds.append(entry)
         tried.append((_miss(verdicts), n, current))
@@ -134,7 +157,8 @@ def verify_plan(data: dict[str, Any], replan: Callable[[Corrections], tuple[dict
                 current = replan(corrections)
             except InfeasibleError as exc:
                 entry["corrections"] = changed
-                entry["outcome"] = f"re-planning with these corrections is infeasible ({exc.problems[0].message})"
+                entry["outcome"] = (f"re-planning is infeasible with the full corrections and with these, half of "
+                                    f"them ({exc.problems[0].message})")
                 break
         entry["corrections"] = changed
     # The last round's plan if it did not fail; otherwise the one that missed least (earliest on a tie).

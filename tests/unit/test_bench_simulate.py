@@ -118,3 +118,29 @@ def test_a_plan_with_several_services_needs_one_named(chat_plan):
     with pytest.raises(InfraError, match="--service chat"):
         simulate_service(plan, requests=10, intent=CHAT)
     assert simulate_service(plan, service="chat-b", requests=50, intent=CHAT).service == "chat-b"
+
+
+def test_an_inconclusive_service_is_judged_again_on_more_requests(chat_plan):
+    plan = DeploymentPlan.model_validate(chat_plan)
+    measured = simulate_service(plan, requests=1000, intent=CHAT).verdict.objectives
+    p99 = next(o.measured_ms for o in measured if o.key == "ttft_p99")
+    data = copy.deepcopy(chat_plan)
+    data["spec"]["services"][0]["objectives"]["ttft_p99"] = round(p99, 1)
+
+    def replan(corrections):
+        raise AssertionError("one round only")
+
+    _, _, section = verify_plan(data, replan, intent=str(CHAT), requests=1000, max_rounds=1)
+    notes = section["rounds"][0]["services"][0]["notes"]
+    assert notes[0] == "inconclusive at 1000 requests; judged on 4000"
+    assert section["rounds"][0]["services"][0]["objectives"][-1]["n"] == 4000
+
+
+def test_a_goodput_plan_is_verified_at_the_share_of_the_peak_it_serves(chat_plan):
+    from infra.bench.verify import _served_load
+
+    svc = DeploymentPlan.model_validate(chat_plan).spec.services[0]
+    assert _served_load(svc) == {}
+    assert _served_load(svc.model_copy(update={"served": 0.5})) == {"rate": pytest.approx(20.0)}
+    clients = svc.model_copy(update={"served": 0.5, "demand": svc.demand.model_copy(update={"unit": "clients"})})
+    assert _served_load(clients) == {"concurrency": 20}
