@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from infra.bench.client import BenchRun, ClientOptions, Progress, run
 from infra.bench.metrics import Summary, parse_objective, summarize
 from infra.bench.run import BenchResult, predicted
@@ -45,6 +47,8 @@ class Source:
     """The plan's predicted value per objective (ms), shown beside the measurement."""
     attainment: float | None = None
     """The intent's attainment target."""
+    plan: Any = None
+    """The DeploymentPlan the workload came from, if any."""
 
 
 @dataclass
@@ -87,7 +91,7 @@ def source_from(intent: Path | None, plan: Path | None, service: str | None) -> 
         if not base.exists():
             base = Path(p.spec.provenance.intent).parent
         return Source(Workload.model_validate(svc.workload), dict(svc.objectives), base, svc.name, f"plan {plan}",
-                      predicted(svc))
+                      predicted(svc), plan=p)
     if intent is not None:
         from infra.intent.loader import load_intent_file
 
@@ -163,6 +167,31 @@ def bench_endpoint(opts: ClientOptions, load: Load, source: Source | None, objec
     notes = list(verdict.notes) + [PROMPT_NOTE]
     if summary.approximate_tokens:
         notes.append(APPROX_NOTE.format(n=summary.approximate_tokens))
+    groups = None
+    if source is not None and source.plan is not None and source.service is not None:
+        groups = _plan_case(source.plan, source.service, load, measured)
+        if groups is None:
+            notes.append("the service has several allocations and a client cannot tell which one served a "
+                          "request, so --save writes no case for calibration")
     result = BenchResult(measured.url, (source.service if source else None) or measured.model, measured.records,
-                         summary, verdict, info, notes=notes)
+                         summary, verdict, info, groups=groups, notes=notes)
     return EndpointResult(measured, result, source, slo)
+
+
+def _plan_case(plan: Any, service: str, load: Load, measured: BenchRun) -> list[dict[str, Any]] | None:
+    """The estimate case a single-allocation service ran as, with what was measured (the simulator's form, so
+    that `--save` writes it for `benchmarks/calibrate.py --extra`); None when the service has several."""
+    from types import SimpleNamespace
+
+    from infra.bench.engine import plan_allocation
+    from infra.bench.run import _group_cases
+
+    svc, alloc = plan_allocation(plan, service, 0)
+    if len(svc.allocations) != 1 or not measured.records:
+        return None
+    n = len(load.requests)
+    # Prefix-cache hits are the server's business: unknown to the client, counted as none.
+    view = SimpleNamespace(load=load, records=measured.records, group=np.zeros(n, dtype=np.int64),
+                           groups=[f"{alloc.device}/{alloc.framework}/{alloc.mode}#0"],
+                           cached_tokens=np.zeros(n, dtype=np.int64))
+    return _group_cases(plan, service, view)

@@ -169,3 +169,24 @@ def test_a_loading_server_fails_every_request():
         assert httpx.get(url.removesuffix("/v1") + "/health").status_code == 503
         r = api.bench_endpoint(url, model="emulated", concurrency=2, requests=3, output_tokens=2, warmup=0)
     assert r.summary.failed == 3 and r.summary.errors == {"http_503": 3}
+
+
+def test_a_measured_run_saves_the_case_calibration_reads(tmp_path):
+    """--save against an endpoint writes the single allocation's estimate case with what was measured: the line
+    `benchmarks/calibrate.py --extra` fits the performance model to."""
+    from infra.catalog.loader import load_catalog
+    from infra.perf.replay import measured_cases
+
+    from ..conftest import EXAMPLES
+
+    api.plan(EXAMPLES / "small-model-shared.yaml", tmp_path, verify=False)
+    plan = tmp_path / "plan.yaml"
+    with emulator(str(plan)) as url:
+        out = infra("bench", "--endpoint", url, "--plan", str(plan), "--concurrency", "2", "--requests", "8",
+                    "--input-tokens", "128", "--output-tokens", "8", "--save", str(tmp_path / "run.jsonl"), "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    [case] = measured_cases(tmp_path / "run.jsonl", load_catalog())
+    assert case.workload.concurrency == 2 and case.workload.isl == 128 and case.workload.osl == 8
+    assert case.ttft_ms == pytest.approx(data["ttft_ms"]["mean"], rel=1e-3)
+    assert case.tpot_ms == pytest.approx(data["tpot_ms"]["mean"], rel=1e-3)
