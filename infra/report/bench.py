@@ -225,7 +225,9 @@ def _plots(result: Any, out: Path) -> tuple[list[str], str | None]:
            title="throughput over time")
     ax2.set_ylabel("output tokens/s")
     ax.grid(True, alpha=0.3)
-    fig.legend(loc="upper right")
+    handles, labels = ax.get_legend_handles_labels()
+    more, more_labels = ax2.get_legend_handles_labels()
+    ax.legend(handles + more, labels + more_labels, loc="lower center")
     names.append(save(fig, "throughput"))
     return names, None
 

@@ -116,7 +116,15 @@ def test_cli_json_last_line_and_exit_codes(fixed, tmp_path):
     assert data["verdict"]["overall"] == "pass" and data["model"] == "emulated" and data["source"] == fixed
     saved = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()]
     assert sum(1 for x in saved if x["kind"] == "request") == 24 and saved[-1]["kind"] == "summary"
-    assert "**Verdict: pass**" in (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert "**Verdict: pass**" in report
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "_No plots: plots need matplotlib" in report
+    else:
+        for png in ("report-latency-cdf.png", "report-throughput.png"):
+            assert f"]({png})" in report and (tmp_path / png).read_bytes().startswith(b"\x89PNG")
     fail = infra(*common, "--slo", "tpot_p50=0.01ms")
     assert fail.returncode == 3 and json.loads(fail.stdout.strip().splitlines()[-1])["verdict"]["overall"] == "fail"
     bad = infra(*common, "--api", "grpc")
