@@ -198,3 +198,11 @@ def test_a_measured_run_saves_the_case_calibration_reads(tmp_path):
     assert case.workload.concurrency == 2 and case.workload.isl == 128 and case.workload.osl == 8
     assert case.ttft_ms == pytest.approx(data["ttft_ms"]["mean"], rel=1e-3)
     assert case.tpot_ms == pytest.approx(data["tpot_ms"]["mean"], rel=1e-3)
+
+
+def test_the_completions_api(fixed):
+    r = api.bench_endpoint(fixed, api="completions", concurrency=2, requests=4, input_tokens=16, output_tokens=3,
+                           warmup=0)
+    assert r.summary.completed == 4 and all(rec.output_tokens == 3 and rec.input_tokens == 16
+                                            for rec in r.run.records)
+    assert r.summary.metrics["ttft"].mean >= TTFT_MS
