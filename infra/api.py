@@ -188,7 +188,7 @@ def bench(*, simulate: str | Path | None = None, service: str | None = None, con
 
     if simulate is None:
         raise IntentError(Problem("nothing to benchmark", Location(path="--simulate"),
-                                  "give --simulate PLAN (a plan.yaml from `infra plan`)"))
+                                  "give --simulate PLAN (a plan.yaml from `infra plan`) or --endpoint URL"))
     plan_doc = load_plan(simulate)
     result = simulate_service(plan_doc, service=service, requests=DEFAULT_REQUESTS if requests is None else requests,
                               seed=seed, rate=rate, concurrency=concurrency, input_tokens=input_tokens,
@@ -287,3 +287,94 @@ def validate(path: str | Path, profile: str | Path | None = None, plan: str | Pa
     from infra.validators import validate_tree
 
     return validate_tree(path, profile=profile, plan=plan, live=live, catalog_dirs=catalog_dirs)
+__all__ += ["bench_endpoint", "emulate"]
+
+
+def bench_endpoint(url: str, *, model: str | None = None, api: str = "chat", concurrency: int | None = None,
+                   rate: float | None = None, requests: int | None = None, duration_s: float | None = None,
+                   input_tokens: int | None = None, output_tokens: int | None = None,
+                   intent: str | Path | None = None, plan: str | Path | None = None, service: str | None = None,
+                   slo: str | None = None, warmup: int = 1, timeout_s: float = 60.0, seed: int = 0,
+                   ignore_eos: bool = True, min_tokens: bool = False, progress: Any = None) -> Any:
+    """Drive load against an OpenAI-compatible endpoint and measure it (`infra.bench.endpoint.EndpointResult`).
+
+    The workload and objectives come from a plan's or an intent's service when given; the flags override them.
+    The API key comes from INFRA_BENCH_API_KEY or OPENAI_API_KEY. An unreachable endpoint raises EndpointError."""
+    import os
+
+    from infra.bench.client import ClientOptions
+    from infra.bench.endpoint import bench_endpoint as run_bench
+    from infra.bench.endpoint import parse_objectives, plan_load, source_from
+    from infra.errors import IntentError, Location, Problem
+
+    if api not in ("chat", "completions"):
+        raise IntentError(Problem(f"--api {api!r} is not known", Location(path="--api"), "use chat or completions"))
+    if warmup < 0:
+        raise IntentError(Problem(f"--warmup is {warmup}", Location(path="--warmup"), "give 0 or more"))
+    if timeout_s <= 0:
+        raise IntentError(Problem(f"--timeout is {timeout_s}", Location(path="--timeout"), "give seconds above 0"))
+    source = source_from(Path(intent) if intent else None, Path(plan) if plan else None, service)
+    load = plan_load(source, concurrency=concurrency, rate=rate, requests=requests, duration_s=duration_s,
+                     input_tokens=input_tokens, output_tokens=output_tokens, seed=seed)
+    opts = ClientOptions(url=url, model=model, api=api, timeout_s=timeout_s,  # type: ignore[arg-type]
+                         api_key=os.environ.get("INFRA_BENCH_API_KEY") or os.environ.get("OPENAI_API_KEY"),
+                         ignore_eos=ignore_eos, min_tokens=min_tokens, warmup=warmup, duration_s=duration_s,
+                         seed=seed)
+    return run_bench(opts, load, source, parse_objectives(slo) if slo else None, progress)
+
+
+def emulate(plan: str | Path | None, *, port: int, host: str = "127.0.0.1", service: str | None = None,
+            ttft_ms: float | None = None, itl_ms: float | None = None, error_rate: float = 0.0,
+            stall_ms: float = 0.0, stall_rate: float = 0.0, disconnect_rate: float = 0.0, slow_start_s: float = 0.0,
+            tokens_per_chunk: int = 1, usage: bool = True, seed: int = 0, on_ready: Any = None) -> None:
+    """Serve an emulated OpenAI-compatible endpoint until interrupted; `on_ready(url)` hears its address."""
+    from infra.bench.emulator import Emulator, Faults, FixedTiming, bind, serve
+    from infra.errors import EndpointError, IntentError, Location, Problem
+
+    for flag, value in (("--error-rate", error_rate), ("--stall-rate", stall_rate),
+                        ("--disconnect-rate", disconnect_rate)):
+        if not 0.0 <= value <= 1.0:
+            raise IntentError(Problem(f"{flag} is {value}", Location(path=flag), "give a fraction from 0 to 1"))
+    for flag, value in (("--stall-ms", stall_ms), ("--slow-start", slow_start_s), ("--ttft-ms", ttft_ms or 0.0),
+                        ("--itl-ms", itl_ms or 0.0)):
+        if value < 0:
+            raise IntentError(Problem(f"{flag} is {value}", Location(path=flag), "give 0 or more"))
+    if tokens_per_chunk < 1:
+        raise IntentError(Problem(f"--tokens-per-chunk is {tokens_per_chunk}", Location(path="--tokens-per-chunk"),
+                                  "give 1 or more"))
+    if (ttft_ms is None) != (itl_ms is None):
+        raise IntentError(Problem("fixed timing needs both --ttft-ms and --itl-ms", Location(path="--itl-ms"),
+                                  "give both, or neither to time tokens with the plan's engine model"))
+    names = ["emulated"]
+    timing: Any
+    if ttft_ms is not None and itl_ms is not None:
+        timing = FixedTiming(ttft_ms, itl_ms)
+        if plan is not None:
+            from infra.planner.types import load_plan
+
+            from infra.bench.engine import plan_allocation
+
+            p = load_plan(plan)
+            names = [plan_allocation(p, service, 0)[0].name] if service else [s.name for s in p.spec.services]
+    elif plan is None:
+        raise IntentError(Problem("nothing to time the tokens with", Location(path="PLAN"),
+                                  "give a plan.yaml (its engine model times the tokens), or --ttft-ms and --itl-ms"))
+    else:
+        from infra.bench.emulator import EngineTiming
+        from infra.bench.engine import plan_allocation
+        from infra.bench.simulate import plan_groups
+        from infra.planner.types import load_plan
+
+        p = load_plan(plan)
+        name = service or p.spec.services[0].name
+        svc, _ = plan_allocation(p, name, 0)
+        timing = EngineTiming(plan_groups(p, name))
+        names = [name] + ([svc.model_id] if getattr(svc, "model_id", None) and svc.model_id != name else [])
+    try:
+        sock = bind(host, port)
+    except OSError as exc:
+        raise EndpointError(Problem(f"cannot listen on {host}:{port}: {exc.strerror}", Location(path="--port"),
+                                    "choose a free port (0 picks one)")) from None
+    emu = Emulator(names, timing, Faults(error_rate, stall_ms, stall_rate, disconnect_rate, slow_start_s), seed,
+                   tokens_per_chunk, usage)
+    serve(emu, sock, on_ready)

@@ -255,7 +255,8 @@ def bench(
                                                        "workload's).", show_default=False)] = None,
     rate: Annotated[Optional[str], typer.Option(help="Open loop: request rate, e.g. 20/s (default: the workload's "
                                                 "peak).", show_default=False)] = None,
-    requests: Annotated[Optional[int], typer.Option(help="Requests to send (default 2000).",
+    requests: Annotated[Optional[int], typer.Option(help="Requests to send (default 2000 simulated; 100 against "
+                                                    "an endpoint, or what --duration allows).",
                                                     show_default=False)] = None,
     input_tokens: Annotated[Optional[str], typer.Option("--input-tokens", help="Fixed prompt length instead of the "
                                                         "workload's distribution.", show_default=False)] = None,
@@ -263,15 +264,42 @@ def bench(
                                                          show_default=False)] = None,
     seed: Annotated[int, typer.Option(help="Seed of arrivals, lengths and confidence intervals.")] = 0,
     intent: Annotated[Optional[Path], typer.Option(help="The intent the plan was made from, when its traces are not "
-                                                   "where the plan says.", show_default=False)] = None,
+                                                   "where the plan says; with --endpoint, the intent whose "
+                                                   "workload and objectives to test.", show_default=False)] = None,
     save: Annotated[Optional[Path], typer.Option(help="Write the measurements here (JSON Lines; calibration reads "
                                                  "them with --extra).", show_default=False)] = None,
     router: Annotated[str, typer.Option(help="How the simulator spreads requests over replicas: least-loaded or "
                                         "round-robin (both weighted by planned capacity).")] = "least-loaded",
     catalog: CatalogOpt = None,
     as_json: JsonOpt = False,
+    endpoint: Annotated[Optional[str], typer.Option(help="Measure this OpenAI-compatible server instead, e.g. "
+                                                    "http://127.0.0.1:8000/v1 (API key from INFRA_BENCH_API_KEY or "
+                                                    "OPENAI_API_KEY).", show_default=False)] = None,
+    plan_file: Annotated[Optional[Path], typer.Option("--plan", help="With --endpoint: the plan whose service's "
+                                                      "workload and objectives to test.", show_default=False)] = None,
+    model: Annotated[Optional[str], typer.Option(help="With --endpoint: served model name (default: the first "
+                                                 "/v1/models lists).", show_default=False)] = None,
+    api_kind: Annotated[str, typer.Option("--api", help="With --endpoint: chat or completions.")] = "chat",
+    duration: Annotated[Optional[float], typer.Option(help="With --endpoint: send no request after this many "
+                                                      "seconds.", show_default=False)] = None,
+    slo: Annotated[Optional[str], typer.Option(help="With --endpoint: objectives, e.g. "
+                                               "ttft_p99=300ms,tpot_p50=40ms (over the intent's or plan's).",
+                                               show_default=False)] = None,
+    warmup: Annotated[int, typer.Option(help="With --endpoint: warm-up requests, not measured.")] = 1,
+    timeout: Annotated[float, typer.Option(help="With --endpoint: seconds one request may take before it "
+                                           "fails.")] = 60.0,
+    ignore_eos: Annotated[bool, typer.Option("--ignore-eos/--no-ignore-eos", help="With --endpoint: ask the "
+                                             "server to run to max_tokens.")] = True,
+    min_tokens: Annotated[bool, typer.Option("--min-tokens", help="With --endpoint: also send min_tokens = "
+                                             "max_tokens.")] = False,
+    markdown: Annotated[Optional[Path], typer.Option(help="With --endpoint: write a markdown report here (PNG "
+                                                     "plots beside it when matplotlib is installed).",
+                                                     show_default=False)] = None,
 ) -> None:
-    """Drive load at a deployment, report TTFT/TPOT/ITL/E2E and goodput, and judge each objective (exit 3 on fail)."""
+    """Drive load at a deployment, report TTFT/TPOT/ITL/E2E and goodput, and judge each objective (exit 3 on fail).
+
+    --simulate PLAN runs the embedded simulator; --endpoint URL measures a real (or emulated) server, with the
+    workload of --intent, --plan or the flags."""
     from infra import api
     from infra.intent.units import parse_count, parse_rate
 
@@ -283,6 +311,17 @@ def bench(
         except ValueError as exc:
             raise InfraError(f"{flag} {value!r}: {exc} — To fix: e.g. {flag} {example}") from None
 
+    if endpoint is not None:
+        if simulate is not None:
+            raise InfraError("give --simulate PLAN or --endpoint URL, not both — To fix: drop one of them")
+        _bench_endpoint(endpoint, model=model, api_kind=api_kind, concurrency=concurrency,
+                        rate=parsed(parse_rate, rate, "--rate", "20/s"), requests=requests, duration=duration,
+                        input_tokens=parsed(parse_count, input_tokens, "--input-tokens", "2k"),
+                        output_tokens=parsed(parse_count, output_tokens, "--output-tokens", "256"), intent=intent,
+                        plan_file=plan_file, service=service, slo=slo, warmup=warmup, timeout=timeout,
+                        ignore_eos=ignore_eos, min_tokens=min_tokens, seed=seed, save=save, markdown=markdown,
+                        as_json=as_json)
+        return
     result = api.bench(simulate=simulate, service=service, concurrency=concurrency,
                        rate=parsed(parse_rate, rate, "--rate", "20/s"), requests=requests,
                        input_tokens=parsed(parse_count, input_tokens, "--input-tokens", "2k"),
@@ -373,6 +412,79 @@ def pr_cmd(
         print(json.dumps(pr_json(result), indent=2, sort_keys=True))
     else:
         print_pr(_console(), result)
+def _bench_endpoint(endpoint: str, *, save: Path | None, markdown: Path | None, as_json: bool,
+                    **kw: Any) -> None:
+    from contextlib import nullcontext
+
+    from infra import api
+    from infra.report.bench import endpoint_json, endpoint_markdown, print_endpoint
+
+    live = None
+    if sys.stderr.isatty():
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        live = Progress(TextColumn("requests"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=Console(stderr=True), transient=True)
+    with live or nullcontext():
+        task = live.add_task("requests", total=None) if live else None
+
+        def progress(done: int, total: int) -> None:
+            if live is not None:
+                live.update(task, completed=done, total=total)
+
+        result = api.bench_endpoint(endpoint, model=kw["model"], api=kw["api_kind"], concurrency=kw["concurrency"],
+                                    rate=kw["rate"], requests=kw["requests"], duration_s=kw["duration"],
+                                    input_tokens=kw["input_tokens"], output_tokens=kw["output_tokens"],
+                                    intent=kw["intent"], plan=kw["plan_file"], service=kw["service"], slo=kw["slo"],
+                                    warmup=kw["warmup"], timeout_s=kw["timeout"], seed=kw["seed"],
+                                    ignore_eos=kw["ignore_eos"], min_tokens=kw["min_tokens"], progress=progress)
+    data = endpoint_json(result)
+    if save is not None:
+        from infra.bench.run import save as save_run
+
+        save_run(result.bench, save)
+    if markdown is not None:
+        endpoint_markdown(result, data, markdown)
+    if as_json:
+        print(json.dumps(data, sort_keys=True, separators=(",", ":")))
+    else:
+        print_endpoint(_console(), data)
+    if data["verdict"]["overall"] == "fail":
+        sys.exit(EXIT_VERIFICATION_FAILED)
+
+
+@app.command()
+def emulate(
+    plan_file: Annotated[Optional[Path], typer.Argument(help="Plan whose services to serve (optional with fixed "
+                                                             "timing).", show_default=False)] = None,
+    port: Annotated[int, typer.Option(help="Port to listen on (0 picks a free one).")] = 8000,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    service: Annotated[Optional[str], typer.Option(help="Serve only this service of the plan.",
+                                                   show_default=False)] = None,
+    ttft_ms: Annotated[Optional[float], typer.Option("--ttft-ms", help="Fixed timing: first token after this "
+                                                                       "many ms.", show_default=False)] = None,
+    itl_ms: Annotated[Optional[float], typer.Option("--itl-ms", help="Fixed timing: ms between tokens.",
+                                                    show_default=False)] = None,
+    error_rate: Annotated[float, typer.Option("--error-rate", help="Share of requests answered HTTP 500.")] = 0.0,
+    stall_ms: Annotated[float, typer.Option("--stall-ms", help="Length of an injected stall.")] = 0.0,
+    stall_rate: Annotated[float, typer.Option("--stall-rate", help="Share of streams that stall once.")] = 0.0,
+    disconnect_rate: Annotated[float, typer.Option("--disconnect-rate", help="Share of streams cut short with no "
+                                                                            "finish_reason.")] = 0.0,
+    slow_start: Annotated[float, typer.Option("--slow-start", help="Seconds of HTTP 503 after start.")] = 0.0,
+    tokens_per_chunk: Annotated[int, typer.Option("--tokens-per-chunk", help="Tokens per SSE chunk.")] = 1,
+    usage: Annotated[bool, typer.Option("--usage/--no-usage", help="Send usage in streams when asked.")] = True,
+    seed: Annotated[int, typer.Option(help="Seed of the fault draws.")] = 0,
+) -> None:
+    """Serve an emulated OpenAI-compatible endpoint (with /metrics and fault injection) until interrupted."""
+    from infra import api
+
+    def ready(url: str) -> None:
+        print(f"serving {url}/v1", flush=True)
+
+    api.emulate(plan_file, port=port, host=host, service=service, ttft_ms=ttft_ms, itl_ms=itl_ms,
+                error_rate=error_rate, stall_ms=stall_ms, stall_rate=stall_rate, disconnect_rate=disconnect_rate,
+                slow_start_s=slow_start, tokens_per_chunk=tokens_per_chunk, usage=usage, seed=seed, on_ready=ready)
 
 
 def _fail(message: str, code: int) -> None:

@@ -9,15 +9,20 @@ from pathlib import Path
 from infra.errors import InfraError, Location, Problem
 
 
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same directory, then rename over the target."""
+def write_atomic(path: str | Path, text: str | bytes) -> None:
+    """Write `text` (or bytes) to `path` through a temporary file in the same directory, then rename over the
+    target."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-                fh.write(text)
+            if isinstance(text, bytes):
+                with os.fdopen(fd, "wb") as fb:
+                    fb.write(text)
+            else:
+                with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+                    fh.write(text)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

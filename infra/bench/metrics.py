@@ -38,6 +38,8 @@ class RequestRecord:
     """Why the request failed (HTTP status, timeout, truncated stream...); None when it completed."""
     approximate: bool = False
     """Output tokens counted from stream chunks because the server sent no usage."""
+    ttft_any: float | None = None
+    """Send -> first event of any kind (a role-only chunk counts here, not in TTFT); a diagnostic."""
 
     @property
     def ok(self) -> bool:

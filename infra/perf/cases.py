@@ -107,11 +107,13 @@ class EstimateCase(RoleCase):
         device = catalog.device(self.device)
         precision = self.precision or (model.native_precision if model.native_precision in device.precisions
                                        else "bf16")
+        # A model given as a config.json is not in the catalog under its name: later stages look it up by path.
+        ref = self.model if self.model.endswith(".json") else model.name
         if self.mode == "agg":
-            return Deployment(model.name, device.name, self.framework, precision, "agg", agg=self.role(),
+            return Deployment(ref, device.name, self.framework, precision, "agg", agg=self.role(),
                               memory_utilization=self.memory_utilization)
         assert self.prefill is not None and self.decode is not None
-        return Deployment(model.name, device.name, self.framework, precision, "disagg",
+        return Deployment(ref, device.name, self.framework, precision, "disagg",
                           prefill=self.prefill.role(), decode=self.decode.role(),
                           memory_utilization=self.memory_utilization)
 

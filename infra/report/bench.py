@@ -6,6 +6,7 @@ Both take the JSON forms (`BenchResult.to_json()`, the plan's `verification`), s
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -120,4 +121,151 @@ def verification_markdown(v: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-__all__ = ["print_bench", "print_verification", "verification_markdown"]
+# -- runs against an endpoint ------------------------------------------------------------------------------------
+
+
+def endpoint_json(result: Any) -> dict[str, Any]:
+    """A run against an endpoint (`infra.bench.endpoint.EndpointResult`) as one JSON-ready object: the same keys as
+    a simulated run, plus what only a client sees (first event of any kind, client-side queueing, the engine's own
+    /metrics)."""
+    import numpy as np
+
+    from infra.bench.metrics import distribution
+
+    run, s = result.run, result.bench.summary
+    out = result.bench.to_json()
+    done = [r for r in run.records if r.ok]
+    out.update({
+        "endpoint": run.url, "model": run.model, "api": run.api,
+        "workload_from": result.source.origin if result.source else "flags",
+        "input_tokens_mean": round(float(np.mean([r.input_tokens for r in run.records])), 3) if run.records else None,
+        "output_tokens_mean": round(float(np.mean([r.output_tokens for r in done])), 3) if done else None,
+        "approximate_tokens": s.approximate_tokens,
+        "ttft_any_ms": distribution([r.ttft_any for r in done if r.ttft_any is not None], _COLS[1:]).to_json(),
+        "client_queue_ms": distribution(run.client_queue_s, _COLS[1:]).to_json(),
+        "client_loop_lag_ms": distribution(run.loop_lag_s, _COLS[1:]).to_json(),
+        "server": run.server, "wall_s": round(run.wall_s, 6),
+    })
+    return out
+
+
+def _server_line(server: dict[str, dict[str, float]]) -> str:
+    return ", ".join(f"{k.upper()} {v['mean_ms']:,.1f} ms (n={v['n']})" for k, v in server.items())
+
+
+def print_endpoint(console: Console, r: dict[str, Any]) -> None:
+    """The endpoint, what only the client sees, then the same table and verdict as a simulated run."""
+    console.print(f"{r['endpoint']}: model {r['model']} over the {r['api']} API, workload from {r['workload_from']}; "
+                  f"{r['load']['warmup']} warm-up request(s) not measured")
+    extra = Table(title_justify="left")
+    extra.add_column("client (ms)")
+    for c in _COLS[1:]:
+        extra.add_column(c, justify="right")
+    extra.add_column("n", justify="right")
+    for key, label in (("ttft_any_ms", "first event of any kind"), ("client_queue_ms", "client queue"),
+                       ("client_loop_lag_ms", "client event-loop lag")):
+        d = r[key]
+        extra.add_row(label, *(_ms(d.get(c)) for c in _COLS[1:]), str(d["n"]))
+    console.print(extra)
+    if r["server"]:
+        console.print("the engine's own /metrics (means): " + _server_line(r["server"]))
+    print_bench(console, r)
+
+
+def _plots(result: Any, out: Path) -> tuple[list[str], str | None]:
+    """PNG plots beside `out` (latency CDFs, throughput over time); their file names, or why there are none."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return [], "plots need matplotlib: pip install 'infra[plots]'"
+    import io
+
+    import numpy as np
+
+    from infra.files import write_atomic
+
+    records = [r for r in result.run.records if r.ok]
+    if not records:
+        return [], "no request completed"
+
+    def save(fig: Any, what: str) -> str:
+        buf = io.BytesIO()
+        fig.tight_layout()
+        fig.savefig(buf, format="png", metadata={"Software": None})
+        plt.close(fig)
+        name = f"{out.stem}-{what}.png"
+        write_atomic(out.parent / name, buf.getvalue())
+        return name
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    series = {"TTFT": [r.ttft for r in records], "TPOT": [t for r in records if (t := r.tpot) is not None],
+              "ITL": [g for r in records for g in r.itl], "E2E": [r.e2e for r in records]}
+    for label, values in series.items():
+        if values:
+            v = np.sort(np.asarray(values, dtype=float)) * 1000
+            ax.plot(v, np.arange(1, v.size + 1) / v.size, label=f"{label} (n={v.size})")
+    ax.set_xscale("log")
+    ax.set(xlabel="latency (ms)", ylabel="fraction of samples", title="latency CDFs")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    names = [save(fig, "latency-cdf")]
+    t0 = min(r.t_send for r in result.run.records)
+    ends = np.asarray([r.end - t0 for r in records])
+    edges = np.arange(0.0, np.floor(ends.max()) + 2.0)
+    done, _ = np.histogram(ends, bins=edges)
+    toks, _ = np.histogram(ends, bins=edges, weights=np.asarray([r.output_tokens for r in records], dtype=float))
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    ax.step(edges[:-1], done, where="post", label="completed requests/s")
+    ax2 = ax.twinx()
+    ax2.step(edges[:-1], toks, where="post", color="tab:orange", label="output tokens/s")
+    ax.set(xlabel="seconds since the first request (1 s buckets, by completion)", ylabel="requests/s",
+           title="throughput over time")
+    ax2.set_ylabel("output tokens/s")
+    ax.grid(True, alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    more, more_labels = ax2.get_legend_handles_labels()
+    ax.legend(handles + more, labels + more_labels, loc="lower center")
+    names.append(save(fig, "throughput"))
+    return names, None
+
+
+def endpoint_markdown(result: Any, r: dict[str, Any], out: Path) -> list[Path]:
+    """A markdown report at `out` with PNG plots beside it (when matplotlib is installed); what was written."""
+    from infra.files import write_atomic
+
+    plots, why = _plots(result, out)
+    load = r["load"]
+    how = f"{load['rate_rps']:g} req/s ({load['arrival']})" if "rate_rps" in load else \
+        f"{load.get('concurrency')} clients (closed loop)"
+    lines = [f"# Benchmark of {r['endpoint']}", "",
+             f"Model `{r['model']}` over the {r['api']} API; workload from {r['workload_from']}: {load['sent']} "
+             f"request(s) at {how} after {load['warmup']} warm-up.", "",
+             "| metric (ms) | n | " + " | ".join(_COLS) + " |", "|---|---:|" + "---:|" * len(_COLS)]
+    for metric in ("ttft", "tpot", "itl", "e2e", "ttft_any", "client_queue"):
+        d = r[f"{metric}_ms"]
+        lines.append(f"| {metric} | {d['n']} | " + " | ".join(_ms(d.get(c)) for c in _COLS) + " |")
+    lines += ["", f"Completed {r['completed']}, failed {r['failed']} over {r['duration_s']:.2f} s: "
+                  f"{r['request_throughput']:.3f} req/s, {r['output_token_throughput']:,.1f} output tok/s; goodput "
+                  f"{r['goodput_rps']:.3f} req/s, attainment {r['attainment']:.1%}.", ""]
+    if r["server"]:
+        lines += ["The engine's own `/metrics` (means over the measured requests): " + _server_line(r["server"])
+                  + ".", ""]
+    v = r["verdict"]
+    if v["objectives"]:
+        lines += ["| objective | target ms | measured ms | 95% CI | predicted ms | verdict |",
+                  "|---|---:|---:|---|---:|---|"]
+        lines += [f"| {o['key']} | {_ms(o['target_ms'])} | {_ms(o['measured_ms'])} | {_ci(o['ci_ms'])} | "
+                  f"{_ms(o['predicted_ms'])} | {o['verdict']} |" for o in v["objectives"]]
+        lines.append("")
+    lines += [f"**Verdict: {v['overall']}**", ""] + [f"- {n}" for n in r["notes"]] + [""]
+    lines += [f"![{p}]({p})" for p in plots] if plots else [f"_No plots: {why}._"]
+    write_atomic(out, "\n".join(lines) + "\n")
+    return [out] + [out.parent / p for p in plots]
+
+
+__all__ = ["endpoint_json", "endpoint_markdown", "print_bench", "print_endpoint", "print_verification",
+           "verification_markdown"]
+

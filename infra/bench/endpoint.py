@@ -1,0 +1,197 @@
+"""`infra bench --endpoint`: the load to send (from flags, an intent or a plan), the run, and its summary.
+
+The workload and objectives come from `--plan` (a service of a DeploymentPlan) or `--intent` (a service of an
+intent); flags override their rate or concurrency and their lengths. With neither, the run is a closed loop at
+`--concurrency` (1 unless given) or an open Poisson loop at `--rate`, with the fixed lengths of the flags.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from infra.bench.client import BenchRun, ClientOptions, Progress, run
+from infra.bench.metrics import Summary, parse_objective, summarize
+from infra.bench.run import BenchResult, predicted
+from infra.bench.verdict import judge
+from infra.bench.workload import Load, generate
+from infra.errors import IntentError, Location, Problem
+from infra.intent.models import Workload
+
+DEFAULT_REQUESTS = 100
+"""Requests in a run bounded by neither --requests nor --duration."""
+DURATION_CAP = 100_000
+"""Requests prepared for a closed loop bounded only by --duration."""
+DEFAULT_INPUT_TOKENS = 128
+DEFAULT_OUTPUT_TOKENS = 64
+PROMPT_NOTE = ("prompts are built as N short common words for N input tokens (about one token each in current "
+               "LLM vocabularies); input tokens report the server's usage.prompt_tokens")
+APPROX_NOTE = ("output tokens of {n} request(s) were counted as stream chunks: the server sent no usage, and a "
+               "chunk may carry several tokens, so their TPOT is approximate")
+
+
+@dataclass(frozen=True)
+class Source:
+    """What to send: the workload, its objectives (ms), and where relative trace paths start."""
+
+    workload: Workload
+    objectives: dict[str, float]
+    base: Path
+    service: str | None = None
+    origin: str = "flags"
+    predicted: dict[str, float] | None = None
+    """The plan's predicted value per objective (ms), shown beside the measurement."""
+    attainment: float | None = None
+    """The intent's attainment target."""
+    plan: Any = None
+    """The DeploymentPlan the workload came from, if any."""
+
+
+@dataclass
+class EndpointResult:
+    """A measured run against an endpoint: the client's view (`run`) and the judged result (`bench`), in the same
+    form as a simulated run."""
+
+    run: BenchRun
+    bench: BenchResult
+    source: Source | None
+    objectives: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def summary(self) -> Summary:
+        return self.bench.summary
+
+
+def _pick(names: list[str], wanted: str | None, file: Path) -> int:
+    if wanted is None:
+        return 0
+    if wanted not in names:
+        raise IntentError(Problem(f"no service {wanted!r} (it has {', '.join(names)})", Location(str(file)),
+                                  f"give --service one of {', '.join(names)}"))
+    return names.index(wanted)
+
+
+def source_from(intent: Path | None, plan: Path | None, service: str | None) -> Source | None:
+    """The workload and objectives of one service of an intent or a plan (the first unless `service` is named)."""
+    if intent is not None and plan is not None:
+        raise IntentError(Problem("give --intent or --plan, not both", Location(path="--plan"),
+                                  "drop one of them"))
+    if plan is not None:
+        from infra.planner.types import load_plan
+
+        p = load_plan(plan)
+        i = _pick([s.name for s in p.spec.services], service, plan)
+        svc = p.spec.services[i]
+        intent_path = Path(p.spec.provenance.intent)
+        base = intent_path.parent if intent_path.is_absolute() else (plan.parent / intent_path).parent
+        if not base.exists():
+            base = Path(p.spec.provenance.intent).parent
+        return Source(Workload.model_validate(svc.workload), dict(svc.objectives), base, svc.name, f"plan {plan}",
+                      predicted(svc), plan=p)
+    if intent is not None:
+        from infra.intent.loader import load_intent_file
+
+        loaded = load_intent_file(intent)
+        services = loaded.intent.spec.services
+        i = _pick([s.name for s in services], service, intent)
+        svc = services[i]
+        return Source(svc.workload, {f"{m}_{q}": s * 1000.0 for m, q, s in svc.slo.targets()}, intent.parent,
+                      svc.name, f"intent {intent}", attainment=svc.slo.attainment)
+    return None
+
+
+def parse_objectives(text: str) -> dict[str, float]:
+    """`ttft_p99=300ms,tpot_p50=20ms` (as `infra estimate --slo` takes them) -> {"ttft_p99": 300.0, ...} in ms."""
+    from infra.intent.units import parse_duration
+    from infra.perf.cases import parse_slo
+
+    out: dict[str, float] = {}
+    for key, value in parse_slo(text).items():
+        try:
+            parse_objective(key)
+        except ValueError as exc:
+            raise IntentError(Problem(str(exc), Location(path="--slo"),
+                                      "write e.g. --slo ttft_p99=300ms,tpot_p99=40ms")) from None
+        out[key] = parse_duration(value) * 1000.0
+    return out
+
+
+def plan_load(source: Source | None, *, concurrency: int | None, rate: float | None, requests: int | None,
+              duration_s: float | None, input_tokens: int | None, output_tokens: int | None,
+              seed: int = 0) -> Load:
+    """The requests to send: the source's workload (or flags alone), with the flags' overrides."""
+    if concurrency is not None and rate is not None:
+        raise IntentError(Problem("give --concurrency (closed loop) or --rate (open loop), not both",
+                                  Location(path="--rate"), "drop one of them"))
+    for flag, value in (("--concurrency", concurrency), ("--rate", rate), ("--requests", requests),
+                        ("--duration", duration_s), ("--input-tokens", input_tokens),
+                        ("--output-tokens", output_tokens)):
+        if value is not None and value <= 0:
+            raise IntentError(Problem(f"{flag} is {value}; it must be positive", Location(path=flag),
+                                      f"give {flag} above 0"))
+    if source is None:
+        workload = Workload.model_validate({"rate": f"{rate}/s"} if rate is not None else
+                                           {"concurrency": concurrency or 1})
+        input_tokens = input_tokens or DEFAULT_INPUT_TOKENS
+        output_tokens = output_tokens or DEFAULT_OUTPUT_TOKENS
+        base = Path(".")
+    else:
+        workload, base = source.workload, source.base
+    if requests is None:
+        if duration_s is None:
+            requests = DEFAULT_REQUESTS
+        else:
+            peak = rate or (workload.rate.peak_rps if workload.rate is not None and concurrency is None else None)
+            requests = math.ceil(peak * duration_s) + 1 if peak else DURATION_CAP
+    return generate(workload, requests=requests, seed=seed, base=base, rate=rate, concurrency=concurrency,
+                    input_tokens=input_tokens, output_tokens=output_tokens)
+
+
+def bench_endpoint(opts: ClientOptions, load: Load, source: Source | None, objectives: dict[str, float] | None = None,
+                   progress: Progress | None = None) -> EndpointResult:
+    """Run the load and judge the measured requests against the objectives (the flags' over the source's)."""
+    measured = run(load, opts, progress)
+    slo = dict(source.objectives if source else {})
+    slo.update(objectives or {})
+    verdict = judge(measured.records, slo, predicted=source.predicted if source else None,
+                    attainment_target=source.attainment if source else None, seed=opts.seed)
+    summary = summarize(measured.records, slo)
+    info: dict[str, Any] = {"requests": len(load.requests), "sent": len(measured.records),
+                            "warmup": len(measured.warmup), "seed": opts.seed, "arrival": load.arrival,
+                            **({"rate_rps": load.rate} if load.rate is not None else {}),
+                            **({"concurrency": load.concurrency} if load.concurrency is not None else {})}
+    notes = list(verdict.notes) + [PROMPT_NOTE]
+    if summary.approximate_tokens:
+        notes.append(APPROX_NOTE.format(n=summary.approximate_tokens))
+    groups = None
+    if source is not None and source.plan is not None and source.service is not None:
+        groups = _plan_case(source.plan, source.service, load, measured)
+        if groups is None:
+            notes.append("the service has several allocations and a client cannot tell which one served a "
+                          "request, so --save writes no case for calibration")
+    result = BenchResult(measured.url, (source.service if source else None) or measured.model, measured.records,
+                         summary, verdict, info, groups=groups, notes=notes)
+    return EndpointResult(measured, result, source, slo)
+
+
+def _plan_case(plan: Any, service: str, load: Load, measured: BenchRun) -> list[dict[str, Any]] | None:
+    """The estimate case a single-allocation service ran as, with what was measured (the simulator's form, so
+    that `--save` writes it for `benchmarks/calibrate.py --extra`); None when the service has several."""
+    from types import SimpleNamespace
+
+    from infra.bench.engine import plan_allocation
+    from infra.bench.run import _group_cases
+
+    svc, alloc = plan_allocation(plan, service, 0)
+    if len(svc.allocations) != 1 or not measured.records:
+        return None
+    n = len(load.requests)
+    # Prefix-cache hits are the server's business: unknown to the client, counted as none.
+    view = SimpleNamespace(load=load, records=measured.records, group=np.zeros(n, dtype=np.int64),
+                           groups=[f"{alloc.device}/{alloc.framework}/{alloc.mode}#0"],
+                           cached_tokens=np.zeros(n, dtype=np.int64))
+    return _group_cases(plan, service, view)

@@ -1,0 +1,55 @@
+"""What `infra bench --endpoint` sends: the workload and objectives of an intent or flags, and bad flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.bench.endpoint import parse_objectives, plan_load, source_from
+from infra.errors import InfraError
+
+from ..conftest import EXAMPLES
+
+
+def test_an_intents_workload_and_objectives():
+    src = source_from(EXAMPLES / "chat-mixed-fleet.yaml", None, None)
+    assert src.service == "chat" and src.attainment == pytest.approx(0.99)
+    assert src.objectives == {"ttft_p50": 300.0, "ttft_p99": 1500.0, "tpot_p99": 60.0, "e2e_p99": 60000.0}
+    load = plan_load(src, concurrency=None, rate=None, requests=50, duration_s=None, input_tokens=None,
+                     output_tokens=None)
+    assert load.arrival == "gamma" and load.rate == 40.0 and len(load.requests) == 50
+    assert len({s.input_tokens for s in load.requests}) > 10  # lengths follow the intent's distribution
+    assert all(s.prefix_tokens == int(0.35 * s.input_tokens) for s in load.requests)
+    over = plan_load(src, concurrency=3, rate=None, requests=5, duration_s=None, input_tokens=10, output_tokens=7)
+    assert over.concurrency == 3 and over.arrival == "closed"
+    assert {(s.input_tokens, s.output_tokens) for s in over.requests} == {(10, 7)}
+
+
+def test_flags_alone_and_duration_bounds():
+    closed = plan_load(None, concurrency=None, rate=None, requests=None, duration_s=None, input_tokens=None,
+                       output_tokens=None)
+    assert closed.concurrency == 1 and len(closed.requests) == 100
+    timed = plan_load(None, concurrency=None, rate=5.0, requests=None, duration_s=10.0, input_tokens=8,
+                      output_tokens=4)
+    assert timed.arrival == "poisson" and len(timed.requests) == 51
+
+
+@pytest.mark.parametrize("kw, flag", [
+    ({"concurrency": 2, "rate": 1.0}, "--rate"),
+    ({"concurrency": 0}, "--concurrency"),
+    ({"requests": -1}, "--requests"),
+])
+def test_bad_flags_name_themselves(kw, flag):
+    args = {"concurrency": None, "rate": None, "requests": 3, "duration_s": None, "input_tokens": None,
+            "output_tokens": None, **kw}
+    with pytest.raises(InfraError) as exc:
+        plan_load(None, **args)
+    assert flag in str(exc.value) and "To fix" in str(exc.value)
+
+
+def test_unknown_service_and_both_sources_are_refused():
+    with pytest.raises(InfraError, match="no service 'nope'"):
+        source_from(EXAMPLES / "chat-mixed-fleet.yaml", None, "nope")
+    with pytest.raises(InfraError, match="not both"):
+        source_from(EXAMPLES / "chat-mixed-fleet.yaml", EXAMPLES / "x.yaml", None)
+    with pytest.raises(InfraError, match="unknown objective"):
+        parse_objectives("latency_p99=3ms")
