@@ -101,11 +101,13 @@ class PlanResult:
 
 
 def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
-         catalog_dirs: tuple[Path, ...] = (), progress: Any = None, objective: str = "cost") -> PlanResult:
+         catalog_dirs: tuple[Path, ...] = (), progress: Any = None, objective: str = "cost",
+         changes: list[dict[str, Any]] | None = None) -> PlanResult:
     """Plan an intent: the cheapest deployment that meets every objective, or InfeasibleError (exit 2) with the
     conflict and the relaxations that would fix it. With `output`, writes plan.yaml and report.md there;
     `progress(done, total)` hears how many services have been scored. `objective` "goodput" plans for a fixed
-    inventory: as much of the demand as fits, then the cheapest way to carry it."""
+    inventory: as much of the demand as fits, then the cheapest way to carry it. `changes` (accepted edits of
+    the intent, `infra.planner.types.Change` as data) are recorded in the plan's provenance."""
     from infra.errors import InfeasibleError
     from infra.planner.plan import build_plan
     from infra.report.plan import plan_markdown, plan_yaml
@@ -122,6 +124,11 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
                          infeasible_markdown(resolved.loaded.intent.metadata.name, exc.problems,
                                              getattr(exc, "considered", [])))
         raise
+    if changes:
+        from infra.planner.types import DeploymentPlan
+
+        data["spec"]["provenance"]["changes"] = changes
+        DeploymentPlan.model_validate(data)
     report = plan_markdown(data, considered)
     written: list[Path] = []
     if output is not None:
@@ -132,3 +139,22 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
         write_atomic(out / "report.md", report)
         written = [out / "plan.yaml", out / "report.md"]
     return PlanResult(data, report, considered, written)
+
+
+def explain(plan_path: str | Path, *, llm: bool = False) -> Any:
+    """Explain a plan.yaml from its facts (binding constraints, SLO margins, cost, alternatives); with `llm`, a
+    configured model rephrases it and every number it writes is checked against those facts (a mismatch or a
+    failing endpoint gives the template, with a note). Returns `infra.agent.explain.Explanation`."""
+    from infra.agent.explain import explain as _explain
+
+    return _explain(plan_path, use_llm=llm)
+
+
+def draft(text: str, output: str | Path, *, profile: str | Path | None = None,
+          catalog_dirs: tuple[Path, ...] = ()) -> Any:
+    """Draft an intent from a description with the configured LLM; writes `output` only when it passes `check`
+    (fields the model filled are marked `drafted`, unknowns listed at the top). Raises EndpointError when no
+    endpoint is configured or it fails. Returns `infra.agent.draft.DraftResult`."""
+    from infra.agent.draft import draft as _draft
+
+    return _draft(text, output, profile=profile, catalog_dirs=catalog_dirs)

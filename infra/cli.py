@@ -261,3 +261,46 @@ def main(argv: list[str] | None = None) -> Any:
 
 if __name__ == "__main__":
     main()
+
+
+# --- LLM assistant: explain, draft, review (agent features; `infra.agent` is imported only inside these) ---
+
+
+@app.command()
+def explain(
+    path: Annotated[Path, typer.Argument(help="plan.yaml written by `infra plan`.", show_default=False)],
+    llm: Annotated[bool, typer.Option("--llm", help="Have the configured model rephrase it; every number it "
+                                                    "writes is checked against the plan.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Why this plan: binding constraints, SLO margins, cost breakdown and the next-best alternatives."""
+    from infra import api
+
+    result = api.explain(path, llm=llm)
+    if as_json:
+        print(json.dumps({"text": result.text, "source": result.source, "note": result.note}, indent=2,
+                         sort_keys=True))
+        return
+    if result.note:
+        sys.stderr.write(f"note: {result.note}\n")
+    sys.stdout.write(result.text)
+
+
+@app.command()
+def draft(
+    text: Annotated[str, typer.Argument(help="What to serve, in words: model, load, latency, budget, devices.",
+                                        show_default=False)],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Intent file to write.")] = Path("intent.yaml"),
+    profile: Annotated[Optional[Path], typer.Option(help="ClusterProfile file to plan on (else the description "
+                                                         "must name the pools).", show_default=False)] = None,
+    catalog: CatalogOpt = None,
+) -> None:
+    """Draft an intent from a description with the configured LLM; the file is written only if it passes check."""
+    from infra import api
+
+    result = api.draft(text, output, profile=profile, catalog_dirs=tuple(catalog or ()))
+    console = _console()
+    console.print(f"wrote {result.path}: {result.drafted} drafted fields to confirm")
+    for item in result.unknowns:
+        console.print(f"  unknown: {item}")
+    console.print(f"next: review it, then `infra plan {result.path}`")

@@ -16,6 +16,7 @@ ALLOWED = {
     "perf": {"catalog", "intent"},
     "planner": {"catalog", "intent", "perf"},
     "report": {"api", "catalog", "intent", "perf", "planner", "render", "validators", "bench"},
+    "agent": {"api", "catalog", "intent", "perf", "planner", "report"},
 }
 NEVER = {"agent"}  # only cli/api may reach it, and only lazily
 
@@ -29,6 +30,8 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module == "infra" and node.level == 0:
+            names = [f"infra.{a.name}" for a in node.names]  # `from infra import api` reaches infra.api
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module]
         for name in names:
