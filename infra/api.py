@@ -158,3 +158,30 @@ def draft(text: str, output: str | Path, *, profile: str | Path | None = None,
     from infra.agent.draft import draft as _draft
 
     return _draft(text, output, profile=profile, catalog_dirs=catalog_dirs)
+
+
+def plan_agent(path: str | Path, baseline: dict[str, Any] | None, conflict: list[str], *, goal: str | None = None,
+               yes: bool = False, output: str | Path | None = None, console: Any, ask: Any,
+               catalog_dirs: tuple[Path, ...] = (), objective: str = "cost") -> Any:
+    """The configured LLM proposes typed intent patches for a planned (or, with `conflict`, infeasible) intent;
+    each is solved by the planner and shown next to the baseline on `console`; the one the user accepts through
+    `ask(question) -> answer` (or the recommended one with `yes`) is written to the intent and re-planned into
+    `output` with the change in the plan's provenance. Returns `infra.agent.plan_agent.AgentOutcome`."""
+    from infra.agent.plan_agent import run_plan_agent
+
+    return run_plan_agent(Path(path), baseline, conflict, goal=goal, yes=yes,
+                          output=Path(output) if output is not None else None, console=console, ask=ask,
+                          catalog_dirs=catalog_dirs, objective=objective)
+
+
+def review(plan_path: str | Path, *, console: Any, script: str | Path | None = None,
+           intent_path: str | Path | None = None, catalog_dirs: tuple[Path, ...] = ()) -> int:
+    """A review conversation about a plan.yaml on `console`, read from the terminal or, with `script`, from a
+    file (one input per line, confirmations included): slash commands (/why, /what-if, /diff, /alternatives,
+    /accept, /export, /exit) work without an LLM; other lines go to the configured LLM through read-only tools.
+    Returns 1 when a command failed, else 0."""
+    from infra.agent.review import Review, console_reader, script_reader
+
+    read = script_reader(Path(script), console) if script is not None else console_reader(console)
+    return Review(Path(plan_path), console, read, intent_path=Path(intent_path) if intent_path else None,
+                  catalog_dirs=catalog_dirs).run()

@@ -60,6 +60,13 @@ def plan(
                                                 "the inventory and budgets allow, then cheapest.")] = "cost",
     catalog: CatalogOpt = None,
     as_json: JsonOpt = False,
+    agent: Annotated[bool, typer.Option("--agent", help="Then let the configured LLM propose intent changes; each "
+                                                        "is solved and shown next to this plan, and applied only "
+                                                        "if you accept it.")] = False,
+    goal: Annotated[Optional[str], typer.Option(help="With --agent: what to aim for, in words.",
+                                                show_default=False)] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="With --agent: apply the model's recommended change without "
+                                                    "asking (for scripts).")] = False,
 ) -> None:
     """Solve an intent: the cheapest deployment meeting every objective, or why none does and what to relax."""
     if objective not in ("cost", "goodput"):
@@ -81,8 +88,16 @@ def plan(
             if live is not None:
                 live.update(task, completed=done, total=total)
 
-        result = api.plan(path, output, top=top, catalog_dirs=tuple(catalog or ()), progress=progress,
-                          objective=objective)
+        try:
+            result = api.plan(path, output, top=top, catalog_dirs=tuple(catalog or ()), progress=progress,
+                              objective=objective)
+        except InfraError as exc:
+            if not agent or exc.exit_code != 2:
+                raise
+            result = exc
+    if agent:
+        _plan_agent(path, result, output, goal, yes, tuple(catalog or ()), objective, as_json)
+        return
     if as_json:
         print(json.dumps(result.plan, indent=2, sort_keys=True))
     else:
@@ -304,3 +319,51 @@ def draft(
     for item in result.unknowns:
         console.print(f"  unknown: {item}")
     console.print(f"next: review it, then `infra plan {result.path}`")
+
+
+def _ask(question: str) -> str:
+    sys.stderr.write(question)
+    sys.stderr.flush()
+    return sys.stdin.readline()
+
+
+def _plan_agent(path: Path, result: Any, output: Optional[Path], goal: Optional[str], yes: bool,
+                catalog: tuple[Path, ...], objective: str, as_json: bool) -> None:
+    from rich.console import Console
+
+    from infra import api
+    from infra.report.plan import print_plan
+
+    console = Console(stderr=True) if as_json else _console()
+    infeasible = isinstance(result, InfraError)
+    if infeasible:
+        for problem in result.problems:
+            console.print(f"infeasible: {problem}", markup=False, highlight=False)
+    elif not as_json:
+        print_plan(console, result.plan, result.considered, result.written)
+    outcome = api.plan_agent(path, None if infeasible else result.plan,
+                             [str(p) for p in result.problems] if infeasible else [], goal=goal, yes=yes,
+                             output=output, console=console, ask=_ask, catalog_dirs=catalog, objective=objective)
+    final = outcome.replanned.plan if outcome.replanned is not None else (None if infeasible else result.plan)
+    if as_json and final is not None:
+        print(json.dumps(final, indent=2, sort_keys=True))
+    if final is None:
+        raise result
+
+
+@app.command()
+def review(
+    path: Annotated[Path, typer.Argument(help="plan.yaml written by `infra plan`.", show_default=False)],
+    script: Annotated[Optional[Path], typer.Option(help="Run the conversation in this file (one line per input, "
+                                                        "answers to confirmations included) instead of asking.",
+                                                   show_default=False)] = None,
+    intent: Annotated[Optional[Path], typer.Option(help="The intent the plan was made from (default: the one its "
+                                                        "provenance names).", show_default=False)] = None,
+    catalog: CatalogOpt = None,
+) -> None:
+    """Talk about a plan: /why, /what-if, /diff, /alternatives, /accept, /export; questions go to the LLM."""
+    from infra import api
+
+    code = api.review(path, console=_console(), script=script, intent_path=intent, catalog_dirs=tuple(catalog or ()))
+    if code:
+        sys.exit(code)

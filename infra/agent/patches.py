@@ -20,18 +20,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from infra.errors import InfeasibleError, InfraError, IntentError, Location, Problem
 
-FIELDS = {
-    r"slo\.(ttft|tpot|itl|e2e)\.p\d{1,2}(\.\d+)?": "set a latency objective (a duration, e.g. 1.5s, 80ms)",
-    r"budget\.(per_hour|per_million_tokens|per_request)": "set a budget (e.g. $40/h, $0.5/Mtok, $0.002)",
-    r"availability\.(min_replicas|zones)": "set a whole number",
-    r"availability\.headroom": "set spare capacity above peak (e.g. 20%)",
-    r"preferences\.(devices|frameworks)": "allow one more device type or framework (catalog name)",
-    r"precisions": "allow one more weight precision (bf16, fp8, fp4, int8, int4)",
-    r"preferences\.disaggregation": "auto, on or off",
-    r"preferences\.(fractional_sharing|multi_node)": "true or false",
-    r"preferences\.spot": "never, allow or prefer",
-    r"max_context": "longest prompt + output in tokens (e.g. 32k)",
-}
+FIELDS = (
+    r"slo\.(ttft|tpot|itl|e2e)\.p\d{1,2}(\.\d+)?", r"budget\.(per_hour|per_million_tokens|per_request)",
+    r"availability\.(min_replicas|zones|headroom)",
+    r"preferences\.(devices|frameworks|disaggregation|fractional_sharing|multi_node|spot)", r"precisions",
+    r"max_context",
+)
+FIELD_HELP = ("slo.<ttft|tpot|itl|e2e>.pNN, budget.<per_hour|per_million_tokens|per_request>, "
+              "availability.<min_replicas|zones|headroom>, "
+              "preferences.<devices|frameworks|disaggregation|fractional_sharing|multi_node|spot>, precisions, "
+              "max_context")
 FIELD_PATTERN = "^(" + "|".join(FIELDS) + ")$"
 LIST_FIELDS = ("preferences.devices", "preferences.frameworks", "precisions")
 
@@ -46,10 +44,10 @@ class IntentChange(_Proposal):
     service: str | None
     """Service name; null for the only service, or, for a budget, the whole intent's budget."""
     field: str = Field(pattern=FIELD_PATTERN)
-    """Field under the service: slo.<ttft|tpot|itl|e2e>.<pNN>, budget.<per_hour|per_million_tokens|per_request>,
-    availability.<min_replicas|zones|headroom>, preferences.<devices|frameworks|disaggregation|fractional_sharing|
-    multi_node|spot>, precisions, max_context. List fields (devices, frameworks, precisions) get the value
-    added to what is allowed."""
+    """Field under the service (one of: slo.<ttft|tpot|itl|e2e>.pNN, budget.<per_hour|per_million_tokens|
+    per_request>, availability.<min_replicas|zones|headroom>, preferences.<devices|frameworks|disaggregation|
+    fractional_sharing|multi_node|spot>, precisions, max_context). List fields (devices, frameworks,
+    precisions) get the value added to what is allowed."""
     value: str = Field(min_length=1, max_length=64)
     """The new value as written in an intent file: 1.5s, 80ms, $40/h, 20%, 3, fp8, H100-SXM, on, true, 32k."""
 
@@ -71,8 +69,7 @@ def parse_patch(text: str, rationale: str = "") -> IntentPatch:
         if not sep or not value or not re.match(FIELD_PATTERN, fld):
             raise IntentError(Problem(f"cannot read the change {item!r}", Location("what-if"),
                                       "write FIELD=VALUE (or SERVICE/FIELD=VALUE), e.g. slo.ttft.p99=1.5s, "
-                                      "preferences.devices=L4, budget.per_hour=$2/h; fields: "
-                                      + ", ".join(FIELDS)))
+                                      "preferences.devices=L4, budget.per_hour=$2/h; fields: " + FIELD_HELP))
         changes.append(IntentChange(service=service or None, field=fld, value=value))
     if not changes:
         raise IntentError(Problem("no change given", Location("what-if"), "write e.g. /what-if slo.ttft.p99=1.5s"))

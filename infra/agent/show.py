@@ -15,8 +15,7 @@ def _column(summary: dict[str, Any] | None, names: list[str], keys: dict[str, li
             outcome: Outcome | None) -> list[str]:
     if summary is None:
         assert outcome is not None
-        why = "; ".join(outcome.problems[:2]) or outcome.status
-        return [outcome.status, why] + [""] * (len(_rows(names, keys)) - 2)
+        return [outcome.status, "no plan (reasons below)"] + [""] * (len(_rows(names, keys)) - 2)
     cells = ["solved" if outcome else "baseline", f"${summary['cost_per_hour']:g}/h"
              + (f" ({summary['cost_per_hour'] - base_cost:+.4g})" if outcome and base_cost is not None else "")]
     by_name = {s["name"]: s for s in summary["services"]}
