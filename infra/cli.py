@@ -321,10 +321,11 @@ def draft(
     console.print(f"next: review it, then `infra plan {result.path}`")
 
 
-def _ask(question: str) -> str:
+def _ask(question: str) -> Optional[str]:
     sys.stderr.write(question)
     sys.stderr.flush()
-    return sys.stdin.readline()
+    line = sys.stdin.readline()
+    return line if line else None  # None: the input ended, which is no answer (and so no consent)
 
 
 def _plan_agent(path: Path, result: Any, output: Optional[Path], goal: Optional[str], yes: bool,

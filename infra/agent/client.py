@@ -75,7 +75,17 @@ class LLMClient:
         """How provenance names this model: the model and the endpoint's host, never a credential."""
         from urllib.parse import urlsplit
 
-        return f"{self.settings.model} at {urlsplit(self.settings.base_url).hostname or self.settings.base_url}"
+        return f"{self.settings.model} at {urlsplit(self.settings.base_url).hostname or 'the configured endpoint'}"
+
+    @property
+    def where(self) -> str:
+        """The endpoint as messages name it: without credentials in the URL or query."""
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(self.settings.base_url)
+        host = parts.hostname or ""
+        netloc = host + (f":{parts.port}" if parts.port else "")
+        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
     def _redact(self, text: str) -> str:
         return text.replace(self._secret, "***") if self._secret else text
@@ -84,7 +94,7 @@ class LLMClient:
     def _errors(self) -> Iterator[None]:
         import openai
 
-        where = self.settings.base_url
+        where = self.where
         try:
             yield
         except openai.APITimeoutError:
@@ -125,7 +135,7 @@ class LLMClient:
             else:
                 resp = self._client.chat.completions.create(messages=messages, **kwargs)
                 if not resp.choices:
-                    raise EndpointError(f"the LLM endpoint {self.settings.base_url} sent a reply without choices — "
+                    raise EndpointError(f"the LLM endpoint {self.where} sent a reply without choices — "
                                         "To fix: check that it is OpenAI-compatible")
                 choice = resp.choices[0]
                 msg = choice.message

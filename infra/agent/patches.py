@@ -243,8 +243,8 @@ def solve_patch(intent_path: Path, patch: IntentPatch, catalog_dirs: tuple[Path,
 def accept(intent_path: Path, outcome: Outcome, plan_dir: Path | None, *, proposed_by: str, accepted_by: str,
            previous: list[dict[str, Any]] | None = None, prompt_sha256: str | None = None,
            catalog_dirs: tuple[Path, ...] = (), objective: str = "cost") -> Any:
-    """Write the patched intent over `intent_path` and, with `plan_dir`, plan it there with the change recorded in
-    the plan's provenance (after `previous` changes). Call only after the user confirmed. Refuses when the intent
+    """Write the patched intent over `intent_path` and plan it (into `plan_dir` when given) with the change recorded
+    in the plan's provenance (after `previous` changes). Call only after the user confirmed. Refuses when the intent
     file changed since the patch was solved, so that no edit of the user's is overwritten."""
     from infra import api
     from infra.files import write_atomic
@@ -261,6 +261,4 @@ def accept(intent_path: Path, outcome: Outcome, plan_dir: Path | None, *, propos
         for r in outcome.records]
     changes = [{k: v for k, v in c.items() if v is not None or k == "after"} for c in changes]
     write_atomic(intent_path, outcome.text)
-    if plan_dir is None:
-        return None
     return api.plan(intent_path, plan_dir, catalog_dirs=catalog_dirs, objective=objective, changes=changes)

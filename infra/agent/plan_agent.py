@@ -26,7 +26,7 @@ class AgentOutcome:
 
 def run_plan_agent(intent_path: Path, baseline: dict[str, Any] | None, conflict: list[str], *,
                    goal: str | None, yes: bool, output: Path | None, console: Console,
-                   ask: Callable[[str], str], catalog_dirs: tuple[Path, ...] = (),
+                   ask: Callable[[str], str | None], catalog_dirs: tuple[Path, ...] = (),
                    objective: str = "cost") -> AgentOutcome:
     """Run the loop, show every solved patch side by side with the baseline, and apply the one the user
     accepts: the intent file is rewritten and, with `output`, planned again with the change in its provenance."""
@@ -56,7 +56,7 @@ def run_plan_agent(intent_path: Path, baseline: dict[str, Any] | None, conflict:
                     session.tools(origin, recommend=True))
     result = AgentOutcome(session, loop, None)
     if loop.answer:
-        console.print(f"[bold]model:[/bold] {loop.answer}", markup=True)
+        console.print(f"model: {loop.answer}", markup=False, highlight=False)
     if loop.stopped:
         console.print(f"stopped: {loop.stopped}")
     if not session.outcomes:
@@ -65,14 +65,14 @@ def run_plan_agent(intent_path: Path, baseline: dict[str, Any] | None, conflict:
     console.print(comparison(baseline, session.outcomes))
     for pid, outcome in session.outcomes.items():
         if outcome.status != "solved":
-            console.print(f"{pid} {outcome.status}: " + "; ".join(outcome.problems[:2]))
+            console.print(f"{pid} {outcome.status}: " + "; ".join(outcome.problems[:2]), markup=False)
     solved = [pid for pid, o in session.outcomes.items() if o.status == "solved"]
     if not solved:
         console.print("no proposed change solved; the plan stays as it is")
         return result
     recommended = session.recommended[0] if session.recommended else None
     if recommended:
-        console.print(f"recommended: {recommended} ({session.recommended[1]})")
+        console.print(f"recommended: {recommended} ({session.recommended[1]})", markup=False)
     if yes:
         if recommended is None:
             console.print("--yes: the model recommended no patch, so nothing is changed")
@@ -80,13 +80,16 @@ def run_plan_agent(intent_path: Path, baseline: dict[str, Any] | None, conflict:
         choice = recommended
     else:
         default = recommended or "none"
-        answer = ask(f"Apply which change to {intent_path}? ({', '.join(solved)} or none) [{default}]: ").strip()
-        choice = answer or default
+        answer = ask(f"Apply which change to {intent_path}? ({', '.join(solved)} or none) [{default}]: ")
+        if answer is None:
+            console.print("no answer (the input ended); nothing changed")
+            return result
+        choice = answer.strip() or default
         if choice.lower() in ("none", "n", "no"):
             console.print("nothing changed")
             return result
         if choice not in solved:
-            console.print(f"{choice!r} is not a solved change; nothing changed")
+            console.print(f"{choice!r} is not a solved change; nothing changed", markup=False)
             return result
     previous = (baseline or {}).get("spec", {}).get("provenance", {}).get("changes", [])
     result.replanned = accept(intent_path, session.outcomes[choice], output, proposed_by=origin,

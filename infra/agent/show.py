@@ -6,6 +6,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from infra.agent.patches import Outcome, patch_text
 from infra.agent.session import plan_summary
@@ -55,11 +56,12 @@ def comparison(baseline: dict[str, Any] | None, outcomes: dict[str, Outcome]) ->
     else:
         columns = [_column(base, names, keys, None, None)]
     for pid, outcome in outcomes.items():
-        table.add_column(f"{pid}: {patch_text(outcome.patch)}", overflow="fold")
+        table.add_column(Text(f"{pid}: {patch_text(outcome.patch)}"), overflow="fold")
         summary = plan_summary(outcome.plan) if outcome.plan is not None else None
         columns.append(_column(summary, names, keys, base_cost, outcome))
     for i, label in enumerate(_rows(names, keys)):
-        table.add_row(label, *[col[i] for col in columns])
+        # Cells carry text from the model and the intent: shown as written, never read as markup.
+        table.add_row(label, *[Text(col[i]) for col in columns])
     return table
 
 
@@ -67,4 +69,4 @@ def print_outcome(console: Console, pid: str, outcome: Outcome, baseline: dict[s
     console.print(comparison(baseline, {pid: outcome}))
     if outcome.status != "solved":
         for problem in outcome.problems:
-            console.print(f"  {problem}")
+            console.print(f"  {problem}", markup=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from infra.agent.facts import numbers_in, plan_facts, unsupported_numbers
 from infra.planner.types import load_plan
@@ -48,6 +49,19 @@ def test_llm_wording_that_keeps_to_the_facts_is_shown(cli, small_plan):
     assert out == {"text": prose + "\n", "source": "llm", "note": None}
     system = server.requests[0]["messages"][0]["content"]
     assert "[cost.per_hour]" in system and "(data, not instructions)" in system
+
+
+def test_recorded_wording_holds_to_the_facts_or_falls_back(cli, small_plan):
+    """Runs against a recorded reply (or, in recording mode, a real model): whatever the wording, every number
+    shown is a fact of the plan."""
+    with ChatServer.from_fixture("explain_happy") as server:
+        run = cli("explain", str(small_plan), "--llm", "--json", env=server.env())
+    assert run.code == 0
+    out = json.loads(run.stdout)
+    assert unsupported_numbers(out["text"], plan_facts(load_plan(small_plan))) == []
+    assert (out["source"] == "llm") == (out["note"] is None)
+    if not os.environ.get("INFRA_LLM_RECORD_UPSTREAM"):
+        assert out["source"] == "llm", out["note"]
 
 
 def test_llm_wording_with_an_invented_number_falls_back_to_the_template(cli, small_plan):

@@ -46,7 +46,7 @@ def test_patches_are_solved_shown_and_applied_only_when_accepted(cli, intent, tm
         {"content": "Allowing L4 keeps every objective."},
     ]
     with ChatServer(script) as server:
-        run = cli("plan", str(intent), "-o", str(out), "--agent", env=server.env(), stdin="none\n")
+        run = cli("plan", str(intent), "-o", str(out), "--agent", env=server.env(), stdin="")  # end of input: no
     assert run.code == 0, run.stderr
     # Each refusal went back to the model with its reason.
     results = [json.loads(m["content"]) for m in server.requests[-1]["messages"] if m["role"] == "tool"]
@@ -54,7 +54,7 @@ def test_patches_are_solved_shown_and_applied_only_when_accepted(cli, intent, tm
     assert results[2]["status"] == "infeasible" and "budget" in json.dumps(results[2])
     assert results[3]["status"] == "ok" and "delta_per_hour" in results[3]["data"]
     assert "baseline" in run.stdout and "P3: preferences.devices=L4" in run.stdout
-    assert "recommended: P3" in run.stdout and "nothing changed" in run.stdout
+    assert "recommended: P3" in run.stdout and "the input ended); nothing changed" in run.stdout
     # Declined: the intent and the plan are the user's, untouched.
     assert intent.read_text() == before
     assert load_plan(out / "plan.yaml").spec.provenance.changes == []

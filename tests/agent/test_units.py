@@ -95,3 +95,27 @@ def test_recording_mode_proxies_a_real_endpoint_into_a_fixture(tmp_path):
         turn = LLMClient(settings).chat([{"role": "user", "content": "hi"}])
     assert turn.content == "from upstream"
     assert json.loads(fixture.read_text()) == {"replies": [{"content": "from upstream"}]}
+
+
+def test_out_of_range_and_malformed_values_are_refused_before_solving(tmp_path):
+    from infra.agent.patches import solve_patch
+
+    intent = ROOT / "examples" / "small-model-shared.yaml"
+    for text, needle in (("availability.min_replicas=0", "min_replicas"), ("slo.ttft.p99=-3s", "negative"),
+                         ("precisions=fp3", "fp3"), ("preferences.disaggregation=sometimes", "disaggregation")):
+        outcome = solve_patch(intent, parse_patch(text))
+        assert outcome.status == "rejected" and needle in " ".join(outcome.problems), (text, outcome.problems)
+        assert outcome.plan is None
+    assert not [p for p in intent.parent.iterdir() if p.name.startswith(".small-model-shared")]
+
+
+def test_credentials_in_the_url_stay_out_of_messages():
+    from infra.agent.settings import LLMSettings
+
+    settings = LLMSettings(base_url="http://user:hunter2@127.0.0.1:9/v1?token=abc", model="m", max_retries=0,
+                           timeout_s=0.5)
+    client = LLMClient(settings)
+    assert client.where == "http://127.0.0.1:9/v1" and "hunter2" not in client.label
+    with pytest.raises(EndpointError) as exc:
+        client.chat([{"role": "user", "content": "hi"}])
+    assert "hunter2" not in str(exc.value) and "abc" not in str(exc.value)
