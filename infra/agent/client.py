@@ -110,25 +110,26 @@ class LLMClient:
             raise EndpointError(f"the LLM endpoint {where} answered HTTP {exc.status_code}: "
                                 f"{self._redact(_short(exc.message))} — To fix: check the server's log and that "
                                 f"model {self.settings.model!r} is served there") from None
-        except openai.LengthFinishReasonError:
-            raise EndpointError(f"the model's reply was cut at {self.settings.budgets.max_tokens} tokens — To fix: "
-                                "raise budgets.max_tokens in the LLM settings") from None
-        except openai.ContentFilterFinishReasonError:
-            raise EndpointError("the endpoint's content filter stopped the reply — To fix: rephrase the request")\
-                from None
         except openai.APIResponseValidationError as exc:
             raise EndpointError(f"the LLM endpoint {where} sent a reply that is not chat-completions data: "
                                 f"{self._redact(_short(exc))} — To fix: check that it is OpenAI-compatible") from None
 
     def _common(self) -> dict[str, Any]:
-        return {"model": self.settings.model, "temperature": self.settings.temperature,
-                "max_tokens": self.settings.budgets.max_tokens}
+        out: dict[str, Any] = {"model": self.settings.model,
+                               self.settings.capabilities.token_limit_field: self.settings.budgets.max_tokens}
+        if self.settings.temperature is not None:
+            out["temperature"] = self.settings.temperature
+        return out
 
-    def chat(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> Turn:
-        """One assistant turn; with `tools`, the model may call them instead of answering."""
+    def chat(self, messages: list[Message], tools: list[dict[str, Any]] | None = None,
+             response_format: dict[str, Any] | None = None) -> Turn:
+        """One assistant turn; with `tools`, the model may call them instead of answering; with
+        `response_format`, the endpoint is asked to constrain the answer to it."""
         kwargs = self._common()
         if tools:
             kwargs.update(tools=tools, tool_choice="auto")
+        if response_format is not None:
+            kwargs["response_format"] = response_format
         with self._errors():
             if self.settings.capabilities.streaming:
                 turn = self._stream(messages, kwargs)
@@ -167,56 +168,52 @@ class LLMClient:
                         slot["name"] += tc.function.name or ""
                         slot["arguments"] += tc.function.arguments or ""
                 finish = choice.finish_reason or finish
-        return Turn("".join(text) or None, [ToolCall(c["id"], c["name"], c["arguments"])
-                                           for _, c in sorted(calls.items())], finish, "".join(refusal) or None)
+        # Some servers stream no call ids; the tool replies still need one each.
+        return Turn("".join(text) or None, [ToolCall(c["id"] or f"call_{i}", c["name"], c["arguments"])
+                                           for i, c in sorted(calls.items())], finish, "".join(refusal) or None)
 
     def structured(self, messages: list[Message], model: type[M],
                    check: Callable[[M], list[str]] | None = None) -> M:
         """An answer parsed into `model`, re-validated here and by `check` (problems as text); a failed answer
         is sent back with its problems up to `budgets.max_repairs` times, then an EndpointError lists them."""
+        from openai import pydantic_function_tool
+
+        # The SDK's strict schema (every field required, no extra keys), as `parse` would send it.
+        schema = pydantic_function_tool(model)["function"]["parameters"]
+        fmt = {"type": "json_schema", "json_schema": {"name": model.__name__, "schema": schema, "strict": True}}
         messages = list(messages)
         problems: list[str] = []
         for _ in range(self.settings.budgets.max_repairs + 1):
-            raw, obj, problems = None, None, []
+            turn = None
             if self._structured:
                 try:
-                    with self._errors():
-                        resp = self._client.chat.completions.parse(messages=messages, response_format=model,
-                                                                   **self._common())
-                    msg = resp.choices[0].message
-                    if msg.refusal:
-                        raise EndpointError(f"the model refused: {_short(msg.refusal)} — To fix: rephrase the request")
-                    raw, obj = msg.content, msg.parsed
-                except PydanticValidationError as exc:
-                    problems = _pydantic_problems(exc)
+                    turn = self.chat(messages, response_format=fmt)
                 except EndpointError as exc:
                     if "HTTP 400" not in str(exc):
                         raise
                     # The server does not take a JSON Schema response_format: ask for JSON in words from now on.
                     self._structured = False
-            if not self._structured:
-                raw = self._json_turn(messages, model)
-                try:
-                    obj = model.model_validate_json(_json_block(raw))
-                except PydanticValidationError as exc:
-                    problems = _pydantic_problems(exc)
-            if obj is not None and not problems and check is not None:
-                problems = check(obj)
-            if obj is not None and not problems:
+            if turn is None:
+                ask = ("Answer with one JSON object, nothing else, matching this JSON Schema:\n"
+                       + json.dumps(schema, sort_keys=True))
+                turn = self.chat([*messages, {"role": "user", "content": ask}])
+            if turn.finish_reason == "length":
+                raise EndpointError(f"the model's reply was cut at {self.settings.budgets.max_tokens} tokens — To "
+                                    "fix: raise budgets.max_tokens in the LLM settings")
+            raw = turn.content or ""
+            try:
+                obj = model.model_validate_json(_json_block(raw))
+                problems = check(obj) if check is not None else []
+            except PydanticValidationError as exc:
+                problems = _pydantic_problems(exc)
+            if not problems:
                 return obj
-            messages += [{"role": "assistant", "content": raw or ""},
+            messages += [{"role": "assistant", "content": raw},
                          {"role": "user", "content": "That answer was rejected:\n- " + "\n- ".join(problems)
                           + "\nAnswer again with the whole corrected JSON object."}]
         raise EndpointError(f"the model's answer was still invalid after {self.settings.budgets.max_repairs + 1} "
                             f"tries: {_short('; '.join(problems), 600)} — To fix: rephrase the request, or use a "
                             "stronger model")
-
-    def _json_turn(self, messages: list[Message], model: type[BaseModel]) -> str:
-        schema = json.dumps(model.model_json_schema(), sort_keys=True)
-        ask = {"role": "system", "content": "Answer with one JSON object, nothing else, matching this JSON Schema:\n"
-               + schema}
-        turn = self.chat([*messages, ask])
-        return turn.content or ""
 
 
 def _json_block(text: str | None) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic import ValidationError as PydanticValidationError
@@ -35,6 +35,9 @@ class Capabilities(_Settings):
     """Function tool calls work; off: the agent loop cannot run (plan --agent, review's free-form questions)."""
     streaming: bool = False
     """Stream text replies (server-sent events) instead of waiting for the whole reply."""
+    token_limit_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    """How the endpoint spells the reply-length limit (OpenAI's reasoning models take only
+    `max_completion_tokens`; most self-hosted servers take `max_tokens`)."""
 
 
 class Budgets(_Settings):
@@ -65,7 +68,8 @@ class LLMSettings(_Settings):
     """Seconds to wait for one reply."""
     max_retries: int = Field(default=2, ge=0, le=10)
     """Retries on connection errors, 408/409/429 and 5xx (by the client, with backoff)."""
-    temperature: float = Field(default=0.0, ge=0, le=2)
+    temperature: float | None = Field(default=0.0, ge=0, le=2)
+    """Sampling temperature; null sends none (for models that accept only their default)."""
     capabilities: Capabilities = Capabilities()
     budgets: Budgets = Budgets()
 

@@ -60,6 +60,11 @@ def test_accept_after_yes_rewrites_intent_and_plan_with_provenance(cli, planned)
 def test_questions_without_a_model_say_how_to_configure_one(cli, planned):
     run = cli("review", "out/plan.yaml", "--script", script(planned, "why L4?"))
     assert run.code == 1 and "INFRA_LLM_BASE_URL" in run.stdout
+    with ChatServer([]) as server:
+        run = cli("review", "out/plan.yaml", "--script", script(planned, "why L4?", "/why"),
+                  env=server.env(INFRA_LLM_TOOLS="false"))
+    assert run.code == 1 and "questions need tool calls" in run.stdout and "Binding constraints" in run.stdout
+    assert server.requests == []
 
 
 def test_questions_go_through_read_only_tools_and_model_changes_need_consent(cli, planned):

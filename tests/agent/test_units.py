@@ -119,3 +119,24 @@ def test_credentials_in_the_url_stay_out_of_messages():
     with pytest.raises(EndpointError) as exc:
         client.chat([{"role": "user", "content": "hi"}])
     assert "hunter2" not in str(exc.value) and "abc" not in str(exc.value)
+
+
+def test_endpoint_quirks_are_settings():
+    from infra.agent.settings import Capabilities, LLMSettings
+
+    with ChatServer([{"content": "ok"}]) as server:
+        settings = LLMSettings(base_url=server.base_url, model="m", temperature=None, max_retries=0,
+                               capabilities=Capabilities(token_limit_field="max_completion_tokens"))
+        LLMClient(settings).chat([{"role": "user", "content": "hi"}])
+    sent = server.requests[0]
+    assert "temperature" not in sent and "max_tokens" not in sent and sent["max_completion_tokens"] == 2048
+
+
+def test_a_structured_answer_cut_at_the_token_limit_is_an_error():
+    from infra.agent.settings import LLMSettings
+
+    with ChatServer([{"content": '{"changes": [', "finish_reason": "length"}]) as server:
+        client = LLMClient(LLMSettings(base_url=server.base_url, model="m", max_retries=0))
+        with pytest.raises(EndpointError, match="cut at 2048 tokens"):
+            client.structured([{"role": "user", "content": "hi"}], IntentPatch)
+    assert server.requests[0]["response_format"]["json_schema"]["strict"] is True
