@@ -151,13 +151,14 @@ def explain(plan_path: str | Path, *, llm: bool = False) -> Any:
 
 
 def draft(text: str, output: str | Path, *, profile: str | Path | None = None,
-          catalog_dirs: tuple[Path, ...] = ()) -> Any:
+          catalog_dirs: tuple[Path, ...] = (), force: bool = False) -> Any:
     """Draft an intent from a description with the configured LLM; writes `output` only when it passes `check`
-    (fields the model filled are marked `drafted`, unknowns listed at the top). Raises EndpointError when no
-    endpoint is configured or it fails. Returns `infra.agent.draft.DraftResult`."""
+    (fields the model filled are marked `drafted`, unknowns listed at the top); an existing file only with
+    `force`. Raises EndpointError when no endpoint is configured or it fails. Returns
+    `infra.agent.draft.DraftResult`."""
     from infra.agent.draft import draft as _draft
 
-    return _draft(text, output, profile=profile, catalog_dirs=catalog_dirs)
+    return _draft(text, output, profile=profile, catalog_dirs=catalog_dirs, force=force)
 
 
 def plan_agent(path: str | Path, baseline: dict[str, Any] | None, conflict: list[str], *, goal: str | None = None,

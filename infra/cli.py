@@ -308,12 +308,13 @@ def draft(
     output: Annotated[Path, typer.Option("-o", "--output", help="Intent file to write.")] = Path("intent.yaml"),
     profile: Annotated[Optional[Path], typer.Option(help="ClusterProfile file to plan on (else the description "
                                                          "must name the pools).", show_default=False)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace the output file if it exists.")] = False,
     catalog: CatalogOpt = None,
 ) -> None:
     """Draft an intent from a description with the configured LLM; the file is written only if it passes check."""
     from infra import api
 
-    result = api.draft(text, output, profile=profile, catalog_dirs=tuple(catalog or ()))
+    result = api.draft(text, output, profile=profile, catalog_dirs=tuple(catalog or ()), force=force)
     console = _console()
     console.print(f"wrote {result.path}: {result.drafted} drafted fields to confirm")
     for item in result.unknowns:

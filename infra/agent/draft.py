@@ -197,10 +197,11 @@ def _wrap(text: str, width: int = 110) -> list[str]:
 
 
 def draft(text: str, output: str | Path, *, profile: str | Path | None = None,
-          catalog_dirs: tuple[Path, ...] = ()) -> DraftResult:
+          catalog_dirs: tuple[Path, ...] = (), force: bool = False) -> DraftResult:
     """Draft an intent from `text` with the configured model and write it to `output` once it passes the checks.
 
-    `profile` (a ClusterProfile file) is used as the inventory; without it the description must state one."""
+    `profile` (a ClusterProfile file) is used as the inventory; without it the description must state one. An
+    existing `output` is replaced only with `force`."""
     from infra import api
     from infra.agent.client import LLMClient
     from infra.agent.patches import check_text
@@ -210,6 +211,9 @@ def draft(text: str, output: str | Path, *, profile: str | Path | None = None,
 
     settings = require_settings()
     output = Path(output)
+    if output.exists() and not force:
+        raise IntentError(Problem("already exists", Location(str(output)),
+                                  "choose another file with -o, or pass --force to replace it"))
     rel_profile = None
     pools_text = None
     if profile is not None:

@@ -96,6 +96,9 @@ def test_a_model_that_keeps_failing_gets_nothing_written(cli, tmp_path):
     bad = answer(services=[service(model="Llama-9-1T")])
     with ChatServer([{"content": bad}] * 3) as server:
         run = cli("draft", ASK, "-o", str(out), "--profile", str(PROFILE), env=server.env())
+        assert run.code == 1 and "already exists" in run.stderr and "--force" in run.stderr
+        assert server.requests == []
+        run = cli("draft", ASK, "-o", str(out), "--profile", str(PROFILE), "--force", env=server.env())
     assert run.code == 1 and "still invalid after 3 tries" in run.stderr and "Llama-9-1T" in run.stderr
     assert out.read_text() == "# the user's own file\n"
     assert len(server.requests) == 3
