@@ -97,8 +97,9 @@ def run_plan_agent(intent_path: Path, baseline: dict[str, Any] | None, conflict:
                               prompt_sha256=prompt_sha256(system, user), catalog_dirs=catalog_dirs,
                               objective=objective)
     result.accepted = choice
-    console.print(f"applied {choice} to {intent_path}")
-    if result.replanned is not None:
-        for path in result.replanned.written:
-            console.print(f"wrote {path}")
+    cost = result.replanned.plan["spec"]["cost"]["per_hour"]
+    console.print(f"applied {choice} to {intent_path}; the plan of the changed intent costs ${cost:g}/h",
+                  markup=False)
+    for path in result.replanned.written:
+        console.print(f"wrote {path}", markup=False)
     return result

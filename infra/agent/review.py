@@ -155,6 +155,7 @@ class Review:
         self.session = Session(self.session.intent_path, self._plan_data(), [], self.catalog_dirs,
                                self.session.objective)
         self.pending = None
+        self._llm = None  # the next question starts from the new plan's facts
         self.console.print(f"applied {pid}; plan now ${self.plan.spec.cost.per_hour:g}/h (was ${old_cost:g}/h); "
                            f"wrote {', '.join(str(p) for p in result.written)}", markup=False)
 
