@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from infra.errors import EXIT_BAD_INPUT, InfraError
+from infra.errors import EXIT_BAD_INPUT, EXIT_INFEASIBLE, InfraError
 
 app = typer.Typer(
     name="infra",
@@ -92,7 +92,7 @@ def plan(
             result = api.plan(path, output, top=top, catalog_dirs=tuple(catalog or ()), progress=progress,
                               objective=objective)
         except InfraError as exc:
-            if not agent or exc.exit_code != 2:
+            if not agent or exc.exit_code != EXIT_INFEASIBLE:
                 raise
             result = exc
     if agent:
@@ -274,10 +274,6 @@ def main(argv: list[str] | None = None) -> Any:
         sys.exit(0)
 
 
-if __name__ == "__main__":
-    main()
-
-
 # --- LLM assistant: explain, draft, review (agent features; `infra.agent` is imported only inside these) ---
 
 
@@ -369,3 +365,7 @@ def review(
     code = api.review(path, console=_console(), script=script, intent_path=intent, catalog_dirs=tuple(catalog or ()))
     if code:
         sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -188,10 +188,15 @@ class _Sibling:
         self.path, self.text, self.tmp = path, text, None
 
     def __enter__(self) -> Path:
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.stem}.", suffix=".yaml", dir=self.path.parent)
-        self.tmp = Path(tmp)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(self.text)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.stem}.", suffix=".yaml", dir=self.path.parent)
+            self.tmp = Path(tmp)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(self.text)
+        except OSError as exc:
+            self.__exit__()
+            raise InfraError(Problem(f"cannot write a temporary copy next to it: {exc.strerror}",
+                                     Location(str(self.path)), "make its directory writable")) from None
         return self.tmp
 
     def __exit__(self, *exc: object) -> None:
