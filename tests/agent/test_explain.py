@@ -93,3 +93,16 @@ def test_failing_endpoint_still_explains(cli, small_plan):
 def test_no_endpoint_explains_with_a_note(cli, small_plan):
     run = cli("explain", str(small_plan), "--llm")
     assert run.code == 0 and "no LLM endpoint is configured" in run.stderr and "INFRA_LLM_BASE_URL" in run.stderr
+
+
+def test_template_for_a_disaggregated_plan_cites_only_facts(tmp_path):
+    from infra import api
+    from infra.agent.explain import template_explanation
+    from infra.planner.types import DeploymentPlan
+
+    from ..conftest import ROOT
+
+    plan = DeploymentPlan.model_validate(api.plan(ROOT / "examples" / "deepseek-moe.yaml").plan)
+    text = template_explanation(plan)
+    assert "prefill + " in text and "% above the required" in text
+    assert unsupported_numbers(text, plan_facts(plan)) == []
