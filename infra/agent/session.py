@@ -20,13 +20,24 @@ def plan_summary(plan: dict[str, Any]) -> dict[str, Any]:
     for svc in spec["services"]:
         services.append({
             "name": svc["name"],
-            "allocations": [f"{a['replicas']} x {a['device']} {a['framework']} {a['precision']} {a['mode']} "
-                            f"tp{a['parallel']['tp']} (${a['cost_per_hour']:g}/h)" for a in svc["allocations"]],
-            "objectives": {k: f"{o['predicted_ms']:g} of {o['target_ms']:g} ms"
-                           for a in svc["allocations"][:1] for k, o in sorted(a["predicted"].items())},
+            "allocations": [f"{a['replicas']} x {a['device']} on {a['pool']}: {a['framework']} {a['precision']} "
+                            f"{a['mode']} tp{a['parallel']['tp']} (${a['cost_per_hour']:g}/h)"
+                            for a in svc["allocations"]],
+            "objectives": _worst(svc["allocations"]),
             "capacity": f"{svc['capacity']['value']:g} {svc['capacity']['unit']}",
         })
     return {"cost_per_hour": spec["cost"]["per_hour"], "services": services, "binding": list(spec["binding"])}
+
+
+def _worst(allocations: list[dict[str, Any]]) -> dict[str, str]:
+    """Per objective, the allocation closest to (or past) its target: the one that decides whether it holds."""
+    worst: dict[str, dict[str, float]] = {}
+    for a in allocations:
+        for key, o in a["predicted"].items():
+            if key not in worst or o["predicted_ms"] / o["target_ms"] > worst[key]["predicted_ms"] / worst[key][
+                    "target_ms"]:
+                worst[key] = o
+    return {k: f"{o['predicted_ms']:g} of {o['target_ms']:g} ms" for k, o in sorted(worst.items())}
 
 
 class Recommend(BaseModel):
