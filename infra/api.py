@@ -107,14 +107,15 @@ class PlanResult:
 def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
          catalog_dirs: tuple[Path, ...] = (), progress: Any = None, objective: str = "cost",
          verify: bool = False, verify_requests: int | None = None, seed: int = 0,
-         templates: str | Path | None = None) -> PlanResult:
+         templates: str | Path | None = None, changes: list[dict[str, Any]] | None = None) -> PlanResult:
     """Plan an intent: the cheapest deployment that meets every objective, or InfeasibleError (exit 2) with the
     conflict and the relaxations that would fix it. With `output`, writes plan.yaml, report.md and the rendered
     manifests (`manifests/`, from `templates` over the packaged ones) there, all or nothing;
     `progress(done, total)` hears how many services have been scored. `objective` "goodput" plans for a fixed
     inventory: as much of the demand as fits, then the cheapest way to carry it. With `verify`, the plan is
     simulated and re-planned while objectives fail (`infra.bench.verify`); the result's `verification` says how
-    it ended (`verdict` "fail" is exit 3 on the command line)."""
+    it ended (`verdict` "fail" is exit 3 on the command line). `changes` (accepted edits of the intent,
+    `infra.planner.types.Change` as data) are recorded in the plan's provenance."""
     from infra.errors import InfeasibleError
     from infra.planner.plan import build_plan
     from infra.report.plan import plan_markdown, plan_yaml
@@ -135,6 +136,11 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
                          infeasible_markdown(resolved.loaded.intent.metadata.name, exc.problems,
                                              getattr(exc, "considered", [])))
         raise
+    if changes:
+        from infra.planner.types import DeploymentPlan
+
+        data["spec"]["provenance"]["changes"] = changes
+        DeploymentPlan.model_validate(data)
     report = plan_markdown(data, considered)
     if verification is not None:
         from infra.report.bench import verification_markdown
@@ -378,3 +384,50 @@ def emulate(plan: str | Path | None, *, port: int, host: str = "127.0.0.1", serv
     emu = Emulator(names, timing, Faults(error_rate, stall_ms, stall_rate, disconnect_rate, slow_start_s), seed,
                    tokens_per_chunk, usage)
     serve(emu, sock, on_ready)
+
+
+def explain(plan_path: str | Path, *, llm: bool = False) -> Any:
+    """Explain a plan.yaml from its facts (binding constraints, SLO margins, cost, alternatives); with `llm`, a
+    configured model rephrases it and every number it writes is checked against those facts (a mismatch or a
+    failing endpoint gives the template, with a note). Returns `infra.agent.explain.Explanation`."""
+    from infra.agent.explain import explain as _explain
+
+    return _explain(plan_path, use_llm=llm)
+
+
+def draft(text: str, output: str | Path, *, profile: str | Path | None = None,
+          catalog_dirs: tuple[Path, ...] = (), force: bool = False) -> Any:
+    """Draft an intent from a description with the configured LLM; writes `output` only when it passes `check`
+    (fields the model filled are marked `drafted`, unknowns listed at the top); an existing file only with
+    `force`. Raises EndpointError when no endpoint is configured or it fails. Returns
+    `infra.agent.draft.DraftResult`."""
+    from infra.agent.draft import draft as _draft
+
+    return _draft(text, output, profile=profile, catalog_dirs=catalog_dirs, force=force)
+
+
+def plan_agent(path: str | Path, baseline: dict[str, Any] | None, conflict: list[str], *, goal: str | None = None,
+               yes: bool = False, output: str | Path | None = None, console: Any, ask: Any,
+               catalog_dirs: tuple[Path, ...] = (), objective: str = "cost") -> Any:
+    """The configured LLM proposes typed intent patches for a planned (or, with `conflict`, infeasible) intent;
+    each is solved by the planner and shown next to the baseline on `console`; the one the user accepts through
+    `ask(question) -> answer` (or the recommended one with `yes`) is written to the intent and re-planned into
+    `output` with the change in the plan's provenance. Returns `infra.agent.plan_agent.AgentOutcome`."""
+    from infra.agent.plan_agent import run_plan_agent
+
+    return run_plan_agent(Path(path), baseline, conflict, goal=goal, yes=yes,
+                          output=Path(output) if output is not None else None, console=console, ask=ask,
+                          catalog_dirs=catalog_dirs, objective=objective)
+
+
+def review(plan_path: str | Path, *, console: Any, script: str | Path | None = None,
+           intent_path: str | Path | None = None, catalog_dirs: tuple[Path, ...] = ()) -> int:
+    """A review conversation about a plan.yaml on `console`, read from the terminal or, with `script`, from a
+    file (one input per line, confirmations included): slash commands (/why, /what-if, /diff, /alternatives,
+    /accept, /export, /exit) work without an LLM; other lines go to the configured LLM through read-only tools.
+    Returns 1 when a command failed, else 0."""
+    from infra.agent.review import Review, console_reader, script_reader
+
+    read = script_reader(Path(script), console) if script is not None else console_reader(console)
+    return Review(Path(plan_path), console, read, intent_path=Path(intent_path) if intent_path else None,
+                  catalog_dirs=catalog_dirs).run()

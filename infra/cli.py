@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from infra.errors import EXIT_BAD_INPUT, EXIT_VERIFICATION_FAILED, InfraError
+from infra.errors import EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_VERIFICATION_FAILED, InfraError
 
 app = typer.Typer(
     name="infra",
@@ -65,6 +65,13 @@ def plan(
     templates: Annotated[Optional[Path], typer.Option("--templates", help="Directory of manifest templates (and "
                                                       "settings.yaml) overriding the packaged ones by file name.",
                                                       show_default=False)] = None,
+    agent: Annotated[bool, typer.Option("--agent", help="Then let the configured LLM propose intent changes; each "
+                                                        "is solved and shown next to this plan, and applied only "
+                                                        "if you accept it.")] = False,
+    goal: Annotated[Optional[str], typer.Option(help="With --agent: what to aim for, in words.",
+                                                show_default=False)] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="With --agent: apply the model's recommended change without "
+                                                    "asking (for scripts).")] = False,
 ) -> None:
     """Solve an intent: the cheapest deployment meeting every objective, or why none does and what to relax."""
     if objective not in ("cost", "goodput"):
@@ -86,8 +93,16 @@ def plan(
             if live is not None:
                 live.update(task, completed=done, total=total)
 
-        result = api.plan(path, output, top=top, catalog_dirs=tuple(catalog or ()), progress=progress,
-                          objective=objective, verify=verify, templates=templates)
+        try:
+            result = api.plan(path, output, top=top, catalog_dirs=tuple(catalog or ()), progress=progress,
+                              objective=objective, verify=verify, templates=templates)
+        except InfraError as exc:
+            if not agent or exc.exit_code != EXIT_INFEASIBLE:
+                raise
+            result = exc
+    if agent:
+        _plan_agent(path, result, output, goal, yes, tuple(catalog or ()), objective, as_json)
+        return
     if as_json:
         print(json.dumps(result.plan, indent=2, sort_keys=True))
     else:
@@ -487,33 +502,6 @@ def emulate(
                 slow_start_s=slow_start, tokens_per_chunk=tokens_per_chunk, usage=usage, seed=seed, on_ready=ready)
 
 
-def _fail(message: str, code: int) -> None:
-    sys.stderr.write(message.rstrip("\n") + "\n")
-    sys.exit(code)
-
-
-def main(argv: list[str] | None = None) -> Any:
-    """Console-script entry: run the app, turn every expected error into a message and an exit code."""
-    try:
-        return app(args=argv, standalone_mode=False)
-    except InfraError as exc:
-        if _state["debug"]:
-            raise
-        _fail("\n".join(f"error: {p}" for p in exc.problems), exc.exit_code)
-    except typer.Abort:
-        _fail("aborted", EXIT_BAD_INPUT)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.TyperException as exc:
-        ctx = getattr(exc, "ctx", None)
-        hint = f" — To fix: see `{ctx.command_path} --help`" if ctx is not None else ""
-        _fail(f"error: {exc.format_message()}{hint}", EXIT_BAD_INPUT)
-    except KeyboardInterrupt:
-        _fail("interrupted", 130)
-    except BrokenPipeError:
-        sys.exit(0)
-
-
 @app.command(name="validate")
 def validate_cmd(
     path: Annotated[Optional[Path], typer.Argument(help="Manifest file or directory (walked in sorted order).",
@@ -552,5 +540,121 @@ def validate_cmd(
         sys.exit(EXIT_BAD_INPUT)
 
 
-if __name__ == "__main__":
-    main()
+# --- LLM assistant: explain, draft, review (agent features; `infra.agent` is imported only inside these) ---
+
+
+@app.command()
+def explain(
+    path: Annotated[Path, typer.Argument(help="plan.yaml written by `infra plan`.", show_default=False)],
+    llm: Annotated[bool, typer.Option("--llm", help="Have the configured model rephrase it; every number it "
+                                                    "writes is checked against the plan.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Why this plan: binding constraints, SLO margins, cost breakdown and the next-best alternatives."""
+    from infra import api
+
+    result = api.explain(path, llm=llm)
+    if as_json:
+        print(json.dumps({"text": result.text, "source": result.source, "note": result.note}, indent=2,
+                         sort_keys=True))
+        return
+    if result.note:
+        sys.stderr.write(f"note: {result.note}\n")
+    sys.stdout.write(result.text)
+
+
+@app.command()
+def draft(
+    text: Annotated[str, typer.Argument(help="What to serve, in words: model, load, latency, budget, devices.",
+                                        show_default=False)],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Intent file to write.")] = Path("intent.yaml"),
+    profile: Annotated[Optional[Path], typer.Option(help="ClusterProfile file to plan on (else the description "
+                                                         "must name the pools).", show_default=False)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace the output file if it exists.")] = False,
+    catalog: CatalogOpt = None,
+) -> None:
+    """Draft an intent from a description with the configured LLM; the file is written only if it passes check."""
+    from infra import api
+
+    result = api.draft(text, output, profile=profile, catalog_dirs=tuple(catalog or ()), force=force)
+    console = _console()
+    console.print(f"wrote {result.path}: {result.drafted} drafted fields to confirm")
+    for item in result.unknowns:
+        console.print(f"  unknown: {item}")
+    console.print(f"next: review it, then `infra plan {result.path}`")
+
+
+def _ask(question: str) -> Optional[str]:
+    sys.stderr.write(question)
+    sys.stderr.flush()
+    line = sys.stdin.readline()
+    return line if line else None  # None: the input ended, which is no answer (and so no consent)
+
+
+def _plan_agent(path: Path, result: Any, output: Optional[Path], goal: Optional[str], yes: bool,
+                catalog: tuple[Path, ...], objective: str, as_json: bool) -> None:
+    from rich.console import Console
+
+    from infra import api
+    from infra.report.plan import print_plan
+
+    console = Console(stderr=True) if as_json else _console()
+    infeasible = isinstance(result, InfraError)
+    if infeasible:
+        for problem in result.problems:
+            console.print(f"infeasible: {problem}", markup=False, highlight=False)
+    elif not as_json:
+        print_plan(console, result.plan, result.considered, result.written)
+    outcome = api.plan_agent(path, None if infeasible else result.plan,
+                             [str(p) for p in result.problems] if infeasible else [], goal=goal, yes=yes,
+                             output=output, console=console, ask=_ask, catalog_dirs=catalog, objective=objective)
+    final = outcome.replanned.plan if outcome.replanned is not None else (None if infeasible else result.plan)
+    if as_json and final is not None:
+        print(json.dumps(final, indent=2, sort_keys=True))
+    if final is None:
+        raise result
+
+
+@app.command()
+def review(
+    path: Annotated[Path, typer.Argument(help="plan.yaml written by `infra plan`.", show_default=False)],
+    script: Annotated[Optional[Path], typer.Option(help="Run the conversation in this file (one line per input, "
+                                                        "answers to confirmations included) instead of asking.",
+                                                   show_default=False)] = None,
+    intent: Annotated[Optional[Path], typer.Option(help="The intent the plan was made from (default: the one its "
+                                                        "provenance names).", show_default=False)] = None,
+    catalog: CatalogOpt = None,
+) -> None:
+    """Talk about a plan: /why, /what-if, /diff, /alternatives, /accept, /export; questions go to the LLM."""
+    from infra import api
+
+    code = api.review(path, console=_console(), script=script, intent_path=intent, catalog_dirs=tuple(catalog or ()))
+    if code:
+        sys.exit(code)
+
+
+def _fail(message: str, code: int) -> None:
+    sys.stderr.write(message.rstrip("\n") + "\n")
+    sys.exit(code)
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Console-script entry: run the app, turn every expected error into a message and an exit code."""
+    try:
+        return app(args=argv, standalone_mode=False)
+    except InfraError as exc:
+        if _state["debug"]:
+            raise
+        _fail("\n".join(f"error: {p}" for p in exc.problems), exc.exit_code)
+    except typer.Abort:
+        _fail("aborted", EXIT_BAD_INPUT)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.TyperException as exc:
+        ctx = getattr(exc, "ctx", None)
+        hint = f" — To fix: see `{ctx.command_path} --help`" if ctx is not None else ""
+        _fail(f"error: {exc.format_message()}{hint}", EXIT_BAD_INPUT)
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+    except BrokenPipeError:
+        sys.exit(0)

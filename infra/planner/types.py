@@ -281,11 +281,32 @@ class Calibration(PlanModel):
     data_sha256: str | None
 
 
+class Change(PlanModel):
+    """One accepted change to the intent this plan was made from."""
+
+    path: str
+    """Field of the intent, e.g. `spec.services[0].slo.ttft.p99`."""
+    before: Any = None
+    """Value before the change (absent when the field was not written)."""
+    after: Any
+    proposed_by: str
+    """`user`, or the language model that proposed it (`llm: MODEL at HOST`)."""
+    accepted_by: Literal["user", "user (--yes)"]
+    """Who accepted it: at a confirmation prompt, or in advance with `--yes`."""
+    rationale: str | None = None
+    """Why it was proposed, as the proposer put it."""
+    prompt_sha256: str | None = None
+    """Fingerprint of the prompts behind a model's proposal."""
+
+
 class Provenance(PlanModel):
     intent: str
     """The intent file as given to `infra plan`."""
     catalog: str
     calibration: Calibration
+    changes: list[Change] = []
+    """Accepted changes to the intent behind this plan, oldest first (absent for a plan of an intent as
+    written)."""
 
 
 class VerifiedObjective(PlanModel):

@@ -20,6 +20,7 @@ ALLOWED = {
     "render": {"catalog", "intent", "planner"},
     "gitops": {"catalog", "intent", "perf", "planner", "render", "report"},
     "validators": {"catalog", "intent", "planner"},
+    "agent": {"api", "catalog", "intent", "perf", "planner", "report"},
 }
 NEVER = {"agent"}  # only cli/api may reach it, and only lazily
 
@@ -33,6 +34,8 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module == "infra" and node.level == 0:
+            names = [f"infra.{a.name}" for a in node.names]  # `from infra import api` reaches infra.api
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module]
         for name in names:
