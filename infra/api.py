@@ -154,16 +154,48 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
         from infra.render import render_tree, write_tree
 
         out = Path(output)
-        # Rendered before anything is written, so that a template error leaves the directory as it was.
+        # Rendered and validated before anything is written, so that a template error or a broken rule leaves
+        # the directory as it was.
         rendered = render_tree(DeploymentPlan.model_validate(data),
                                templates=Path(templates) if templates is not None else None,
                                catalog_dirs=tuple(catalog_dirs), plan_file=str(out / "plan.yaml"))
+        validation = _validate_rendered(rendered.files, plan_yaml(data), out, catalog_dirs)
         write_atomic(out / "plan.yaml", plan_yaml(data))
         write_atomic(out / "report.md", report)
         write_tree(rendered.files, out / "manifests")
         written = [out / "plan.yaml", out / "report.md", out / "manifests"]
-        notes = tuple(rendered.notes)
+        notes = tuple(rendered.notes) + ((validation,) if validation else ())
     return PlanResult(data, report, considered, written, verification, notes)
+
+
+def _validate_rendered(files: dict[str, str], plan_text: str, out: Path, catalog_dirs: tuple[Path, ...]) -> str:
+    """Validate a rendered tree against its plan in a scratch directory; raise ValidationError (exit 1) naming the
+    files as they would be written under `out` when a rule breaks; otherwise a one-line summary."""
+    import tempfile
+
+    from infra.errors import Location, Problem, ValidationError
+    from infra.files import write_atomic
+    from infra.render import write_tree
+    from infra.validators import validate_tree
+
+    if not files:
+        return ""
+    with tempfile.TemporaryDirectory() as tmp:
+        stage = Path(tmp)
+        write_atomic(stage / "plan.yaml", plan_text)
+        write_tree(files, stage / "manifests")
+        report = validate_tree(stage / "manifests", plan=stage / "plan.yaml", catalog_dirs=tuple(catalog_dirs))
+
+        def where(path: str) -> str:
+            return path.replace(str(stage), str(out), 1)
+
+        if report.errors:
+            raise ValidationError([Problem(f"{f.rule}: {f.object}: {f.message}",
+                                           Location(where(f.file), f.line or None), f.fix or "re-render the plan")
+                                   for f in report.errors])
+    return (f"validated {report.objects} objects in {report.files} files against the plan: no errors, "
+            f"{len(report.warnings)} warnings (`infra validate {out / 'manifests'} --plan {out / 'plan.yaml'}` "
+            "lists them)")
 
 
 def _verify(resolved: ResolvedIntent, data: dict[str, Any], considered: list[Any], *, top: int, objective: str,

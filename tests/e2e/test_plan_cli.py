@@ -77,3 +77,20 @@ def test_plan_with_a_catalog_overlay_card(tmp_path):
     assert x1 and not x1[0]["calibrated"] and x1[0]["calibration_source"].startswith("borrowed:")
     without = infra("plan", str(intent))
     assert without.returncode == 1 and "unknown device 'Acme-X1'" in without.stderr
+
+
+def test_plan_validates_what_it_renders_before_writing(tmp_path):
+    ok = infra("plan", str(ROOT / "examples" / "small-model-shared.yaml"), "-o", str(tmp_path / "ok"))
+    assert ok.returncode == 0, ok.stderr
+    assert "validated" in ok.stdout and "no errors" in ok.stdout
+    # An organisation's template that runs engines privileged breaks a security rule: nothing is written.
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    pod = (ROOT / "infra" / "templates" / "_pod.yaml.j2").read_text()
+    (templates / "_pod.yaml.j2").write_text(pod.replace("privileged: false", "privileged: true"))
+    out = tmp_path / "bad"
+    bad = infra("plan", str(ROOT / "examples" / "small-model-shared.yaml"), "-o", str(out), "--templates",
+                str(templates))
+    assert bad.returncode == 1
+    assert "SEC001" in bad.stderr and "To fix" in bad.stderr and str(out / "manifests") in bad.stderr
+    assert not (out / "plan.yaml").exists() and not (out / "manifests").exists()
