@@ -14,10 +14,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
 
 from infra.catalog.hf import model_from_hf_config
 from infra.catalog.schema import DeviceSpec, FrameworkSpec, ModelSpec
@@ -39,11 +38,26 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """libyaml's safe loader (the catalog is read on every command; ruamel's pure-Python parser took most of a
+    second for it) that still refuses a key given twice."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"found duplicate key {key!r}",
+                                                        key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def _read(path: Path | Any) -> tuple[dict[str, Any], str]:
     name = str(path)
     try:
-        data = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
-    except YAMLError as exc:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader)
+    except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         loc = Location(name, mark.line + 1, mark.column + 1) if mark else Location(name)
         raise CatalogError(Problem(f"YAML syntax error: {getattr(exc, 'problem', exc)}", loc,
