@@ -403,8 +403,11 @@ def emulate(plan: str | Path | None, *, port: int, host: str = "127.0.0.1", serv
         from infra.bench.simulate import plan_groups
         from infra.planner.types import load_plan
 
+        from infra.bench.run import pick_service
+
         p = load_plan(plan)
-        name = service or p.spec.services[0].name
+        llm = [x.name for x in p.spec.services if x.runs_llm_engine]
+        name = pick_service(p, service or (llm[0] if llm else p.spec.services[0].name), plan)
         svc, _ = plan_allocation(p, name, 0)
         timing = EngineTiming(plan_groups(p, name))
         names = [name] + ([svc.model_id] if getattr(svc, "model_id", None) and svc.model_id != name else [])

@@ -57,10 +57,17 @@ class BenchResult:
 
 
 def pick_service(plan: Any, service: str | None, plan_path: str | Path | None = None) -> str:
-    """The service to run: the one named, or the plan's only one."""
-    names = [s.name for s in plan.spec.services]
+    """The service to run: the one named, or the plan's only one (of those run by LLM engines, which the simulator
+    steps; the other stages of a pipeline are not simulated)."""
+    names = [s.name for s in plan.spec.services if s.runs_llm_engine]
     if service is not None:
-        plan_allocation(plan, service, 0)
+        svc, _ = plan_allocation(plan, service, 0)
+        if not svc.runs_llm_engine:
+            raise IntentError(Problem(
+                f"service {service} is the {svc.kind} stage {svc.stage} of pipeline {svc.pipeline}, which the "
+                "simulator does not run (it steps LLM engines)", Location(str(plan_path) if plan_path else None,
+                                                                      path="spec.services"),
+                f"pick an LLM service: {', '.join(names)}" if names else "the plan has no LLM service to run"))
         return service
     if len(names) == 1:
         return names[0]

@@ -51,6 +51,11 @@ def _objective_label(key: str) -> str:
 
 def _devices(a: Allocation) -> str:
     per = f"{a.share:g} of a" if a.share else f"{a.devices_per_worker} x"
+    if a.decode_pool and a.decode_parallel is not None:
+        by = a.devices_by_type()
+        return (f"prefill {per} {a.device} per worker ({by[a.device]:g} in all, pool {a.pool}); decode "
+                f"{a.decode_parallel.tp * a.decode_parallel.pp} x {a.decode_device} per worker "
+                f"({by[a.decode_device or a.device]:g} in all, pool {a.decode_pool})")
     return f"{per} {a.device} per worker ({a.devices:g} in all, pool {a.pool})"
 
 
@@ -63,7 +68,8 @@ def summary_line(plan: DeploymentPlan) -> str:
     devices: dict[str, float] = {}
     for svc in plan.spec.services:
         for a in svc.allocations:
-            devices[a.device] = devices.get(a.device, 0.0) + a.devices
+            for dev, n in a.devices_by_type().items():
+                devices[dev] = devices.get(dev, 0.0) + n
     used = " + ".join(f"{n:g} x {d}" for d, n in sorted(devices.items()))
     return f"{used}, {_money(plan.spec.cost.per_hour)}"
 

@@ -39,8 +39,10 @@ def service_facts(plan: DeploymentPlan) -> dict[str, ServiceFacts]:
         margins: dict[str, float] = {}
         for a in svc.allocations:
             for role, n in roles(a).items():
-                workers[(a.device, role)] = workers.get((a.device, role), 0) + n
-            devices[a.device] = devices.get(a.device, 0.0) + a.devices
+                dev = a.role_device(role)
+                workers[(dev, role)] = workers.get((dev, role), 0) + n
+            for dev, count in a.devices_by_type().items():
+                devices[dev] = devices.get(dev, 0.0) + count
             for key, obj in a.predicted.items():
                 margins[key] = min(margins.get(key, obj.margin), obj.margin)
         out[svc.name] = ServiceFacts(svc.cost_per_hour, workers, devices, margins)

@@ -104,6 +104,19 @@ class Allocation(PlanModel):
     calibrated: bool
     calibration_source: str
 
+    def role_device(self, role: str) -> str:
+        """The device a role's workers run on."""
+        return self.decode_device if role == "decode" and self.decode_device else self.device
+
+    def devices_by_type(self) -> dict[str, float]:
+        """Devices the allocation takes, per device type (prefill and decode on different types count apart)."""
+        if self.decode_device is None or self.decode_parallel is None:
+            return {self.device: self.devices}
+        d = self.decode_parallel
+        decode = self.replicas * (self.decode_workers or 0) * max(d.tp * d.attention_dp, d.moe_tp * d.ep) * d.pp * d.sp
+        prefill = self.devices - decode
+        return {self.device: prefill, self.decode_device: decode}
+
     def role_view(self, role: str, devices_per_node: int) -> Allocation:
         """The allocation as the workers of one role see it: for decode workers on another pool (prefill and decode
         on different device types), that pool, device and layout; otherwise the allocation itself."""

@@ -94,3 +94,11 @@ def test_plan_validates_what_it_renders_before_writing(tmp_path):
     assert bad.returncode == 1
     assert "SEC001" in bad.stderr and "To fix" in bad.stderr and str(out / "manifests") in bad.stderr
     assert not (out / "plan.yaml").exists() and not (out / "manifests").exists()
+
+
+def test_stages_the_simulator_does_not_run_are_refused_clearly(tmp_path):
+    assert infra("plan", str(ROOT / "examples" / "omni-speech.yaml"), "-o", str(tmp_path)).returncode == 0
+    out = infra("bench", "--simulate", str(tmp_path / "plan.yaml"), "--service", "voice-code2wav",
+                "--requests", "50")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "codec stage code2wav of pipeline voice" in out.stderr and "voice-thinker" in out.stderr
