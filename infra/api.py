@@ -267,7 +267,7 @@ def open_pr(intent: str | Path, repo: str | Path, *, plan_path: str | Path | Non
             cluster: str | None = None, base: str = "main", branch: str | None = None, push: bool = False,
             github: str | None = None, github_api: str | None = None, allow_dirty: bool = False,
             sync: str | None = None, catalog_dirs: tuple[Path, ...] = (), body_file: str | Path | None = None,
-            progress: Any = None) -> Any:
+            progress: Any = None, verify: bool = True) -> Any:
     """Turn an intent's plan into a pull request on a GitOps repository: plan (or take `plan_path`, whose
     fingerprint must match the intent), render into `<root>/<service>/{base,overlays/<cluster>}`, keep the plan
     and intent under `<root>/.infra/<plan name>/`, commit on the PR branch when anything changed, and with `push`
@@ -276,10 +276,9 @@ def open_pr(intent: str | Path, repo: str | Path, *, plan_path: str | Path | Non
     import dataclasses
     import os
 
-    from infra.errors import IntentError, Problem
     from infra.gitops.github import DEFAULT_API
-    from infra.gitops.pr import PrRequest, preflight, prepare, reproduce_command
-    from infra.planner.plan import build_plan, fingerprint
+    from infra.gitops.pr import PrRequest, check_fingerprint, intent_records, preflight, prepare, reproduce_command
+    from infra.planner.plan import fingerprint
     from infra.planner.types import DeploymentPlan, load_plan
     from infra.report.plan import plan_yaml
 
@@ -293,22 +292,11 @@ def open_pr(intent: str | Path, repo: str | Path, *, plan_path: str | Path | Non
     resolved = load_intent(intent, catalog_dirs)
     if plan_path is not None:
         typed = load_plan(plan_path)
-        expected = fingerprint(resolved)
-        if typed.spec.fingerprint != expected:
-            from infra.intent.yamlio import load_yaml, read_text
-
-            _, smap = load_yaml(read_text(Path(plan_path), "plan"), str(plan_path))
-            raise IntentError(Problem(
-                f"plan was made from other inputs than {intent} ({typed.spec.fingerprint[:19]}…, the intent, "
-                f"cluster, catalog and calibration give {expected[:19]}…)",
-                smap.locate(("spec", "fingerprint")), f"plan again (infra plan {intent} -o DIR) or leave out --plan"))
+        check_fingerprint(typed, fingerprint(resolved), plan_path, str(intent))
     else:
-        data, _ = build_plan(resolved, top=3, objective="cost", progress=progress)
-        typed = DeploymentPlan.model_validate(data)
-    records = {"intent.yaml": resolved.loaded.document.path.read_text(encoding="utf-8")}
-    if resolved.loaded.profile_document is not None:
-        records["cluster-profile.yaml"] = resolved.loaded.profile_document.path.read_text(encoding="utf-8")
-    plan_text = plan_yaml(typed.model_dump(mode="json", by_alias=True, exclude_none=True))
+        # The same plan `infra plan` makes, verified by default, so that the PR body carries the verdict.
+        typed = DeploymentPlan.model_validate(plan(intent, catalog_dirs=catalog_dirs, progress=progress,
+                                                   verify=verify).plan)
 
     def render_files(p: DeploymentPlan) -> tuple[dict[str, str], list[str]]:
         from infra.render import render_tree
@@ -316,7 +304,10 @@ def open_pr(intent: str | Path, repo: str | Path, *, plan_path: str | Path | Non
         rendered = render_tree(p, catalog_dirs=tuple(catalog_dirs))
         return rendered.files, rendered.notes
 
-    return prepare(typed, plan_text, render_files, records, req)
+    return prepare(typed, plan_yaml(typed.model_dump(mode="json", by_alias=True, exclude_none=True)), render_files,
+                   intent_records(resolved), req)
+
+
 def validate(path: str | Path, profile: str | Path | None = None, plan: str | Path | None = None,
              live: bool = False, catalog_dirs: tuple[Path, ...] = ()) -> Any:
     """Check a manifest file or tree: schema, kustomize, semantic and security rules; with `profile` (a
@@ -388,9 +379,8 @@ def emulate(plan: str | Path | None, *, port: int, host: str = "127.0.0.1", serv
     if ttft_ms is not None and itl_ms is not None:
         timing = FixedTiming(ttft_ms, itl_ms)
         if plan is not None:
-            from infra.planner.types import load_plan
-
             from infra.bench.engine import plan_allocation
+            from infra.planner.types import load_plan
 
             p = load_plan(plan)
             names = [plan_allocation(p, service, 0)[0].name] if service else [s.name for s in p.spec.services]
@@ -400,10 +390,9 @@ def emulate(plan: str | Path | None, *, port: int, host: str = "127.0.0.1", serv
     else:
         from infra.bench.emulator import EngineTiming
         from infra.bench.engine import plan_allocation
+        from infra.bench.run import pick_service
         from infra.bench.simulate import plan_groups
         from infra.planner.types import load_plan
-
-        from infra.bench.run import pick_service
 
         p = load_plan(plan)
         llm = [x.name for x in p.spec.services if x.runs_llm_engine]

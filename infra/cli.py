@@ -409,6 +409,8 @@ def pr_cmd(
     body_file: Annotated[Optional[Path], typer.Option("--body-file", help="Where to write the PR body when it is "
                                                       "not sent (default: under the repository's .git).",
                                                       show_default=False)] = None,
+    verify: Annotated[bool, typer.Option("--verify/--no-verify", help="Verify the plan by simulation first (as "
+                                         "`infra plan` does), so that the PR body carries the verdict.")] = True,
     catalog: CatalogOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -420,7 +422,7 @@ def pr_cmd(
     result = api.open_pr(path, repo, plan_path=plan_file, root=root, cluster=cluster, base=base, branch=branch,
                          push=push, github=github, github_api=github_api, allow_dirty=allow_dirty,
                          sync="argocd" if argocd else "flux" if flux else None, catalog_dirs=tuple(catalog or ()),
-                         body_file=body_file)
+                         body_file=body_file, verify=verify)
     from infra.report.pr import pr_json, print_pr
 
     if as_json:

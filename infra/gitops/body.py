@@ -119,12 +119,11 @@ def _summary(plan: DeploymentPlan) -> list[str]:
 
 
 def _verification(plan: DeploymentPlan) -> str:
-    # The plan contract has no verification results yet; a plan that carries them says so itself.
-    found = plan.spec.model_dump(mode="json").get("verification")
-    if not found:
+    v = plan.spec.verification
+    if v is None:
         return "not verified (the plan carries no verification results)"
-    verdict = found.get("verdict") if isinstance(found, dict) else None
-    return f"{verdict}" if verdict else "recorded in the plan (no verdict field)"
+    return (f"{v.verdict} ({v.method}, {v.requests} requests per service, plan of round {v.plan_round} of "
+            f"{len(v.rounds)})")
 
 
 def _delta_section(delta: PlanDelta, base: str) -> list[str]:

@@ -23,6 +23,7 @@ from infra.gitops import body as pr_body
 from infra.gitops.git import Git, token_env
 from infra.gitops.layout import owned_from, place_rendered, state_dir, state_files, sync_objects
 from infra.gitops.paths import STATE_DIR, check_name, check_root_on_disk, check_tree_paths, clean_relative, inside
+from infra.intent.resolve import ResolvedIntent
 from infra.planner.types import DeploymentPlan
 
 Renderer = Callable[[DeploymentPlan], tuple[dict[str, str], list[str]]]
@@ -185,6 +186,28 @@ def _foreign_owners(git: Git, commit: str, root: str, name: str, paths: set[str]
         if clash:
             raise InfraError(Problem(f"{clash[0]} belongs to plan {parts[-2]!r} (listed in {listing})",
                                      Location(str(git.top)), "give the service another name, or use another --root"))
+
+
+def check_fingerprint(plan: DeploymentPlan, expected: str, plan_path: str | Path, intent: str) -> None:
+    """Refuse a plan made from other inputs than the intent's (intent, cluster, catalog, calibration)."""
+    if plan.spec.fingerprint == expected:
+        return
+    from infra.errors import IntentError
+    from infra.intent.yamlio import load_yaml, read_text
+
+    _, smap = load_yaml(read_text(Path(plan_path), "plan"), str(plan_path))
+    raise IntentError(Problem(
+        f"plan was made from other inputs than {intent} ({plan.spec.fingerprint[:19]}…, the intent, cluster, "
+        f"catalog and calibration give {expected[:19]}…)", smap.locate(("spec", "fingerprint")),
+        f"plan again (infra plan {intent} -o DIR) or leave out --plan"))
+
+
+def intent_records(resolved: ResolvedIntent) -> dict[str, str]:
+    """The intent (and its cluster profile file) as the next pull request diffs against them."""
+    records = {"intent.yaml": resolved.loaded.document.path.read_text(encoding="utf-8")}
+    if resolved.loaded.profile_document is not None:
+        records["cluster-profile.yaml"] = resolved.loaded.profile_document.path.read_text(encoding="utf-8")
+    return records
 
 
 def preflight(req: PrRequest) -> tuple[Git, str]:

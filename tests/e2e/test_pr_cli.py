@@ -63,5 +63,6 @@ def test_pr_end_to_end_then_unchanged_then_published(tmp_path):
         assert result["pull_request"] == {"number": 1, "url": "https://github.example/acme/deploy/pull/1",
                                           "action": "created"}
         assert gh.state.pulls[0]["body"] == result["body"] and "deployment-summarise-a0.yaml" in result["body"]
+        assert "verification: pass (simulation, 2000 requests per service" in result["body"]
     assert git(remote, "rev-parse", "infra/summariser") == git(clone, "rev-parse", "infra/summariser")
     assert TOKEN not in out.stdout + out.stderr and TOKEN not in (clone / ".git" / "config").read_text()
