@@ -90,10 +90,12 @@ def check_plan(plan: DeploymentPlan, catalog: Catalog, locate: Locate) -> None:
                                     "re-plan with `infra plan`, which records the model's Hugging Face id"))
         for ai, a in enumerate(svc.allocations):
             aw = (*where, "allocations", ai)
-            if a.pool not in pools:
-                problems.append(Problem(f"allocation uses pool {a.pool!r}, which is not in spec.cluster.pools "
-                                        f"({', '.join(sorted(pools))})", locate((*aw, "pool")),
-                                        "name a pool listed under spec.cluster.pools, or re-plan"))
+            for field_name in ("pool", "decode_pool"):
+                name = getattr(a, field_name)
+                if name is not None and name not in pools:
+                    problems.append(Problem(f"allocation uses pool {name!r}, which is not in spec.cluster.pools "
+                                            f"({', '.join(sorted(pools))})", locate((*aw, field_name)),
+                                            "name a pool listed under spec.cluster.pools, or re-plan"))
             roles = sorted(a.engines)
             want = ["agg"] if a.mode == "agg" else ["decode", "prefill"]
             if roles != want:

@@ -63,3 +63,14 @@ def test_malformed_plan_gives_file_and_line(tmp_path):
     plan.write_text(text)
     out = infra("render", str(plan), "-o", str(tmp_path / "o"))
     assert out.returncode == 1 and f"{plan}:" in out.stderr and "replicas" in out.stderr
+
+
+def test_an_edited_decode_pool_that_is_not_in_the_cluster_is_located(tmp_path):
+    plan = tmp_path / "plan.yaml"
+    text = (ROOT / "tests" / "golden" / "pd-across-devices" / "plan.yaml").read_text()
+    assert "decode_pool: h20\n" in text
+    plan.write_text(text.replace("decode_pool: h20\n", "decode_pool: h21\n"))
+    out = infra("render", str(plan), "-o", str(tmp_path / "out"))
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "plan.yaml:" in out.stderr and "decode_pool" in out.stderr and "'h21'" in out.stderr
+    assert not (tmp_path / "out").exists()
