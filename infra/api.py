@@ -216,7 +216,8 @@ def bench(*, simulate: str | Path | None = None, service: str | None = None, con
           rate: float | None = None, requests: int | None = None, input_tokens: int | None = None,
           output_tokens: int | None = None, seed: int = 0, intent: str | Path | None = None,
           save: str | Path | None = None, router: str = "least-loaded", catalog_dirs: tuple[Path, ...] = ()) -> Any:
-    """Drive one service of a plan and judge it against its objectives: a `infra.bench.run.BenchResult`.
+    """Drive one service of a plan and judge it against its objectives: a `infra.bench.run.BenchResult` (for a
+    pipeline service, a `infra.bench.pipeline.PipelineBench`, stage by stage).
     `simulate` names the plan to simulate (the embedded default source); `save` writes the measurements as JSON
     Lines that calibration reads back."""
     from infra.bench.run import DEFAULT_REQUESTS, simulate_service
@@ -228,6 +229,18 @@ def bench(*, simulate: str | Path | None = None, service: str | None = None, con
         raise IntentError(Problem("nothing to benchmark", Location(path="--simulate"),
                                   "give --simulate PLAN (a plan.yaml from `infra plan`) or --endpoint URL"))
     plan_doc = load_plan(simulate)
+    if service is not None and service in {p.service for p in plan_doc.spec.pipelines}:
+        from infra.bench.pipeline import bench_pipeline
+
+        for flag, value in (("--concurrency", concurrency), ("--input-tokens", input_tokens),
+                            ("--output-tokens", output_tokens), ("--save", save)):
+            if value is not None:
+                raise IntentError(Problem(f"{flag} does not apply to pipeline {service}, whose stages take their "
+                                          "lengths and work from the plan", Location(path=flag),
+                                          f"drop {flag}, or bench one LLM stage of the pipeline with --service"))
+        return bench_pipeline(plan_doc, service, requests=DEFAULT_REQUESTS if requests is None else requests,
+                              seed=seed, rate=rate, catalog=load_catalog(catalog_dirs), intent=intent,
+                              plan_path=simulate)
     result = simulate_service(plan_doc, service=service, requests=DEFAULT_REQUESTS if requests is None else requests,
                               seed=seed, rate=rate, concurrency=concurrency, input_tokens=input_tokens,
                               output_tokens=output_tokens, intent=intent, plan_path=simulate, router=router,
@@ -395,11 +408,17 @@ def emulate(plan: str | Path | None, *, port: int, host: str = "127.0.0.1", serv
         from infra.planner.types import load_plan
 
         p = load_plan(plan)
-        llm = [x.name for x in p.spec.services if x.runs_llm_engine]
-        name = pick_service(p, service or (llm[0] if llm else p.spec.services[0].name), plan)
-        svc, _ = plan_allocation(p, name, 0)
-        timing = EngineTiming(plan_groups(p, name))
-        names = [name] + ([svc.model_id] if getattr(svc, "model_id", None) and svc.model_id != name else [])
+        if service is not None and service in {x.service for x in p.spec.pipelines}:
+            from infra.bench.pipeline_emulator import PipelineTiming
+
+            timing = PipelineTiming(p, service, seed=seed)
+            names = [service]
+        else:
+            llm = [x.name for x in p.spec.services if x.runs_llm_engine]
+            name = pick_service(p, service or (llm[0] if llm else p.spec.services[0].name), plan)
+            svc, _ = plan_allocation(p, name, 0)
+            timing = EngineTiming(plan_groups(p, name))
+            names = [name] + ([svc.model_id] if getattr(svc, "model_id", None) and svc.model_id != name else [])
     try:
         sock = bind(host, port)
     except OSError as exc:

@@ -264,8 +264,8 @@ def estimate(
 def bench(
     simulate: Annotated[Optional[Path], typer.Option("--simulate", help="Simulate this plan (plan.yaml): the "
                                                      "embedded default, no endpoint needed.", show_default=False)] = None,
-    service: Annotated[Optional[str], typer.Option(help="Service of the plan (default: its only one).",
-                                                   show_default=False)] = None,
+    service: Annotated[Optional[str], typer.Option(help="Service of the plan (default: its only one); a pipeline "
+                                                   "service runs stage by stage.", show_default=False)] = None,
     concurrency: Annotated[Optional[int], typer.Option(help="Closed loop: concurrent clients (default: the "
                                                        "workload's).", show_default=False)] = None,
     rate: Annotated[Optional[str], typer.Option(help="Open loop: request rate, e.g. 20/s (default: the workload's "
@@ -345,6 +345,10 @@ def bench(
     data = result.to_json()
     if as_json:
         print(json.dumps(data, sort_keys=True))
+    elif "pipeline" in data:
+        from infra.report.bench import print_pipeline_bench
+
+        print_pipeline_bench(_console(), data)
     else:
         from infra.report.bench import print_bench
 
@@ -477,7 +481,8 @@ def emulate(
                                                              "timing).", show_default=False)] = None,
     port: Annotated[int, typer.Option(help="Port to listen on (0 picks a free one).")] = 8000,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    service: Annotated[Optional[str], typer.Option(help="Serve only this service of the plan.",
+    service: Annotated[Optional[str], typer.Option(help="Serve only this service of the plan (a pipeline service runs "
+                                                   "its stages in turn).",
                                                    show_default=False)] = None,
     ttft_ms: Annotated[Optional[float], typer.Option("--ttft-ms", help="Fixed timing: first token after this "
                                                                        "many ms.", show_default=False)] = None,

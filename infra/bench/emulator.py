@@ -41,6 +41,10 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25
                    10.0, 20.0, 40.0, 80.0)
 
 
+CATCH_UP_S = 0.05
+"""How far behind real time an engine's next step may start, to make up for the event loop waking it late."""
+
+
 class Timing(Protocol):
     """When the tokens of one request become available."""
 
@@ -165,12 +169,18 @@ class EngineTiming:
     async def _run(self, i: int) -> None:
         e = self.engines[i]
         loop = asyncio.get_running_loop()
+        ended: float | None = None
         while True:
-            res = e.step(time.perf_counter() - self.t0)
+            now = time.perf_counter() - self.t0
+            # Back to back steps start where the last one ended, up to CATCH_UP_S in the past, so that the event
+            # loop's late wake-ups do not add up over thousands of short decode steps.
+            res = e.step(now if ended is None else max(ended, now - CATCH_UP_S))
             if res is None:
+                ended = None
                 self.wake[i].clear()
                 await self.wake[i].wait()
                 continue
+            ended = res.end
             delay = self.t0 + res.end - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -326,7 +336,7 @@ class Emulator:
             n += k
         if plan.cut:
             return _error(500, "injected disconnect")
-        self._finished(plan, n, "length")
+        self._finished(plan, n, "length" if n >= plan.max_tokens else "stop")
         return JSONResponse(plan.whole(n))
 
     def _fail(self, status: int, message: str, reason: str) -> Any:
@@ -375,7 +385,12 @@ class Emulator:
             pending = 0
         if plan.cut:
             return
-        self._finished(plan, n, "length")
+        reason = "length" if n >= plan.max_tokens else "stop"
+        if reason == "stop":
+            # The timing ended the answer before max_tokens (a pipeline's last stage, e.g. audio chunks).
+            yield plan.event(plan.text(n - pending, pending) if pending else ({"content": ""} if plan.chat else ""),
+                             "stop")
+        self._finished(plan, n, reason)
         if include_usage:
             yield _sse({"id": plan.id, "object": plan.object, "created": plan.created, "model": plan.model,
                         "choices": [], "usage": plan.usage(n)})
@@ -423,12 +438,13 @@ class _RequestPlan:
 
     def whole(self, n: int) -> dict[str, Any]:
         text = self.text(0, n)
+        reason = "length" if n >= self.max_tokens else "stop"
         if self.chat:
             choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                      "finish_reason": "length"}
+                                      "finish_reason": reason}
             obj = "chat.completion"
         else:
-            choice = {"index": 0, "text": text, "finish_reason": "length"}
+            choice = {"index": 0, "text": text, "finish_reason": reason}
             obj = "text_completion"
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": [choice],
                 "usage": self.usage(n)}

@@ -19,9 +19,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from infra.bench.pipeline import PipelineVerdict, judge_pipeline, simulate_pipeline
 from infra.bench.run import simulate_service
 from infra.bench.verdict import Verdict
-from infra.errors import InfeasibleError
+from infra.errors import InfeasibleError, IntentError
 from infra.planner.candidates import Corrections
 from infra.planner.types import DeploymentPlan
 
@@ -53,9 +54,12 @@ def _service_entry(name: str, verdict: Verdict, notes: list[str]) -> dict[str, A
             "notes": notes}
 
 
-def _corrections(verdicts: dict[str, Verdict], before: Corrections) -> tuple[Corrections, list[dict[str, Any]],
-                                                                             str | None]:
-    """(corrections for the next round, what changed, why no correction can help, if so)."""
+def _corrections(verdicts: dict[str, Verdict], before: Corrections, plan: DeploymentPlan | None = None,
+                 pipes: dict[str, PipelineVerdict] | None = None) -> tuple[Corrections, list[dict[str, Any]],
+                                                                          str | None]:
+    """(corrections for the next round, what changed, why no correction can help, if so). A pipeline objective
+    that fails while its stages meet their budgets (queues and bubbles between stages) tightens the matching
+    budget of every stage on its path by the same ratio."""
     scale = {s: dict(v) for s, v in before.objective_scale.items()}
     changed = []
     for name, verdict in sorted(verdicts.items()):
@@ -71,6 +75,32 @@ def _corrections(verdicts: dict[str, Verdict], before: Corrections) -> tuple[Cor
             ratio = o.measured_ms / o.predicted_ms if o.predicted_ms else None
             changed.append({"service": name, "objective": o.key, "scale": _r(new, 3),
                             "measured_over_predicted": _r(ratio, 3)})
+    for name, pv in sorted((pipes or {}).items()):
+        assert plan is not None
+        pipe = next(p for p in plan.spec.pipelines if p.service == name)
+        for o in pv.objectives:
+            if o.verdict != "fail" or not o.measured_ms:
+                continue
+            metric, _, pct = o.key.rpartition("_")
+            path = pipe.stages
+            if metric.endswith("_first_output"):
+                stage = metric[: -len("_first_output")]
+                path = pipe.stages[: next(i for i, st in enumerate(pipe.stages) if st.name == stage) + 1]
+            for st in path:
+                if st.unit is None:
+                    continue
+                keys = verdicts[st.unit].objectives if st.unit in verdicts else []
+                wanted = {"ttft": ("ttft", "first_output"), "e2e": ("e2e", "latency")}.get(
+                    metric, ("ttft", "first_output"))
+                for ok in keys:
+                    m, _, p = ok.key.rpartition("_")
+                    if m not in wanted or p != pct or any(c["service"] == st.unit and c["objective"] == ok.key
+                                                          for c in changed):
+                        continue
+                    new = scale.get(st.unit, {}).get(ok.key, 1.0) * o.target_ms / o.measured_ms * SAFETY
+                    scale.setdefault(st.unit, {})[ok.key] = new
+                    changed.append({"service": st.unit, "objective": ok.key, "scale": _r(new, 3),
+                                    "measured_over_predicted": None})
     return Corrections(scale), changed, None
 
 
@@ -85,6 +115,32 @@ def _halfway(before: Corrections, after: Corrections,
     return Corrections(scale), [{**c, "scale": _r(scale[c["service"]][c["objective"]], 3)} for c in changed]
 
 
+def _run_pipeline(plan: DeploymentPlan, pipe: Any, *, requests: int, seed: int, intent: str,
+                  catalog: Any) -> tuple[PipelineVerdict, list[str]]:
+    """Simulate and judge one pipeline at its served load; once more with more requests if inconclusive."""
+    first = next(s for s in plan.spec.services if s.pipeline == pipe.service)
+    rate = _served_load(first).get("rate")
+    notes: list[str] = []
+    for n in (requests, requests * RETRY_FACTOR):
+        run = simulate_pipeline(plan, pipe.service, requests=n, seed=seed, rate=rate, intent=intent,
+                                catalog=catalog)
+        pv = judge_pipeline(plan, run, seed=seed)
+        if pv.overall != "inconclusive":
+            break
+        notes = [f"inconclusive at {requests} requests; judged on {requests * RETRY_FACTOR}"]
+    pv.notes = notes + pv.notes
+    return pv, notes
+
+
+def _pipeline_entry(name: str, pv: PipelineVerdict) -> dict[str, Any]:
+    objectives = [{"key": o.key, "target_ms": o.target_ms, "predicted_ms": _r(o.predicted_ms),
+                   "measured_ms": _r(o.measured_ms),
+                   "ci_ms": None if o.ci_ms is None else [_r(o.ci_ms[0]), _r(o.ci_ms[1])],
+                   "n": o.n, "verdict": o.verdict, "reason": o.reason} for o in pv.objectives]
+    return {"service": name, "verdict": pv.overall, "objectives": objectives, "failed": pv.failed,
+            "stages": pv.stages, "notes": pv.notes}
+
+
 def _served_load(svc: Any) -> dict[str, Any]:
     """The load to verify at: the peak, or the share of it a goodput plan carries within the objectives."""
     if svc.served >= 1:
@@ -94,15 +150,16 @@ def _served_load(svc: Any) -> dict[str, Any]:
     return {"rate": svc.demand.value * svc.served}
 
 
-def _overall(verdicts: dict[str, Verdict]) -> str:
-    outcomes = {v.overall for v in verdicts.values()}
+def _overall(verdicts: dict[str, Verdict], pipes: dict[str, PipelineVerdict]) -> str:
+    outcomes = {v.overall for v in verdicts.values()} | {p.overall for p in pipes.values()}
     return "fail" if "fail" in outcomes else "inconclusive" if "inconclusive" in outcomes else "pass"
 
 
-def _miss(verdicts: dict[str, Verdict]) -> tuple[int, int, float]:
+def _miss(verdicts: dict[str, Verdict], pipes: dict[str, PipelineVerdict]) -> tuple[int, int, float]:
     """How badly a round missed: (objectives failed, requests failed, worst measured / target); smaller is
     better."""
     fails = [o for v in verdicts.values() for o in v.objectives if o.verdict == "fail"]
+    fails += [o for p in pipes.values() for o in p.objectives if o.verdict == "fail"]
     worst = max((o.measured_ms / o.target_ms if o.measured_ms else math.inf for o in fails), default=0.0)
     return len(fails), sum(v.failed for v in verdicts.values()), worst
 
@@ -122,10 +179,24 @@ def verify_plan(data: dict[str, Any], replan: Callable[[Corrections], tuple[dict
         verdicts: dict[str, Verdict] = {}
         entries = []
         skipped = []
+        pipes: dict[str, Any] = {}
+        for pipe in plan.spec.pipelines:
+            try:
+                pv, notes = _run_pipeline(plan, pipe, requests=requests, seed=seed, intent=intent, catalog=catalog)
+            except IntentError as exc:
+                skipped.append(f"{pipe.service}: not simulated end to end: {exc.problems[0].message}; its LLM "
+                               "stages are simulated on their own")
+                continue
+            pipes[pipe.service] = pv
+            for unit, verdict in pv.units.items():
+                verdicts[unit] = verdict
+                entries.append(_service_entry(unit, verdict, [f"measured inside pipeline {pipe.service}"]))
         for svc in plan.spec.services:
-            if svc.kind not in (None, "llm"):
-                skipped.append(f"{svc.name}: a stage of kind {svc.kind}, which the simulator does not run (it "
-                               "runs LLM engines); its latency is the stage model's prediction")
+            if svc.pipeline in pipes:
+                continue
+            if not svc.runs_llm_engine:
+                skipped.append(f"{svc.name}: a stage of kind {svc.kind} of a pipeline not simulated end to end; "
+                               "its latency is the stage model's prediction")
                 continue
             load = _served_load(svc)
             result = simulate_service(plan, service=svc.name, requests=requests, seed=seed, intent=intent,
@@ -139,17 +210,18 @@ def verify_plan(data: dict[str, Any], replan: Callable[[Corrections], tuple[dict
                          *(result.notes or [])]
             verdicts[svc.name] = result.verdict
             entries.append(_service_entry(svc.name, result.verdict, notes))
-        entry: dict[str, Any] = {"round": n, "verdict": _overall(verdicts), "services": entries,
+        entry: dict[str, Any] = {"round": n, "verdict": _overall(verdicts, pipes), "services": entries,
+                                 **({"pipelines": [_pipeline_entry(k, v) for k, v in pipes.items()]} if pipes else {}),
                                  **({"skipped": skipped} if skipped else {})}
         rounds.append(entry)
-        tried.append((_miss(verdicts), n, current))
+        tried.append((_miss(verdicts, pipes), n, current))
         if entry["verdict"] != "fail":
             break
         if n == max_rounds:
             entry["outcome"] = f"objectives still fail after {max_rounds} rounds"
             break
         previous = corrections
-        corrections, changed, stuck = _corrections(verdicts, corrections)
+        corrections, changed, stuck = _corrections(verdicts, corrections, plan, pipes)
         if stuck is not None:
             entry["outcome"] = stuck
             break

@@ -284,6 +284,10 @@ def _along(units: list[Unit], own: list[tuple[dict[str, float], dict[str, float]
     return None if any(e is None for e in ends) else max(e for e in ends if e is not None)
 
 
+def _work(u: Unit) -> dict[str, Any]:
+    return u.stage.work.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True)
+
+
 def _pipelines(resolved: ResolvedIntent, pipelines: dict[str, list[Unit]],
                entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each pipeline end to end: its stages' latencies at the planned load summed along the pipeline against the
@@ -302,7 +306,8 @@ def _pipelines(resolved: ResolvedIntent, pipelines: dict[str, list[Unit]],
                 t = float(u.stage.work.cpu_time or 0.0)
                 own.append(({"p50": t, "p90": t, "p99": t, "p99.9": t}, {"p50": t, "p90": t, "p99": t, "p99.9": t}))
                 stages.append({"name": u.stage.name, "kind": "cpu", "streams": u.streams,
-                               "cpu_cores": cpu_cores(u, peak * (1 + rs.service.availability.headroom))})
+                               "cpu_cores": cpu_cores(u, peak * (1 + rs.service.availability.headroom)),
+                               "work": _work(u)})
                 continue
             entry = by_name[u.name]
             first: dict[str, float] = {}
@@ -317,7 +322,8 @@ def _pipelines(resolved: ResolvedIntent, pipelines: dict[str, list[Unit]],
             own.append((first, full))
             stages.append({"name": u.stage.name, "kind": u.stage.kind, "unit": u.name, "streams": u.streams,
                            "budget_ms": {**{f"first_output_{p}": _r(v * 1000) for p, v in sorted(u.first.items())},
-                                         **{f"latency_{p}": _r(v * 1000) for p, v in sorted(u.full.items())}}})
+                                         **{f"latency_{p}": _r(v * 1000) for p, v in sorted(u.full.items())}},
+                           "work": _work(u)})
         objectives_out = {}
 
         n = len(units) - 1

@@ -185,6 +185,9 @@ class PipelineStage(PlanModel):
     """The share of the pipeline's objectives this stage was planned against."""
     cpu_cores: int | None = None
     """Cores a CPU stage needs at peak."""
+    work: dict[str, Any] = {}
+    """The stage's work per request as the intent writes it (validates as `infra.intent.models.StageWork`), so
+    that verification can time the stage from the plan alone."""
 
 
 class PipelinePlan(PlanModel):
@@ -349,6 +352,36 @@ class VerifiedService(PlanModel):
     notes: list[str] = []
 
 
+class VerifiedStage(PlanModel):
+    """One stage of a pipeline as the simulation ran it."""
+
+    name: str
+    kind: str
+    servers: int
+    """What serves it in parallel: engines (LLM stages), replicas (encoders, codecs, DiTs) or cores (CPU)."""
+    utilisation: float
+    """Busy time over servers x the run's span."""
+    wait_ms: dict[str, float] = {}
+    """Time a request queues for a free server before its work starts (mean, p99); for LLM stages the queueing
+    is inside the stage's TTFT."""
+    bubble_ms: dict[str, float]
+    """Time a request spends in this stage waiting on the stage before it for more input (mean, p99)."""
+    bubble_share: float
+    """Bubble time over all the time requests spend in this stage."""
+
+
+class VerifiedPipeline(PlanModel):
+    """A pipeline simulated end to end: its objectives from arrival to the last stage, and each stage's load."""
+
+    service: str
+    verdict: Literal["pass", "fail", "inconclusive"]
+    objectives: list[VerifiedObjective]
+    failed: int
+    """Requests that failed in some stage."""
+    stages: list[VerifiedStage]
+    notes: list[str] = []
+
+
 class Correction(PlanModel):
     """How one objective was tightened for scoring in the next round: target x scale."""
 
@@ -364,8 +397,10 @@ class VerificationRound(PlanModel):
     services: list[VerifiedService]
     corrections: list[Correction] = []
     """Corrections derived from this round and used to plan the next one."""
+    pipelines: list[VerifiedPipeline] = []
+    """Pipelines end to end (their stages are judged among `services` on their own budgets)."""
     skipped: list[str] = []
-    """Services not simulated, and why (pipeline stages that are not LLMs)."""
+    """Services not simulated, and why."""
     outcome: str | None = None
     """Why the loop stopped after this round, when it stopped short of a pass."""
 

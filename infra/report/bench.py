@@ -74,15 +74,50 @@ def print_bench(console: Console, r: dict[str, Any]) -> None:
     console.print(f"verdict: [{style}]{verdict['overall'].upper()}[/{style}]")
 
 
+def print_pipeline_bench(console: Console, r: dict[str, Any]) -> None:
+    """A pipeline run: its objectives end to end, each stage on its budget, and each stage's load and bubble."""
+    load = r["load"]
+    how = f"{load['rate_rps']:g} req/s ({load['arrival']})" if "rate_rps" in load else load["arrival"]
+    console.print(f"{r['source']}: pipeline {r['pipeline']}, {load['requests']} requests at {how}, seed "
+                  f"{load['seed']}, {r['duration_s']:.1f} s")
+    t = Table(title_justify="left")
+    for c in ("scope", "objective", "target ms", "measured (95% CI)", "predicted", "verdict"):
+        t.add_column(c, justify="right" if c in ("target ms", "predicted") else "left")
+    rows = [(r["pipeline"], o) for o in r["verdict"]["objectives"]]
+    rows += [(u, o) for u, v in r["units"].items() for o in v["objectives"]]
+    for scope, o in rows:
+        style = _STYLE[o["verdict"]]
+        t.add_row(scope, o["key"], _ms(o["target_ms"]), f"{_ms(o['measured_ms'])} ({_ci(o['ci_ms'])})",
+                  _ms(o["predicted_ms"]), f"[{style}]{o['verdict']}[/{style}]")
+    console.print(t)
+    s = Table(title_justify="left")
+    for c in ("stage", "kind", "servers", "busy", "queue mean/p99 ms", "bubble mean/p99 ms", "bubble share"):
+        s.add_column(c, justify="left" if c in ("stage", "kind") else "right")
+    for st in r["stages"]:
+        wait, bub = st.get("wait_ms") or {}, st.get("bubble_ms") or {}
+        s.add_row(st["name"], st["kind"], str(st["servers"]), f"{st['utilisation']:.0%}",
+                  f"{_ms(wait.get('mean'))} / {_ms(wait.get('p99'))}" if wait else "in TTFT",
+                  f"{_ms(bub.get('mean'))} / {_ms(bub.get('p99'))}", f"{st['bubble_share']:.0%}")
+    console.print(s)
+    for note in r["verdict"].get("notes") or []:
+        console.print(f"note: {note}")
+    overall = r["verdict"]["overall"]
+    console.print(f"verdict: [{_STYLE[overall]}]{overall.upper()}[/{_STYLE[overall]}]")
+
+
 def print_verification(console: Console, v: dict[str, Any]) -> None:
     """One line per round: its verdict, the objectives that did not pass, and why the loop stopped."""
     for rnd in v["rounds"]:
         style = _STYLE[rnd["verdict"]]
         misses = "; ".join(f"{s['service']} {o['key']} {_ms(o['measured_ms'])}ms vs {_ms(o['target_ms'])}ms "
-                           f"({o['verdict']})" for s in rnd["services"] for o in s["objectives"]
-                           if o["verdict"] != "pass")
+                           f"({o['verdict']})" for s in rnd["services"] + rnd.get("pipelines", [])
+                           for o in s["objectives"] if o["verdict"] != "pass")
         console.print(f"verification round {rnd['round']} ({v['method']}, {v['requests']} requests per service): "
                       f"[{style}]{rnd['verdict']}[/{style}]" + (f": {misses}" if misses else ""))
+        for p in rnd.get("pipelines", []):
+            console.print(f"  pipeline {p['service']}: " + ", ".join(
+                f"{st['name']} {st['utilisation']:.0%} busy" + (
+                    f", bubble {st['bubble_share']:.0%}" if st["bubble_share"] else "") for st in p["stages"]))
         if rnd.get("corrections"):
             console.print("  re-planned with objectives tightened: " + ", ".join(
                 f"{c['service']} {c['objective']} x{c['scale']:g}" for c in rnd["corrections"]))
@@ -103,11 +138,13 @@ def verification_markdown(v: dict[str, Any]) -> str:
         out.append("")
         out.append("| service | objective | target ms | predicted ms | measured ms | 95% CI | verdict |")
         out.append("|---|---|---:|---:|---:|---|---|")
-        for svc in rnd["services"]:
+        for svc in rnd.get("pipelines", []) + rnd["services"]:
             for o in svc["objectives"]:
                 out.append(f"| {svc['service']} | {o['key']} | {_ms(o['target_ms'])} | {_ms(o['predicted_ms'])} | "
                            f"{_ms(o['measured_ms'])} | {_ci(o['ci_ms'])} | {o['verdict']} |")
         out.append("")
+        for p in rnd.get("pipelines", []):
+            out += _pipeline_stages(p)
         for svc in rnd["services"]:
             extra = "; ".join(svc.get("notes", []))
             out.append(f"- {svc['service']}: attainment {svc['attainment']:.1%}, goodput {svc['goodput_rps']:.3f} "
@@ -119,6 +156,22 @@ def verification_markdown(v: dict[str, Any]) -> str:
             out.append(f"- {rnd['outcome']}")
         out.append("")
     return "\n".join(out)
+
+
+def _pipeline_stages(p: dict[str, Any]) -> list[str]:
+    """A pipeline's stages as the simulation ran them: how busy, how long requests queued, how long they waited
+    on the stage before (the bubble)."""
+    out = [(f"Pipeline {p['service']} end to end ({p['failed']} requests failed): per stage, servers are engines "
+            "(LLM), replicas or cores; busy is busy time over servers x the run; the bubble is time a request sat "
+            "in the stage waiting for the stage before it."), "",
+           "| stage | kind | servers | busy | queue mean / p99 ms | bubble mean / p99 ms | bubble share |",
+           "|---|---|---:|---:|---:|---:|---:|"]
+    for st in p["stages"]:
+        wait, bub = st.get("wait_ms") or {}, st.get("bubble_ms") or {}
+        queue = f"{_ms(wait.get('mean'))} / {_ms(wait.get('p99'))}" if wait else "in TTFT"
+        out.append(f"| {st['name']} | {st['kind']} | {st['servers']} | {st['utilisation']:.0%} | {queue} | "
+                   f"{_ms(bub.get('mean'))} / {_ms(bub.get('p99'))} | {st['bubble_share']:.0%} |")
+    return out + [""] + [f"- {n}" for n in p.get("notes", [])] + ([""] if p.get("notes") else [])
 
 
 # -- runs against an endpoint ------------------------------------------------------------------------------------
@@ -266,6 +319,7 @@ def endpoint_markdown(result: Any, r: dict[str, Any], out: Path) -> list[Path]:
     return [out] + [out.parent / p for p in plots]
 
 
-__all__ = ["endpoint_json", "endpoint_markdown", "print_bench", "print_endpoint", "print_verification",
+__all__ = ["endpoint_json", "endpoint_markdown", "print_bench", "print_endpoint", "print_pipeline_bench",
+           "print_verification",
            "verification_markdown"]
 

@@ -44,6 +44,15 @@ def test_pipeline_stages_are_planned_each_on_its_own(tmp_path):
     assert stages["code2wav"]["kind"] == "codec" and stages["code2wav"]["allocations"][0]["framework"] == "vllm-omni"
     (pipe,) = plan["spec"]["pipelines"]
     assert "code2wav_first_output_p99" in pipe["objectives"] and "e2e_p99" in pipe["objectives"]
+    # Verified end to end, stage by stage: every stage judged on its budget, the bubble reported per stage.
+    rnd = plan["spec"]["verification"]["rounds"][0]
+    assert not rnd.get("skipped")
+    assert {s["service"] for s in rnd["services"]} == {f"voice-{s}" for s in stages}
+    (verified,) = rnd["pipelines"]
+    assert {o["key"] for o in verified["objectives"]} == set(pipe["objectives"])
+    assert [s["name"] for s in verified["stages"]] == ["audio-in", "thinker", "talker", "code2wav"]
+    assert all("bubble_share" in s and 0 < s["utilisation"] <= 1 for s in verified["stages"])
+    assert "bubble" in out.stdout and "| code2wav | codec |" in (tmp_path / "report.md").read_text()
 
 
 def test_a_pipeline_stage_without_its_work_is_located(tmp_path):
