@@ -118,8 +118,10 @@ def _chunked(arrive: np.ndarray, ready: np.ndarray, servers: list[tuple[float, f
     comes in evenly until `ready`; otherwise a request is one piece, started when all its input is there.
     A request stays on the server its first piece went to (the engine holds its state); between its pieces the
     server serves others. Returns (first output, end, queueing, bubble, busy seconds) per request."""
+    from infra.perf.stages import chunks_of
+
     n = len(arrive)
-    chunks = max(1, round(1 / first_fraction)) if first_fraction < 1 else 1
+    chunks = chunks_of(first_fraction)
     release = []
     for i in np.flatnonzero(np.isfinite(arrive)):
         a, r = float(arrive[i]), float(max(ready[i], arrive[i]))
@@ -179,8 +181,7 @@ def _stage_servers(plan: Any, entry: Any, work: dict[str, Any], catalog: Any) ->
         device = catalog.device(alloc.device)
         factors = lookup("vllm", device).factors
         t = stage_timing(model, device, alloc.precision, alloc.parallel.sp, load, factors)
-        fixed = factors.request_ms / 1000
-        servers += [(t.service_s - fixed, fixed)] * alloc.replicas
+        servers += [(t.service_s - t.fixed_s, t.fixed_s)] * alloc.replicas
     return servers, load.first_fraction
 
 

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from infra.bench.pipeline import LENGTH_DRAWS, _cpu_time, _handoff, _pipeline, _stage_servers, stage_lengths
+from infra.perf.stages import chunks_of
 
 
 class _Progress:
@@ -49,7 +50,7 @@ class _Servers:
     def __init__(self, servers: list[tuple[float, float]], first_fraction: float):
         self.servers = servers
         self.first_fraction = first_fraction
-        self.chunks = max(1, round(1 / first_fraction)) if first_fraction < 1 else 1
+        self.chunks = chunks_of(first_fraction)
         self.locks: list[asyncio.Lock] | None = None
         self.holding = [0] * len(servers)
 

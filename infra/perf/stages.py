@@ -100,10 +100,23 @@ class StageTiming:
     weights_gb: float
     """Per device (sequence parallel keeps a full copy on each)."""
     usable_gb: float
+    fixed_s: float = 0.0
+    """The engine's fixed time per request, inside `service_s` and `first_s`."""
+    first_fraction: float = 1.0
+    """Share of the work done at the first output (below 1: the stage works in chunks of that size)."""
 
     @property
     def fits(self) -> bool:
         return self.weights_gb + 1.0 <= self.usable_gb
+
+    @property
+    def chunks(self) -> int:
+        return chunks_of(self.first_fraction)
+
+
+def chunks_of(first_fraction: float) -> int:
+    """Pieces a request's work is done in when its first output comes after `first_fraction` of it."""
+    return max(1, round(1 / first_fraction)) if first_fraction < 1 else 1
 
 
 def stage_timing(model: ModelSpec, device: DeviceSpec, precision: str, sp: int, load: StageLoad,
@@ -130,36 +143,48 @@ def stage_timing(model: ModelSpec, device: DeviceSpec, precision: str, sp: int, 
     service = load.passes * per_pass + factors.request_ms / 1000
     memory = device_memory_gb if device_memory_gb is not None else device.memory_gb.value
     return StageTiming(service, load.passes * per_pass * load.first_fraction + factors.request_ms / 1000,
-                       weights / 1e9, memory * MEMORY_UTILIZATION)
+                       weights / 1e9, memory * MEMORY_UTILIZATION, factors.request_ms / 1000, load.first_fraction)
 
 
-def stage_latency(timing: StageTiming, rate: float, arrival_cv: float,
-                  percentiles: tuple[str, ...] = PERCENTILES) -> tuple[dict[str, float], dict[str, float], bool]:
+def stage_latency(timing: StageTiming, rate: float, arrival_cv: float, percentiles: tuple[str, ...] = PERCENTILES,
+                  interleaved: bool = False) -> tuple[dict[str, float], dict[str, float], bool]:
     """(first output, full latency) in seconds, mean and percentiles, of a replica serving `rate` requests/s, and
-    whether it keeps up. The wait is Kingman's mean with an exponential tail (P(wait > 0) = utilisation)."""
+    whether it keeps up. The wait is Kingman's mean with an exponential tail (P(wait > 0) = utilisation).
+
+    `interleaved`: the stage's input streams in (the stage before it hands on as it produces), so a chunked stage's
+    pieces of different requests interleave and a first piece queues behind pieces, not behind whole requests:
+    its wait is Kingman's over the pieces (same utilisation, the pieces' mean and spread of service time)."""
     rho = rate * timing.service_s
     if rho >= 1:
         inf = {"mean": math.inf, **{p: math.inf for p in percentiles}}
         return inf, inf, False
     wait = _kingman_wait(rho, timing.service_s, arrival_cv, 0.0) if rho > 0 else 0.0
+    first_wait = wait
+    c = timing.chunks
+    if interleaved and c > 1 and rho > 0:
+        work = timing.service_s - timing.fixed_s
+        head, rest = timing.first_fraction * work + timing.fixed_s, work * (1 - timing.first_fraction) / (c - 1)
+        mean = timing.service_s / c
+        cs = math.sqrt(max(0.0, (head * head + (c - 1) * rest * rest) / c / (mean * mean) - 1))
+        first_wait = _kingman_wait(rho, mean, arrival_cv, cs)
 
-    def at(p: str) -> float:
+    def at(w: float, p: str) -> float:
         tail = 1 - float(p[1:]) / 100
-        return (wait / rho) * math.log(rho / tail) if rho > tail else 0.0
+        return (w / rho) * math.log(rho / tail) if rho > tail else 0.0
 
-    first = {"mean": timing.first_s + wait, **{p: timing.first_s + at(p) for p in percentiles}}
-    full = {"mean": timing.service_s + wait, **{p: timing.service_s + at(p) for p in percentiles}}
+    first = {"mean": timing.first_s + first_wait, **{p: timing.first_s + at(first_wait, p) for p in percentiles}}
+    full = {"mean": timing.service_s + wait, **{p: timing.service_s + at(wait, p) for p in percentiles}}
     return first, full, True
 
 
 def stage_capacity(timing: StageTiming, arrival_cv: float, first_targets: dict[str, float],
-                   full_targets: dict[str, float]) -> float:
+                   full_targets: dict[str, float], interleaved: bool = False) -> float:
     """The most requests/s one replica serves with every percentile target met (0 when none), by bisection."""
 
     wanted = tuple(sorted(set(first_targets) | set(full_targets)))
 
     def ok(rate: float) -> bool:
-        first, full, stable = stage_latency(timing, rate, arrival_cv, wanted)
+        first, full, stable = stage_latency(timing, rate, arrival_cv, wanted, interleaved)
         return stable and all(first[p] <= v for p, v in first_targets.items()) and all(
             full[p] <= v for p, v in full_targets.items())
 

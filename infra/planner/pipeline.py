@@ -73,6 +73,8 @@ class Unit:
     """Hands on as it produces (so the next stage starts at this one's first output)."""
     load: StageLoad | None = None
     """Work per request of a stage that is not an LLM."""
+    interleaved: bool = False
+    """Its input streams in (the stage before hands on as it produces), so its chunks interleave with others'."""
 
 
 def unit_name(service: str, stage: str) -> str:
@@ -217,6 +219,8 @@ def plan_units(rs: ResolvedService, resolved: ResolvedIntent) -> list[Unit]:
     units = [Unit(svc.name, st, unit_name(svc.name, st.name), rs.stages.get(st.name),
                   streams=st.handoff is not None and st.handoff.unit in STREAMING) for st in svc.pipeline]
     _check(units, rs, resolved)
+    for before, u in zip(units, units[1:]):
+        u.interleaved = before.streams
     for u in units:
         if u.stage.kind == "cpu":
             u.unloaded = (_cpu_seconds(u.stage), _cpu_seconds(u.stage))
@@ -284,13 +288,13 @@ def stage_candidates(unit: Unit, rs: ResolvedService, resolved: ResolvedIntent, 
                             f"{unit.model.name} {precision} needs {t.weights_gb:.1f} GB of weights per device, "
                             f"{t.usable_gb:.1f} GB usable")))
                         continue
-                    cap = stage_capacity(t, arrival_cv, unit.first, unit.full)
+                    cap = stage_capacity(t, arrival_cv, unit.first, unit.full, unit.interleaved)
                     if cap <= 0:
                         seen.append(replace(record, outcome=(
                             f"misses its budget even alone ({t.first_s * 1000:.0f} ms to first output, "
                             f"{t.service_s * 1000:.0f} ms in all)")))
                         continue
-                    first, full, _ = stage_latency(t, cap, arrival_cv, wanted or ("p50",))
+                    first, full, _ = stage_latency(t, cap, arrival_cv, wanted or ("p50",), unit.interleaved)
                     seen.append(replace(record, outcome="candidate"))
                     est = StageEstimate(load, t, cap, first, full, Calibration(
                         cal.factors, False, f"stage model, efficiency borrowed from {cal.source}", cal.distance))

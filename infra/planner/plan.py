@@ -224,7 +224,7 @@ def _stage_entry(resolved: ResolvedIntent, rs: ResolvedService, unit: Unit, cand
         est = c.estimate
         assert isinstance(est, StageEstimate)
         first, full, _ = stage_latency(est.timing, load, _arrival_cv(rs), tuple(sorted(
-            set(unit.first) | set(unit.full), key=z_of)) or ("p50",))
+            set(unit.first) | set(unit.full), key=z_of)) or ("p50",), unit.interleaved)
         predicted = {}
         for key, target in sorted(targets.items()):
             got = (first if key.startswith("first_output") else full)[key.rpartition("_")[2]]

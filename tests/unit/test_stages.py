@@ -56,3 +56,20 @@ def test_budgets_split_the_objectives_along_the_pipeline():
     assert sum(leads) + units[-1].first["p99"] == pytest.approx(0.9, rel=1e-6)
     assert all(u.full["p99"] <= 30.0 for u in units)
     assert units[2].tpot == {} and all(u.stage.kind != "llm" or u.first for u in units)
+
+
+def test_a_chunked_stage_fed_as_produced_queues_its_first_chunk_behind_chunks():
+    dev = CAT.device("H20")
+    codec = CAT.model("Qwen3-Omni-Code2Wav")
+    t = stage_timing(codec, dev, "bf16", 1, stage_load(codec, StageWork(audio="15s")), lookup("vllm", dev).factors)
+    assert t.chunks == 15 and 0 < t.fixed_s < t.first_s
+    whole_first, whole_full, _ = stage_latency(t, 12.0, 1.0, ("p99",))
+    mixed_first, mixed_full, _ = stage_latency(t, 12.0, 1.0, ("p99",), interleaved=True)
+    assert mixed_first["p99"] < whole_first["p99"] and mixed_full == whole_full
+    assert stage_capacity(t, 1.0, {"p99": 0.15}, {}, interleaved=True) > stage_capacity(t, 1.0, {"p99": 0.15}, {})
+    # A stage that needs its whole input is one piece: nothing to interleave.
+    vit = CAT.model("Qwen2.5-VL-7B-Vision")
+    tv = stage_timing(vit, dev, "bf16", 1, stage_load(vit, StageWork(images=2, resolution="1280x960")),
+                      lookup("vllm", dev).factors)
+    assert tv.chunks == 1
+    assert stage_latency(tv, 5.0, 1.0, ("p99",), interleaved=True) == stage_latency(tv, 5.0, 1.0, ("p99",))
