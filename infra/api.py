@@ -229,7 +229,10 @@ def bench(*, simulate: str | Path | None = None, service: str | None = None, con
         raise IntentError(Problem("nothing to benchmark", Location(path="--simulate"),
                                   "give --simulate PLAN (a plan.yaml from `infra plan`) or --endpoint URL"))
     plan_doc = load_plan(simulate)
-    if service is not None and service in {p.service for p in plan_doc.spec.pipelines}:
+    pipelines = [p.service for p in plan_doc.spec.pipelines]
+    if service is None and len(pipelines) == 1 and all(s.pipeline for s in plan_doc.spec.services):
+        service = pipelines[0]
+    if service is not None and service in pipelines:
         from infra.bench.pipeline import bench_pipeline
 
         for flag, value in (("--concurrency", concurrency), ("--input-tokens", input_tokens),

@@ -57,23 +57,24 @@ class BenchResult:
 
 
 def pick_service(plan: Any, service: str | None, plan_path: str | Path | None = None) -> str:
-    """The service to run: the one named, or the plan's only one (of those run by LLM engines, which the simulator
-    steps; the other stages of a pipeline are not simulated)."""
+    """The service to run: the one named, or the plan's only one run by LLM engines (a pipeline runs as a whole:
+    `infra.bench.pipeline`)."""
     names = [s.name for s in plan.spec.services if s.runs_llm_engine]
     if service is not None:
         svc, _ = plan_allocation(plan, service, 0)
         if not svc.runs_llm_engine:
             raise IntentError(Problem(
-                f"service {service} is the {svc.kind} stage {svc.stage} of pipeline {svc.pipeline}, which the "
-                "simulator does not run (it steps LLM engines)", Location(str(plan_path) if plan_path else None,
-                                                                      path="spec.services"),
-                f"pick an LLM service: {', '.join(names)}" if names else "the plan has no LLM service to run"))
+                f"service {service} is the {svc.kind} stage {svc.stage} of pipeline {svc.pipeline}, which runs "
+                "only inside its pipeline", Location(str(plan_path) if plan_path else None, path="spec.services"),
+                f"bench the pipeline with --service {svc.pipeline}"))
         return service
     if len(names) == 1:
         return names[0]
-    raise IntentError(Problem(f"the plan has {len(names)} services ({', '.join(names)})",
+    pipelines = [p.service for p in plan.spec.pipelines]
+    runs = [n for n in names if not any(s.name == n and s.pipeline for s in plan.spec.services)] + pipelines
+    raise IntentError(Problem(f"the plan has {len(runs)} services to run ({', '.join(runs)})",
                               Location(str(plan_path) if plan_path else None, path="spec.services"),
-                              f"pick one with --service, e.g. --service {names[0]}"))
+                              f"pick one with --service, e.g. --service {runs[0]}"))
 
 
 def predicted(svc: Any) -> dict[str, float]:

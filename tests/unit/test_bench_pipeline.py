@@ -136,3 +136,11 @@ def test_bench_runs_a_pipeline_from_the_cli():
         "audio-in", "thinker", "talker", "code2wav"]
     bad = infra("bench", "--simulate", str(OMNI), "--service", "voice", "--concurrency", "4")
     assert bad.returncode == 1 and "--concurrency does not apply to pipeline voice" in bad.stderr
+
+
+def test_a_stage_alone_is_refused_and_a_lone_pipeline_is_the_default():
+    run = infra("bench", "--simulate", str(OMNI), "--service", "voice-code2wav")
+    assert run.returncode == 1 and "bench the pipeline with --service voice" in run.stderr
+    lone = infra("bench", "--simulate", str(OMNI), "--requests", "200", "--json", "--intent",
+                 str(ROOT / "examples" / "omni-speech.yaml"))
+    assert lone.returncode in (0, 3) and json.loads(lone.stdout.strip().splitlines()[-1])["pipeline"] == "voice"
