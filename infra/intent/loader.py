@@ -290,6 +290,14 @@ def _name_problems(intent: ServingIntent, doc: Document) -> list[Problem]:
                 problems.append(Problem(f"stage names repeat: {stage.name}", doc.locate(where + ("name",)),
                                         "give every stage of the pipeline its own name"))
             for ai, up in enumerate(stage.after or []):
+                if up in names[:ti] and up != names[ti - 1]:
+                    # Budgets, hand-offs, co-location and the simulator follow the order stages are listed in.
+                    problems.append(Problem(
+                        f"stage {stage.name!r} runs after {up!r}, which is not the stage listed just before it; "
+                        "pipelines are planned as a chain of stages in the order listed",
+                        doc.locate(where + ("after", ai)),
+                        f"list {stage.name!r} right after {up!r}, or drop `after` to consume the stage before it"))
+                    continue
                 if up in names[:ti]:
                     continue
                 hint = "it is not a stage" if up not in names else "it comes later"

@@ -683,6 +683,8 @@ CASES: list[Case] = [
          ["after: [prepare]", "- name: thinker"], base="pipeline"),
     case("stage-after-later", "after: [prep]", "after: [voice-out]", ("'voice-out'", "it comes later"),
          ["after: [voice-out]", "- name: thinker"], base="pipeline"),
+    case("stage-after-not-chained", "          work: {audio: 15s}", "          after: [prep]\n          work: {audio: 15s}",
+         ("runs after 'prep'", "chain of stages"), [("after: [prep]", 2), "- name: voice-out"], base="pipeline"),
     case("stage-bad-resolution", CODEC,
          CODEC + "        - name: video\n          kind: dit\n          model: Wan2.1-T2V-14B\n"
          "          work: {video_frames: 81, resolution: 1280*720, denoise_steps: 40}\n", "WIDTHxHEIGHT",
