@@ -102,7 +102,7 @@ def _entry(plan: Any, unit: str) -> Any:
 
 def _handoff(stage: Any) -> tuple[float, float]:
     """(seconds to move the first unit, seconds to move all of it) to the next stage."""
-    h = getattr(stage, "handoff", None)
+    h = stage.handoff
     if h is None:
         return 0.0, 0.0
     return float(h.first_ms) / 1000, float(h.total_ms) / 1000

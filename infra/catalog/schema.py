@@ -150,6 +150,20 @@ class DeviceSpec(CatalogModel):
             native.update(("int4", "fp4"))
         return [p for p in PRECISIONS if p in native and p not in unsupported]
 
+    def precision_quirk(self, framework: str, precision: str) -> Quirk | None:
+        """The quirk that rules a precision out under one framework (a quirk scoped to it, or to all)."""
+        return next((q for q in self.quirks if precision in q.unsupported_precisions
+                     and (not q.frameworks or framework in q.frameworks)), None)
+
+    def precisions_for(self, framework: str) -> list[str]:
+        """Precisions the device serves under one framework: `precisions` less those its quirks rule out."""
+        return [p for p in self.precisions if self.precision_quirk(framework, p) is None]
+
+    def tp_limit(self, framework: str) -> Quirk | None:
+        """The quirk with the smallest `max_tp` that applies to a framework on this device, if any."""
+        limits = [q for q in self.quirks if q.max_tp is not None and (not q.frameworks or framework in q.frameworks)]
+        return min(limits, key=lambda q: (q.max_tp, q.id)) if limits else None
+
 
 class MoESpec(CatalogModel):
     """Mixture-of-experts layout."""

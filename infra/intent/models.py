@@ -15,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 
 from infra.catalog.schema import ModelKind, Precision
 from infra.intent.base import API_VERSION, Metadata, Name, Percentile, Strict, percentile_value, require_unique
-from infra.intent.profile import ClusterProfileSpec, Conventions, Pool
+from infra.intent.profile import ClusterProfileSpec, Conventions, CpuPool, Pool
 from infra.intent.units import Bytes, Count, Duration, Fraction, Money, MoneyPerHour, MoneyPerMTok, Rate
 
 def _scalar_to(field: str, value: Any) -> Any:
@@ -439,6 +439,8 @@ class ClusterSource(Strict):
     """Pools written inline (same format as a profile's `spec.pools`)."""
     conventions: Conventions | None = None
     """Conventions written inline (with inline pools)."""
+    cpu_pools: list[CpuPool] = []
+    """CPU pools written inline (with inline pools; same format as a profile's `spec.cpu_pools`)."""
 
     @model_validator(mode="after")
     def _one(self) -> ClusterSource:
@@ -446,6 +448,8 @@ class ClusterSource(Strict):
             raise ValueError("give either profile (a file) or pools (inline), exactly one")
         if self.profile is not None and self.conventions is not None:
             raise ValueError("conventions are given inline but a profile is referenced; move them into the profile")
+        if self.profile is not None and self.cpu_pools:
+            raise ValueError("cpu_pools are given inline but a profile is referenced; move them into the profile")
         return self
 
     @field_validator("pools")
@@ -460,7 +464,8 @@ class ClusterSource(Strict):
     def inline_spec(self) -> ClusterProfileSpec | None:
         if self.pools is None:
             return None
-        return ClusterProfileSpec(pools=self.pools, conventions=self.conventions or Conventions())
+        return ClusterProfileSpec(pools=self.pools, cpu_pools=self.cpu_pools,
+                                  conventions=self.conventions or Conventions())
 
 
 class IntentSpec(Strict):

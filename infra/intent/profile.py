@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from infra.catalog.schema import Vendor
 from infra.intent.base import API_VERSION, Metadata, Name, Strict, require_unique
@@ -102,14 +102,81 @@ class Pool(Strict):
     @field_validator("nodes")
     @classmethod
     def _nodes_positive(cls, nodes: int | list[Node]) -> int | list[Node]:
-        if isinstance(nodes, int) and nodes < 1:
-            raise ValueError(f"nodes is {nodes}, but a pool needs at least one node; give a count of 1 or more, "
-                             "or remove the pool")
-        if isinstance(nodes, list):
-            if not nodes:
-                raise ValueError("nodes is an empty list; list at least one node or give a count")
-            require_unique([n.name for n in nodes], "node")
-        return nodes
+        return _check_nodes(nodes)
+
+
+def _check_nodes(nodes: int | list[Node]) -> int | list[Node]:
+    if isinstance(nodes, int) and nodes < 1:
+        raise ValueError(f"nodes is {nodes}, but a pool needs at least one node; give a count of 1 or more, "
+                         "or remove the pool")
+    if isinstance(nodes, list):
+        if not nodes:
+            raise ValueError("nodes is an empty list; list at least one node or give a count")
+        require_unique([n.name for n in nodes], "node")
+    return nodes
+
+
+class CpuNode(Strict):
+    """What one node of a CPU pool offers."""
+
+    cores: int = Field(ge=1)
+    """CPU cores (vCPUs as Kubernetes counts them) per node."""
+    memory: Bytes
+    """Memory per node, e.g. 256Gi."""
+    reserved_cores: int = Field(default=2, ge=0)
+    """Cores per node kept for the kubelet and system daemons, not for workloads."""
+
+    @model_validator(mode="after")
+    def _leaves_some(self) -> CpuNode:
+        if self.reserved_cores >= self.cores:
+            raise ValueError(f"reserved_cores is {self.reserved_cores} but a node has {self.cores} cores; reserve "
+                             "fewer than the node has")
+        return self
+
+    @property
+    def usable_cores(self) -> int:
+        return self.cores - self.reserved_cores
+
+
+class CpuPool(Strict):
+    """A group of nodes without accelerators and one price, for the CPU stages of pipelines (preprocessing)."""
+
+    name: Name
+    """Pool name, unique in the profile (among accelerator pools too)."""
+    cpu: CpuNode
+    """Cores and memory of each node, e.g. `{cores: 64, memory: 256Gi}`."""
+    nodes: int | list[Node]
+    """Number of nodes, or the nodes themselves (their `devices` is ignored)."""
+    price: MoneyPerHour
+    """Price per node-hour, e.g. `$2.10/h`."""
+    owned: bool = False
+    """The nodes are already paid for; planning still prices them at `price` so that it uses no more of them
+    than the intent needs."""
+    spot: bool = False
+    """Spot / preemptible nodes; used only when the service allows spot."""
+    topology: Topology = Topology()
+    """Zone and switch of the pool's nodes."""
+    nics: list[Nic] = []
+    """Network interfaces of each node (hand-offs to the next stage go over the fastest)."""
+    node_selector: dict[str, str] = {}
+    """Labels that select this pool's nodes (rendered as nodeSelector)."""
+
+    @property
+    def node_count(self) -> int:
+        return self.nodes if isinstance(self.nodes, int) else len(self.nodes)
+
+    @property
+    def zone(self) -> str | None:
+        """The pool's zone: its own, or the one all its listed nodes share."""
+        if self.topology.zone or isinstance(self.nodes, int):
+            return self.topology.zone
+        zones = {n.topology.zone for n in self.nodes}
+        return zones.pop() if len(zones) == 1 else None
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes_positive(cls, nodes: int | list[Node]) -> int | list[Node]:
+        return _check_nodes(nodes)
 
 
 class DeviceResources(Strict):
@@ -168,6 +235,9 @@ class ClusterProfileSpec(Strict):
 
     pools: list[Pool] = Field(min_length=1)
     """Device pools the planner may use."""
+    cpu_pools: list[CpuPool] = []
+    """Pools of nodes without accelerators, for the CPU stages of pipelines; without one, a CPU stage's cores
+    are requested on any node."""
     conventions: Conventions = Conventions()
     """Resource names, scheduler, installed CRDs."""
 
@@ -176,6 +246,11 @@ class ClusterProfileSpec(Strict):
     def _unique_pools(cls, pools: list[Pool]) -> list[Pool]:
         require_unique([p.name for p in pools], "pool")
         return pools
+
+    @model_validator(mode="after")
+    def _unique_across(self) -> ClusterProfileSpec:
+        require_unique([p.name for p in self.pools] + [p.name for p in self.cpu_pools], "pool")
+        return self
 
 
 class ClusterProfile(Strict):

@@ -224,13 +224,42 @@ def _tp_options(model: ModelSpec, pool: Pool, allow_multi: bool) -> list[Paralle
     return list(dict.fromkeys(shapes))
 
 
+def wanted_precisions(stated: list[str], model: ModelSpec, device: DeviceSpec, fw: FrameworkSpec) -> list[str]:
+    """The precisions to try: those stated, else the weights as published (or 16-bit where the device, under
+    this framework, lacks that format: bf16, else fp16)."""
+    if stated:
+        return list(stated)
+    served = device.precisions_for(fw.name)
+    if model.native_precision in served:
+        return [model.native_precision]
+    return ["bf16" if "bf16" in served or "fp16" not in served else "fp16"]
+
+
 def _precisions(svc: Service, model: ModelSpec, device: DeviceSpec, fw: FrameworkSpec) -> list[str]:
-    if svc.precisions:
-        wanted = list(svc.precisions)
-    else:
-        # Without a stated choice, serve the weights as published (or 16-bit where the device lacks that format).
-        wanted = [model.native_precision if model.native_precision in device.precisions else "bf16"]
-    return [p for p in wanted if p in device.precisions and p in fw.precisions]
+    served = device.precisions_for(fw.name)
+    return [p for p in wanted_precisions(list(svc.precisions), model, device, fw) if p in served
+            and p in fw.precisions]
+
+
+def quirk_refusals(stated: list[str], model: ModelSpec, device: DeviceSpec, fw: FrameworkSpec) -> list[tuple[str,
+                                                                                                           str]]:
+    """(precision, why) for each precision a device quirk refuses under this framework among those the service
+    states, or the published one when it states none."""
+    wanted = list(stated) or [model.native_precision]
+    out = []
+    for p in wanted:
+        q = device.precision_quirk(fw.name, p)
+        if q is not None and p in fw.precisions:
+            out.append((p, f"{fw.name} on {device.name}: {p} not supported (quirk {q.id})"))
+    return out
+
+
+def tp_refusal(device: DeviceSpec, fw: FrameworkSpec, par: Parallel) -> str:
+    """Why a layout's tensor parallelism exceeds what a quirk says works ('' when it does not)."""
+    q = device.tp_limit(fw.name)
+    if q is None or q.max_tp is None or par.tp <= q.max_tp:
+        return ""
+    return f"{fw.name} on {device.name}: tp{par.tp} above the largest TP known to work, {q.max_tp} (quirk {q.id})"
 
 
 def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], resolved: ResolvedIntent,
@@ -315,7 +344,7 @@ def _smallest_layouts(rs: ResolvedService, device: DeviceSpec, fw: FrameworkSpec
     assert rs.model is not None and resolved.catalog is not None
     out = []
     for par in _tp_options(rs.model, pool, False):
-        if shape_problems(rs.model, device, fw, precision, par):
+        if tp_refusal(device, fw, par) or shape_problems(rs.model, device, fw, precision, par):
             continue
         try:
             build_workers(Deployment(rs.model.name, device.name, fw.name, precision, agg=Role(par)),
@@ -578,11 +607,14 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
                     seen.append(Considered(svc.name, pool.name, fw.name, "-", "-",
                                            f"{fw.name} has no image pinned to a release for {device.name}"))
                     continue
+                for precision, why in quirk_refusals(list(svc.precisions), rs.model, device, fw):
+                    seen.append(Considered(svc.name, pool.name, fw.name, precision, "-", why))
                 for precision in _precisions(svc, rs.model, device, fw):
                     allow_multi = (pool.multi_node and svc.preferences.multi_node and "multi_node" in fw.features)
                     for par in _tp_options(rs.model, pool, allow_multi):
                         label = par.label()
-                        why = shape_problems(rs.model, device, fw, precision, par)
+                        refused = tp_refusal(device, fw, par)
+                        why = [refused] if refused else shape_problems(rs.model, device, fw, precision, par)
                         if why:
                             seen.append(Considered(svc.name, pool.name, fw.name, precision, label, why[0]))
                             continue

@@ -18,7 +18,23 @@ the percentile of the sum from above, so the split is conservative. TPOT and ITL
 LLM stage. An LLM stage then becomes an ordinary service for the candidate search (with TTFT = its first-output
 budget, E2E = its full budget); the other stages are scored by `infra.perf.stages`. Every unit carries the
 service's full request rate; the service's budget bounds the sum of its units' costs. CPU stages are sized in
-cores (work per second over a 70% utilisation target) rather than solved for.
+cores (work per second over a 70% utilisation target) rather than solved for, and placed on the cheapest CPU pool
+of the profile that has the cores.
+
+Hand-offs. A stage with a `handoff` moves its output to the next stage (`infra.perf.handoff`): the next stage
+waits for the first unit's transfer when the stage streams, for the whole transfer otherwise. Every sum above that
+crosses from stage i to stage i+1 carries that wait h[i] as a fixed term: the target less the hand-offs is split
+over the stages. Before the replicas are placed the link is not known, so h[i] is the slowest link between any
+pools the two stages may use (conservative); the plan's end-to-end prediction uses the links of the chosen pools.
+
+Co-location. Two consecutive stages are placed together (same pool, replicas packed onto the same nodes, the
+hand-off over the node's NVLink/HCCS or through one device) when the network hand-off takes more than
+COLOCATE_SHARE of the budget the two stages share (their two shares of the tightest objective that spans them):
+that much of the pair's time lost to the network shrinks both stages' budgets, and a replica's capacity falls
+faster than its budget as the budget nears its unloaded latency, so the two stages need more replicas than the
+packing constraint costs. Below it the network hand-off is cheaper than restricting placement. Co-location needs
+a pool both stages may use whose node holds the smallest replica of each; without one, the pair stays apart, the
+network hand-off is charged and the plan notes why.
 """
 
 from __future__ import annotations
@@ -30,13 +46,15 @@ from dataclasses import dataclass, field, replace
 from infra.catalog.schema import DeviceSpec, FrameworkSpec, ModelSpec
 from infra.errors import InfraError, IntentError, Problem
 from infra.intent.models import Service, Stage
-from infra.intent.profile import Pool
+from infra.intent.profile import CpuPool, Pool
 from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
 from infra.perf.calibration import Calibration, lookup
 from infra.perf.estimate import estimate
+from infra.perf.handoff import STREAMING, Site, Transfer, network_link, node_link, slowest, transfer, units_per_request
 from infra.perf.serving import z_of
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 from infra.perf.stages import StageEstimate, StageLoad, stage_capacity, stage_latency, stage_load, stage_timing
+from infra.planner.colocate import bundles
 from infra.planner.candidates import (
     Candidate,
     Considered,
@@ -44,12 +62,15 @@ from infra.planner.candidates import (
     _price,
     enumerate_candidates,
     prune_dominated,
+    quirk_refusals,
     service_workload,
+    wanted_precisions,
 )
 
-STREAMING = {"token", "audio_second", "video_frame"}
 CPU_UTILISATION = 0.7
 SP_OPTIONS = (1, 2, 4, 8)
+COLOCATE_SHARE = 0.10
+"""Share of a stage pair's budget above which the network hand-off co-locates the pair (module docstring)."""
 
 
 @dataclass
@@ -75,6 +96,16 @@ class Unit:
     """Work per request of a stage that is not an LLM."""
     interleaved: bool = False
     """Its input streams in (the stage before hands on as it produces), so its chunks interleave with others'."""
+    fits: dict[str, int] = field(default_factory=dict)
+    """Pool -> devices of the smallest replica of the stage that fits there (model stages)."""
+    handoff: Transfer | None = None
+    """The hand-off to the next stage as the budget split charged it."""
+    network: Transfer | None = None
+    """The same hand-off over the slowest network link between the two stages' pools."""
+    colocate: bool = False
+    """Placed together with the next stage."""
+    note: str = ""
+    """Why the hand-off to the next stage goes where it goes (for the plan's notes)."""
 
 
 def unit_name(service: str, stage: str) -> str:
@@ -92,9 +123,9 @@ def _pools(resolved: ResolvedIntent, rs: ResolvedService) -> list[Pool]:
 
 
 def _precision(stage: Stage, svc: Service, model: ModelSpec, device: DeviceSpec, fw: FrameworkSpec) -> list[str]:
-    wanted = list(stage.precisions or svc.precisions) or [model.native_precision if model.native_precision in
-                                                          device.precisions else "bf16"]
-    return [p for p in wanted if p in device.precisions and p in fw.precisions]
+    served = device.precisions_for(fw.name)
+    return [p for p in wanted_precisions(list(stage.precisions or svc.precisions), model, device, fw)
+            if p in served and p in fw.precisions]
 
 
 def stage_service(unit: Unit, rs: ResolvedService) -> Service:
@@ -118,9 +149,10 @@ def stage_service(unit: Unit, rs: ResolvedService) -> Service:
     })
 
 
-def _llm_unloaded(model: ModelSpec, rs: ResolvedService, stage: Stage, resolved: ResolvedIntent) -> tuple[float,
-                                                                                                       float]:
-    """(TTFT, E2E) of one request alone on the fastest allowed device, smallest layout that fits."""
+def _llm_unloaded(model: ModelSpec, rs: ResolvedService, stage: Stage, resolved: ResolvedIntent,
+                  fits: dict[str, int]) -> tuple[float, float]:
+    """(TTFT, E2E) of one request alone on the fastest allowed device, smallest layout that fits; `fits` gets the
+    devices of that layout per pool."""
     assert resolved.catalog is not None
     best = (math.inf, math.inf)
     base = resolved.loaded.document.path.parent
@@ -142,6 +174,7 @@ def _llm_unloaded(model: ModelSpec, rs: ResolvedService, stage: Stage, resolved:
                         continue
                     p = e.prediction
                     best = min(best, (p.ttft["p50"], p.e2e["p50"]))
+                    fits[pool.name] = min(fits.get(pool.name, tp), tp)
                     break
     return best
 
@@ -161,6 +194,7 @@ def _stage_unloaded(unit: Unit, rs: ResolvedService, resolved: ResolvedIntent) -
                                      pool_device_memory_gb(pool, device))
                     if t.fits:
                         best = min(best, (t.first_s, t.service_s))
+                        unit.fits[pool.name] = min(unit.fits.get(pool.name, sp), sp)
     return best
 
 
@@ -226,7 +260,7 @@ def plan_units(rs: ResolvedService, resolved: ResolvedIntent) -> list[Unit]:
             u.unloaded = (_cpu_seconds(u.stage), _cpu_seconds(u.stage))
         elif u.stage.kind == "llm":
             assert u.model is not None
-            u.unloaded = _llm_unloaded(u.model, rs, u.stage, resolved)
+            u.unloaded = _llm_unloaded(u.model, rs, u.stage, resolved, u.fits)
         else:
             u.unloaded = _stage_unloaded(u, rs, resolved)
     # Objectives as sums of (unit index, "first" | "full") terms with a percentile and a target.
@@ -247,19 +281,133 @@ def plan_units(rs: ResolvedService, resolved: ResolvedIntent) -> list[Unit]:
             objectives.append(([lead(i) for i in range(k)] + [(k, "first")], p, v))
         for p, v in u.stage.slo.latency.items():
             objectives.append(([(k, "full")], p, v))
-    for terms, p, target in objectives:
-        alone = [units[i].unloaded[0 if what == "first" else 1] for i, what in terms]
-        total = sum(alone)
-        for (i, what), t in zip(terms, alone):
-            if units[i].stage.kind == "cpu":
-                continue
-            share = target * (t / total) if total > 0 and math.isfinite(total) else target / len(terms)
-            budget = units[i].first if what == "first" else units[i].full
-            budget[p] = min(budget.get(p, math.inf), share)
+    _handoffs(units, rs, resolved, si=next(i for i, s in enumerate(resolved.loaded.intent.spec.services)
+                                          if s.name == svc.name))
+    # First without hand-offs, for the budgets stage pairs share; then with what each hand-off costs.
+    pairs = _split(units, objectives, {})
+    for i, u in enumerate(units[:-1]):
+        if u.network is not None:
+            _decide(u, units[i + 1], pairs.get(i, math.inf), resolved)
+    _split(units, objectives, {i: u.handoff.charged(u.streams) for i, u in enumerate(units) if u.handoff})
     llms = [u for u in units if u.stage.kind == "llm"]
     if llms:
         llms[-1].tpot = dict(svc.slo.tpot)
     return units
+
+
+def _split(units: list[Unit], objectives: list[tuple[list[tuple[int, str]], str, float]],
+           charge: dict[int, float]) -> dict[int, float]:
+    """Set every stage's budgets: each objective's target, less the hand-offs its sum crosses, split over its
+    terms in proportion to their unloaded latencies. Returns, per hand-off (by the index of the stage that hands
+    on), the least budget the two stages on either side of it get from one objective."""
+    for u in units:
+        u.first, u.full = {}, {}
+    pairs: dict[int, float] = {}
+    for terms, p, target in objectives:
+        crossed = [i for i, _ in terms[:-1]]  # a sum runs over stages 0..k in order: it crosses each hand-off
+        left = max(target - sum(charge.get(i, 0.0) for i in crossed), 1e-6)
+        alone = [units[i].unloaded[0 if what == "first" else 1] for i, what in terms]
+        total = sum(alone)
+        shares = [left * (t / total) if total > 0 and math.isfinite(total) else left / len(terms) for t in alone]
+        for (i, what), share in zip(terms, shares):
+            if units[i].stage.kind == "cpu":
+                continue
+            budget = units[i].first if what == "first" else units[i].full
+            budget[p] = min(budget.get(p, math.inf), share)
+        for j, i in enumerate(crossed):
+            pairs[i] = min(pairs.get(i, math.inf), shares[j] + shares[j + 1])
+    return pairs
+
+
+def site(pool: Pool | CpuPool) -> Site:
+    """Where a pool's nodes sit, for hand-off links."""
+    return Site(pool.name, pool.zone, pool.topology.switch, tuple(pool.nics))
+
+
+ANY_NODE = Site("any node", None, None, ())
+"""A CPU stage with no CPU pool in the profile runs on some node of the cluster."""
+
+
+def unit_sites(u: Unit, rs: ResolvedService, resolved: ResolvedIntent) -> list[Site]:
+    """Where a stage's replicas may run: the pools its smallest replica fits (CPU stages: the CPU pools)."""
+    if u.stage.kind == "cpu":
+        return [site(p) for p in cpu_pools_for(rs, resolved)] or [ANY_NODE]
+    return [site(p) for p in _pools(resolved, rs) if p.name in u.fits] or [site(p) for p in _pools(resolved, rs)]
+
+
+def cpu_pools_for(rs: ResolvedService, resolved: ResolvedIntent) -> list[CpuPool]:
+    return [p for p in resolved.loaded.cluster.cpu_pools if not (p.spot and rs.service.preferences.spot == "never")]
+
+
+def _handoffs(units: list[Unit], rs: ResolvedService, resolved: ResolvedIntent, si: int) -> None:
+    """Each declared hand-off over the slowest network link between the two stages' pools."""
+    doc = resolved.loaded.document
+    base = doc.path.parent
+    problems: list[Problem] = []
+    for i, u in enumerate(units[:-1]):
+        h = u.stage.handoff
+        if h is None:
+            continue
+        out_tokens = None
+        if u.stage.kind == "llm":
+            out_tokens = service_workload(stage_service(u, rs), base).osl
+        elif u.stage.kind == "cpu" and h.unit == "token":
+            out_tokens = service_workload(rs.service, base).isl
+        try:
+            n = units_per_request(h.unit, u.stage.work, output_tokens=out_tokens,
+                                  stage_tokens=u.load.tokens if u.load is not None else None)
+        except InfraError as exc:
+            problems += [Problem(f"stage {u.stage.name}: {p.message}",
+                                 doc.locate(("spec", "services", si, "pipeline", i, "handoff")), p.fix)
+                         for p in exc.problems]
+            continue
+        nxt = units[i + 1]
+        tries = [transfer(network_link(a, b), float(h.size), n) for a in unit_sites(u, rs, resolved)
+                 for b in unit_sites(nxt, rs, resolved)]
+        u.network = u.handoff = slowest(tries, u.streams)
+    if problems:
+        raise IntentError(problems)
+
+
+def _decide(u: Unit, nxt: Unit, pair_budget: float, resolved: ResolvedIntent) -> None:
+    """Co-locate a stage with the next one when its network hand-off costs more than COLOCATE_SHARE of the pair's
+    budget and some pool holds both; record why either way."""
+    assert u.network is not None
+    net = u.network.charged(u.streams)
+    share = net / pair_budget if pair_budget > 0 else math.inf
+    where = f"{u.stage.name} -> {nxt.stage.name}"
+    said = (f"{where}: {u.network.units:g} x {u.network.unit_bytes / 1e6:.3g} MB over {u.network.link.via} takes "
+            f"{net * 1000:.3g} ms, {share:.1%} of the pair's {pair_budget * 1000:.4g} ms")
+    if share <= COLOCATE_SHARE:
+        u.note = f"{said}: over the network (co-location pays above {COLOCATE_SHARE:.0%})"
+        return
+    why = _colocation_blocked(u, nxt, resolved)
+    if why:
+        u.note = f"{said}: co-location wanted but impossible ({why}); the network hand-off is charged"
+        return
+    common = [p for p in resolved.loaded.cluster.pools if p.name in u.fits and p.name in nxt.fits
+              and u.fits[p.name] + nxt.fits[p.name] <= p.devices_per_node]
+    inside = slowest([transfer(node_link(resolved.pools[p.name]), u.network.unit_bytes, u.network.units)
+                      for p in common], u.streams)
+    u.colocate = True
+    u.handoff = inside
+    u.note = (f"{said}: co-located on one node ({inside.link.via}, {inside.charged(u.streams) * 1000:.3g} ms; "
+              f"saves {(net - inside.charged(u.streams)) * 1000:.3g} ms)")
+
+
+def _colocation_blocked(u: Unit, nxt: Unit, resolved: ResolvedIntent) -> str:
+    """Why two stages cannot share nodes ('' when they can)."""
+    if "cpu" in (u.stage.kind, nxt.stage.kind):
+        return "a CPU stage runs on CPU nodes"
+    both = sorted(set(u.fits) & set(nxt.fits))
+    if not both:
+        return (f"{u.stage.name} runs on {', '.join(sorted(u.fits)) or 'no pool'} and {nxt.stage.name} on "
+                f"{', '.join(sorted(nxt.fits)) or 'no pool'}: no pool holds both")
+    pools = {p.name: p for p in resolved.loaded.cluster.pools}
+    if not any(u.fits[p] + nxt.fits[p] <= pools[p].devices_per_node for p in both):
+        return "; ".join(f"pool {p}: {u.fits[p]} + {nxt.fits[p]} devices exceed a node of "
+                         f"{pools[p].devices_per_node}" for p in both)
+    return ""
 
 
 def stage_candidates(unit: Unit, rs: ResolvedService, resolved: ResolvedIntent, arrival_cv: float,
@@ -276,6 +424,9 @@ def stage_candidates(unit: Unit, rs: ResolvedService, resolved: ResolvedIntent, 
             if (device.vendor not in fw.vendors or (fw.devices and device.name not in fw.devices)
                     or not fw.image_for(device.name, device.vendor)[1]):
                 continue
+            for precision, why in quirk_refusals(list(unit.stage.precisions or rs.service.precisions), unit.model,
+                                                 device, fw):
+                seen.append(Considered(unit.name, pool.name, fw.name, precision, "-", why))
             for precision in _precision(unit.stage, rs.service, unit.model, device, fw):
                 cal = lookup("vllm", device)
                 for sp in _sp_options(unit.model, pool):
@@ -329,7 +480,44 @@ def search(resolved: ResolvedIntent, slo_scale: float = 1.0, progress: Callable[
                 rs.service.workload.arrival.process]
             extra += stage_candidates(u, rs, resolved, cv, seen)
     kept, _ = prune_dominated(extra)
-    return cands + kept, seen, services, pipelines
+    return _bundled(cands + kept, pipelines, resolved), seen, services, pipelines
+
+
+def groups(units: list[Unit]) -> list[list[Unit]]:
+    """Runs of consecutive stages to co-locate (each stage that co-locates with the next, and that next one)."""
+    out: list[list[Unit]] = []
+    run: list[Unit] = []
+    for u in units:
+        run.append(u)
+        if not u.colocate:
+            if len(run) > 1:
+                out.append(run)
+            run = []
+    return out
+
+
+def group_name(run: list[Unit]) -> str:
+    """The solver's name for a co-located run: `<first unit>+<stage>+...`."""
+    return "+".join([run[0].name] + [u.stage.name for u in run[1:]])
+
+
+def _bundled(cands: list[Candidate], pipelines: dict[str, list[Unit]], resolved: ResolvedIntent) -> list[Candidate]:
+    """Candidates with each co-located run's stages replaced by bundles of them; a run for which no bundle fits
+    a node stays apart (its stages keep their own candidates) and its note says so."""
+    pools = {p.name: p for p in resolved.loaded.cluster.pools}
+    for units in pipelines.values():
+        for run in groups(units):
+            names = {u.name for u in run}
+            found = bundles(group_name(run), [[c for c in cands if c.service == u.name] for u in run], pools)
+            if not found:
+                for u in run[:-1]:
+                    u.colocate = False
+                    u.handoff = u.network
+                    u.note += ("; but no replica shapes of the stages fit one node together, so they are planned "
+                               "apart and the network hand-off is charged")
+                continue
+            cands = [c for c in cands if c.service not in names] + found
+    return cands
 
 
 def expand(resolved: ResolvedIntent) -> tuple[list[ResolvedService], dict[str, list[Unit]]]:
@@ -349,3 +537,50 @@ def expand(resolved: ResolvedIntent) -> tuple[list[ResolvedService], dict[str, l
                     f for f in rs.frameworks if "llm" in f.kinds], rs.devices))
     return services, pipelines
 
+
+
+def solved_units(units: list[Unit]) -> list[str]:
+    """The names the solver plans a pipeline's stages under: co-located runs as one, the other model stages
+    each on their own (CPU stages are not solved)."""
+    runs = groups(units)
+    inside = {u.name for run in runs for u in run}
+    return [group_name(run) for run in runs] + [u.name for u in units if u.name not in inside and
+                                                u.stage.kind != "cpu"]
+
+
+@dataclass(frozen=True)
+class CpuPlacement:
+    """Where a CPU stage runs and what it costs."""
+
+    cores: int
+    pool: CpuPool | None
+    nodes: int
+    cost_per_hour: float
+    note: str = ""
+
+
+def place_cpu(resolved: ResolvedIntent, pipelines: dict[str, list[Unit]]) -> dict[str, CpuPlacement]:
+    """Each CPU stage on the cheapest CPU pool with enough free nodes (nodes = its cores over a node's usable
+    cores, rounded up), stages taken in the intent's order; without a CPU pool, its cores on any node."""
+    free = {p.name: p.node_count for p in resolved.loaded.cluster.cpu_pools}
+    out: dict[str, CpuPlacement] = {}
+    for rs in resolved.services:
+        wl = rs.service.workload
+        peak = float(wl.rate.peak_rps if wl.rate is not None else wl.concurrency)
+        for u in pipelines.get(rs.service.name, []):
+            if u.stage.kind != "cpu":
+                continue
+            cores = cpu_cores(u, peak * (1 + rs.service.availability.headroom))
+            options = sorted(((-(-cores // p.cpu.usable_cores) * p.price, p.name, p) for p in cpu_pools_for(rs, resolved)
+                              if -(-cores // p.cpu.usable_cores) <= free[p.name]), key=lambda t: (t[0], t[1]))
+            if not options:
+                why = ("the profile has no CPU pool" if not resolved.loaded.cluster.cpu_pools
+                       else f"no CPU pool has {cores} cores free")
+                out[u.name] = CpuPlacement(cores, None, 0, 0.0, f"{u.stage.name}: {cores} cores requested on any "
+                                                                 f"node ({why}), not priced")
+                continue
+            cost, _, pool = options[0]
+            nodes = -(-cores // pool.cpu.usable_cores)
+            free[pool.name] -= nodes
+            out[u.name] = CpuPlacement(cores, pool, nodes, cost)
+    return out

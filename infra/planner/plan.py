@@ -24,7 +24,10 @@ from infra.perf.estimate import Estimate, estimate
 from infra.perf.serving import z_of
 from infra.perf.stages import StageEstimate, stage_latency
 from infra.planner.candidates import Candidate, Considered, Corrections, objectives, service_workload
-from infra.planner.pipeline import Unit, cpu_cores, search
+from infra.perf.handoff import ASSUMPTIONS as HANDOFF_ASSUMPTIONS
+from infra.perf.handoff import Transfer, device_link, network_link, node_link, slowest, transfer
+from infra.planner.colocate import Bundle, member_nodes, unbundle
+from infra.planner.pipeline import ANY_NODE, CpuPlacement, Unit, place_cpu, search, site, solved_units
 from infra.planner.placement import Placement, PlacementError, place, workers_of
 from infra.planner.solve import Limits, Solution, limits_from, minimal_conflict, solve
 from infra.planner.types import DeploymentPlan
@@ -47,8 +50,13 @@ def fingerprint(resolved: ResolvedIntent) -> str:
     """The plan's `spec.fingerprint` for a resolved intent: sha256 over the intent, its cluster, the catalog and
     the calibration data. A plan whose fingerprint differs was made from other inputs."""
     blob = json.dumps({
-        "intent": resolved.loaded.intent.model_dump(mode="json", by_alias=True),
-        "cluster": resolved.loaded.cluster.model_dump(mode="json", by_alias=True),
+        "intent": resolved.loaded.intent.model_dump(mode="json", by_alias=True, exclude=None if
+                                                    resolved.loaded.intent.spec.cluster.cpu_pools
+                                                    else {"spec": {"cluster": {"cpu_pools"}}}),
+        # A profile without CPU pools keeps the fingerprint it had before profiles could declare them.
+        "cluster": resolved.loaded.cluster.model_dump(mode="json", by_alias=True,
+                                                      exclude=None if resolved.loaded.cluster.cpu_pools
+                                                      else {"cpu_pools"}),
         "catalog": _catalog(resolved).fingerprint(),
         "calibration": calibration_table().get("data_sha256", ""),
     }, sort_keys=True)
@@ -175,7 +183,8 @@ def _entry(resolved: ResolvedIntent, rs: ResolvedService, name: str, mine: list[
         "availability": rs.service.availability.model_dump(mode="json", by_alias=True),
         "workload": wl.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True),
         "demand": {"value": _r(demand), "unit": unit},
-        "required": {"value": _r(limits.demand[name]), "unit": unit},
+        "required": {"value": _r(limits.demand.get(name, demand * (1 + rs.service.availability.headroom))),
+                     "unit": unit},
         "capacity": {"value": _r(capacity), "unit": unit},
         "headroom": _r(capacity / demand - 1 if demand else 0.0, 3),
         "served": _r(min(1.0, capacity / demand) if demand else 1.0, 4), "allocations": allocs,
@@ -243,9 +252,8 @@ def _arrival_cv(rs: ResolvedService) -> float:
 
 
 def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution, limits: Limits,
-                 placements: dict[str, Placement], services: list[ResolvedService],
+                 placed: dict[str, dict[str, int]], services: list[ResolvedService],
                  pipelines: dict[str, list[Unit]]) -> list[dict[str, Any]]:
-    placed = _placed(placements)
     by_name = {rs.service.name: rs for rs in services}
     out = []
     for rs in resolved.services:
@@ -261,26 +269,26 @@ def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution
     return out
 
 
-def _reach(units: list[Unit], own: list[tuple[dict[str, float], dict[str, float]]], k: int, p: str,
-           end: int) -> float | None:
+def _reach(units: list[Unit], own: list[tuple[dict[str, float], dict[str, float]]], hops: list[float], k: int,
+           p: str, end: int) -> float | None:
     """Arrival to stage k's first (`end` 0) or last (1) output at percentile p: the stages before it in turn
-    (their first output when they stream, else their whole latency), then stage k itself."""
+    (their first output when they stream, else their whole latency) and their hand-offs, then stage k itself."""
     total = 0.0
     for i in range(k + 1):
         part = own[i][end if i == k else (0 if units[i].streams else 1)]
         if p not in part:
             return None
-        total += part[p]
+        total += part[p] + (hops[i] if i < k else 0.0)
     return total
 
 
-def _along(units: list[Unit], own: list[tuple[dict[str, float], dict[str, float]]], k: int, what: str,
-           p: str) -> float | None:
+def _along(units: list[Unit], own: list[tuple[dict[str, float], dict[str, float]]], hops: list[float], k: int,
+           what: str, p: str) -> float | None:
     """Arrival to stage k's first output (`what` "first") or last output ("full"); the last output comes no
     earlier than any stage before it finishes."""
     if what == "first":
-        return _reach(units, own, k, p, 0)
-    ends = [_reach(units, own, j, p, 1) for j in range(k + 1)]
+        return _reach(units, own, hops, k, p, 0)
+    ends = [_reach(units, own, hops, j, p, 1) for j in range(k + 1)]
     return None if any(e is None for e in ends) else max(e for e in ends if e is not None)
 
 
@@ -288,10 +296,34 @@ def _work(u: Unit) -> dict[str, Any]:
     return u.stage.work.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True)
 
 
-def _pipelines(resolved: ResolvedIntent, pipelines: dict[str, list[Unit]],
-               entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each pipeline end to end: its stages' latencies at the planned load summed along the pipeline against the
-    service's and the stages' own objectives, its CPU stages in cores, and its cost per request."""
+def _handoff(resolved: ResolvedIntent, u: Unit, sites: tuple[list, list], together: list[Bundle]) -> Transfer:
+    """The hand-off from stage u to the next as planned: inside the bundles' device or node when the two are
+    co-located, else over the slowest network link between the pools their replicas use."""
+    net = u.network
+    assert net is not None
+    if together:
+        links = [device_link(resolved.pools[b.pool]) if b.in_one_device else node_link(resolved.pools[b.pool])
+                 for b in together]
+    else:
+        links = [network_link(a, b) for a in sites[0] for b in sites[1]]
+    return slowest([transfer(link, net.unit_bytes, net.units) for link in links], u.streams)
+
+
+def _stage_sites(resolved: ResolvedIntent, u: Unit, entry: dict[str, Any] | None,
+                 cpu: dict[str, CpuPlacement]) -> list:
+    if u.stage.kind == "cpu":
+        placed = cpu[u.name].pool
+        return [site(placed)] if placed is not None else [ANY_NODE]
+    pools = {p.name: p for p in resolved.loaded.cluster.pools}
+    names = sorted({n for a in (entry or {}).get("allocations", []) for n in (a["pool"], a.get("decode_pool")) if n})
+    return [site(pools[n]) for n in names]
+
+
+def _pipelines(resolved: ResolvedIntent, pipelines: dict[str, list[Unit]], entries: list[dict[str, Any]],
+               chosen: list[Bundle], cpu: dict[str, CpuPlacement]) -> list[dict[str, Any]]:
+    """Each pipeline end to end: its stages' latencies at the planned load and their hand-offs summed along the
+    pipeline against the service's and the stages' own objectives, its CPU stages in cores on their pool, and its
+    cost per request."""
     out = []
     by_name = {e["name"]: e for e in entries}
     for rs in resolved.services:
@@ -300,14 +332,30 @@ def _pipelines(resolved: ResolvedIntent, pipelines: dict[str, list[Unit]],
             continue
         wl = rs.service.workload
         peak = float(wl.rate.peak_rps if wl.rate is not None else wl.concurrency)
-        stages, own = [], []
-        for u in units:
+        stages, own, hops, notes = [], [], [], []
+        sites = [_stage_sites(resolved, u, by_name.get(u.name), cpu) for u in units]
+        for k, u in enumerate(units):
+            hop: dict[str, Any] = {}
+            hops.append(0.0)
+            if u.network is not None and k + 1 < len(units):
+                pair = {u.name, units[k + 1].name}
+                together = [b for b in chosen if pair <= {m.service for m, _ in b.members}]
+                t = _handoff(resolved, u, (sites[k], sites[k + 1]), together)
+                hops[k] = t.charged(u.streams)
+                hop = {"handoff": {"link": t.link.kind, "bandwidth_gbs": _r(t.link.bandwidth_gbs),
+                                   "first_ms": _r(t.first_s * 1000), "total_ms": _r(t.total_s * 1000)},
+                       **({"colocated_with": units[k + 1].stage.name} if together else {})}
+                notes.append(u.note)
             if u.stage.kind == "cpu":
                 t = float(u.stage.work.cpu_time or 0.0)
                 own.append(({"p50": t, "p90": t, "p99": t, "p99.9": t}, {"p50": t, "p90": t, "p99": t, "p99.9": t}))
-                stages.append({"name": u.stage.name, "kind": "cpu", "streams": u.streams,
-                               "cpu_cores": cpu_cores(u, peak * (1 + rs.service.availability.headroom)),
-                               "work": _work(u)})
+                placed = cpu[u.name]
+                stages.append({"name": u.stage.name, "kind": "cpu", "streams": u.streams, "cpu_cores": placed.cores,
+                               **({"pool": placed.pool.name, "nodes": placed.nodes,
+                                   "cost_per_hour": _r(placed.cost_per_hour, 6)} if placed.pool is not None else {}),
+                               "work": _work(u), **hop})
+                if placed.note:
+                    notes.append(placed.note)
                 continue
             entry = by_name[u.name]
             first: dict[str, float] = {}
@@ -323,7 +371,7 @@ def _pipelines(resolved: ResolvedIntent, pipelines: dict[str, list[Unit]],
             stages.append({"name": u.stage.name, "kind": u.stage.kind, "unit": u.name, "streams": u.streams,
                            "budget_ms": {**{f"first_output_{p}": _r(v * 1000) for p, v in sorted(u.first.items())},
                                          **{f"latency_{p}": _r(v * 1000) for p, v in sorted(u.full.items())}},
-                           "work": _work(u)})
+                           "work": _work(u), **hop})
         objectives_out = {}
 
         n = len(units) - 1
@@ -332,14 +380,16 @@ def _pipelines(resolved: ResolvedIntent, pipelines: dict[str, list[Unit]],
         checks += [(f"{u.stage.name}_first_output_{p}", k, "first", p, v)
                    for k, u in enumerate(units) for p, v in u.stage.slo.first_output.items()]
         for key, k, what, p, target in checks:
-            got = _along(units, own, k, what, p)
+            got = _along(units, own, hops, k, what, p)
             if got is not None:
                 objectives_out[key] = {"target_ms": _r(target * 1000), "predicted_ms": _r(got * 1000),
                                        "margin": _r(1 - got / target, 3)}
         cost = sum(by_name[u.name]["cost_per_hour"] for u in units if u.name in by_name)
+        cost += sum(cpu[u.name].cost_per_hour for u in units if u.name in cpu)
         out.append({"service": rs.service.name, "stages": stages, "objectives": objectives_out,
                     "cost_per_hour": _r(cost, 6),
-                    **({"cost_per_request": _r(cost / (peak * 3600), 4)} if wl.rate is not None and peak else {})})
+                    **({"cost_per_request": _r(cost / (peak * 3600), 4)} if wl.rate is not None and peak else {}),
+                    **({"notes": notes} if notes else {})})
     return out
 
 
@@ -416,9 +466,19 @@ def _cluster(resolved: ResolvedIntent) -> dict[str, Any]:
                           for k, v in res.model_dump(mode="json", exclude_none=True).items()},
             "spot": p.spot, "multi_node": p.multi_node,
         })
+    cpu_pools = [{
+        "name": p.name, "nodes": p.node_count, "cores_per_node": p.cpu.cores,
+        "usable_cores_per_node": p.cpu.usable_cores, "memory_gb_per_node": _r(p.cpu.memory / 1e9, 6),
+        "price_per_node_hour": _r(p.price, 6), "node_selector": dict(sorted(p.node_selector.items())),
+        "node_names": [n.name for n in p.nodes] if isinstance(p.nodes, list) else [],
+        "zone": p.zone, "switch": p.topology.switch,
+        "nics": [{"name": n.name, "kind": n.kind, "bandwidth_gbps": _r(n.bandwidth * 8, 6),
+                  "pcie_root": n.pcie_root} for n in p.nics],
+        "spot": p.spot,
+    } for p in cluster.cpu_pools]
     return {"name": resolved.loaded.profile_name, "namespace": conv.namespace, "scheduler": conv.scheduler,
             "crds": {k: v for k, v in sorted(conv.crds.model_dump().items()) if v},
-            "model_cache": conv.model_cache, "pools": pools}
+            "model_cache": conv.model_cache, "pools": pools, **({"cpu_pools": cpu_pools} if cpu_pools else {})}
 
 
 def _devices_label(c: Candidate) -> str:
@@ -580,7 +640,7 @@ def _core_problems(resolved: ResolvedIntent, core: list[str], relax: list[Proble
             svc = resolved.services[si].service
             words, path = _CORE_WORDS.get(kind, (kind, ()))
             if target != owner:
-                stage = target[len(owner) + 1:]
+                stage = target[len(owner) + 1:].split("+")[0]  # a co-located run is named by its first stage
                 if kind == "demand" and not any(c.service == target for c in cands):
                     ti = next(i for i, st in enumerate(svc.pipeline or []) if st.name == stage)
                     problems.append(Problem(
@@ -606,6 +666,16 @@ def _core_problems(resolved: ResolvedIntent, core: list[str], relax: list[Proble
     return problems
 
 
+def _less_cpu(limits: Limits, cpu: dict[str, CpuPlacement], pipelines: dict[str, list[Unit]]) -> Limits:
+    """Budgets left for the solved units once the CPU stages' nodes are paid for."""
+    spent = {s: sum(cpu[u.name].cost_per_hour for u in us if u.name in cpu) for s, us in pipelines.items()}
+    if not any(spent.values()):
+        return limits
+    budget = {s: (v - spent.get(s, 0.0) if v is not None else None) for s, v in limits.budget_hour.items()}
+    total = (limits.total_budget_hour - sum(spent.values()) if limits.total_budget_hour is not None else None)
+    return dataclasses.replace(limits, budget_hour=budget, total_budget_hour=total)
+
+
 def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost",
                progress: Callable[[int, int], None] | None = None, corrections: Corrections | None = None,
                explain: bool = True) -> tuple[dict[str, Any], list[Considered]]:
@@ -615,7 +685,9 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost
     `explain` an infeasible intent is reported without searching for relaxations."""
     cands, considered, expanded, pipelines = search(resolved, progress=progress, corrections=corrections)
     limits = limits_from(resolved, _tokens_per_request(resolved),
-                         {s: [u.name for u in us if u.stage.kind != "cpu"] for s, us in pipelines.items()})
+                         {s: solved_units(us) for s, us in pipelines.items()})
+    cpu = place_cpu(resolved, pipelines)
+    limits = _less_cpu(limits, cpu, pipelines)
     sol = solve(cands, limits, objective=objective)
     if sol.status not in ("OPTIMAL", "FEASIBLE") and not explain:
         raise InfeasibleError(Problem("no deployment meets the corrected objectives",
@@ -635,7 +707,14 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost
         error.considered = considered  # type: ignore[attr-defined]
         raise error
     placements = _placement({p.name: p for p in resolved.loaded.cluster.pools}, cands, sol)
-    services = _allocations(resolved, cands, sol, limits, placements, expanded, pipelines)
+    chosen = [c for c in cands if isinstance(c, Bundle) and c.key in sol.replicas]
+    stage_sol, stage_cands = unbundle(sol, cands)
+    placed = member_nodes(_placed(placements), cands, sol)
+    services = _allocations(resolved, stage_cands, stage_sol, limits, placed, expanded, pipelines)
+    cpu_cost = {p.pool.name: 0.0 for p in cpu.values() if p.pool is not None}
+    for p in cpu.values():
+        if p.pool is not None:
+            cpu_cost[p.pool.name] += p.cost_per_hour
     plan = {
         "apiVersion": PLAN_VERSION,
         "kind": "DeploymentPlan",
@@ -645,10 +724,11 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost
             "solver": {"engine": "cp-sat", "objective": objective, "status": sol.status, "gap": _r(sol.gap, 4),
                        "candidates": len(cands), "considered": len(considered)},
             "cluster": _cluster(resolved),
-            "cost": {"per_hour": _r(sol.cost_per_hour, 6),
-                     "by_pool": {p: _r(v, 6) for p, v in sorted(_cost_by_pool(cands, sol.replicas).items())}},
+            "cost": {"per_hour": _r(sol.cost_per_hour + sum(cpu_cost.values()), 6),
+                     "by_pool": {p: _r(v, 6) for p, v in sorted({**_cost_by_pool(stage_cands, stage_sol.replicas),
+                                                                 **cpu_cost}.items())}},
             "services": services,
-            **({"pipelines": _pipelines(resolved, pipelines, services)} if pipelines else {}),
+            **({"pipelines": _pipelines(resolved, pipelines, services, chosen, cpu)} if pipelines else {}),
             "pools_used": [{
                 "pool": name, "device": resolved.pools[name].name, "devices": pl.devices_used,
                 "nodes": len({n for nodes in pl.nodes.values() for n in nodes}),
@@ -663,6 +743,9 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost
                 "capacity per replica is the largest load whose predicted percentiles meet every objective",
                 "a device slice (fractional sharing) gets that share of the device's memory, compute and "
                 "bandwidth",
+                *([HANDOFF_ASSUMPTIONS] if any(u.network for us in pipelines.values() for u in us) else []),
+                *(["a CPU stage without a CPU pool requests its cores on any node and is not priced"]
+                  if any(p.pool is None for p in cpu.values()) else []),
             ],
             "provenance": {"intent": str(resolved.loaded.document.path), "catalog": _catalog(resolved).fingerprint(),
                            "calibration": {"fitted": calibration_table().get("fitted"),

@@ -174,6 +174,19 @@ class ServicePlan(PlanModel):
     cost_per_request: float | None = None
 
 
+class Handoff(PlanModel):
+    """How a stage's output reaches the next stage's replicas (`infra.perf.handoff`)."""
+
+    link: Literal["device", "node", "switch", "zone"]
+    """The path: one device, one node (or NVLink/HCCS domain), the zone's network, or across zones."""
+    bandwidth_gbs: float
+    """GB/s one transfer gets on that link."""
+    first_ms: float
+    """Time to move the stage's first output unit to the next stage."""
+    total_ms: float
+    """Time to move all of one request's output to the next stage."""
+
+
 class PipelineStage(PlanModel):
     name: str
     kind: str
@@ -188,6 +201,17 @@ class PipelineStage(PlanModel):
     work: dict[str, Any] = {}
     """The stage's work per request as the intent writes it (validates as `infra.intent.models.StageWork`), so
     that verification can time the stage from the plan alone."""
+    pool: str | None = None
+    """CPU pool a CPU stage runs on (one of `spec.cluster.cpu_pools`); unset when the profile has none and the
+    cores are requested on any node."""
+    nodes: int | None = None
+    """Nodes of `pool` the CPU stage takes: its cores over the usable cores of one node, rounded up."""
+    cost_per_hour: float | None = None
+    """What a CPU stage's nodes cost (model stages are priced in their service entries)."""
+    handoff: Handoff | None = None
+    """The hand-off to the next stage as planned (absent for the last stage and stages that declare none)."""
+    colocated_with: str | None = None
+    """The next stage's name when the two are placed on the same nodes (their replicas packed together)."""
 
 
 class PipelinePlan(PlanModel):
@@ -199,7 +223,10 @@ class PipelinePlan(PlanModel):
     """The service's objectives (and stages' first-output objectives) with the stages' predictions summed along
     the pipeline."""
     cost_per_hour: float
+    """Every stage's cost, CPU stages included."""
     cost_per_request: float | None = None
+    notes: list[str] = []
+    """Hand-off and co-location decisions, and where co-location was wanted but impossible."""
 
 
 class Solver(PlanModel):
@@ -279,6 +306,24 @@ class ClusterPool(PlanModel):
     multi_node: bool = True
 
 
+class ClusterCpuPool(PlanModel):
+    """A pool of nodes without accelerators, where the CPU stages of pipelines run."""
+
+    name: str
+    nodes: int
+    cores_per_node: int
+    usable_cores_per_node: int
+    """Cores per node less those reserved for the system."""
+    memory_gb_per_node: float
+    price_per_node_hour: float
+    node_selector: dict[str, str] = {}
+    node_names: list[str] = []
+    zone: str | None = None
+    switch: str | None = None
+    nics: list[PoolNic] = []
+    spot: bool = False
+
+
 class ClusterPlan(PlanModel):
     """The cluster the plan is for: the profile's conventions and pools, so that a plan renders on its own."""
 
@@ -290,6 +335,8 @@ class ClusterPlan(PlanModel):
     model_cache: str | None = None
     """PersistentVolumeClaim with model weights."""
     pools: list[ClusterPool]
+    cpu_pools: list[ClusterCpuPool] = []
+    """The profile's pools of CPU-only nodes (for the CPU stages of pipelines)."""
 
 
 class Calibration(PlanModel):

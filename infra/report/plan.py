@@ -103,15 +103,23 @@ def _pipeline_lines(pipe: dict[str, Any]) -> list[str]:
     lines = [f"## Pipeline {pipe['service']}", "",
              f"${pipe['cost_per_hour']:.2f}/h" + (f", ${pipe['cost_per_request']:.4f} per request"
                                                    if pipe.get("cost_per_request") is not None else "") + ".", "",
-             "| stage | kind | planned as | hands on | budget |", "|---|---|---|---|---|"]
+             "| stage | kind | planned as | hands on | hand-off | budget |", "|---|---|---|---|---|---|"]
     for st in pipe["stages"]:
         planned = f"{st['cpu_cores']} CPU cores" if st.get("cpu_cores") else st.get("unit", "")
+        if st.get("pool"):
+            planned += f" on {st['nodes']} node{'s' if st['nodes'] != 1 else ''} of {st['pool']}" + (
+                f" (${st['cost_per_hour']:.2f}/h)" if st.get("cost_per_hour") is not None else "")
+        h = st.get("handoff")
+        hand = (f"{h['link']} link, {h['bandwidth_gbs']:g} GB/s: first {h['first_ms']:g} ms, all {h['total_ms']:g} ms"
+                + (f"; co-located with {st['colocated_with']}" if st.get("colocated_with") else "")) if h else ""
         budget = ", ".join(f"{k} {v:g} ms" for k, v in st.get("budget_ms", {}).items())
         lines.append(f"| {st['name']} | {st['kind']} | {planned} | {'as produced' if st['streams'] else 'when done'}"
-                     f" | {budget} |")
+                     f" | {hand} | {budget} |")
     lines += ["", "| objective | target | predicted along the pipeline | margin |", "|---|---|---|---|"]
     for k, v in pipe["objectives"].items():
         lines.append(f"| {k} | {v['target_ms']:g} ms | {v['predicted_ms']:g} ms | {v['margin']:.0%} |")
+    if pipe.get("notes"):
+        lines += ["", "Hand-offs and placement:", ""] + [f"- {n}" for n in pipe["notes"]]
     return lines + [""]
 
 

@@ -1,0 +1,197 @@
+"""Hand-offs between pipeline stages, co-location of stage pairs, CPU stages on CPU pools, and device quirks."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from infra import api
+from infra.catalog.loader import load_catalog
+from infra.catalog.schema import Quirk
+from infra.intent.models import StageWork
+from infra.intent.profile import Nic
+from infra.perf.handoff import Site, network_link, node_link, transfer, units_per_request
+from infra.perf.shape import Parallel
+from infra.planner import pipeline
+from infra.planner.candidates import enumerate_candidates, quirk_refusals, tp_refusal, wanted_precisions
+from infra.planner.pipeline import plan_units
+from infra.planner.plan import build_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+COLOCATED = ROOT / "tests" / "fixtures" / "pipelines" / "colocated-vision.yaml"
+
+
+def _nic(kind: str, gbps: float) -> Nic:
+    return Nic.model_validate({"name": "n0", "kind": kind, "bandwidth": f"{gbps}Gbps"})
+
+
+def test_units_per_request_follow_the_stage_work():
+    work = StageWork.model_validate({"images": 3, "audio": "8s", "video_frames": 81})
+    assert units_per_request("image", work) == 3
+    assert units_per_request("audio_second", work) == 8
+    assert units_per_request("video_frame", work) == 81
+    assert units_per_request("request", work) == 1
+    assert units_per_request("token", work, output_tokens=180.0, stage_tokens=100) == 180
+    assert units_per_request("token", work, stage_tokens=100) == 100
+    with pytest.raises(Exception, match="output_tokens"):
+        units_per_request("token", StageWork())
+
+
+def test_transfer_times_by_link():
+    a = Site("a", "z1", "s1", (_nic("infiniband", 400),))
+    b = Site("b", "z1", "s1", (_nic("infiniband", 400),))
+    rdma = network_link(a, b)
+    assert rdma.kind == "switch" and rdma.bandwidth_gbs == pytest.approx(50 * 0.9)
+    tcp = network_link(a, Site("c", "z1", None, (_nic("roce", 200),)))
+    assert tcp.bandwidth_gbs == pytest.approx(25 * 0.7)  # InfiniBand to RoCE falls back to TCP
+    far = network_link(a, Site("d", "z2", None, (_nic("infiniband", 400),)))
+    assert far.kind == "zone" and far.bandwidth_gbs == pytest.approx(1.25) and far.latency_s > rdma.latency_s
+    bare = network_link(Site("e", None, None, ()), Site("f", None, None, ()))
+    assert bare.bandwidth_gbs == pytest.approx(25 / 8 * 0.7)
+    h200 = load_catalog().device("H200")
+    nvlink = node_link(h200)
+    assert nvlink.kind == "node" and nvlink.bandwidth_gbs == pytest.approx(h200.interconnect.bandwidth_gbs.value / 2)
+    t = transfer(rdma, 1e6, 10)
+    assert t.first_s == pytest.approx(rdma.latency_s + 1e6 / 45e9)
+    assert t.total_s == pytest.approx(rdma.latency_s + 1e7 / 45e9)
+    assert t.charged(True) == t.first_s and t.charged(False) == t.total_s
+
+
+def test_small_handoffs_stay_on_the_network():
+    resolved = api.load_intent(ROOT / "examples" / "omni-speech.yaml")
+    units = plan_units(resolved.services[0], resolved)
+    assert not any(u.colocate for u in units)
+    assert all("over the network" in u.note for u in units[:-1])
+
+
+def test_a_heavy_handoff_colocates_the_pair_and_the_split_charges_the_node_link():
+    resolved = api.load_intent(COLOCATED)
+    vision, llm = plan_units(resolved.services[0], resolved)
+    assert vision.colocate and not llm.colocate
+    assert vision.network is not None and vision.handoff is not None
+    assert vision.network.total_s > pipeline.COLOCATE_SHARE * 0.9
+    assert vision.handoff.link.kind == "node" and vision.handoff.total_s < vision.network.total_s / 10
+    # The 900 ms first token covers the encoder, the node hand-off and the LLM's first token.
+    assert vision.full["p99"] + vision.handoff.total_s + llm.first["p99"] == pytest.approx(0.9, rel=1e-6)
+
+
+def test_colocation_is_refused_when_a_node_cannot_hold_both(tmp_path):
+    one = tmp_path / "one-gpu-nodes.yaml"
+    one.write_text(COLOCATED.read_text().replace("devices_per_node: 4", "devices_per_node: 1"))
+    resolved = api.load_intent(one)
+    units = plan_units(resolved.services[0], resolved)
+    assert not units[0].colocate
+    assert "co-location wanted but impossible" in units[0].note and "exceed a node of 1" in units[0].note
+    assert units[0].handoff is units[0].network
+
+
+def test_colocated_stages_land_on_the_same_nodes():
+    plan, _ = build_plan(api.load_intent(COLOCATED), top=0)
+    spec = plan["spec"]
+    stages = {s["stage"]: s for s in spec["services"]}
+    vision = {n for a in stages["vision"]["allocations"] for n in a["placement"]}
+    llm = {n for a in stages["llm"]["allocations"] for n in a["placement"]}
+    assert vision == llm and vision
+    pipe = spec["pipelines"][0]
+    first = pipe["stages"][0]
+    assert first["colocated_with"] == "llm" and first["handoff"]["link"] in ("node", "device")
+    assert first["handoff"]["total_ms"] < 10
+    # Every node holds whole bundles: devices of both stages on a node never exceed the node.
+    for node in vision:
+        used = sum(a["placement"].get(node, 0) * a["devices_per_worker"] * (a.get("share") or 1)
+                   for s in stages.values() for a in s["allocations"])
+        assert used <= 4
+
+
+def test_cpu_stage_goes_to_the_cheapest_cpu_pool_with_the_cores(tmp_path):
+    (tmp_path / "profiles").mkdir()
+    profile = ROOT / "examples" / "profiles" / "edge-small-gpus.yaml"
+    (tmp_path / "profiles" / profile.name).write_text(profile.read_text())
+    # 40x the load: 120 requests/s with the default headroom x 35 ms / 70% = 7 cores.
+    text = (ROOT / "examples" / "vision-language.yaml").read_text().replace("rate: 3/s", "rate: 120/s")
+    (tmp_path / "vl.yaml").write_text(text)
+    resolved = api.load_intent(tmp_path / "vl.yaml")
+    base = resolved.loaded.cluster.cpu_pools[0]
+    dear = base.model_copy(update={"name": "cpu-dear", "price": base.price * 2})
+    small = base.model_copy(update={"name": "cpu-small", "nodes": 1, "price": base.price / 2,
+                                    "cpu": base.cpu.model_copy(update={"cores": 4, "reserved_cores": 2})})
+    resolved.loaded.cluster.cpu_pools[:] = [dear, small, base]
+    units = {rs.service.name: plan_units(rs, resolved) for rs in resolved.services}
+    placed = pipeline.place_cpu(resolved, units)["vl-preprocess"]
+    headroom = resolved.services[0].service.availability.headroom
+    assert placed.cores == math.ceil(120 * (1 + headroom) * 0.035 / 0.7) == 7
+    # cpu-small holds 2 usable cores on its one node: too few; of the rest the cheaper wins, 1 node of 30 cores.
+    assert placed.pool is not None and placed.pool.name == "cpu" and placed.nodes == 1
+    assert placed.cost_per_hour == pytest.approx(base.price)
+
+
+def test_cpu_stage_without_a_cpu_pool_is_requested_anywhere():
+    resolved = api.load_intent(ROOT / "examples" / "vision-language.yaml")
+    resolved.loaded.cluster.cpu_pools.clear()
+    plan, _ = build_plan(resolved, top=0)
+    stage = plan["spec"]["pipelines"][0]["stages"][0]
+    assert stage["cpu_cores"] >= 1 and "pool" not in stage
+    assert any("requests its cores on any node" in a for a in plan["spec"]["assumptions"])
+
+
+def test_cpu_stage_is_charged_in_the_pipeline():
+    plan, _ = build_plan(api.load_intent(ROOT / "examples" / "vision-language.yaml"), top=0)
+    spec = plan["spec"]
+    pipe = spec["pipelines"][0]
+    cpu = pipe["stages"][0]
+    assert cpu["pool"] == "cpu" and cpu["nodes"] == 1 and cpu["cost_per_hour"] == pytest.approx(1.43)
+    models = sum(s["cost_per_hour"] for s in spec["services"])
+    assert pipe["cost_per_hour"] == pytest.approx(models + 1.43, abs=1e-4)
+    assert spec["cost"]["by_pool"]["cpu"] == pytest.approx(1.43)
+    assert spec["cluster"]["cpu_pools"][0]["usable_cores_per_node"] == 30
+
+
+def test_framework_scoped_precision_quirk_refuses_and_falls_back():
+    catalog = load_catalog()
+    device = catalog.device("L40S").model_copy(update={"quirks": [Quirk(
+        id="no-bf16-vllm", description="bf16 kernels missing", unsupported_precisions=["bf16"],
+        frameworks=["vllm"], source="https://example.org/q")]})
+    vllm, sglang = catalog.framework("vllm"), catalog.framework("sglang")
+    assert "bf16" in device.precisions and "bf16" not in device.precisions_for("vllm")
+    assert "bf16" in device.precisions_for("sglang")
+    model = catalog.model("Qwen3-8B")
+    assert quirk_refusals([], model, device, vllm) == [
+        ("bf16", "vllm on L40S: bf16 not supported (quirk no-bf16-vllm)")]
+    assert quirk_refusals([], model, device, sglang) == []
+    assert wanted_precisions([], model, device, vllm) == ["fp16"]
+
+
+def test_max_tp_quirk_refuses_larger_layouts():
+    catalog = load_catalog()
+    device = catalog.device("L40S")
+    fw = catalog.framework("vllm")
+    capped = device.model_copy(update={"quirks": [Quirk(id="tp-cap", description="tp above 2 hangs", max_tp=2,
+                                                        frameworks=["vllm"], source="https://example.org/x")]})
+    assert tp_refusal(capped, fw, Parallel(tp=2)) == ""
+    assert tp_refusal(capped, fw, Parallel(tp=4)) == (
+        "vllm on L40S: tp4 above the largest TP known to work, 2 (quirk tp-cap)")
+    assert tp_refusal(capped, catalog.framework("sglang"), Parallel(tp=4)) == ""
+
+
+def test_candidates_record_quirk_refusals(tmp_path):
+    intent = tmp_path / "intent.yaml"
+    intent.write_text("""apiVersion: infra.dev/v1alpha1
+kind: ServingIntent
+metadata: {name: edge}
+spec:
+  cluster:
+    pools:
+      - {name: npu, device: Ascend-310P, nodes: 1, devices_per_node: 4}
+  services:
+    - name: chat
+      model: Qwen3-8B
+      workload: {rate: 1/s, input_tokens: 512, output_tokens: 128}
+      slo: {ttft: {p99: 5s}}
+      preferences: {frameworks: [vllm-ascend]}
+""")
+    cands, seen = enumerate_candidates(api.load_intent(intent))
+    assert any(s.outcome == "vllm-ascend on Ascend-310P: bf16 not supported (quirk experimental-vllm-ascend)"
+               for s in seen)
+    assert all(c.precision != "bf16" for c in cands)
