@@ -97,6 +97,9 @@ class Placement:
     """Devices holding at least one worker or slice."""
     quarters_idle: int
     """Unallocated quarters of the devices used (slices that leave part of a device empty)."""
+    partly_idle: tuple[tuple[str, int, int], ...] = ()
+    """(node, device index on the node, idle quarters) of every device used that slices leave partly empty; every
+    other device used is wholly allocated."""
 
 
 def place(pool: Pool, workers: list[Worker]) -> Placement:
@@ -136,5 +139,6 @@ def place(pool: Pool, workers: list[Worker]) -> Placement:
     # ceil(used / 4) devices.
     used = [devices * 4 - free[name] for name, devices in nodes]
     devices_used = sum(-(-u // 4) for u in used)
+    partly = tuple((name, u // 4, 4 - u % 4) for (name, _), u in zip(nodes, used) if u % 4)
     return Placement({k: dict(sorted(v.items())) for k, v in sorted(out.items())}, devices_used,
-                     devices_used * 4 - sum(used))
+                     devices_used * 4 - sum(used), partly)

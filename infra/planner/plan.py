@@ -30,7 +30,7 @@ from infra.planner.colocate import Bundle, member_nodes, unbundle
 from infra.planner.pipeline import ANY_NODE, CpuPlacement, Unit, place_cpu, search, site, solved_units
 from infra.planner.placement import Placement, PlacementError, place, workers_of
 from infra.planner.solve import Limits, Solution, limits_from, minimal_conflict, solve
-from infra.planner.types import DeploymentPlan
+from infra.planner.types import Allocation, DeploymentPlan
 
 PLAN_VERSION = "infra.dev/v1alpha1"
 SLO_STEPS = (1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)
@@ -393,6 +393,20 @@ def _pipelines(resolved: ResolvedIntent, pipelines: dict[str, list[Unit]], entri
     return out
 
 
+def _busy(services: list[dict[str, Any]], pool: str) -> dict[str, float]:
+    """The pool's devices' load at peak over what they can carry within the objectives, device-weighted: how much
+    of the allocated capacity the demand uses (the rest is headroom, replicas kept for availability, or the
+    rounding up to whole replicas)."""
+    num = den = 0.0
+    for svc in services:
+        for a in svc["allocations"]:
+            on = Allocation.model_validate(a).devices_on(pool)
+            if on and a["capacity_per_replica"]:
+                num += on * a["load_per_replica"] / a["capacity_per_replica"]
+                den += on
+    return {"busy_at_peak": _r(num / den, 4)} if den else {}
+
+
 def _placement(pools: dict[str, Pool], cands: list[Candidate], sol: Solution) -> dict[str, Placement]:
     """Where the solution's workers go, per pool it uses."""
     out: dict[str, Placement] = {}
@@ -734,6 +748,9 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost
                 "nodes": len({n for nodes in pl.nodes.values() for n in nodes}),
                 "allocated": _r(_devices_by_pool(cands, sol.replicas)[name], 6),
                 "idle_fraction": _r(pl.quarters_idle / (4 * pl.devices_used), 4) if pl.devices_used else 0.0,
+                **({"partly_idle": [{"node": n, "device": d, "idle_fraction": q / 4} for n, d, q in pl.partly_idle]}
+                   if pl.partly_idle else {}),
+                **_busy(services, name),
             } for name, pl in sorted(placements.items())],
             "binding": _binding(resolved, cands, sol, limits),
             "alternatives": _alternatives(cands, sol, limits, top),

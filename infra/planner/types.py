@@ -108,14 +108,24 @@ class Allocation(PlanModel):
         """The device a role's workers run on."""
         return self.decode_device if role == "decode" and self.decode_device else self.device
 
+    def _decode_apart(self) -> float:
+        """Devices of decode workers on another pool (0 when prefill and decode share the pool)."""
+        if self.decode_pool is None or self.decode_parallel is None:
+            return 0.0
+        d = self.decode_parallel
+        return self.replicas * (self.decode_workers or 0) * max(d.tp * d.attention_dp, d.moe_tp * d.ep) * d.pp * d.sp
+
     def devices_by_type(self) -> dict[str, float]:
         """Devices the allocation takes, per device type (prefill and decode on different types count apart)."""
         if self.decode_device is None or self.decode_parallel is None:
             return {self.device: self.devices}
-        d = self.decode_parallel
-        decode = self.replicas * (self.decode_workers or 0) * max(d.tp * d.attention_dp, d.moe_tp * d.ep) * d.pp * d.sp
-        prefill = self.devices - decode
-        return {self.device: prefill, self.decode_device: decode}
+        decode = self._decode_apart()
+        return {self.device: self.devices - decode, self.decode_device: decode}
+
+    def devices_on(self, pool: str) -> float:
+        """Devices the allocation takes on one pool."""
+        decode = self._decode_apart()
+        return (self.devices - decode if self.pool == pool else 0.0) + (decode if self.decode_pool == pool else 0.0)
 
     def role_view(self, role: str, devices_per_node: int) -> Allocation:
         """The allocation as the workers of one role see it: for decode workers on another pool (prefill and decode
@@ -243,6 +253,13 @@ class Cost(PlanModel):
     by_pool: dict[str, float]
 
 
+class PartlyIdle(PlanModel):
+    node: str
+    device: int
+    """Index of the device on its node."""
+    idle_fraction: float
+
+
 class PoolUse(PlanModel):
     """How much of a pool the plan takes."""
 
@@ -255,6 +272,12 @@ class PoolUse(PlanModel):
     """Device-equivalents allocated to replicas (slices count their share)."""
     idle_fraction: float
     """Share of the devices used that no replica holds (parts of devices left over by slices)."""
+    partly_idle: list[PartlyIdle] = []
+    """Every device used that slices leave partly empty, with its idle share; the other devices used are wholly
+    allocated."""
+    busy_at_peak: float | None = None
+    """Load at peak over the capacity allocated on this pool's devices (device-weighted): the share of what the
+    pool's replicas can carry within the objectives that the peak demand uses."""
 
 
 class Alternative(PlanModel):

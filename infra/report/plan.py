@@ -123,6 +123,25 @@ def _pipeline_lines(pipe: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def _pools_lines(pools: list[dict[str, Any]]) -> list[str]:
+    """Devices the plan takes per pool: how many, how much of them slices leave empty, and how busy the demand
+    keeps them at peak."""
+    if not pools:
+        return []
+    lines = ["## Devices used", "", "| pool | device | devices | nodes | allocated | idle | busy at peak |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for p in pools:
+        busy = f"{p['busy_at_peak']:.0%}" if p.get("busy_at_peak") is not None else "-"
+        lines.append(f"| {p['pool']} | {p['device']} | {p['devices']} | {p['nodes']} | {p['allocated']:g} | "
+                     f"{p['idle_fraction']:.0%} | {busy} |")
+    partly = [(p["pool"], d) for p in pools for d in p.get("partly_idle", [])]
+    if partly:
+        lines += ["", "Devices slices leave partly empty: " + ", ".join(
+            f"{pool} {d['node']} device {d['device']} ({d['idle_fraction']:.0%} idle)" for pool, d in partly)]
+    return lines + ["", "Idle is the share of the devices used that no replica holds; busy at peak is the peak "
+                    "load over the capacity the replicas on those devices carry within the objectives.", ""]
+
+
 def plan_markdown(plan: dict[str, Any], considered: list[Considered]) -> str:
     spec = plan["spec"]
     lines = [f"# Deployment plan: {plan['metadata']['name']}", "",
@@ -142,6 +161,7 @@ def plan_markdown(plan: dict[str, Any], considered: list[Considered]) -> str:
         lines.append("")
     for pipe in spec.get("pipelines", []):
         lines += _pipeline_lines(pipe)
+    lines += _pools_lines(spec.get("pools_used", []))
     if spec["alternatives"]:
         lines += ["## Alternatives", "", "| alternative | $/h | delta | uses |", "|---|---|---|---|"]
         for alt in spec["alternatives"]:

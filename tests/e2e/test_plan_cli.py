@@ -15,6 +15,11 @@ def test_plan_main_job(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "plan chat-prod" in out.stdout and "wrote" in out.stdout
     assert (tmp_path / "plan.yaml").exists() and (tmp_path / "report.md").exists()
+    spec = YAML(typ="safe").load((tmp_path / "plan.yaml").read_text())["spec"]
+    for pool in spec["pools_used"]:
+        # Device-weighted peak load over capacity: the plan leaves headroom (10% asked) and rounds up replicas.
+        assert 0 < pool["busy_at_peak"] <= 1 / 1.1 + 1e-3
+    assert "## Devices used" in (tmp_path / "report.md").read_text()
 
 
 def test_plan_json():
@@ -105,9 +110,9 @@ def test_plan_validates_what_it_renders_before_writing(tmp_path):
     assert not (out / "plan.yaml").exists() and not (out / "manifests").exists()
 
 
-def test_stages_the_simulator_does_not_run_are_refused_clearly(tmp_path):
+def test_a_stage_benched_alone_points_at_its_pipeline(tmp_path):
     assert infra("plan", str(ROOT / "examples" / "omni-speech.yaml"), "-o", str(tmp_path)).returncode == 0
     out = infra("bench", "--simulate", str(tmp_path / "plan.yaml"), "--service", "voice-code2wav",
                 "--requests", "50")
     assert out.returncode == 1 and "Traceback" not in out.stderr
-    assert "codec stage code2wav of pipeline voice" in out.stderr and "voice-thinker" in out.stderr
+    assert "codec stage code2wav of pipeline voice" in out.stderr and "--service voice" in out.stderr

@@ -95,5 +95,9 @@ def test_slices_fill_devices():
     assert (placed.devices_used, placed.quarters_idle) == (2, 0)
     three = place(pool, workers_of("q", 1, 0.25, 1, 3, 2))
     assert (three.devices_used, three.quarters_idle) == (1, 1)
+    assert placed.partly_idle == () and three.partly_idle == (("p/0", 0, 1),)
+    # Two halves and three quarters fill the first node's devices in order: a quarter of its second stays empty.
+    two = place(_pool(2, per_node=2), workers_of("h", 1, 0.5, 1, 2, 2) + workers_of("q", 1, 0.25, 1, 3, 2))
+    assert two.partly_idle == (("p/0", 1, 1),) and two.quarters_idle == 1
     with pytest.raises(PlacementError):
         place(pool, workers_of("q", 1, 0.25, 1, 9, 2))
