@@ -54,7 +54,6 @@ from infra.perf.handoff import STREAMING, Site, Transfer, network_link, node_lin
 from infra.perf.serving import z_of
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 from infra.perf.stages import StageEstimate, StageLoad, stage_capacity, stage_latency, stage_load, stage_timing
-from infra.planner.colocate import bundles
 from infra.planner.candidates import (
     Candidate,
     Considered,
@@ -66,6 +65,7 @@ from infra.planner.candidates import (
     service_workload,
     wanted_precisions,
 )
+from infra.planner.colocate import bundles
 
 CPU_UTILISATION = 0.7
 SP_OPTIONS = (1, 2, 4, 8)
@@ -567,8 +567,9 @@ def place_cpu(resolved: ResolvedIntent, pipelines: dict[str, list[Unit]]) -> dic
             if u.stage.kind != "cpu":
                 continue
             cores = cpu_cores(u, peak * (1 + rs.service.availability.headroom))
-            options = sorted(((-(-cores // p.cpu.usable_cores) * p.price, p.name, p) for p in cpu_pools_for(rs, resolved)
-                              if -(-cores // p.cpu.usable_cores) <= free[p.name]), key=lambda t: (t[0], t[1]))
+            fit = [p for p in cpu_pools_for(rs, resolved) if -(-cores // p.cpu.usable_cores) <= free[p.name]]
+            options = sorted(((-(-cores // p.cpu.usable_cores) * p.price, p.name, p) for p in fit),
+                             key=lambda t: (t[0], t[1]))
             if not options:
                 why = ("the profile has no CPU pool" if not resolved.loaded.cluster.cpu_pools
                        else f"no CPU pool has {cores} cores free")

@@ -21,11 +21,11 @@ from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_me
 from infra.perf.arch import kv_precision_for
 from infra.perf.calibration import table as calibration_table
 from infra.perf.estimate import Estimate, estimate
+from infra.perf.handoff import ASSUMPTIONS as HANDOFF_ASSUMPTIONS
+from infra.perf.handoff import Site, Transfer, device_link, network_link, node_link, slowest, transfer
 from infra.perf.serving import z_of
 from infra.perf.stages import StageEstimate, stage_latency
 from infra.planner.candidates import Candidate, Considered, Corrections, objectives, service_workload
-from infra.perf.handoff import ASSUMPTIONS as HANDOFF_ASSUMPTIONS
-from infra.perf.handoff import Transfer, device_link, network_link, node_link, slowest, transfer
 from infra.planner.colocate import Bundle, member_nodes, unbundle
 from infra.planner.pipeline import ANY_NODE, CpuPlacement, Unit, place_cpu, search, site, solved_units
 from infra.planner.placement import Placement, PlacementError, place, workers_of
@@ -292,7 +292,8 @@ def _along(units: list[Unit], own: list[tuple[dict[str, float], dict[str, float]
     return None if any(e is None for e in ends) else max(e for e in ends if e is not None)
 
 
-def _handoff(resolved: ResolvedIntent, u: Unit, sites: tuple[list, list], together: list[Bundle]) -> Transfer:
+def _handoff(resolved: ResolvedIntent, u: Unit, sites: tuple[list[Site], list[Site]],
+             together: list[Bundle]) -> Transfer:
     """The hand-off from stage u to the next as planned: inside the bundles' device or node when the two are
     co-located, else over the slowest network link between the pools their replicas use."""
     net = u.network
@@ -306,7 +307,7 @@ def _handoff(resolved: ResolvedIntent, u: Unit, sites: tuple[list, list], togeth
 
 
 def _stage_sites(resolved: ResolvedIntent, u: Unit, entry: dict[str, Any] | None,
-                 cpu: dict[str, CpuPlacement]) -> list:
+                 cpu: dict[str, CpuPlacement]) -> list[Site]:
     if u.stage.kind == "cpu":
         placed = cpu[u.name].pool
         return [site(placed)] if placed is not None else [ANY_NODE]
@@ -485,7 +486,7 @@ def _alternatives(cands: list[Candidate], sol: Solution, limits: Limits, top: in
     """Best plans that use another device type or another framework than the chosen one, with cost deltas."""
     chosen = [c for c in cands if c.key in sol.replicas]
     devices = {d for c in chosen for d in c.device_types}
-    frameworks = {c.framework for c in chosen}
+    frameworks = {f for c in chosen for f in c.frameworks}
     modes = {c.mode for c in chosen}
     out = []
     tried = set()
@@ -493,7 +494,8 @@ def _alternatives(cands: list[Candidate], sol: Solution, limits: Limits, top: in
         *((f"only {d}", lambda c, d=d: c.device_types == {d})
           for d in sorted({d for c in cands for d in c.device_types} - devices)),
         *((f"without {d}", lambda c, d=d: d not in c.device_types) for d in sorted(devices)),
-        *((f"only {f}", lambda c, f=f: c.framework == f) for f in sorted({c.framework for c in cands} - frameworks)),
+        *((f"only {f}", lambda c, f=f: c.frameworks == {f})
+          for f in sorted({f for c in cands for f in c.frameworks} - frameworks)),
         *((f"{m} only", lambda c, m=m: c.mode == m) for m in sorted({c.mode for c in cands} - modes)),
         *((("prefill and decode on one device type", lambda c: c.decode_pool is None),)
           if any(c.decode_pool for c in chosen) else ()),

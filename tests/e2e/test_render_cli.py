@@ -52,7 +52,8 @@ def test_inconsistent_plan_names_the_field(tmp_path):
     plan.write_text(text)
     out = infra("render", str(plan), "-o", str(tmp_path / "o"))
     assert out.returncode == 1
-    assert f"{plan}:127:" in out.stderr  # the line of the allocation's pool
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if t.strip() == "- pool: rtx5090")
+    assert f"{plan}:{line}:" in out.stderr  # the line of the allocation's pool
     assert "spec.services[0].allocations[0].pool" in out.stderr and "rtx5090" in out.stderr
     assert "To fix" in out.stderr
 

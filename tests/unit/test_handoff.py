@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -10,14 +11,16 @@ import pytest
 from infra import api
 from infra.catalog.loader import load_catalog
 from infra.catalog.schema import Quirk
+from infra.errors import IntentError
 from infra.intent.models import StageWork
 from infra.intent.profile import Nic
 from infra.perf.handoff import Site, network_link, node_link, transfer, units_per_request
 from infra.perf.shape import Parallel
-from infra.planner import pipeline
+from infra.planner import colocate, pipeline
 from infra.planner.candidates import enumerate_candidates, quirk_refusals, tp_refusal, wanted_precisions
 from infra.planner.pipeline import plan_units
 from infra.planner.plan import build_plan
+from infra.planner.solve import Solution
 
 ROOT = Path(__file__).resolve().parents[2]
 COLOCATED = ROOT / "tests" / "fixtures" / "pipelines" / "colocated-vision.yaml"
@@ -195,3 +198,101 @@ spec:
     assert any(s.outcome == "vllm-ascend on Ascend-310P: bf16 not supported (quirk experimental-vllm-ascend)"
                for s in seen)
     assert all(c.precision != "bf16" for c in cands)
+
+
+def test_bundle_sizes_pack_like_single_replicas():
+    pool = api.load_intent(COLOCATED).loaded.cluster.pools[0]
+    assert colocate.sizes(pool) == [1, 2, 4, 8, 16]  # quarter, half, 1, 2 and 4 devices of a 4-device node
+    # 1-device encoders (capacity 1) and a 2-device LLM (capacity 3): in 4 devices, two encoders and one LLM.
+    assert colocate._fill([4, 8], [1.0, 3.0], 16) == ((2, 1), 2.0)
+    assert colocate._fill([4, 8], [1.0, 3.0], 8) is None  # no room for one of each in 2 devices
+    assert colocate._fill([2, 2], [1.0, 1.0], 4) == ((1, 1), 1.0)
+
+
+def test_bundles_turn_back_into_stage_replicas():
+    resolved = api.load_intent(COLOCATED)
+    cands, _, _, pipes = pipeline.search(resolved)
+    found = [c for c in cands if isinstance(c, colocate.Bundle)]
+    assert found and all(c.service == "pages-vision+llm" for c in found)
+    assert not any(c.service in ("pages-vision", "pages-llm") for c in cands)
+    assert pipeline.solved_units(pipes["pages"]) == ["pages-vision+llm"]
+    b = found[0]
+    assert b.consumption == sum(m.consumption * k for m, k in b.members)
+    assert b.capacity == pytest.approx(min(m.capacity * k for m, k in b.members))
+    sol = Solution("OPTIMAL", {b.key: 2}, 0.0, 0.0, 0.0, 0.0)
+    stage_sol, stage_cands = colocate.unbundle(sol, cands)
+    assert stage_sol.replicas == dict(sorted({m.key: 2 * k for m, k in b.members}.items()))
+    assert {m.key for m, _ in b.members} <= {c.key for c in stage_cands}
+    nodes = colocate.member_nodes({b.key: {"gpu-01": 2}}, cands, sol)
+    assert all(nodes[m.key] == {"gpu-01": 2 * k} for m, k in b.members)
+
+
+def test_max_tp_quirk_from_a_catalog_overlay_is_listed_in_the_report(tmp_path):
+    overlay = tmp_path / "catalog" / "devices"
+    overlay.mkdir(parents=True)
+    (overlay / "l40s.yaml").write_text("""name: L40S
+quirks:
+  - id: tp-hang
+    description: tensor parallelism above 1 hangs on these PCIe hosts
+    max_tp: 1
+    frameworks: [vllm]
+    source: https://example.org/l40s-tp
+""")
+    intent = tmp_path / "intent.yaml"
+    intent.write_text("""apiVersion: infra.dev/v1alpha1
+kind: ServingIntent
+metadata: {name: capped}
+spec:
+  cluster:
+    pools:
+      - {name: l40s, device: L40S, nodes: 1, devices_per_node: 4}
+  services:
+    - name: chat
+      model: Qwen3-8B
+      workload: {rate: 1/s, input_tokens: 512, output_tokens: 128}
+      slo: {ttft: {p99: 5s}}
+      preferences: {frameworks: [vllm]}
+""")
+    resolved = api.load_intent(intent, (tmp_path / "catalog",))
+    cands, seen = enumerate_candidates(resolved)
+    assert cands and all(c.parallel.tp == 1 for c in cands)
+    why = "vllm on L40S: tp2 above the largest TP known to work, 1 (quirk tp-hang)"
+    assert any(s.outcome == why for s in seen)
+    plan, considered = build_plan(resolved, top=0)
+    from infra.report.plan import plan_markdown
+    assert why in plan_markdown(plan, considered)
+
+
+@pytest.mark.parametrize("cpu_pool, message", [
+    ("{name: cpu, cpu: {cores: 4, memory: 16Gi, reserved_cores: 4}, nodes: 1, price: $1/h}",
+     "reserved_cores is 4 but a node has 4 cores"),
+    ("{name: l40s, cpu: {cores: 32, memory: 64Gi}, nodes: 1, price: $1/h}", "pool names repeat: l40s"),
+    ("{name: cpu, cpu: {cores: 32, memory: 64Gi}, nodes: 0, price: $1/h}", "nodes is 0"),
+])
+def test_bad_cpu_pools_are_refused_at_their_line(tmp_path, cpu_pool, message):
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(f"""apiVersion: infra.dev/v1alpha1
+kind: ClusterProfile
+metadata: {{name: p}}
+spec:
+  pools:
+    - {{name: l40s, device: L40S, nodes: 1, devices_per_node: 4}}
+  cpu_pools:
+    - {cpu_pool}
+""")
+    with pytest.raises(IntentError) as err:
+        api.check(profile)
+    assert any(message in p.message and p.location.file == str(profile) and p.location.line >= 6
+               for p in err.value.problems), err.value.problems
+
+
+def test_slices_of_one_device_hand_off_through_its_memory():
+    resolved = api.load_intent(COLOCATED)
+    cands, _, _, _ = pipeline.search(resolved)
+    (vision, _), (llm, _) = next(c for c in cands if isinstance(c, colocate.Bundle)).members
+    halves = [[dataclasses.replace(vision, share=0.5, parallel=Parallel())],
+              [dataclasses.replace(llm, share=0.5, parallel=Parallel())]]
+    found = colocate.bundles("g", halves, {p.name: p for p in resolved.loaded.cluster.pools})
+    one = [b for b in found if b.slots == 4]
+    assert one and one[0].in_one_device and one[0].workers_on("l40s") == [(1, 1.0, 1)]
+    assert [k for _, k in one[0].members] == [1, 1]
