@@ -178,22 +178,28 @@ def test_max_tp_quirk_refuses_larger_layouts():
     assert tp_refusal(capped, catalog.framework("sglang"), Parallel(tp=4)) == ""
 
 
-def test_candidates_record_quirk_refusals(tmp_path):
+def _one_pool_intent(tmp_path: Path, device: str, framework: str) -> Path:
+    """An intent serving Qwen3-8B with one framework on one node of one device type."""
     intent = tmp_path / "intent.yaml"
-    intent.write_text("""apiVersion: infra.dev/v1alpha1
+    intent.write_text(f"""apiVersion: infra.dev/v1alpha1
 kind: ServingIntent
-metadata: {name: edge}
+metadata: {{name: one-pool}}
 spec:
   cluster:
     pools:
-      - {name: npu, device: Ascend-310P, nodes: 1, devices_per_node: 4}
+      - {{name: pool, device: {device}, nodes: 1, devices_per_node: 4}}
   services:
     - name: chat
       model: Qwen3-8B
-      workload: {rate: 1/s, input_tokens: 512, output_tokens: 128}
-      slo: {ttft: {p99: 5s}}
-      preferences: {frameworks: [vllm-ascend]}
+      workload: {{rate: 1/s, input_tokens: 512, output_tokens: 128}}
+      slo: {{ttft: {{p99: 5s}}}}
+      preferences: {{frameworks: [{framework}]}}
 """)
+    return intent
+
+
+def test_candidates_record_quirk_refusals(tmp_path):
+    intent = _one_pool_intent(tmp_path, "Ascend-310P", "vllm-ascend")
     cands, seen = enumerate_candidates(api.load_intent(intent))
     assert any(s.outcome == "vllm-ascend on Ascend-310P: bf16 not supported (quirk experimental-vllm-ascend)"
                for s in seen)
@@ -238,21 +244,7 @@ quirks:
     frameworks: [vllm]
     source: https://example.org/l40s-tp
 """)
-    intent = tmp_path / "intent.yaml"
-    intent.write_text("""apiVersion: infra.dev/v1alpha1
-kind: ServingIntent
-metadata: {name: capped}
-spec:
-  cluster:
-    pools:
-      - {name: l40s, device: L40S, nodes: 1, devices_per_node: 4}
-  services:
-    - name: chat
-      model: Qwen3-8B
-      workload: {rate: 1/s, input_tokens: 512, output_tokens: 128}
-      slo: {ttft: {p99: 5s}}
-      preferences: {frameworks: [vllm]}
-""")
+    intent = _one_pool_intent(tmp_path, "L40S", "vllm")
     resolved = api.load_intent(intent, (tmp_path / "catalog",))
     cands, seen = enumerate_candidates(resolved)
     assert cands and all(c.parallel.tp == 1 for c in cands)
