@@ -288,3 +288,15 @@ def test_slices_of_one_device_hand_off_through_its_memory():
     one = [b for b in found if b.slots == 4]
     assert one and one[0].in_one_device and one[0].workers_on("l40s") == [(1, 1.0, 1)]
     assert [k for _, k in one[0].members] == [1, 1]
+
+
+def test_a_run_with_no_bundle_is_searched_again_apart(monkeypatch):
+    monkeypatch.setattr(pipeline, "bundles", lambda *args: [])
+    cands, _, _, pipes = pipeline.search(api.load_intent(COLOCATED))
+    vision, llm = pipes["pages"]
+    assert not vision.colocate and vision.handoff is vision.network
+    assert "fit one node together" in vision.note and "network hand-off is charged" in vision.note
+    # Budgets split with the network hand-off: 900 ms = encoder + 106 ms over the network + first token.
+    assert vision.full["p99"] + vision.network.total_s + llm.first["p99"] == pytest.approx(0.9, rel=1e-6)
+    assert {c.service for c in cands} == {"pages-vision", "pages-llm"}
+    assert pipeline.solved_units(pipes["pages"]) == ["pages-vision", "pages-llm"]
