@@ -122,11 +122,14 @@ def _binding(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution, li
     for s, cap in sorted(limits.budget_hour.items()):
         if cap is None:
             continue
-        cost = sum(c.cost_per_hour * sol.replicas[k] for k, c in used.items() if c.service == s)
+        cost = sum(c.cost_per_hour * sol.replicas[k] for k, c in used.items() if limits.parent.get(c.service,
+                                                                                                  c.service) == s)
         if cost >= 0.97 * cap:
-            out.append(f"budget: service {s} at ${cost:.2f}/h of ${cap:.2f}/h")
+            fixed = limits.fixed.get(s, 0.0)
+            out.append(f"budget: service {s} at ${cost + fixed:.2f}/h of ${cap + fixed:.2f}/h")
     if limits.total_budget_hour is not None and sol.cost_per_hour >= 0.97 * limits.total_budget_hour:
-        out.append(f"budget: total at ${sol.cost_per_hour:.2f}/h of ${limits.total_budget_hour:.2f}/h")
+        fixed = sum(limits.fixed.values())
+        out.append(f"budget: total at ${sol.cost_per_hour + fixed:.2f}/h of ${limits.total_budget_hour + fixed:.2f}/h")
     for s, z in sorted(limits.zones.items()):
         zones = {c.zone for k, c in used.items() if c.service == s}
         if z > 1 and len(zones) == z:
@@ -532,15 +535,19 @@ def _relaxations(resolved: ResolvedIntent, cands: list[Candidate], limits: Limit
     free = solve(cands, unbounded, time_limit_s=5.0) if cands else None
     if any(k.startswith("budget:") for k in core) and free and free.status in ("OPTIMAL", "FEASIBLE"):
         if limits.total_budget_hour is not None and "budget:total" in core:
-            out.append(Problem(f"feasible with a total budget of ${free.cost_per_hour:.2f}/h instead of "
-                               f"${limits.total_budget_hour:.2f}/h", doc.locate(("spec", "budget", "per_hour")),
-                               f"set per_hour: ${free.cost_per_hour:.2f}/h"))
+            fixed = sum(limits.fixed.values())
+            out.append(Problem(f"feasible with a total budget of ${free.cost_per_hour + fixed:.2f}/h instead of "
+                               f"${limits.total_budget_hour + fixed:.2f}/h",
+                               doc.locate(("spec", "budget", "per_hour")),
+                               f"set per_hour: ${free.cost_per_hour + fixed:.2f}/h"))
         for k in core:
             if k.startswith("budget:") and k != "budget:total":
                 s = k.split(":", 1)[1]
-                cost = sum(c.cost_per_hour * free.replicas.get(c.key, 0) for c in cands if c.service == s)
+                fixed = limits.fixed.get(s, 0.0)
+                cost = fixed + sum(c.cost_per_hour * free.replicas.get(c.key, 0) for c in cands
+                                   if limits.parent.get(c.service, c.service) == s)
                 out.append(Problem(f"feasible with service {s}'s budget at ${cost:.2f}/h instead of "
-                                   f"${limits.budget_hour[s]:.2f}/h",
+                                   f"${(limits.budget_hour[s] or 0.0) + fixed:.2f}/h",
                                    doc.locate(("spec", "services", names.index(s), "budget")),
                                    f"allow ${cost:.2f}/h (per_hour, or the $/Mtok or $/request equivalent)"))
     if any(k.startswith(("pool:", "demand:", "zones:", "replicas:")) for k in core) and cands:
@@ -671,7 +678,8 @@ def _less_cpu(limits: Limits, cpu: dict[str, CpuPlacement], pipelines: dict[str,
         return limits
     budget = {s: (v - spent.get(s, 0.0) if v is not None else None) for s, v in limits.budget_hour.items()}
     total = (limits.total_budget_hour - sum(spent.values()) if limits.total_budget_hour is not None else None)
-    return dataclasses.replace(limits, budget_hour=budget, total_budget_hour=total)
+    return dataclasses.replace(limits, budget_hour=budget, total_budget_hour=total,
+                               fixed={s: v for s, v in sorted(spent.items()) if v})
 
 
 def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost",

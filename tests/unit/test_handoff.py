@@ -11,7 +11,7 @@ import pytest
 from infra import api
 from infra.catalog.loader import load_catalog
 from infra.catalog.schema import Quirk
-from infra.errors import IntentError
+from infra.errors import InfeasibleError, IntentError
 from infra.intent.models import StageWork
 from infra.intent.profile import Nic
 from infra.perf.handoff import Site, network_link, node_link, transfer, units_per_request
@@ -300,3 +300,18 @@ def test_a_run_with_no_bundle_is_searched_again_apart(monkeypatch):
     assert vision.full["p99"] + vision.network.total_s + llm.first["p99"] == pytest.approx(0.9, rel=1e-6)
     assert {c.service for c in cands} == {"pages-vision", "pages-llm"}
     assert pipeline.solved_units(pipes["pages"]) == ["pages-vision", "pages-llm"]
+
+
+def test_a_budget_relaxation_counts_the_cpu_nodes(tmp_path):
+    (tmp_path / "profiles").mkdir()
+    profile = ROOT / "examples" / "profiles" / "edge-small-gpus.yaml"
+    (tmp_path / "profiles" / profile.name).write_text(profile.read_text())
+    text = (ROOT / "examples" / "vision-language.yaml").read_text()
+    (tmp_path / "vl.yaml").write_text(text.replace("        fractional_sharing: true\n",
+                                                   "        fractional_sharing: true\n      budget:\n"
+                                                   "        per_hour: $2/h\n"))
+    full, _ = build_plan(api.load_intent(ROOT / "examples" / "vision-language.yaml"), top=0)
+    with pytest.raises(InfeasibleError) as err:
+        build_plan(api.load_intent(tmp_path / "vl.yaml"), top=0)
+    want = f"feasible with service vl's budget at ${full['spec']['cost']['per_hour']:.2f}/h instead of $2.00/h"
+    assert any(p.message == want for p in err.value.problems), err.value.problems
