@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from infra.catalog.schema import ModelKind, Precision
 from infra.intent.base import API_VERSION, Metadata, Name, Percentile, Strict, percentile_value, require_unique
@@ -460,6 +460,12 @@ class ClusterSource(Strict):
                 raise ValueError("pools is empty; list at least one pool")
             require_unique([p.name for p in pools], "pool")
         return pools
+
+    @field_validator("cpu_pools")
+    @classmethod
+    def _cpu_pools(cls, cpu_pools: list[CpuPool], info: ValidationInfo) -> list[CpuPool]:
+        require_unique([p.name for p in info.data.get("pools") or []] + [p.name for p in cpu_pools], "pool")
+        return cpu_pools
 
     def inline_spec(self) -> ClusterProfileSpec | None:
         if self.pools is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from infra.catalog.schema import Vendor
 from infra.intent.base import API_VERSION, Metadata, Name, Strict, require_unique
@@ -51,7 +51,26 @@ class Node(Strict):
     """Overrides the pool's topology for this node."""
 
 
-class Pool(Strict):
+class _Nodes:
+    """Node count and zone of a pool, from the `nodes` and `topology` fields of the model it is mixed into (no
+    annotations here: pydantic would take them for fields)."""
+
+    @property
+    def node_count(self) -> int:
+        nodes = self.nodes  # type: ignore[attr-defined]
+        return nodes if isinstance(nodes, int) else len(nodes)
+
+    @property
+    def zone(self) -> str | None:
+        """The pool's zone: its own, or the one all its listed nodes share."""
+        nodes, topology = self.nodes, self.topology  # type: ignore[attr-defined]
+        if topology.zone or isinstance(nodes, int):
+            return topology.zone
+        zones = {n.topology.zone for n in nodes}
+        return zones.pop() if len(zones) == 1 else None
+
+
+class Pool(_Nodes, Strict):
     """A homogeneous group of nodes with one device type and one price."""
 
     name: Name
@@ -81,17 +100,6 @@ class Pool(Strict):
     multi_node: bool = True
     """Whether one replica may span several nodes of this pool (needs a fast NIC)."""
 
-    @property
-    def node_count(self) -> int:
-        return self.nodes if isinstance(self.nodes, int) else len(self.nodes)
-
-    @property
-    def zone(self) -> str | None:
-        """The pool's zone: its own, or the one all its listed nodes share."""
-        if self.topology.zone or isinstance(self.nodes, int):
-            return self.topology.zone
-        zones = {n.topology.zone for n in self.nodes}
-        return zones.pop() if len(zones) == 1 else None
 
     @property
     def device_count(self) -> int:
@@ -138,7 +146,7 @@ class CpuNode(Strict):
         return self.cores - self.reserved_cores
 
 
-class CpuPool(Strict):
+class CpuPool(_Nodes, Strict):
     """A group of nodes without accelerators and one price, for the CPU stages of pipelines (preprocessing)."""
 
     name: Name
@@ -161,17 +169,6 @@ class CpuPool(Strict):
     node_selector: dict[str, str] = {}
     """Labels that select this pool's nodes (rendered as nodeSelector)."""
 
-    @property
-    def node_count(self) -> int:
-        return self.nodes if isinstance(self.nodes, int) else len(self.nodes)
-
-    @property
-    def zone(self) -> str | None:
-        """The pool's zone: its own, or the one all its listed nodes share."""
-        if self.topology.zone or isinstance(self.nodes, int):
-            return self.topology.zone
-        zones = {n.topology.zone for n in self.nodes}
-        return zones.pop() if len(zones) == 1 else None
 
     @field_validator("nodes")
     @classmethod
@@ -247,10 +244,11 @@ class ClusterProfileSpec(Strict):
         require_unique([p.name for p in pools], "pool")
         return pools
 
-    @model_validator(mode="after")
-    def _unique_across(self) -> ClusterProfileSpec:
-        require_unique([p.name for p in self.pools] + [p.name for p in self.cpu_pools], "pool")
-        return self
+    @field_validator("cpu_pools")
+    @classmethod
+    def _unique_across(cls, cpu_pools: list[CpuPool], info: ValidationInfo) -> list[CpuPool]:
+        require_unique([p.name for p in info.data.get("pools") or []] + [p.name for p in cpu_pools], "pool")
+        return cpu_pools
 
 
 class ClusterProfile(Strict):

@@ -66,6 +66,11 @@ class Candidate:
         return "disagg" if self.decode_workers else "agg"
 
     @property
+    def frameworks(self) -> set[str]:
+        """Frameworks the replica runs (several for a bundle of co-located stages)."""
+        return {self.framework}
+
+    @property
     def device_types(self) -> set[str]:
         return {self.device} | ({self.decode_device} if self.decode_device else set())
 

@@ -40,6 +40,10 @@ class Bundle(Candidate):
         return [(1, self.slots / SLOTS_PER_DEVICE, 1)]
 
     @property
+    def frameworks(self) -> set[str]:
+        return {m.framework for m, _ in self.members}
+
+    @property
     def consumption(self) -> float:
         return self.slots / SLOTS_PER_DEVICE
 

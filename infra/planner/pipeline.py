@@ -54,7 +54,6 @@ from infra.perf.handoff import STREAMING, Site, Transfer, network_link, node_lin
 from infra.perf.serving import z_of
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 from infra.perf.stages import StageEstimate, StageLoad, stage_capacity, stage_latency, stage_load, stage_timing
-from infra.planner.colocate import bundles
 from infra.planner.candidates import (
     Candidate,
     Considered,
@@ -64,8 +63,10 @@ from infra.planner.candidates import (
     prune_dominated,
     quirk_refusals,
     service_workload,
+    tp_refusal,
     wanted_precisions,
 )
+from infra.planner.colocate import bundles
 
 CPU_UTILISATION = 0.7
 SP_OPTIONS = (1, 2, 4, 8)
@@ -165,7 +166,7 @@ def _llm_unloaded(model: ModelSpec, rs: ResolvedService, stage: Stage, resolved:
                    and (not f.devices or device.name in f.devices)):
             for precision in _precision(stage, rs.service, model, device, fw):
                 tp = 1
-                while tp <= pool.devices_per_node:
+                while tp <= pool.devices_per_node and not tp_refusal(device, fw, Parallel(tp=tp)):
                     try:
                         e = estimate(Deployment(model.name, device.name, fw.name, precision, agg=Role(Parallel(tp=tp))),
                                      wl, resolved.catalog, device_memory_gb=pool_device_memory_gb(pool, device))
@@ -246,8 +247,9 @@ def _catalog_frameworks(resolved: ResolvedIntent) -> dict[str, FrameworkSpec]:
     return resolved.catalog.frameworks
 
 
-def plan_units(rs: ResolvedService, resolved: ResolvedIntent) -> list[Unit]:
-    """The stages of a pipeline service with their latency budgets."""
+def plan_units(rs: ResolvedService, resolved: ResolvedIntent, apart: frozenset[str] = frozenset()) -> list[Unit]:
+    """The stages of a pipeline service with their latency budgets; stages named in `apart` (unit names) are not
+    co-located with the next stage whatever their hand-off costs."""
     svc = rs.service
     assert svc.pipeline is not None
     units = [Unit(svc.name, st, unit_name(svc.name, st.name), rs.stages.get(st.name),
@@ -287,7 +289,7 @@ def plan_units(rs: ResolvedService, resolved: ResolvedIntent) -> list[Unit]:
     pairs = _split(units, objectives, {})
     for i, u in enumerate(units[:-1]):
         if u.network is not None:
-            _decide(u, units[i + 1], pairs.get(i, math.inf), resolved)
+            _decide(u, units[i + 1], pairs.get(i, math.inf), resolved, u.name in apart)
     _split(units, objectives, {i: u.handoff.charged(u.streams) for i, u in enumerate(units) if u.handoff})
     llms = [u for u in units if u.stage.kind == "llm"]
     if llms:
@@ -369,9 +371,10 @@ def _handoffs(units: list[Unit], rs: ResolvedService, resolved: ResolvedIntent, 
         raise IntentError(problems)
 
 
-def _decide(u: Unit, nxt: Unit, pair_budget: float, resolved: ResolvedIntent) -> None:
+def _decide(u: Unit, nxt: Unit, pair_budget: float, resolved: ResolvedIntent, apart: bool = False) -> None:
     """Co-locate a stage with the next one when its network hand-off costs more than COLOCATE_SHARE of the pair's
-    budget and some pool holds both; record why either way."""
+    budget and some pool holds both (and `apart` does not say an earlier search found no shapes that fit one node
+    together); record why either way."""
     assert u.network is not None
     net = u.network.charged(u.streams)
     share = net / pair_budget if pair_budget > 0 else math.inf
@@ -381,7 +384,8 @@ def _decide(u: Unit, nxt: Unit, pair_budget: float, resolved: ResolvedIntent) ->
     if share <= COLOCATE_SHARE:
         u.note = f"{said}: over the network (co-location pays above {COLOCATE_SHARE:.0%})"
         return
-    why = _colocation_blocked(u, nxt, resolved)
+    why = ("no replica shapes of the two stages that meet their budgets fit one node together" if apart
+           else _colocation_blocked(u, nxt, resolved))
     if why:
         u.note = f"{said}: co-location wanted but impossible ({why}); the network hand-off is charged"
         return
@@ -460,10 +464,20 @@ def cpu_cores(unit: Unit, peak_rps: float) -> int:
 
 
 def search(resolved: ResolvedIntent, slo_scale: float = 1.0, progress: Callable[[int, int], None] | None = None,
-           corrections: Corrections | None = None) -> tuple[list[Candidate], list[Considered], list[ResolvedService], dict[str, list[Unit]]]:
+           corrections: Corrections | None = None) -> tuple[list[Candidate], list[Considered], list[ResolvedService],
+                                                            dict[str, list[Unit]]]:
     """Candidates of every service and pipeline stage (pipelines expanded into units), what was considered, the
-    services searched (LLM stages as services of their own) and the pipelines' units."""
-    services, pipelines = expand(resolved)
+    services searched (LLM stages as services of their own) and the pipelines' units. Stages to co-locate come as
+    bundles (`infra.planner.colocate`); a run of them whose shapes fit no node together is searched again apart,
+    its budgets split with the network hand-off."""
+    return _search(resolved, slo_scale, progress, corrections, frozenset())
+
+
+def _search(resolved: ResolvedIntent, slo_scale: float, progress: Callable[[int, int], None] | None,
+            corrections: Corrections | None, apart: frozenset[str]) -> tuple[list[Candidate], list[Considered],
+                                                                               list[ResolvedService],
+                                                                               dict[str, list[Unit]]]:
+    services, pipelines = expand(resolved, apart)
     cands, seen = enumerate_candidates(resolved, slo_scale=slo_scale, progress=progress, services=services,
                                        corrections=corrections)
     extra: list[Candidate] = []
@@ -480,7 +494,10 @@ def search(resolved: ResolvedIntent, slo_scale: float = 1.0, progress: Callable[
                 rs.service.workload.arrival.process]
             extra += stage_candidates(u, rs, resolved, cv, seen)
     kept, _ = prune_dominated(extra)
-    return _bundled(cands + kept, pipelines, resolved), seen, services, pipelines
+    bundled, failed = _bundled(cands + kept, pipelines, resolved)
+    if failed:
+        return _search(resolved, slo_scale, progress, corrections, apart | failed)
+    return bundled, seen, services, pipelines
 
 
 def groups(units: list[Unit]) -> list[list[Unit]]:
@@ -501,35 +518,34 @@ def group_name(run: list[Unit]) -> str:
     return "+".join([run[0].name] + [u.stage.name for u in run[1:]])
 
 
-def _bundled(cands: list[Candidate], pipelines: dict[str, list[Unit]], resolved: ResolvedIntent) -> list[Candidate]:
-    """Candidates with each co-located run's stages replaced by bundles of them; a run for which no bundle fits
-    a node stays apart (its stages keep their own candidates) and its note says so."""
+def _bundled(cands: list[Candidate], pipelines: dict[str, list[Unit]],
+             resolved: ResolvedIntent) -> tuple[list[Candidate], frozenset[str]]:
+    """Candidates with each co-located run's stages replaced by bundles of them, and the stages (that hand on)
+    of the runs for which no bundle fits a node."""
     pools = {p.name: p for p in resolved.loaded.cluster.pools}
+    failed: set[str] = set()
     for units in pipelines.values():
         for run in groups(units):
             names = {u.name for u in run}
             found = bundles(group_name(run), [[c for c in cands if c.service == u.name] for u in run], pools)
             if not found:
-                for u in run[:-1]:
-                    u.colocate = False
-                    u.handoff = u.network
-                    u.note += ("; but no replica shapes of the stages fit one node together, so they are planned "
-                               "apart and the network hand-off is charged")
+                failed.update(u.name for u in run[:-1])
                 continue
             cands = [c for c in cands if c.service not in names] + found
-    return cands
+    return cands, frozenset(failed)
 
 
-def expand(resolved: ResolvedIntent) -> tuple[list[ResolvedService], dict[str, list[Unit]]]:
+def expand(resolved: ResolvedIntent,
+           apart: frozenset[str] = frozenset()) -> tuple[list[ResolvedService], dict[str, list[Unit]]]:
     """Services to search: plain ones as they are, and each LLM stage of a pipeline as a service of its own; and
-    every pipeline's units, by service."""
+    every pipeline's units, by service (stages in `apart` not co-located)."""
     services: list[ResolvedService] = []
     pipelines: dict[str, list[Unit]] = {}
     for rs in resolved.services:
         if rs.model is not None:
             services.append(rs)
             continue
-        units = plan_units(rs, resolved)
+        units = plan_units(rs, resolved, apart)
         pipelines[rs.service.name] = units
         for u in units:
             if u.stage.kind == "llm" and u.model is not None:
@@ -571,8 +587,9 @@ def place_cpu(resolved: ResolvedIntent, pipelines: dict[str, list[Unit]]) -> dic
             if u.stage.kind != "cpu":
                 continue
             cores = cpu_cores(u, peak * (1 + rs.service.availability.headroom))
-            options = sorted(((-(-cores // p.cpu.usable_cores) * p.price, p.name, p) for p in cpu_pools_for(rs, resolved)
-                              if -(-cores // p.cpu.usable_cores) <= free[p.name]), key=lambda t: (t[0], t[1]))
+            fit = [p for p in cpu_pools_for(rs, resolved) if -(-cores // p.cpu.usable_cores) <= free[p.name]]
+            options = sorted(((-(-cores // p.cpu.usable_cores) * p.price, p.name, p) for p in fit),
+                             key=lambda t: (t[0], t[1]))
             if not options:
                 why = ("the profile has no CPU pool" if not resolved.loaded.cluster.cpu_pools
                        else f"no CPU pool has {cores} cores free")

@@ -21,11 +21,11 @@ from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_me
 from infra.perf.arch import kv_precision_for
 from infra.perf.calibration import table as calibration_table
 from infra.perf.estimate import Estimate, estimate
+from infra.perf.handoff import ASSUMPTIONS as HANDOFF_ASSUMPTIONS
+from infra.perf.handoff import Site, Transfer, device_link, network_link, node_link, slowest, transfer
 from infra.perf.serving import z_of
 from infra.perf.stages import StageEstimate, stage_latency
 from infra.planner.candidates import Candidate, Considered, Corrections, objectives, service_workload
-from infra.perf.handoff import ASSUMPTIONS as HANDOFF_ASSUMPTIONS
-from infra.perf.handoff import Transfer, device_link, network_link, node_link, slowest, transfer
 from infra.planner.colocate import Bundle, member_nodes, unbundle
 from infra.planner.pipeline import ANY_NODE, CpuPlacement, Unit, place_cpu, search, site, solved_units
 from infra.planner.placement import Placement, PlacementError, place, workers_of
@@ -122,11 +122,14 @@ def _binding(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution, li
     for s, cap in sorted(limits.budget_hour.items()):
         if cap is None:
             continue
-        cost = sum(c.cost_per_hour * sol.replicas[k] for k, c in used.items() if c.service == s)
+        cost = sum(c.cost_per_hour * sol.replicas[k] for k, c in used.items() if limits.parent.get(c.service,
+                                                                                                  c.service) == s)
         if cost >= 0.97 * cap:
-            out.append(f"budget: service {s} at ${cost:.2f}/h of ${cap:.2f}/h")
+            fixed = limits.fixed.get(s, 0.0)
+            out.append(f"budget: service {s} at ${cost + fixed:.2f}/h of ${cap + fixed:.2f}/h")
     if limits.total_budget_hour is not None and sol.cost_per_hour >= 0.97 * limits.total_budget_hour:
-        out.append(f"budget: total at ${sol.cost_per_hour:.2f}/h of ${limits.total_budget_hour:.2f}/h")
+        fixed = sum(limits.fixed.values())
+        out.append(f"budget: total at ${sol.cost_per_hour + fixed:.2f}/h of ${limits.total_budget_hour + fixed:.2f}/h")
     for s, z in sorted(limits.zones.items()):
         zones = {c.zone for k, c in used.items() if c.service == s}
         if z > 1 and len(zones) == z:
@@ -296,7 +299,8 @@ def _work(u: Unit) -> dict[str, Any]:
     return u.stage.work.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True)
 
 
-def _handoff(resolved: ResolvedIntent, u: Unit, sites: tuple[list, list], together: list[Bundle]) -> Transfer:
+def _handoff(resolved: ResolvedIntent, u: Unit, sites: tuple[list[Site], list[Site]],
+             together: list[Bundle]) -> Transfer:
     """The hand-off from stage u to the next as planned: inside the bundles' device or node when the two are
     co-located, else over the slowest network link between the pools their replicas use."""
     net = u.network
@@ -310,7 +314,7 @@ def _handoff(resolved: ResolvedIntent, u: Unit, sites: tuple[list, list], togeth
 
 
 def _stage_sites(resolved: ResolvedIntent, u: Unit, entry: dict[str, Any] | None,
-                 cpu: dict[str, CpuPlacement]) -> list:
+                 cpu: dict[str, CpuPlacement]) -> list[Site]:
     if u.stage.kind == "cpu":
         placed = cpu[u.name].pool
         return [site(placed)] if placed is not None else [ANY_NODE]
@@ -503,7 +507,7 @@ def _alternatives(cands: list[Candidate], sol: Solution, limits: Limits, top: in
     """Best plans that use another device type or another framework than the chosen one, with cost deltas."""
     chosen = [c for c in cands if c.key in sol.replicas]
     devices = {d for c in chosen for d in c.device_types}
-    frameworks = {c.framework for c in chosen}
+    frameworks = {f for c in chosen for f in c.frameworks}
     modes = {c.mode for c in chosen}
     out = []
     tried = set()
@@ -511,7 +515,8 @@ def _alternatives(cands: list[Candidate], sol: Solution, limits: Limits, top: in
         *((f"only {d}", lambda c, d=d: c.device_types == {d})
           for d in sorted({d for c in cands for d in c.device_types} - devices)),
         *((f"without {d}", lambda c, d=d: d not in c.device_types) for d in sorted(devices)),
-        *((f"only {f}", lambda c, f=f: c.framework == f) for f in sorted({c.framework for c in cands} - frameworks)),
+        *((f"only {f}", lambda c, f=f: c.frameworks == {f})
+          for f in sorted({f for c in cands for f in c.frameworks} - frameworks)),
         *((f"{m} only", lambda c, m=m: c.mode == m) for m in sorted({c.mode for c in cands} - modes)),
         *((("prefill and decode on one device type", lambda c: c.decode_pool is None),)
           if any(c.decode_pool for c in chosen) else ()),
@@ -548,15 +553,19 @@ def _relaxations(resolved: ResolvedIntent, cands: list[Candidate], limits: Limit
     free = solve(cands, unbounded, time_limit_s=5.0) if cands else None
     if any(k.startswith("budget:") for k in core) and free and free.status in ("OPTIMAL", "FEASIBLE"):
         if limits.total_budget_hour is not None and "budget:total" in core:
-            out.append(Problem(f"feasible with a total budget of ${free.cost_per_hour:.2f}/h instead of "
-                               f"${limits.total_budget_hour:.2f}/h", doc.locate(("spec", "budget", "per_hour")),
-                               f"set per_hour: ${free.cost_per_hour:.2f}/h"))
+            fixed = sum(limits.fixed.values())
+            out.append(Problem(f"feasible with a total budget of ${free.cost_per_hour + fixed:.2f}/h instead of "
+                               f"${limits.total_budget_hour + fixed:.2f}/h",
+                               doc.locate(("spec", "budget", "per_hour")),
+                               f"set per_hour: ${free.cost_per_hour + fixed:.2f}/h"))
         for k in core:
             if k.startswith("budget:") and k != "budget:total":
                 s = k.split(":", 1)[1]
-                cost = sum(c.cost_per_hour * free.replicas.get(c.key, 0) for c in cands if c.service == s)
+                fixed = limits.fixed.get(s, 0.0)
+                cost = fixed + sum(c.cost_per_hour * free.replicas.get(c.key, 0) for c in cands
+                                   if limits.parent.get(c.service, c.service) == s)
                 out.append(Problem(f"feasible with service {s}'s budget at ${cost:.2f}/h instead of "
-                                   f"${limits.budget_hour[s]:.2f}/h",
+                                   f"${(limits.budget_hour[s] or 0.0) + fixed:.2f}/h",
                                    doc.locate(("spec", "services", names.index(s), "budget")),
                                    f"allow ${cost:.2f}/h (per_hour, or the $/Mtok or $/request equivalent)"))
     if any(k.startswith(("pool:", "demand:", "zones:", "replicas:")) for k in core) and cands:
@@ -687,7 +696,8 @@ def _less_cpu(limits: Limits, cpu: dict[str, CpuPlacement], pipelines: dict[str,
         return limits
     budget = {s: (v - spent.get(s, 0.0) if v is not None else None) for s, v in limits.budget_hour.items()}
     total = (limits.total_budget_hour - sum(spent.values()) if limits.total_budget_hour is not None else None)
-    return dataclasses.replace(limits, budget_hour=budget, total_budget_hour=total)
+    return dataclasses.replace(limits, budget_hour=budget, total_budget_hour=total,
+                               fixed={s: v for s, v in sorted(spent.items()) if v})
 
 
 def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost",

@@ -75,6 +75,9 @@ class Limits:
     """Pools whose nodes differ in size: devices_per_node and (devices, nodes) per size group."""
     parent: dict[str, str] = field(default_factory=dict)
     """Pipeline stage unit -> its service (whose budget covers the units); plain services map to themselves."""
+    fixed: dict[str, float] = field(default_factory=dict)
+    """Service -> $/h it spends outside the solve (CPU stages on CPU pools), already taken off its budget and the
+    total budget above."""
 
 
 def limits_from(resolved: ResolvedIntent, tokens_per_request: dict[str, float],

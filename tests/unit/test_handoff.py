@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -10,14 +11,16 @@ import pytest
 from infra import api
 from infra.catalog.loader import load_catalog
 from infra.catalog.schema import Quirk
+from infra.errors import InfeasibleError, IntentError
 from infra.intent.models import StageWork
 from infra.intent.profile import Nic
 from infra.perf.handoff import Site, network_link, node_link, transfer, units_per_request
 from infra.perf.shape import Parallel
-from infra.planner import pipeline
+from infra.planner import colocate, pipeline
 from infra.planner.candidates import enumerate_candidates, quirk_refusals, tp_refusal, wanted_precisions
 from infra.planner.pipeline import plan_units
 from infra.planner.plan import build_plan
+from infra.planner.solve import Solution
 
 ROOT = Path(__file__).resolve().parents[2]
 COLOCATED = ROOT / "tests" / "fixtures" / "pipelines" / "colocated-vision.yaml"
@@ -175,23 +178,140 @@ def test_max_tp_quirk_refuses_larger_layouts():
     assert tp_refusal(capped, catalog.framework("sglang"), Parallel(tp=4)) == ""
 
 
-def test_candidates_record_quirk_refusals(tmp_path):
+def _one_pool_intent(tmp_path: Path, device: str, framework: str) -> Path:
+    """An intent serving Qwen3-8B with one framework on one node of one device type."""
     intent = tmp_path / "intent.yaml"
-    intent.write_text("""apiVersion: infra.dev/v1alpha1
+    intent.write_text(f"""apiVersion: infra.dev/v1alpha1
 kind: ServingIntent
-metadata: {name: edge}
+metadata: {{name: one-pool}}
 spec:
   cluster:
     pools:
-      - {name: npu, device: Ascend-310P, nodes: 1, devices_per_node: 4}
+      - {{name: pool, device: {device}, nodes: 1, devices_per_node: 4}}
   services:
     - name: chat
       model: Qwen3-8B
-      workload: {rate: 1/s, input_tokens: 512, output_tokens: 128}
-      slo: {ttft: {p99: 5s}}
-      preferences: {frameworks: [vllm-ascend]}
+      workload: {{rate: 1/s, input_tokens: 512, output_tokens: 128}}
+      slo: {{ttft: {{p99: 5s}}}}
+      preferences: {{frameworks: [{framework}]}}
 """)
+    return intent
+
+
+def test_candidates_record_quirk_refusals(tmp_path):
+    intent = _one_pool_intent(tmp_path, "Ascend-310P", "vllm-ascend")
     cands, seen = enumerate_candidates(api.load_intent(intent))
     assert any(s.outcome == "vllm-ascend on Ascend-310P: bf16 not supported (quirk experimental-vllm-ascend)"
                for s in seen)
     assert all(c.precision != "bf16" for c in cands)
+
+
+def test_bundle_sizes_pack_like_single_replicas():
+    pool = api.load_intent(COLOCATED).loaded.cluster.pools[0]
+    assert colocate.sizes(pool) == [1, 2, 4, 8, 16]  # quarter, half, 1, 2 and 4 devices of a 4-device node
+    # 1-device encoders (capacity 1) and a 2-device LLM (capacity 3): in 4 devices, two encoders and one LLM.
+    assert colocate._fill([4, 8], [1.0, 3.0], 16) == ((2, 1), 2.0)
+    assert colocate._fill([4, 8], [1.0, 3.0], 8) is None  # no room for one of each in 2 devices
+    assert colocate._fill([2, 2], [1.0, 1.0], 4) == ((1, 1), 1.0)
+
+
+def test_bundles_turn_back_into_stage_replicas():
+    resolved = api.load_intent(COLOCATED)
+    cands, _, _, pipes = pipeline.search(resolved)
+    found = [c for c in cands if isinstance(c, colocate.Bundle)]
+    assert found and all(c.service == "pages-vision+llm" for c in found)
+    assert not any(c.service in ("pages-vision", "pages-llm") for c in cands)
+    assert pipeline.solved_units(pipes["pages"]) == ["pages-vision+llm"]
+    b = found[0]
+    assert b.consumption == sum(m.consumption * k for m, k in b.members)
+    assert b.capacity == pytest.approx(min(m.capacity * k for m, k in b.members))
+    sol = Solution("OPTIMAL", {b.key: 2}, 0.0, 0.0, 0.0, 0.0)
+    stage_sol, stage_cands = colocate.unbundle(sol, cands)
+    assert stage_sol.replicas == dict(sorted({m.key: 2 * k for m, k in b.members}.items()))
+    assert {m.key for m, _ in b.members} <= {c.key for c in stage_cands}
+    nodes = colocate.member_nodes({b.key: {"gpu-01": 2}}, cands, sol)
+    assert all(nodes[m.key] == {"gpu-01": 2 * k} for m, k in b.members)
+
+
+def test_max_tp_quirk_from_a_catalog_overlay_is_listed_in_the_report(tmp_path):
+    overlay = tmp_path / "catalog" / "devices"
+    overlay.mkdir(parents=True)
+    (overlay / "l40s.yaml").write_text("""name: L40S
+quirks:
+  - id: tp-hang
+    description: tensor parallelism above 1 hangs on these PCIe hosts
+    max_tp: 1
+    frameworks: [vllm]
+    source: https://example.org/l40s-tp
+""")
+    intent = _one_pool_intent(tmp_path, "L40S", "vllm")
+    resolved = api.load_intent(intent, (tmp_path / "catalog",))
+    cands, seen = enumerate_candidates(resolved)
+    assert cands and all(c.parallel.tp == 1 for c in cands)
+    why = "vllm on L40S: tp2 above the largest TP known to work, 1 (quirk tp-hang)"
+    assert any(s.outcome == why for s in seen)
+    plan, considered = build_plan(resolved, top=0)
+    from infra.report.plan import plan_markdown
+    assert why in plan_markdown(plan, considered)
+
+
+@pytest.mark.parametrize("cpu_pool, message", [
+    ("{name: cpu, cpu: {cores: 4, memory: 16Gi, reserved_cores: 4}, nodes: 1, price: $1/h}",
+     "reserved_cores is 4 but a node has 4 cores"),
+    ("{name: l40s, cpu: {cores: 32, memory: 64Gi}, nodes: 1, price: $1/h}", "pool names repeat: l40s"),
+    ("{name: cpu, cpu: {cores: 32, memory: 64Gi}, nodes: 0, price: $1/h}", "nodes is 0"),
+])
+def test_bad_cpu_pools_are_refused_at_their_line(tmp_path, cpu_pool, message):
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(f"""apiVersion: infra.dev/v1alpha1
+kind: ClusterProfile
+metadata: {{name: p}}
+spec:
+  pools:
+    - {{name: l40s, device: L40S, nodes: 1, devices_per_node: 4}}
+  cpu_pools:
+    - {cpu_pool}
+""")
+    with pytest.raises(IntentError) as err:
+        api.check(profile)
+    assert any(message in p.message and p.location.file == str(profile) and p.location.line >= 6
+               for p in err.value.problems), err.value.problems
+
+
+def test_slices_of_one_device_hand_off_through_its_memory():
+    resolved = api.load_intent(COLOCATED)
+    cands, _, _, _ = pipeline.search(resolved)
+    (vision, _), (llm, _) = next(c for c in cands if isinstance(c, colocate.Bundle)).members
+    halves = [[dataclasses.replace(vision, share=0.5, parallel=Parallel())],
+              [dataclasses.replace(llm, share=0.5, parallel=Parallel())]]
+    found = colocate.bundles("g", halves, {p.name: p for p in resolved.loaded.cluster.pools})
+    one = [b for b in found if b.slots == 4]
+    assert one and one[0].in_one_device and one[0].workers_on("l40s") == [(1, 1.0, 1)]
+    assert [k for _, k in one[0].members] == [1, 1]
+
+
+def test_a_run_with_no_bundle_is_searched_again_apart(monkeypatch):
+    monkeypatch.setattr(pipeline, "bundles", lambda *args: [])
+    cands, _, _, pipes = pipeline.search(api.load_intent(COLOCATED))
+    vision, llm = pipes["pages"]
+    assert not vision.colocate and vision.handoff is vision.network
+    assert "fit one node together" in vision.note and "network hand-off is charged" in vision.note
+    # Budgets split with the network hand-off: 900 ms = encoder + 106 ms over the network + first token.
+    assert vision.full["p99"] + vision.network.total_s + llm.first["p99"] == pytest.approx(0.9, rel=1e-6)
+    assert {c.service for c in cands} == {"pages-vision", "pages-llm"}
+    assert pipeline.solved_units(pipes["pages"]) == ["pages-vision", "pages-llm"]
+
+
+def test_a_budget_relaxation_counts_the_cpu_nodes(tmp_path):
+    (tmp_path / "profiles").mkdir()
+    profile = ROOT / "examples" / "profiles" / "edge-small-gpus.yaml"
+    (tmp_path / "profiles" / profile.name).write_text(profile.read_text())
+    text = (ROOT / "examples" / "vision-language.yaml").read_text()
+    (tmp_path / "vl.yaml").write_text(text.replace("        fractional_sharing: true\n",
+                                                   "        fractional_sharing: true\n      budget:\n"
+                                                   "        per_hour: $2/h\n"))
+    full, _ = build_plan(api.load_intent(ROOT / "examples" / "vision-language.yaml"), top=0)
+    with pytest.raises(InfeasibleError) as err:
+        build_plan(api.load_intent(tmp_path / "vl.yaml"), top=0)
+    want = f"feasible with service vl's budget at ${full['spec']['cost']['per_hour']:.2f}/h instead of $2.00/h"
+    assert any(p.message == want for p in err.value.problems), err.value.problems
