@@ -11,7 +11,7 @@ correlated arrivals of a real pipeline rather than the Poisson process the plann
   the stage's own workload.
 - Encoders, codecs and DiTs are timed by the stage model (`infra.perf.stages`, as the planner timed them) on
   their plan entries' devices, precision and sequence-parallel degree. A replica serves one request at a time,
-  FIFO. A stage whose first output comes early (a codec's first audio chunk) works in chunks of that size; when
+  FIFO; requests reach replicas at random, as a Kubernetes Service spreads them (CPU stages: one shared queue). A stage whose first output comes early (a codec's first audio chunk) works in chunks of that size; when
   the stage before it streams, the chunks' input arrives spread over that stage's output, so the request may sit
   in this stage with nothing to do: that wait is the **bubble**. A stage that needs its whole input (an encoder,
   a DiT) starts when the last of it arrives, and the time from the first hand-off to then is its bubble.
@@ -108,8 +108,9 @@ def _handoff(stage: Any) -> tuple[float, float]:
     return float(h.first_ms) / 1000, float(h.total_ms) / 1000
 
 
-def _chunked(arrive: np.ndarray, ready: np.ndarray, servers: list[tuple[float, float]],
-             first_fraction: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
+def _chunked(arrive: np.ndarray, ready: np.ndarray, servers: list[tuple[float, float]], first_fraction: float,
+             spread: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                                float]:
     """Requests served one at a time per server, FIFO by when their input is there.
 
     `arrive[i]` is when request i's first input reaches the stage, `ready[i]` when the last of it does.
@@ -117,7 +118,10 @@ def _chunked(arrive: np.ndarray, ready: np.ndarray, servers: list[tuple[float, f
     works in 1 / first_fraction chunks, the first (with the fixed part) on arrival, the others as their input
     comes in evenly until `ready`; otherwise a request is one piece, started when all its input is there.
     A request stays on the server its first piece went to (the engine holds its state); between its pieces the
-    server serves others. Returns (first output, end, queueing, bubble, busy seconds) per request."""
+    server serves others. A request goes to the server that frees first (one shared queue, as the cores of one
+    process) or, with `spread`, to a server drawn at random (replicas behind a Kubernetes Service, which
+    kube-proxy picks at random, each with its own queue). Returns (first output, end, queueing, bubble, busy
+    seconds) per request."""
     from infra.perf.stages import chunks_of
 
     n = len(arrive)
@@ -138,8 +142,11 @@ def _chunked(arrive: np.ndarray, ready: np.ndarray, servers: list[tuple[float, f
     wait = np.zeros(n)
     bubble = np.zeros(n)
     busy = 0.0
+    drawn = spread.integers(0, len(servers), size=n) if spread is not None else None
     for t, i, j in release:
-        if j == 0:
+        if j == 0 and drawn is not None:
+            home[i] = drawn[i]
+        elif j == 0:
             while True:
                 when, s = heapq.heappop(free)
                 if when == at_server[s]:
@@ -275,7 +282,8 @@ def simulate_pipeline(plan: Any, service: str, *, requests: int = 2000, seed: in
             else:
                 assert st.unit is not None
                 servers, fraction = _stage_servers(plan, _entry(plan, st.unit), st.work, catalog)
-            first, end, wait, bubble, busy = _chunked(arrive, ready, servers, fraction)
+            first, end, wait, bubble, busy = _chunked(
+                arrive, ready, servers, fraction, None if st.kind == "cpu" else np.random.default_rng(seed + 101 + k))
             run = StageRun("", st.kind, st.unit, len(servers), arrive, first, end, end - bubble, bubble, busy,
                            wait)
         run.name = st.name

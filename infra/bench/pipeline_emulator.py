@@ -5,7 +5,7 @@ concurrent tasks that hand on asynchronously, as the stage-by-stage simulator (`
   the client's prompt and `max_tokens` when it is the last stage, the others draw their lengths from their own
   stage workloads (seeded, as the simulator does).
 - Encoders, codecs and DiTs are servers timed by the stage model, one request at a time each, FIFO (an asyncio
-  lock per server wakes its waiters in order); a request stays on the server it started on; a stage whose first
+  lock per server wakes its waiters in order), picked at random as a Service does; a request stays on its server; a stage whose first
   output comes early works in chunks of that size, each waiting until the stage before has produced its share.
 - CPU stages are `cpu_cores` such servers.
 - A stage starts when the stage before it hands on (its first output when it streams, else its end) plus the
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -47,8 +48,10 @@ class _Progress:
 class _Servers:
     """Replicas (or cores) of a stage that is not an LLM."""
 
-    def __init__(self, servers: list[tuple[float, float]], first_fraction: float):
+    def __init__(self, servers: list[tuple[float, float]], first_fraction: float, spread: random.Random | None = None):
         self.servers = servers
+        self.spread = spread
+        """Replicas behind a Service are picked at random; the cores of a CPU stage take the least busy."""
         self.first_fraction = first_fraction
         self.chunks = chunks_of(first_fraction)
         self.locks: list[asyncio.Lock] | None = None
@@ -57,7 +60,8 @@ class _Servers:
     async def run(self, upstream: _Progress, out: _Progress) -> None:
         if self.locks is None:
             self.locks = [asyncio.Lock() for _ in self.servers]
-        s = min(range(len(self.servers)), key=lambda i: (self.holding[i], i))
+        s = self.spread.randrange(len(self.servers)) if self.spread is not None else \
+            min(range(len(self.servers)), key=lambda i: (self.holding[i], i))
         self.holding[s] += 1
         work, fixed = self.servers[s]
         try:
@@ -122,7 +126,7 @@ class PipelineTiming:
             else:
                 servers, fraction = _stage_servers(plan, next(s for s in plan.spec.services if s.name == st.unit),
                                                    st.work, catalog)
-                self.stages.append(_Servers(servers, fraction))
+                self.stages.append(_Servers(servers, fraction, random.Random(seed + 101 + k)))
 
     def rejects(self, prompt_tokens: int, max_tokens: int) -> str | None:
         last = self.stages[-1]
