@@ -296,7 +296,9 @@ def _name_problems(intent: ServingIntent, doc: Document) -> list[Problem]:
                         f"stage {stage.name!r} runs after {up!r}, which is not the stage listed just before it; "
                         "pipelines are planned as a chain of stages in the order listed",
                         doc.locate(where + ("after", ai)),
-                        f"list {stage.name!r} right after {up!r}, or drop `after` to consume the stage before it"))
+                        f"list {stage.name!r} right after {up!r}, or drop `after` to consume the stage before it "
+                        "(stages that run side by side, e.g. two encoders feeding one LLM, can be listed one after "
+                        "the other: their latencies then add up, which errs on the safe side)"))
                     continue
                 if up in names[:ti]:
                     continue
