@@ -235,15 +235,17 @@ def bench(*, simulate: str | Path | None = None, service: str | None = None, con
     if service is not None and service in pipelines:
         from infra.bench.pipeline import bench_pipeline
 
-        for flag, value in (("--concurrency", concurrency), ("--input-tokens", input_tokens),
-                            ("--output-tokens", output_tokens), ("--save", save)):
+        for flag, value in (("--input-tokens", input_tokens), ("--output-tokens", output_tokens), ("--save", save)):
             if value is not None:
                 raise IntentError(Problem(f"{flag} does not apply to pipeline {service}, whose stages take their "
                                           "lengths and work from the plan", Location(path=flag),
                                           f"drop {flag}, or bench one LLM stage of the pipeline with --service"))
+        if rate is not None and concurrency is not None:
+            raise IntentError(Problem("give either a rate or a concurrency, not both", Location(path="--rate"),
+                                      "drop --rate (closed loop) or --concurrency (open loop)"))
         return bench_pipeline(plan_doc, service, requests=DEFAULT_REQUESTS if requests is None else requests,
-                              seed=seed, rate=rate, catalog=load_catalog(catalog_dirs), intent=intent,
-                              plan_path=simulate)
+                              seed=seed, rate=rate, clients=concurrency, catalog=load_catalog(catalog_dirs),
+                              intent=intent, plan_path=simulate)
     result = simulate_service(plan_doc, service=service, requests=DEFAULT_REQUESTS if requests is None else requests,
                               seed=seed, rate=rate, concurrency=concurrency, input_tokens=input_tokens,
                               output_tokens=output_tokens, intent=intent, plan_path=simulate, router=router,

@@ -19,6 +19,10 @@ correlated arrivals of a real pipeline rather than the Poisson process the plann
 - An LLM stage fed by a streaming stage cannot finish before its input has: its end is pushed to the upstream's
   end when that comes later, and the difference is its bubble (its KV slot held while it waits is not modelled).
 
+A pipeline driven by N clients (a closed loop) sends each client's next request when its previous one ends; as
+the stages run one after another, the send times come from the E2Es of the run before, repeated until they
+settle (`_closed_loop`).
+
 Per stage the run reports utilisation (busy time over servers x span), queueing and bubble; per request the
 pipeline's TTFT (arrival to the last stage's first output), E2E (to the last stage's last output) and each
 stage's first output from arrival, which verification judges against the pipeline's objectives, and each stage's
@@ -29,7 +33,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -71,6 +75,8 @@ class PipelineRun:
     arrive: np.ndarray
     stages: list[StageRun]
     load: Load
+    note: str | None = None
+    """How a closed loop was simulated."""
 
     @property
     def span(self) -> float:
@@ -242,9 +248,50 @@ def _llm_stage(plan: Any, unit: str, arrive: np.ndarray, ready: np.ndarray, *, s
                     records, sim.itl_pool)
 
 
+CLOSED_LOOP_ROUNDS = 6
+"""Fixed-point steps from a pipeline's clients to the arrival times they produce."""
+
+
+def closed_arrivals(clients: int, e2e: np.ndarray) -> np.ndarray:
+    """Send times of `clients` clients with no think time, request i going to client i mod clients, each sent
+    when the client's previous request's E2E (`e2e`, per request) has passed."""
+    out = np.zeros(len(e2e))
+    for c in range(min(clients, len(e2e))):
+        mine = np.arange(c, len(e2e), clients)
+        out[mine[1:]] = np.cumsum(e2e[mine[:-1]])
+    return out
+
+
+def _closed_loop(plan: Any, service: str, clients: int, *, requests: int, seed: int, catalog: Any,
+                 intent: Any, plan_path: Any) -> PipelineRun:
+    """A closed loop, stage by stage: each client's next request leaves when its last one's E2E has passed. The
+    E2Es come from the previous step's run (first: the mean E2E of a lone request through the pipeline), mixed
+    geometrically with the step before so that the steps settle; a request that failed holds its client for the
+    mean E2E."""
+    lone = simulate_pipeline(plan, service, requests=1, seed=seed, rate=1.0, catalog=catalog, intent=intent,
+                             plan_path=plan_path)
+    start = float(np.nan_to_num(lone.stages[-1].end - lone.arrive, nan=1.0)[0])
+    e2e = np.full(requests, max(start, 1e-3))
+    run = None
+    for _ in range(CLOSED_LOOP_ROUNDS):
+        run = simulate_pipeline(plan, service, requests=requests, seed=seed, clients=clients, catalog=catalog,
+                                intent=intent, plan_path=plan_path, arrivals=closed_arrivals(clients, e2e))
+        got = run.stages[-1].end - run.arrive
+        got = np.where(np.isfinite(got), got, np.nanmean(got) if np.isfinite(got).any() else e2e)
+        e2e = np.sqrt(e2e * np.maximum(got, 1e-6))
+    assert run is not None
+    span = float(run.arrive.max() - run.arrive.min())
+    run.note = (f"{clients} clients in a closed loop: each request sent when its client's previous one ended in "
+                f"the run before ({CLOSED_LOOP_ROUNDS} steps to settle); "
+                f"{(len(run.arrive) - 1) / span:.4g} requests/s" if span > 0 else f"{clients} clients")
+    return run
+
+
 def simulate_pipeline(plan: Any, service: str, *, requests: int = 2000, seed: int = 0, rate: float | None = None,
-                      catalog: Any = None, intent: Any = None, plan_path: Any = None) -> PipelineRun:
-    """Run `requests` requests of pipeline `service` through its stages (at its peak rate, or `rate`)."""
+                      clients: int | None = None, catalog: Any = None, intent: Any = None,
+                      plan_path: Any = None, arrivals: np.ndarray | None = None) -> PipelineRun:
+    """Run `requests` requests of pipeline `service` through its stages (at its peak rate, or `rate`, or sent at
+    `arrivals`; a pipeline driven by clients, or given `clients`, runs as a closed loop: `_closed_loop`)."""
     from infra.bench.simulate import service_load
     from infra.catalog.loader import load_catalog
 
@@ -255,12 +302,16 @@ def simulate_pipeline(plan: Any, service: str, *, requests: int = 2000, seed: in
         raise IntentError(Problem(f"pipeline {service} has no stage on accelerators to simulate",
                                   Location(path="spec.pipelines"), "plan a pipeline with a model stage"))
     entry0 = _entry(plan, units[0])
-    if entry0.demand.unit == "clients" and rate is None:
-        raise IntentError(Problem(
-            f"pipeline {service} is driven by {entry0.demand.value:g} clients in a closed loop; stages are "
-            "simulated in order on the arrival times the stage before produced, which needs an open loop",
-            Location(path=f"spec.services.{units[0]}.workload"), "give a request rate (--rate)"))
-    load = service_load(plan, units[0], requests=requests, seed=seed, rate=rate, intent=intent, plan_path=plan_path)
+    if arrivals is None and rate is None and (clients is not None or entry0.demand.unit == "clients"):
+        return _closed_loop(plan, service, clients or max(1, round(entry0.demand.value)), requests=requests,
+                            seed=seed, catalog=catalog, intent=intent, plan_path=plan_path)
+    if arrivals is not None:
+        drawn = service_load(plan, units[0], requests=requests, seed=seed, rate=1.0, intent=intent,
+                             plan_path=plan_path)
+        load = Load([replace(r, at=float(t)) for r, t in zip(drawn.requests, arrivals)], None, clients, "closed")
+    else:
+        load = service_load(plan, units[0], requests=requests, seed=seed, rate=rate, intent=intent,
+                            plan_path=plan_path)
     arrive0 = np.array([s.at if s.at is not None else 0.0 for s in load.requests])
     arrive = arrive0.copy()
     ready = arrive0.copy()
@@ -329,8 +380,6 @@ class PipelineVerdict:
 def judge_pipeline(plan: Any, run: PipelineRun, seed: int = 0) -> PipelineVerdict:
     """Judge a pipeline run: each unit on its budget (stage-local times), the pipeline on its objectives (from
     arrival), and each stage's utilisation, queueing and bubble."""
-    from dataclasses import replace
-
     from infra.bench.run import predicted
     from infra.bench.verdict import judge, judge_objective
 
@@ -400,7 +449,7 @@ def judge_pipeline(plan: Any, run: PipelineRun, seed: int = 0) -> PipelineVerdic
         if st.wait is not None:
             stats["wait_ms"] = _ms(st.wait[live])
         stages.append(stats)
-    notes = []
+    notes = [run.note] if run.note else []
     if errors:
         kinds: dict[str, int] = {}
         for why in errors.values():
@@ -428,12 +477,14 @@ class PipelineBench:
 
 
 def bench_pipeline(plan: Any, service: str, *, requests: int, seed: int = 0, rate: float | None = None,
-                   catalog: Any = None, intent: Any = None, plan_path: Any = None) -> PipelineBench:
+                   clients: int | None = None, catalog: Any = None, intent: Any = None,
+                   plan_path: Any = None) -> PipelineBench:
     """Simulate pipeline `service` of a plan and judge it."""
-    run = simulate_pipeline(plan, service, requests=requests, seed=seed, rate=rate, catalog=catalog, intent=intent,
-                            plan_path=plan_path)
+    run = simulate_pipeline(plan, service, requests=requests, seed=seed, rate=rate, clients=clients,
+                            catalog=catalog, intent=intent, plan_path=plan_path)
     load = {"requests": requests, "seed": seed, "arrival": run.load.arrival,
-            **({"rate_rps": run.load.rate} if run.load.rate is not None else {})}
+            **({"rate_rps": run.load.rate} if run.load.rate is not None else {}),
+            **({"concurrency": run.load.concurrency} if run.load.concurrency is not None else {})}
     return PipelineBench(service, load, judge_pipeline(plan, run, seed=seed), run.span)
 
 

@@ -119,11 +119,11 @@ def _run_pipeline(plan: DeploymentPlan, pipe: Any, *, requests: int, seed: int, 
                   catalog: Any) -> tuple[PipelineVerdict, list[str]]:
     """Simulate and judge one pipeline at its served load; once more with more requests if inconclusive."""
     first = next(s for s in plan.spec.services if s.pipeline == pipe.service)
-    rate = _served_load(first).get("rate")
+    load = _served_load(first)
     notes: list[str] = []
     for n in (requests, requests * RETRY_FACTOR):
-        run = simulate_pipeline(plan, pipe.service, requests=n, seed=seed, rate=rate, intent=intent,
-                                catalog=catalog)
+        run = simulate_pipeline(plan, pipe.service, requests=n, seed=seed, rate=load.get("rate"),
+                                clients=load.get("concurrency"), intent=intent, catalog=catalog)
         pv = judge_pipeline(plan, run, seed=seed)
         if pv.overall != "inconclusive":
             break

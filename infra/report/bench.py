@@ -77,7 +77,8 @@ def print_bench(console: Console, r: dict[str, Any]) -> None:
 def print_pipeline_bench(console: Console, r: dict[str, Any]) -> None:
     """A pipeline run: its objectives end to end, each stage on its budget, and each stage's load and bubble."""
     load = r["load"]
-    how = f"{load['rate_rps']:g} req/s ({load['arrival']})" if "rate_rps" in load else load["arrival"]
+    how = (f"{load['rate_rps']:g} req/s ({load['arrival']})" if "rate_rps" in load
+           else f"{load['concurrency']} clients (closed loop)" if "concurrency" in load else load["arrival"])
     console.print(f"{r['source']}: pipeline {r['pipeline']}, {load['requests']} requests at {how}, seed "
                   f"{load['seed']}, {r['duration_s']:.1f} s")
     t = Table(title_justify="left")

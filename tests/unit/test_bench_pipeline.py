@@ -134,8 +134,8 @@ def test_bench_runs_a_pipeline_from_the_cli():
     data = json.loads(run.stdout.strip().splitlines()[-1])
     assert data["pipeline"] == "voice" and [s["name"] for s in data["stages"]] == [
         "audio-in", "thinker", "talker", "code2wav"]
-    bad = infra("bench", "--simulate", str(OMNI), "--service", "voice", "--concurrency", "4")
-    assert bad.returncode == 1 and "--concurrency does not apply to pipeline voice" in bad.stderr
+    bad = infra("bench", "--simulate", str(OMNI), "--service", "voice", "--output-tokens", "4")
+    assert bad.returncode == 1 and "--output-tokens does not apply to pipeline voice" in bad.stderr
 
 
 def test_a_stage_alone_is_refused_and_a_lone_pipeline_is_the_default():
@@ -144,3 +144,23 @@ def test_a_stage_alone_is_refused_and_a_lone_pipeline_is_the_default():
     lone = infra("bench", "--simulate", str(OMNI), "--requests", "200", "--json", "--intent",
                  str(ROOT / "examples" / "omni-speech.yaml"))
     assert lone.returncode in (0, 3) and json.loads(lone.stdout.strip().splitlines()[-1])["pipeline"] == "voice"
+
+
+def test_clients_in_a_closed_loop_send_when_their_last_request_ends(omni):
+    plan, _ = omni
+    run = simulate_pipeline(plan, "voice", requests=300, seed=2, clients=8,
+                            intent=ROOT / "examples" / "omni-speech.yaml")
+    e2e = run.stages[-1].end - run.arrive
+    # Each client's next request leaves about when its previous one ended (its E2E of the step before): about 8
+    # requests in flight at any time once the loop runs.
+    t = np.sort(run.arrive)[50:]
+    in_flight = [np.sum((run.arrive <= x) & (run.arrive + e2e > x)) for x in t]
+    assert 7 <= np.mean(in_flight) <= 9.5 and max(in_flight) <= 12
+    assert run.note and "8 clients in a closed loop" in run.note and run.load.concurrency == 8
+    assert any("closed loop" in n for n in judge_pipeline(plan, run).notes)
+
+
+def test_closed_arrivals_follow_each_client():
+    from infra.bench.pipeline import closed_arrivals
+
+    assert closed_arrivals(2, np.array([1.0, 2.0, 3.0, 4.0, 5.0])).tolist() == [0.0, 0.0, 1.0, 2.0, 4.0]
