@@ -286,7 +286,7 @@ EngineSetting = Literal[
     "max_num_seqs", "max_num_batched_tokens", "max_model_len", "memory_utilization", "kv_cache_dtype",
     "quantization", "chunked_prefill", "prefix_caching", "nnodes", "node_rank", "master_addr", "dist_init_addr",
     "headless", "kv_transfer_config", "disaggregation_mode", "disaggregation_transfer_backend", "model",
-    "device_ids", "device", "attention_dp",
+    "device_ids", "device", "attention_dp", "omni", "ulysses_degree",
 ]
 
 

@@ -185,6 +185,12 @@ class PipelineStage(PlanModel):
     """The share of the pipeline's objectives this stage was planned against."""
     cpu_cores: int | None = None
     """Cores a CPU stage needs at peak."""
+    image: str | None = None
+    """Container image of a CPU stage (its preprocessing server); without one no workload is rendered for it."""
+    command: list[str] | None = None
+    """Command of that container (the image's entrypoint when unset)."""
+    port: int | None = None
+    """Port that container takes the stage's input on."""
 
 
 class PipelinePlan(PlanModel):
