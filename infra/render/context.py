@@ -134,6 +134,10 @@ def build(plan: DeploymentPlan, catalog: Catalog, settings: Settings, locate: Lo
     stages = pipeline_stages(plan, catalog)
     for svc in plan.spec.services:
         sb = ServiceBuilder(plan, svc, catalog, settings, docs, notes, locate, stages.get(svc.name))
+        if sb.stage is not None and sb.stage.previous is not None and sb.stage.address is None:
+            notes.append(f"{svc.name}: stage {svc.stage} of pipeline {svc.pipeline} runs prefill/decode groups "
+                         f"only, so its stage config gives {sb.stage.previous.service} no address to hand off to: "
+                         "point it at the P/D-aware router in front of them")
         if not svc.runs_llm_engine:
             sb.allocation_builder = StageAllocationBuilder
         sb.build()
@@ -193,9 +197,12 @@ class ServiceBuilder:
             endpoint_port = endpoint_port or fw.cli.port
             self.allocation_builder(self, i, a, fw, model).build()
         if self.stage is not None:
-            from infra.render.stages import stage_config_map
+            from infra.render.stages import handoff_note, stage_config_map
 
-            self.add("configmap.yaml.j2", {"cm": stage_config_map(self.stage, self.base_labels)})
+            line = handoff_note(self.stage)
+            if line not in self.notes:
+                self.notes.append(line)
+            self.add("configmap.yaml.j2", {"cm": stage_config_map(self.stage, self.base_labels)}, [line])
         # The endpoint picker balances LLM engines by their KV-cache and queue metrics; stage engines are not LLMs.
         if self.crds.get("inference_extension") and svc.runs_llm_engine:
             self.add("inferencepool.yaml.j2", {

@@ -74,7 +74,10 @@ def pipeline_stages(plan: DeploymentPlan, catalog: Catalog) -> dict[str, StageRe
             port = st.port
             config: dict[str, Any] = {"stage_kind": st.kind}
             if svc is not None:
-                port = _engine_port(catalog, svc.allocations[0].framework) if svc.allocations else None
+                # Only aggregated allocations sit behind the stage's Service; prefill/decode groups are reached
+                # through a P/D-aware router, whose address the plan does not know.
+                agg = [a for a in svc.allocations if a.mode == "agg"]
+                port = _engine_port(catalog, agg[0].framework) if agg else None
                 config.update(_service_config(svc))
             else:
                 config["cpu_cores"] = st.cpu_cores
@@ -139,6 +142,14 @@ def _link(other: StageRef | None, streams: bool, handoff: Any = None) -> dict[st
     return link
 
 
+def handoff_note(ref: StageRef) -> str:
+    """What the user must know about the connectors: the engines do not read them."""
+    return (f"{ref.pipeline}: each stage's ConfigMap <stage>-stage names the stage it takes input from and the "
+            "address it hands output to; the engines do not read it (vLLM-Omni's connectors join only the stages of "
+            "one vLLM-Omni pipeline behind its orchestrator), so the client or gateway that carries a request from "
+            "stage to stage must follow those addresses")
+
+
 def stage_config_map(ref: StageRef, labels: dict[str, str]) -> dict[str, Any]:
     """Context of the stage's ConfigMap."""
     from infra.render.yamlout import dump_yaml
@@ -180,12 +191,11 @@ class StageAllocationBuilder(AllocationBuilder):
         repo = model_repository(model_id)
         if repo != model_id:
             self.note(
-                f"{self.name}: {self.fw.name} serves {model_id} from its repository {repo}, which starts the whole "
-                f"{repo} pipeline of {self.fw.name} (its bundled deploy config); serving the "
-                f"{model_id.split('/', 2)[2]} stage alone takes `--stage-id N` of that pipeline and an omni master "
-                "(`--omni-master-address`/`--omni-master-port`, https://docs.vllm.ai/projects/vllm-omni/en/stable/"
-                "cli/serve/), which the plan does not run: supply them, or a checkpoint of the stage alone, before "
-                "applying")
+                f"{self.name}: {self.fw.name} is given the repository {repo}, not the {model_id.split('/', 2)[2]} "
+                f"stage alone: {self.fw.name} runs one stage of a model per process only as a stage of that model's "
+                "own pipeline (`--stage-id N` with an omni master, `--omni-master-address`/`--omni-master-port`, "
+                "https://docs.vllm.ai/projects/vllm-omni/en/stable/cli/serve/), which the plan does not run: supply "
+                "the stage id and master, or an image and checkpoint of the stage alone, before applying")
         super().build()
 
     def _quantization(self) -> str | None:
@@ -226,7 +236,8 @@ def build_cpu_stages(plan: DeploymentPlan, stages: dict[str, StageRef], settings
         common = {"plan": {"name": plan.metadata.name, "fingerprint": plan.spec.fingerprint},
                   "cluster": {"name": plan.spec.cluster.name, "namespace": plan.spec.cluster.namespace},
                   "service": {"name": ref.service, "labels": labels}}
-        docs.append(Doc("configmap.yaml.j2", ref.service, {**common, "cm": stage_config_map(ref, labels)}))
+        docs.append(Doc("configmap.yaml.j2", ref.service, {**common, "cm": stage_config_map(ref, labels)},
+                        [handoff_note(ref)]))
         if not st.image:
             notes.append(f"{ref.service}: CPU stage {st.name} of pipeline {ref.pipeline} has no container image in "
                          "the plan, so no workload is rendered for it: set image (and command, port) on the stage "

@@ -76,10 +76,25 @@ def check_pipelines(manifests: list[Manifest], plan: DeploymentPlan, plan_path: 
             if doc is None:
                 out.append(cm.finding("PIP001", ("data",), f"the stage config of {stage_ref}: {why}"))
                 continue
+            out += _mounted(workloads, cm.name, stage_ref)
             out += _consistent(cm, doc, plan, p, si, name)
             out += _connectors(cm, doc, names, p, si, services, plan.spec.cluster.namespace)
             if name in services:
                 out += _service_selects(services[name], workloads, stage_ref, manifests)
+    return out
+
+
+def _mounted(workloads: list[Manifest], config: str, stage_ref: str) -> list[Finding]:
+    """PIP001: the stage's pods mount its config, so the stage can read its connectors."""
+    out = []
+    for m in workloads:
+        for t in pod_templates(m):
+            names = {str((v.get("configMap") or {}).get("name")) for v in t.spec.get("volumes") or []
+                     if isinstance(v, dict) and isinstance(v.get("configMap"), dict)}
+            if config not in names:
+                out.append(m.finding("PIP001", t.spec_path + ("volumes",),
+                                     f"pods of {stage_ref} do not mount its stage config (ConfigMap {config})",
+                                     fix=f"mount ConfigMap {config} (a configMap volume) into the stage's pods"))
     return out
 
 

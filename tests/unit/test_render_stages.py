@@ -62,7 +62,8 @@ def test_vllm_omni_stage_serves_the_repository_of_its_model_and_says_what_is_mis
     assert c["args"][:2] == ["Qwen/Qwen3-Omni-30B-A3B-Instruct", "--omni"]
     assert arg(c["args"], "--port") == "8091" and "--usp" not in c["args"]
     text = rendered.files["voice-code2wav/base/deployment-voice-code2wav-a0.yaml"]
-    assert text.startswith("# voice-code2wav-a0: vllm-omni serves Qwen/Qwen3-Omni-30B-A3B-Instruct/code2wav")
+    assert text.startswith("# voice-code2wav-a0: vllm-omni is given the repository Qwen/Qwen3-Omni-30B-A3B-Instruct, "
+                           "not the code2wav stage alone")
     assert "--stage-id" in text.splitlines()[0]
     assert any("voice-code2wav-a0" in n and "--omni-master-address" in n for n in rendered.notes)
 
@@ -133,3 +134,23 @@ def test_multi_node_dit_is_refused_at_its_plan_field():
         render_tree(DeploymentPlan.model_validate(data))
     problem = err.value.problems[0]
     assert "Ray" in problem.message and problem.location.path == "spec.services[0].allocations[0].nodes_per_worker"
+
+
+def test_a_prefill_decode_stage_has_no_address_and_says_where_to_hand_off():
+    data = plan_of("omni-speech").model_dump(mode="json", by_alias=True, exclude_none=True)
+    talker = data["spec"]["services"][2]["allocations"][0]
+    engine = talker["engines"].pop("agg")
+    talker.update(mode="disagg", prefill_workers=1, decode_workers=1, engines={"prefill": engine, "decode": engine})
+    rendered = render_tree(DeploymentPlan.model_validate(data))
+    assert stage_config(rendered.files, "voice-thinker")["output"]["address"] is None
+    assert any(n.startswith("voice-talker: stage talker") and "router" in n for n in rendered.notes)
+
+
+def test_gitops_places_the_cpu_stage_directory_beside_the_services():
+    from infra.gitops.layout import directories, place_rendered
+
+    plan = _with_cpu_container(plan_of("vision-language"))
+    assert directories(plan) == ["vl-vision", "vl-llm", "vl-preprocess"]
+    placed = place_rendered(plan, render_tree(plan).files, "edge")
+    assert "vl-preprocess/overlays/edge/kustomization.yaml" in placed
+    assert "vl-preprocess/base/deployment-vl-preprocess.yaml" in placed

@@ -62,6 +62,8 @@ def test_cpu_stage_with_image_passes(tmp_path: Path):
 DEFECTS = [
     ("PIP001", SPEECH, TALKER, "  name: voice-talker-stage\n", "  name: voice-talker-config\n"),
     ("PIP001", SPEECH, TALKER, "  stage.yaml: |", "  other.yaml: |"),
+    ("PIP001", VIDEO, "t2v-dit/base/deployment-t2v-dit-a0.yaml", "          name: t2v-dit-stage\n",
+     "          name: t2v-dit-config\n"),
     ("PIP002", VIDEO, "t2v-dit/base/configmap-t2v-dit-stage.yaml", "        sp: 8\n", "        sp: 4\n"),
     ("PIP002", SPEECH, TALKER, "    stage: talker\n", "    stage: thinker\n"),
     ("PIP003", SPEECH, TALKER, "      stage: code2wav\n      service: voice-code2wav\n",
