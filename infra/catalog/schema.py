@@ -373,6 +373,9 @@ class FrameworkSpec(CatalogModel):
     """Launch command and argument spelling; unset for engines configured by a file rather than by flags."""
     kinds: list[ModelKind] = ["llm"]
     """Kinds of model (pipeline stage) the engine serves."""
+    checkpoints: dict[str, str] = {}
+    """Hugging Face repository a plan names -> the repository this engine loads instead, where the engine reads
+    another format of the same weights (vLLM-Omni loads Wan2.1 from its Diffusers conversion)."""
 
     def image_for(self, device: str, vendor: str) -> tuple[str, bool]:
         """(image, pinned) for a device: its own entry in `images`, else its vendor's, else `image` when the vendor

@@ -170,6 +170,12 @@ def model_repository(model_id: str) -> str:
     return "/".join(model_id.split("/")[:2])
 
 
+def loaded_repository(model_id: str, fw: Any) -> str:
+    """The repository a stage engine loads: the model's, or the conversion the framework's catalog names for it."""
+    repo = model_repository(model_id)
+    return str(fw.checkpoints.get(repo, repo))
+
+
 # --- stages on vLLM-Omni ------------------------------------------------------------------------------------------
 
 class StageAllocationBuilder(AllocationBuilder):
@@ -187,6 +193,13 @@ class StageAllocationBuilder(AllocationBuilder):
                 self.sb.locate(("spec", "services", si, "allocations", self.index, "nodes_per_worker")),
                 "plan the stage within one node (a sequence-parallel degree of at most the devices per node), or "
                 "deploy it on a Ray cluster by hand"))
+        sp = self.a.parallel.sp
+        heads = self._heads()
+        if sp > 1 and heads is not None and heads % sp:
+            self.note(f"{self.name}: Ulysses sequence parallelism splits attention heads, and {heads} heads do not "
+                      f"divide by {sp}: add `--ulysses-mode advanced_uaa` (vLLM-Omni's uneven mode, "
+                      "https://docs.vllm.ai/projects/vllm-omni/en/stable/user_guide/diffusion/parallelism/"
+                      "sequence_parallel/) or re-plan with a degree that divides them")
         model_id = self.sb.svc.model_id or ""
         repo = model_repository(model_id)
         if repo != model_id:
@@ -197,6 +210,12 @@ class StageAllocationBuilder(AllocationBuilder):
                 "https://docs.vllm.ai/projects/vllm-omni/en/stable/cli/serve/), which the plan does not run: supply "
                 "the stage id and master, or an image and checkpoint of the stage alone, before applying")
         super().build()
+
+    def _heads(self) -> int | None:
+        try:
+            return self.sb.catalog.model(self.sb.svc.model or self.sb.svc.model_id or "").attention_heads
+        except CatalogError:
+            return None
 
     def _quantization(self) -> str | None:
         native = self.model["native"]
@@ -213,7 +232,7 @@ class StageAllocationBuilder(AllocationBuilder):
     def _values(self, role: str, engine: Any, quantization: str | None) -> dict[str, Any]:
         p = self.a.parallel
         return {
-            "model": model_repository(self.sb.svc.model_id or ""), "omni": True, "host": "0.0.0.0",
+            "model": loaded_repository(self.sb.svc.model_id or "", self.fw), "omni": True, "host": "0.0.0.0",
             "port": self.cli.port, "tensor_parallel": p.tp if p.tp > 1 else None,
             "ulysses_degree": p.sp if p.sp > 1 else None, "quantization": quantization,
         }

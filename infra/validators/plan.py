@@ -338,9 +338,12 @@ def check_plan(manifests: list[Manifest], plan: DeploymentPlan, plan_path: str,
                 engine = next(iter(t.containers(init=False)), None)
             if engine is None:
                 continue
-            # A stage's model may be a part of a repository (`org/name/visual`): the engine loads the repository.
-            model_id = svc.model_id if svc.runs_llm_engine or not svc.model_id else \
-                "/".join(svc.model_id.split("/")[:2])
+            # A stage's model may be a part of a repository (`org/name/visual`): the engine loads the repository, or
+            # the conversion of it the framework's catalog entry names.
+            model_id = svc.model_id
+            if not svc.runs_llm_engine and model_id:
+                repo = "/".join(model_id.split("/")[:2])
+                model_id = fw.checkpoints.get(repo, repo)
             out += _compare_args(m, engine[0], engine[1], t, e, fw, model_id, manifests)
     want_names = {x.name for x in _expected(plan)}
     # CPU stages of pipelines are no services of the plan: the pipeline checks look after their objects.

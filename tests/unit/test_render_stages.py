@@ -74,7 +74,7 @@ def test_dit_stage_runs_sequence_parallel_on_its_devices():
     files = render_tree(plan).files
     dep = objs(files)["deployment-t2v-dit-a0.yaml"]
     c = pod_spec(dep)["containers"][0]
-    assert c["args"][0] == "Wan-AI/Wan2.1-T2V-14B"
+    assert c["args"][0] == "Wan-AI/Wan2.1-T2V-14B-Diffusers"  # the catalog's Diffusers conversion
     assert arg(c["args"], "--usp") == str(a.parallel.sp) == "8"
     assert dep["spec"]["replicas"] == a.replicas
     claim = objs(files)["resourceclaimtemplate-t2v-dit-a0.yaml"]
@@ -154,3 +154,12 @@ def test_gitops_places_the_cpu_stage_directory_beside_the_services():
     placed = place_rendered(plan, render_tree(plan).files, "edge")
     assert "vl-preprocess/overlays/edge/kustomization.yaml" in placed
     assert "vl-preprocess/base/deployment-vl-preprocess.yaml" in placed
+
+
+def test_ulysses_degree_that_does_not_divide_the_heads_is_said():
+    data = plan_of("video-dit").model_dump(mode="json", by_alias=True, exclude_none=True)
+    a = data["spec"]["services"][0]["allocations"][0]
+    a["parallel"]["sp"], a["devices_per_worker"] = 3, 3  # Wan2.1-T2V-14B has 40 heads
+    rendered = render_tree(DeploymentPlan.model_validate(data))
+    assert any("40 heads do not divide by 3" in n and "advanced_uaa" in n for n in rendered.notes)
+    assert not any("heads" in n for n in render_tree(plan_of("video-dit")).notes)

@@ -81,6 +81,8 @@ DEFECTS = [
      "    infra.dev/service: voice-code2wav\n    infra.dev/role", "    infra.dev/service: voice-talker\n    infra.dev/role"),
     ("PLN004", VIDEO, "t2v-dit/base/deployment-t2v-dit-a0.yaml", "        - --usp\n        - '8'\n",
      "        - --usp\n        - '4'\n"),
+    ("PLN004", VIDEO, "t2v-dit/base/deployment-t2v-dit-a0.yaml", "        - Wan-AI/Wan2.1-T2V-14B-Diffusers\n",
+     "        - Wan-AI/Wan2.1-T2V-14B\n"),
     ("PLN004", SPEECH, "voice-code2wav/base/deployment-voice-code2wav-a0.yaml",
      "        - Qwen/Qwen3-Omni-30B-A3B-Instruct\n", "        - Qwen/Qwen2.5-Omni-7B\n"),
 ]
