@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from infra.errors import InfraError  # noqa: E402
 
 EXAMPLES = ["small-model-shared", "rag-long-context", "chat-mixed-fleet", "deepseek-moe", "multi-service",
-            "agent-workload"]
+            "agent-workload", "omni-speech", "vision-language", "video-dit"]
 
 
 def _time(fn, repeat: int) -> tuple[float, list[float], object]:

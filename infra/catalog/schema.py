@@ -300,7 +300,7 @@ EngineSetting = Literal[
     "max_num_seqs", "max_num_batched_tokens", "max_model_len", "memory_utilization", "kv_cache_dtype",
     "quantization", "chunked_prefill", "prefix_caching", "nnodes", "node_rank", "master_addr", "dist_init_addr",
     "headless", "kv_transfer_config", "disaggregation_mode", "disaggregation_transfer_backend", "model",
-    "device_ids", "device", "attention_dp",
+    "device_ids", "device", "attention_dp", "omni", "ulysses_degree",
 ]
 
 
@@ -387,6 +387,9 @@ class FrameworkSpec(CatalogModel):
     """Launch command and argument spelling; unset for engines configured by a file rather than by flags."""
     kinds: list[ModelKind] = ["llm"]
     """Kinds of model (pipeline stage) the engine serves."""
+    checkpoints: dict[str, str] = {}
+    """Hugging Face repository a plan names -> the repository this engine loads instead, where the engine reads
+    another format of the same weights (vLLM-Omni loads Wan2.1 from its Diffusers conversion)."""
 
     def image_for(self, device: str, vendor: str) -> tuple[str, bool]:
         """(image, pinned) for a device: its own entry in `images`, else its vendor's, else `image` when the vendor

@@ -28,10 +28,18 @@ def state_dir(plan: DeploymentPlan) -> str:
     return f"{STATE_DIR}/{plan.metadata.name}"
 
 
+def directories(plan: DeploymentPlan) -> list[str]:
+    """The tree's top directories: one per service, and one per CPU stage of a pipeline (`<pipeline>-<stage>`),
+    which renders its own workload without being a service of the plan."""
+    services = [s.name for s in plan.spec.services]
+    cpu = [f"{p.service}-{st.name}" for p in plan.spec.pipelines for st in p.stages if st.unit not in services]
+    return services + sorted(set(cpu) - set(services))
+
+
 def place_rendered(plan: DeploymentPlan, rendered: dict[str, str], cluster: str) -> dict[str, str]:
     """Rendered files keyed by path under the root, with the overlay renamed to `cluster` when it differs from the
     plan's cluster; every path must be a plain relative one inside a directory of one of the plan's services."""
-    services = {s.name for s in plan.spec.services}
+    services = set(directories(plan))
     for name in services:
         check_name(name, "service", "plan")
         if name == CLUSTERS_DIR:
@@ -61,9 +69,9 @@ def sync_objects(plan: DeploymentPlan, *, cluster: str, root: str, flavour: str,
     """One Argo CD Application (`flavour` "argocd") or Flux Kustomization ("flux") per overlay, keyed by path
     under the root. Argo CD needs the repository's URL (from its remote); Flux uses the bootstrap source."""
     out = {}
-    for svc in plan.spec.services:
-        overlay = f"{svc.name}/overlays/{cluster}" if root == "." else f"{root}/{svc.name}/overlays/{cluster}"
-        meta = {"name": f"{svc.name}-{cluster}", "labels": _labels(plan, svc.name)}
+    for name in directories(plan):
+        overlay = f"{name}/overlays/{cluster}" if root == "." else f"{root}/{name}/overlays/{cluster}"
+        meta = {"name": f"{name}-{cluster}", "labels": _labels(plan, name)}
         if flavour == "argocd":
             if not repo_url:
                 raise InfraError(Problem("an Argo CD Application needs the repository's URL, and it has no remote",
@@ -79,7 +87,7 @@ def sync_objects(plan: DeploymentPlan, *, cluster: str, root: str, flavour: str,
                    "metadata": {**meta, "namespace": FLUX_NAMESPACE},
                    "spec": {"interval": "10m", "path": f"./{overlay}", "prune": True,
                             "sourceRef": {"kind": "GitRepository", "name": FLUX_SOURCE}}}
-        out[f"{CLUSTERS_DIR}/{cluster}/{svc.name}.yaml"] = plan_yaml(obj)
+        out[f"{CLUSTERS_DIR}/{cluster}/{name}.yaml"] = plan_yaml(obj)
     return out
 
 

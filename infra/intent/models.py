@@ -378,6 +378,13 @@ class Stage(Strict):
     """Allowed precisions; empty allows the service's."""
     slo: StageSlo = StageSlo()
     """Per-stage objectives."""
+    image: str | None = None
+    """Container image that runs a CPU stage (its preprocessing server), e.g. `registry.example.com/prep:1.4`;
+    without one, its manifests hold only its stage config and validation warns."""
+    command: list[str] | None = None
+    """Command of a CPU stage's container (the image's entrypoint when unset)."""
+    port: int | None = Field(default=None, ge=1, le=65535)
+    """Port a CPU stage's container takes its input on."""
 
     @model_validator(mode="after")
     def _work_fits_kind(self) -> Stage:
@@ -390,6 +397,9 @@ class Stage(Strict):
             raise ValueError(f"a {self.kind} stage needs work.{' and work.'.join(missing)}")
         if self.kind == "cpu" and self.model is not None:
             raise ValueError("a cpu stage runs no model; remove model")
+        if self.kind != "cpu" and (self.image or self.command or self.port):
+            raise ValueError(f"image, command and port are for cpu stages; a {self.kind} stage runs the engine "
+                             "its framework names; remove them")
         if self.kind != "cpu" and self.model is None:
             raise ValueError(f"a {self.kind} stage needs a model")
         return self

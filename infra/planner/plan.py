@@ -354,7 +354,10 @@ def _pipelines(resolved: ResolvedIntent, pipelines: dict[str, list[Unit]], entri
                 t = float(u.stage.work.cpu_time or 0.0)
                 own.append(({"p50": t, "p90": t, "p99": t, "p99.9": t}, {"p50": t, "p90": t, "p99": t, "p99.9": t}))
                 placed = cpu[u.name]
+                runs = {k: v for k, v in (("image", u.stage.image), ("command", u.stage.command),
+                                          ("port", u.stage.port)) if v is not None}
                 stages.append({"name": u.stage.name, "kind": "cpu", "streams": u.streams, "cpu_cores": placed.cores,
+                               **runs,
                                **({"pool": placed.pool.name, "nodes": placed.nodes,
                                    "cost_per_hour": _r(placed.cost_per_hour, 6)} if placed.pool is not None else {}),
                                "work": _work(u), **hop})

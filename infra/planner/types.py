@@ -222,6 +222,12 @@ class PipelineStage(PlanModel):
     """The hand-off to the next stage as planned (absent for the last stage and stages that declare none)."""
     colocated_with: str | None = None
     """The next stage's name when the two are placed on the same nodes (their replicas packed together)."""
+    image: str | None = None
+    """Container image of a CPU stage (its preprocessing server); without one no workload is rendered for it."""
+    command: list[str] | None = None
+    """Command of that container (the image's entrypoint when unset)."""
+    port: int | None = None
+    """Port that container takes the stage's input on."""
 
 
 class PipelinePlan(PlanModel):

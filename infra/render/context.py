@@ -75,8 +75,6 @@ def check_plan(plan: DeploymentPlan, catalog: Catalog, locate: Locate) -> None:
                                         "re-plan with `infra plan`, which writes the pool's own resource names"))
     names: set[str] = set()
     for si, svc in enumerate(plan.spec.services):
-        if not svc.runs_llm_engine:
-            continue
         where = ("spec", "services", si)
         if svc.name in names:
             problems.append(Problem(f"service name {svc.name!r} appears twice", locate((*where, "name")),
@@ -98,7 +96,7 @@ def check_plan(plan: DeploymentPlan, catalog: Catalog, locate: Locate) -> None:
                                             "name a pool listed under spec.cluster.pools, or re-plan"))
             roles = sorted(a.engines)
             want = ["agg"] if a.mode == "agg" else ["decode", "prefill"]
-            if roles != want:
+            if svc.runs_llm_engine and roles != want:
                 problems.append(Problem(f"mode {a.mode} needs engines for {', '.join(want)}, found "
                                         f"{', '.join(roles) or 'none'}", locate((*aw, "engines")),
                                         "give one engine entry per role, or re-plan"))
@@ -128,16 +126,22 @@ def _dns_label(name: str) -> bool:
 
 def build(plan: DeploymentPlan, catalog: Catalog, settings: Settings, locate: Locate) -> Built:
     """Contexts for every object of every service, in a stable order."""
+    from infra.render.stages import StageAllocationBuilder, build_cpu_stages, pipeline_stages
+
     check_plan(plan, catalog, locate)
     docs: list[Doc] = []
     notes: list[str] = []
+    stages = pipeline_stages(plan, catalog)
     for svc in plan.spec.services:
+        sb = ServiceBuilder(plan, svc, catalog, settings, docs, notes, locate, stages.get(svc.name))
+        if sb.stage is not None and sb.stage.previous is not None and sb.stage.address is None:
+            notes.append(f"{svc.name}: stage {svc.stage} of pipeline {svc.pipeline} runs prefill/decode groups "
+                         f"only, so its stage config gives {sb.stage.previous.service} no address to hand off to: "
+                         "point it at the P/D-aware router in front of them")
         if not svc.runs_llm_engine:
-            notes.append(f"{svc.name}: stage {svc.stage} of pipeline {svc.pipeline} ({svc.kind}) is not rendered: "
-                         "vLLM-Omni runs such stages from a stage config the templates do not write; deploy it "
-                         "from the model's vLLM-Omni stage config on the planned devices")
-            continue
-        ServiceBuilder(plan, svc, catalog, settings, docs, notes, locate).build()
+            sb.allocation_builder = StageAllocationBuilder
+        sb.build()
+    build_cpu_stages(plan, stages, settings, docs, notes)
     return Built(docs, notes)
 
 
@@ -145,9 +149,12 @@ class ServiceBuilder:
     """The objects of one service."""
 
     def __init__(self, plan: DeploymentPlan, svc: ServicePlan, catalog: Catalog, settings: Settings,
-                 docs: list[Doc], notes: list[str], locate: Locate) -> None:
+                 docs: list[Doc], notes: list[str], locate: Locate, stage: Any = None) -> None:
         self.plan, self.svc, self.catalog, self.settings = plan, svc, catalog, settings
         self.docs, self.notes, self.locate = docs, notes, locate
+        self.stage = stage
+        """The pipeline stage this service runs (infra.render.stages.StageRef), if any."""
+        self.allocation_builder: type[AllocationBuilder] = AllocationBuilder
         self.cluster = plan.spec.cluster
         self.pools = {p.name: p for p in self.cluster.pools}
         self.crds = self.cluster.crds
@@ -157,6 +164,8 @@ class ServiceBuilder:
             "app.kubernetes.io/managed-by": "infra",
             "infra.dev/service": svc.name,
         }
+        if stage is not None:
+            self.base_labels.update(stage.labels)
 
     def note(self, text: str, header: list[str] | None = None) -> None:
         # Allocation notes start with the allocation's object name, which already names the service.
@@ -186,8 +195,16 @@ class ServiceBuilder:
                                          "add a `cli:` entry to the framework's YAML (see infra/catalog/schema.py "
                                          "EngineCli)"))
             endpoint_port = endpoint_port or fw.cli.port
-            AllocationBuilder(self, i, a, fw, model).build()
-        if self.crds.get("inference_extension"):
+            self.allocation_builder(self, i, a, fw, model).build()
+        if self.stage is not None:
+            from infra.render.stages import handoff_note, stage_config_map
+
+            line = handoff_note(self.stage)
+            if line not in self.notes:
+                self.notes.append(line)
+            self.add("configmap.yaml.j2", {"cm": stage_config_map(self.stage, self.base_labels)}, [line])
+        # The endpoint picker balances LLM engines by their KV-cache and queue metrics; stage engines are not LLMs.
+        if self.crds.get("inference_extension") and svc.runs_llm_engine:
             self.add("inferencepool.yaml.j2", {
                 "api_version": self.crds["inference_extension"], "name": svc.name,
                 "selector": {"infra.dev/service": svc.name, SERVES: "true"}, "port": endpoint_port,
@@ -369,7 +386,7 @@ class AllocationBuilder:
         else:
             per_unit = a.prefill_workers if role == "prefill" else a.decode_workers
             replicas = a.replicas * int(per_unit or 1)
-        engine = a.engines[role]
+        engine = a.engines.get(role)
         values = self._values(role, engine, quantization)
         claim = self._claim(name, labels)
         pods = []
@@ -457,6 +474,10 @@ class AllocationBuilder:
                                                                                           "status.podIP"}}})
         resources = self._resources(claim is not None)
         volumes, mounts = self._volumes(resources, name)
+        if self.sb.stage is not None:
+            from infra.render.stages import mount_stage_config
+
+            mount_stage_config(self.sb.stage, volumes, mounts, env)
         probes = self._probes() if serves else None
         pod_labels = {**labels, SERVES: "true" if serves else "false"}
         annotations: dict[str, str] = {}
@@ -605,6 +626,15 @@ class AllocationBuilder:
                     f"label {self.settings.switch_label}).")
             if line not in self.header:
                 self.header.append(line)
+        before = self.sb.stage.previous if self.sb.stage is not None else None
+        if before is not None and before.spec.colocated_with == self.sb.stage.spec.name:
+            # The plan packs the two stages' replicas onto the same nodes so that the hand-off stays inside one.
+            out.setdefault("podAffinity", {}).setdefault("requiredDuringSchedulingIgnoredDuringExecution", []).append(
+                {"labelSelector": {"matchLabels": dict(before.labels)}, "topologyKey": "kubernetes.io/hostname"})
+            line = (f"Pods of {self.name} run on nodes that hold a pod of stage {before.spec.name} (co-located: "
+                    "the hand-off stays inside the node).")
+            if line not in self.header:
+                self.header.append(line)
         return out or None
 
     # --- companions ---------------------------------------------------------------------------------------------
@@ -667,6 +697,10 @@ class AllocationBuilder:
         if floor >= peak:
             return
         metric = self.cli.running_metric
+        if metric is None or "agg" not in self.a.engines:
+            self.note(f"{self.name}: {self.fw.name} states no running-requests metric (catalog cli."
+                      f"running_metric), so it keeps {peak} replicas without autoscaling")
+            return
         # The target is the batch one replica runs at the planned load: the engine's sequence cap scaled by the
         # planned load over the replica's capacity.
         engine = self.a.engines["agg"]
@@ -675,10 +709,6 @@ class AllocationBuilder:
         ref = {"api_version": w.get("api_version", "apps/v1"), "kind": w["kind"], "name": w["name"]}
         if w["kind"] == "LeaderWorkerSet":
             ref["api_version"] = self.sb.crds["leaderworkerset"]
-        if metric is None:
-            self.note(f"{self.name}: {self.fw.name} states no running-requests metric (catalog cli."
-                      f"running_metric), so it keeps {peak} replicas without autoscaling")
-            return
         ctx = {"name": w["name"], "labels": w["labels"], "min": floor, "max": peak, "ref": ref, "metric": metric,
                "target": target}
         if self.sb.crds.get("keda"):

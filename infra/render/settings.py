@@ -39,6 +39,8 @@ class Settings(BaseModel):
     """/dev/shm size as a share of the pod's memory request."""
     cpu_per_device: int = Field(ge=1)
     memory_gi_per_device: int = Field(ge=1)
+    cpu_stage_memory_gi_per_core: int = Field(ge=1)
+    """Memory of a CPU pipeline stage's pod per core it requests."""
     prometheus_url: str
     """Prometheus that KEDA queries for the engines' running-request gauge."""
     weights_headroom: float = Field(ge=1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from infra.catalog.loader import Catalog, load_catalog
 from infra.errors import CatalogError, IntentError, Problem
@@ -48,6 +49,8 @@ class ClusterView:
     scheduler: str
     crds: dict[str, str]
     pools: tuple[PoolView, ...]
+    cpu_labels: tuple[tuple[str, str], ...] = ()
+    """(label, value) pairs the nodes of CPU pools carry: their selectors, hostnames and zones."""
 
     def resource_names(self) -> set[str]:
         return set().union(*(p.resource_names() for p in self.pools)) if self.pools else set()
@@ -65,6 +68,8 @@ class ClusterView:
                 out.setdefault("kubernetes.io/hostname", set()).add(n)
             if p.zone:
                 out.setdefault("topology.kubernetes.io/zone", set()).add(p.zone)
+        for k, v in self.cpu_labels:
+            out.setdefault(k, set()).add(v)
         return out
 
     def pools_for(self, resource: str) -> list[PoolView]:
@@ -95,7 +100,18 @@ def from_plan(plan, source: str) -> ClusterView:
     c = plan.spec.cluster
     pools = tuple(_pool_view(p.name, p.device, p.devices_per_node, p.device_memory_gb, p.node_selector,
                              p.resources.model_dump(), tuple(p.node_names), p.zone) for p in c.pools)
-    return ClusterView(c.name, source, c.namespace, c.scheduler, dict(c.crds), pools)
+    return ClusterView(c.name, source, c.namespace, c.scheduler, dict(c.crds), pools,
+                       _cpu_labels((p.node_selector, p.node_names, p.zone) for p in c.cpu_pools))
+
+
+def _cpu_labels(pools: Any) -> tuple[tuple[str, str], ...]:
+    out: set[tuple[str, str]] = set()
+    for selector, names, zone in pools:
+        out.update(selector.items())
+        out.update(("kubernetes.io/hostname", n) for n in names)
+        if zone:
+            out.add(("topology.kubernetes.io/zone", zone))
+    return tuple(sorted(out))
 
 
 def from_profile(path: Path, catalog: Catalog | None = None) -> ClusterView:
@@ -132,7 +148,9 @@ def from_profile(path: Path, catalog: Catalog | None = None) -> ClusterView:
     if problems:
         raise IntentError(problems)
     crds = {k: v for k, v in sorted(conv.crds.model_dump().items()) if v}
-    return ClusterView(profile.metadata.name, str(path), conv.namespace, conv.scheduler, crds, tuple(pools))
+    cpu = _cpu_labels((p.node_selector, [n.name for n in p.nodes] if isinstance(p.nodes, list) else [], p.zone)
+                      for p in profile.spec.cpu_pools)
+    return ClusterView(profile.metadata.name, str(path), conv.namespace, conv.scheduler, crds, tuple(pools), cpu)
 
 
 @dataclass(frozen=True)

@@ -124,11 +124,16 @@ def engine_args(container: dict[str, Any], catalog: Catalog,
     words = tokens(container)
     if framework is not None:
         return parse(words, catalog.framework(framework))
+    # Engines may share a launcher (vLLM and vLLM-Omni both run `vllm serve`): the one that knows the most of the
+    # flags given is the one running (`--omni` is vLLM-Omni's), the first by name on a tie.
+    best: tuple[int, EngineArgs] | None = None
     for name, fw in sorted(catalog.frameworks.items()):
         found = parse(words, fw)
         if found is not None:
-            return found
-    return None
+            known = len(found.settings)
+            if best is None or known > best[0]:
+                best = (known, found)
+    return best[1] if best is not None else None
 
 
 def _dotted(doc: Any, path: str) -> Any:

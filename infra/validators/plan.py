@@ -46,8 +46,6 @@ def _expected(plan: DeploymentPlan) -> list[Expected]:
     out = []
     per_node = {p.name: p.devices_per_node for p in plan.spec.cluster.pools}
     for si, svc in enumerate(plan.spec.services):
-        if not svc.runs_llm_engine:
-            continue  # stages that are not LLMs are not rendered (render says so)
         for ai, a in enumerate(svc.allocations):
             aid = f"a{ai}"
             base = f"{svc.name}-{aid}"
@@ -118,7 +116,11 @@ def _spell(cli: EngineCli, setting: str, value: Any) -> str:
 
 
 def _plan_settings(e: Expected, cli: EngineCli) -> dict[str, Any]:
-    engine, p = e.allocation.engines[e.role], e.allocation.parallel
+    p = e.allocation.parallel
+    engine = e.allocation.engines.get(e.role)
+    if engine is None:
+        # A stage engine (encoder, codec, DiT) is sized by its layout alone: TP and the sequence-parallel degree.
+        return {"tensor_parallel": p.tp if p.tp > 1 else None, "ulysses_degree": p.sp if p.sp > 1 else None}
     want: dict[str, Any] = {
         "served_model_name": e.service, "tensor_parallel": p.tp, "pipeline_parallel": p.pp,
         "data_parallel": p.attention_dp if p.attention_dp > 1 else None, "attention_dp": p.attention_dp > 1,
@@ -336,11 +338,22 @@ def check_plan(manifests: list[Manifest], plan: DeploymentPlan, plan_path: str,
                 engine = next(iter(t.containers(init=False)), None)
             if engine is None:
                 continue
-            out += _compare_args(m, engine[0], engine[1], t, e, fw, svc.model_id, manifests)
+            # A stage's model may be a part of a repository (`org/name/visual`): the engine loads the repository, or
+            # the conversion of it the framework's catalog entry names.
+            model_id = svc.model_id
+            if not svc.runs_llm_engine and model_id:
+                repo = "/".join(model_id.split("/")[:2])
+                model_id = fw.checkpoints.get(repo, repo)
+            out += _compare_args(m, engine[0], engine[1], t, e, fw, model_id, manifests)
     want_names = {x.name for x in _expected(plan)}
+    # CPU stages of pipelines are no services of the plan: the pipeline checks look after their objects.
+    cpu_stages = {f"{p.service}-{st.name}" for p in plan.spec.pipelines for st in p.stages
+                  if st.unit not in services}
     allocs = {(x.service, x.alloc_id) for x in _expected(plan)}
     for m in manifests:
         svc_label, alloc = m.labels.get("infra.dev/service"), m.labels.get("infra.dev/allocation")
+        if svc_label in cpu_stages:
+            continue
         if m.kind in WORKLOAD_KINDS and id(m) not in matched:
             out.append(m.finding("PLN002", ("metadata", "name"), f"{m.ref} deploys no allocation of the plan "
                                                                  f"(expected one of {sorted(want_names)})"))
@@ -349,4 +362,7 @@ def check_plan(manifests: list[Manifest], plan: DeploymentPlan, plan_path: str,
         elif alloc is not None and svc_label is not None and (svc_label, alloc) not in allocs:
             out.append(m.finding("PLN002", ("metadata", "labels"), f"allocation {alloc!r} of {svc_label} is not in "
                                                                    "the plan"))
+    from infra.validators.pipeline import check_pipelines
+
+    out += check_pipelines(manifests, plan, plan_path, pf.line)
     return out, notes

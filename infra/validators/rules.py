@@ -117,6 +117,17 @@ _ALL = [
          "render the manifests from this plan again"),
     Rule("PLN008", "error", "plan", "pods select the nodes of the allocation's pool",
          "use the pool's node_selector as the pod's nodeSelector"),
+    # Pipelines (plan consistency of spec.pipelines)
+    Rule("PIP001", "error", "plan", "every pipeline stage has its stage config (ConfigMap <stage>-stage, stage.yaml)",
+         "render the plan again (`infra render PLAN -o DIR`)"),
+    Rule("PIP002", "error", "plan", "a stage config matches the plan (stage, kind, model, layout and sp, devices, "
+         "replicas, streams)", "write what the plan decides for the stage (or render the plan again)"),
+    Rule("PIP003", "error", "plan", "stage connectors chain the pipeline's stages in order, with no dangling address",
+         "point input/output at the previous/next stage's Service, at a port it exposes"),
+    Rule("PIP004", "error", "plan", "CPU stages have a workload on CPU requesting their cores and no devices",
+         "give the stage an image in the plan and request its cpu_cores without device resources"),
+    Rule("PIP005", "error", "plan", "a stage's Service selects that stage's serving pods, and only those",
+         "select the stage's pod labels (infra.dev/service, infra.dev/stage)"),
     # Live
     Rule("LIV001", "error", "live", "the API server accepts the object (server-side dry run, strict fields)",
          "correct the object as the API server's message says"),

@@ -394,7 +394,8 @@ def check_parallel(m: Manifest, names: DeviceNames, catalog: Catalog, manifests:
                                                  "tensor/pipeline/data parallel sizes were not checked",
                                  fix="ship the engine's config file in a ConfigMap of the tree, mounted into the pod"))
             continue
-        sizes = {s: args.int_setting(s) for s in ("tensor_parallel", "pipeline_parallel", "data_parallel")}
+        sizes = {s: args.int_setting(s) for s in ("tensor_parallel", "pipeline_parallel", "data_parallel",
+                                                   "ulysses_degree")}
         bad = [s for s, v in sizes.items() if v is None]
         if bad:
             out.append(m.finding("SEM006", path + ("args",), f"{', '.join(bad)} is not a whole number"))
@@ -409,13 +410,15 @@ def check_parallel(m: Manifest, names: DeviceNames, catalog: Catalog, manifests:
                                  f"{args.framework} runs data-parallel attention with DP {dp}, which does not divide "
                                  f"TP {tp}", fix=f"make the tensor-parallel size a multiple of {dp}"))
             continue
-        product = tp * pp * (1 if inside else dp)
+        # A diffusion transformer's sequence-parallel (Ulysses) ranks take one device each, beside TP.
+        sp = sizes["ulysses_degree"] or 1
+        product = tp * pp * (1 if inside else dp) * sp
         if product != per_group:
             pods = sum(x.pods_per_group for x in templates)
             out.append(m.finding(
                 "SEM006", path + ("args",),
                 f"{args.framework} runs TP {tp} x PP {pp}" + (f" (DP {dp} attention inside TP)" if inside else
-                                                               f" x DP {dp}")
+                                                               f" x DP {dp}") + (f" x SP {sp}" if sp > 1 else "")
                 + f" = {product} ranks, but the group has {per_group} device(s) ({pods} pod(s))"))
     return out
 

@@ -116,3 +116,23 @@ def test_a_stage_benched_alone_points_at_its_pipeline(tmp_path):
                 "--requests", "50")
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "codec stage code2wav of pipeline voice" in out.stderr and "--service voice" in out.stderr
+
+
+def test_a_cpu_stage_image_from_the_intent_is_rendered(tmp_path):
+    text = (ROOT / "examples" / "vision-language.yaml").read_text()
+    old = "          work: {cpu_time: 35ms, images: 2, resolution: 1280x960}\n"
+    assert old in text
+    intent = ROOT / "examples" / "_cpu-image.yaml"
+    try:
+        intent.write_text(text.replace(old, old + "          image: registry.example.com/doc-prep:1.4.2\n"
+                                       "          command: [python3, -m, prep.server]\n          port: 8080\n"))
+        out = infra("plan", str(intent), "-o", str(tmp_path))
+    finally:
+        intent.unlink()
+    assert out.returncode == 0, out.stderr
+    plan = YAML(typ="safe").load((tmp_path / "plan.yaml").read_text())
+    prep = plan["spec"]["pipelines"][0]["stages"][0]
+    assert (prep["image"], prep["port"]) == ("registry.example.com/doc-prep:1.4.2", 8080)
+    deployment = (tmp_path / "manifests" / "vl-preprocess" / "base" / "deployment-vl-preprocess.yaml").read_text()
+    assert "registry.example.com/doc-prep:1.4.2" in deployment and "prep.server" in deployment
+    assert "warning" not in out.stdout.split("validated", 1)[1].split("\n", 1)[0].replace("0 warnings", "")

@@ -683,6 +683,8 @@ CASES: list[Case] = [
          ["after: [prepare]", "- name: thinker"], base="pipeline"),
     case("stage-after-later", "after: [prep]", "after: [voice-out]", ("'voice-out'", "it comes later"),
          ["after: [voice-out]", "- name: thinker"], base="pipeline"),
+    case("stage-image-on-a-model-stage", "          work: {audio: 15s}", "          work: {audio: 15s}\n          image: x/y:1",
+         "image, command and port are for cpu stages", "- name: voice-out", base="pipeline"),
     case("stage-after-not-chained", "          work: {audio: 15s}", "          after: [prep]\n          work: {audio: 15s}",
          ("runs after 'prep'", "chain of stages"), [("after: [prep]", 2), "- name: voice-out"], base="pipeline"),
     case("stage-bad-resolution", CODEC,

@@ -69,7 +69,7 @@ def _device_for(fw_name: str) -> tuple[str, str]:
 
 @pytest.mark.parametrize("framework", sorted(n for n, f in load_catalog().frameworks.items() if "llm" in f.kinds))
 def test_every_framework_renders(framework, pinned_overlay):
-    """Every engine of LLMs renders (stage engines of pipelines, vLLM-Omni, are noted and not rendered)."""
+    """Every engine of LLMs renders (vLLM-Omni, the engine of non-LLM pipeline stages: test_render_stages.py)."""
     device, vendor = _device_for(framework)
     cli = load_catalog().framework(framework).cli
     assert cli is not None and cli.source.startswith("http")
