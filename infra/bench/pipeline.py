@@ -3,15 +3,17 @@
 Requests arrive at the first stage as the service's workload says. Each stage then serves them with its own
 servers, and hands each request on when the intent says it does: at its first output when the stage streams
 (tokens, audio seconds, video frames), else when it is done; the hand-off's transfer time from the plan
-(`PipelineStage.handoff`, when the plan has one) is added on the way. Stages feed forward only, so simulating them
-in order — each on the arrival times the one before it produced — is exact, and each stage sees the bursty,
+(`PipelineStage.handoff`, when the plan has one) is added on the way; a stage fed by several (two encoders into
+one LLM) starts when the last of them hands on. Stages feed forward only, so simulating them in order — each on
+the arrival times the ones before it produced — is exact, and each stage sees the bursty,
 correlated arrivals of a real pipeline rather than the Poisson process the planner assumed.
 
 - LLM stages run through the engine simulator (`infra.bench.simulate`) on their plan entries, lengths drawn from
   the stage's own workload.
 - Encoders, codecs and DiTs are timed by the stage model (`infra.perf.stages`, as the planner timed them) on
   their plan entries' devices, precision and sequence-parallel degree. A replica serves one request at a time,
-  FIFO; requests reach replicas at random, as a Kubernetes Service spreads them (CPU stages: one shared queue). A stage whose first output comes early (a codec's first audio chunk) works in chunks of that size; when
+  FIFO; requests reach replicas at random, as a Kubernetes Service spreads them (CPU stages: one shared queue).
+  A stage whose first output comes early (a codec's first audio chunk) works in chunks of that size; when
   the stage before it streams, the chunks' input arrives spread over that stage's output, so the request may sit
   in this stage with nothing to do: that wait is the **bubble**. A stage that needs its whole input (an encoder,
   a DiT) starts when the last of it arrives, and the time from the first hand-off to then is its bubble.
@@ -313,10 +315,14 @@ def simulate_pipeline(plan: Any, service: str, *, requests: int = 2000, seed: in
         load = service_load(plan, units[0], requests=requests, seed=seed, rate=rate, intent=intent,
                             plan_path=plan_path)
     arrive0 = np.array([s.at if s.at is not None else 0.0 for s in load.requests])
-    arrive = arrive0.copy()
-    ready = arrive0.copy()
     runs: list[StageRun] = []
-    for k, st in enumerate(pipe.stages):
+    handed: list[tuple[np.ndarray, np.ndarray]] = []
+    """Per stage: when its output starts reaching the stage it feeds, and when the last of it does."""
+    for k, (st, ins) in enumerate(zip(pipe.stages, pipe.inputs())):
+        # A stage starts when the last of its inputs has started to arrive, and has all its input when the last
+        # has arrived; a request lost in any input is lost here (NaN).
+        arrive = np.max([handed[i][0] for i in ins], axis=0) if ins else arrive0.copy()
+        ready = np.max([handed[i][1] for i in ins], axis=0) if ins else arrive0.copy()
         if st.kind != "llm" and not st.work:
             raise IntentError(Problem(f"stage {st.name} of pipeline {service} records no work per request, which "
                                       "its timing needs", Location(path=f"spec.pipelines.{service}.stages.{k}.work"),
@@ -340,10 +346,7 @@ def simulate_pipeline(plan: Any, service: str, *, requests: int = 2000, seed: in
         run.name = st.name
         runs.append(run)
         lead, tail = _handoff(st)
-        if st.streams:
-            arrive, ready = run.first + lead, run.end + lead
-        else:
-            arrive = ready = run.end + tail
+        handed.append((run.first + lead, run.end + lead) if st.streams else (run.end + tail, run.end + tail))
     return PipelineRun(service, arrive0, runs, load)
 
 
@@ -470,7 +473,8 @@ class PipelineBench:
 
     def to_json(self) -> dict[str, Any]:
         v = self.verdict
-        return {"source": "simulation", "pipeline": self.service, "load": self.load, "duration_s": round(self.span_s, 3),
+        return {"source": "simulation", "pipeline": self.service, "load": self.load,
+                "duration_s": round(self.span_s, 3),
                 "verdict": {"overall": v.overall, "objectives": [o.to_json() for o in v.objectives],
                             "failed": v.failed, "notes": list(v.notes)},
                 "stages": v.stages, "units": {u: x.to_json() for u, x in sorted(v.units.items())}}

@@ -5,11 +5,12 @@ concurrent tasks that hand on asynchronously, as the stage-by-stage simulator (`
   the client's prompt and `max_tokens` when it is the last stage, the others draw their lengths from their own
   stage workloads (seeded, as the simulator does).
 - Encoders, codecs and DiTs are servers timed by the stage model, one request at a time each, FIFO (an asyncio
-  lock per server wakes its waiters in order), picked at random as a Service does; a request stays on its server; a stage whose first
-  output comes early works in chunks of that size, each waiting until the stage before has produced its share.
+  lock per server wakes its waiters in order), picked at random as a Service does; a request stays on its
+  server; a stage whose first output comes early works in chunks of that size, each waiting until the stages
+  before it have produced their share.
 - CPU stages are `cpu_cores` such servers.
-- A stage starts when the stage before it hands on (its first output when it streams, else its end) plus the
-  plan's hand-off transfer time; it cannot finish before its input has.
+- A stage starts when each stage feeding it has handed on (its first output when it streams, else its end) plus
+  the plan's hand-off transfer time; it cannot finish before its input has.
 
 The client sees the last stage: an LLM's tokens as they come, or a codec's/DiT's outputs (one per chunk). So a
 load client measures the pipeline's TTFT (first audio chunk) and E2E as the pipeline's objectives define them.
@@ -45,6 +46,17 @@ class _Progress:
             await self.changed.wait_for(lambda: self.done >= fraction - 1e-12)
 
 
+class _Joined:
+    """The inputs of a stage fed by several: a share of its input exists when that share of each exists."""
+
+    def __init__(self, parts: list[_Progress]):
+        self.parts = parts
+
+    async def reach(self, fraction: float) -> None:
+        for p in self.parts:
+            await p.reach(fraction)
+
+
 class _Servers:
     """Replicas (or cores) of a stage that is not an LLM."""
 
@@ -57,7 +69,7 @@ class _Servers:
         self.locks: list[asyncio.Lock] | None = None
         self.holding = [0] * len(servers)
 
-    async def run(self, upstream: _Progress, out: _Progress) -> None:
+    async def run(self, upstream: _Progress | _Joined, out: _Progress) -> None:
         if self.locks is None:
             self.locks = [asyncio.Lock() for _ in self.servers]
         s = self.spread.randrange(len(self.servers)) if self.spread is not None else \
@@ -87,7 +99,7 @@ class _LLM:
         self.timing = timing
         self.lengths = itertools.cycle(lengths)
 
-    async def run(self, upstream: _Progress, out: _Progress, prompt: int | None = None,
+    async def run(self, upstream: _Progress | _Joined, out: _Progress, prompt: int | None = None,
                   max_tokens: int | None = None, client: asyncio.Queue[int] | None = None) -> None:
         isl, osl = next(self.lengths)
         isl, osl = prompt or isl, max_tokens or osl
@@ -114,6 +126,7 @@ class PipelineTiming:
 
         catalog = catalog or load_catalog()
         self.pipe = _pipeline(plan, service)
+        self.inputs = self.pipe.inputs()
         self.stages: list[Any] = []
         for k, st in enumerate(self.pipe.stages):
             if st.kind == "llm":
@@ -134,14 +147,19 @@ class PipelineTiming:
             return last.timing.rejects(prompt_tokens, max_tokens)
         return None
 
-    async def _stage(self, k: int, upstream: _Progress, out: _Progress, prompt: int, max_tokens: int,
+    async def _stage(self, k: int, start: _Progress, outs: list[_Progress], prompt: int, max_tokens: int,
                      client: asyncio.Queue[int] | None) -> None:
-        stage = self.stages[k]
-        if k > 0:
-            before = self.pipe.stages[k - 1]
+        stage, out = self.stages[k], outs[k]
+
+        async def handed(i: int) -> None:
+            before = self.pipe.stages[i]
             lead, tail = _handoff(before)
-            await upstream.reach(1e-9 if before.streams else 1.0)
+            await outs[i].reach(1e-9 if before.streams else 1.0)
             await asyncio.sleep(lead if before.streams else tail)
+
+        ins = self.inputs[k]
+        await asyncio.gather(*(handed(i) for i in ins))
+        upstream: _Progress | _Joined = _Joined([outs[i] for i in ins]) if ins else start
         if isinstance(stage, _LLM):
             last = k == len(self.stages) - 1
             await stage.run(upstream, out, prompt if last else None, max_tokens if last else None, client)
@@ -154,7 +172,7 @@ class PipelineTiming:
         client: asyncio.Queue[int] = asyncio.Queue()
         outs = [_Progress() for _ in self.stages]
         last = self.stages[-1]
-        tasks = [asyncio.create_task(self._stage(k, outs[k - 1] if k else start, outs[k], prompt_tokens, max_tokens,
+        tasks = [asyncio.create_task(self._stage(k, start, outs, prompt_tokens, max_tokens,
                                                  client if k == len(self.stages) - 1 and isinstance(last, _LLM)
                                                  else None)) for k in range(len(self.stages))]
         try:

@@ -19,7 +19,7 @@ from pydantic import ValidationError as PydanticValidationError
 from infra.errors import InfraError, IntentError, Location, Problem
 from infra.files import read_jsonl
 from infra.intent.base import API_VERSION
-from infra.intent.models import ServingIntent
+from infra.intent.models import ServingIntent, stage_inputs
 from infra.intent.profile import ClusterProfile, ClusterProfileSpec
 from infra.intent.yamlio import PathKey, SourceMap, dotted, load_yaml, read_text
 
@@ -290,16 +290,6 @@ def _name_problems(intent: ServingIntent, doc: Document) -> list[Problem]:
                 problems.append(Problem(f"stage names repeat: {stage.name}", doc.locate(where + ("name",)),
                                         "give every stage of the pipeline its own name"))
             for ai, up in enumerate(stage.after or []):
-                if up in names[:ti] and up != names[ti - 1]:
-                    # Budgets, hand-offs, co-location and the simulator follow the order stages are listed in.
-                    problems.append(Problem(
-                        f"stage {stage.name!r} runs after {up!r}, which is not the stage listed just before it; "
-                        "pipelines are planned as a chain of stages in the order listed",
-                        doc.locate(where + ("after", ai)),
-                        f"list {stage.name!r} right after {up!r}, or drop `after` to consume the stage before it "
-                        "(stages that run side by side, e.g. two encoders feeding one LLM, can be listed one after "
-                        "the other: their latencies then add up, which errs on the safe side)"))
-                    continue
                 if up in names[:ti]:
                     continue
                 hint = "it is not a stage" if up not in names else "it comes later"
@@ -307,7 +297,33 @@ def _name_problems(intent: ServingIntent, doc: Document) -> list[Problem]:
                                         doc.locate(where + ("after", ai)),
                                         f"name an earlier stage ({', '.join(names[:ti]) or 'none'}) or list the "
                                         "stages in the order data flows"))
+        problems += _graph_problems(svc, si, doc)
     return problems
+
+
+def _graph_problems(svc: Any, si: int, doc: Document) -> list[Problem]:
+    """A pipeline's stages form a tree into its last stage: each other stage hands on to exactly one later stage."""
+    if not svc.pipeline:
+        return []
+    names = [st.name for st in svc.pipeline]
+    inputs = stage_inputs(names, [st.after for st in svc.pipeline])
+    out: list[Problem] = []
+    taken: dict[int, int] = {}
+    for j, ins in enumerate(inputs):
+        for i in ins:
+            if i in taken:
+                ai = (svc.pipeline[j].after or []).index(names[i])
+                out.append(Problem(f"stage {names[j]!r} consumes {names[i]!r}, whose output already goes to "
+                                   f"{names[taken[i]]!r}; a stage hands on to one stage",
+                                   doc.locate(("spec", "services", si, "pipeline", j, "after", ai)),
+                                   f"remove {names[i]!r} here, or give each consumer its own copy of the stage"))
+            taken.setdefault(i, j)
+    for i, name in enumerate(names[:-1]):
+        if i not in taken:
+            out.append(Problem(f"stage {name!r} hands its output to no stage; the last stage listed is the "
+                               "pipeline's output", doc.locate(("spec", "services", si, "pipeline", i, "name")),
+                               f"name {name!r} in the `after` of the stage it feeds, or remove it"))
+    return out
 
 
 def load_intent_file(path: Path) -> LoadedIntent:

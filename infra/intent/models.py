@@ -369,7 +369,9 @@ class Stage(Strict):
     model: str | None = None
     """Catalog model for the stage (not for cpu stages)."""
     after: list[str] | None = None
-    """Stages whose output this one consumes; defaults to the stage listed before it."""
+    """Stages whose output this one consumes (all of it before it can finish); defaults to the stage listed before
+    it. `after: []` starts a branch: two encoders side by side, each with no input, both named in the `after` of
+    the LLM they feed. Every stage but the last hands on to exactly one later stage; the last is the output."""
     work: StageWork = StageWork()
     """Work per request."""
     handoff: Handoff | None = None
@@ -403,6 +405,22 @@ class Stage(Strict):
         if self.kind != "cpu" and self.model is None:
             raise ValueError(f"a {self.kind} stage needs a model")
         return self
+
+
+def stage_inputs(names: list[str], after: list[list[str] | None]) -> list[list[int]]:
+    """For each stage of a pipeline (names in order, each stage's `after`), the indices of the stages it consumes:
+    those named in `after`, or the stage listed before it when `after` is unset."""
+    where = {n: i for i, n in enumerate(names)}
+    return [([i - 1] if i else []) if a is None else [where[n] for n in a if n in where] for i, a in enumerate(after)]
+
+
+def stage_consumers(inputs: list[list[int]]) -> list[int | None]:
+    """For each stage, the stage that consumes it (the first, if an invalid pipeline names several), or None."""
+    out: list[int | None] = [None] * len(inputs)
+    for j in reversed(range(len(inputs))):
+        for i in inputs[j]:
+            out[i] = j
+    return out
 
 
 class Service(Strict):

@@ -2,16 +2,18 @@
 CPU preprocessing), each planned as a unit of its own — its own device type, layout and replica count — under
 latency budgets carved out of the service's objectives.
 
-Latency along the pipeline (stages in order; a stage hands on as it produces when its hand-off unit is a token,
-an audio second or a video frame, and only when it is done for images and whole requests):
+Latency along the pipeline (a stage hands on as it produces when its hand-off unit is a token, an audio second
+or a video frame, and only when it is done for images and whole requests; a stage consumes the stage before it,
+or the stages its `after` names, and starts when the last of them hands on, so the stages form a tree into the
+last one and every path from a stage with no input to stage k is a chain P):
 
     lead[i]   = first[i] if stage i streams its hand-off, else full[i]
-    first output of stage k (from arrival) = sum_{i<k} lead[i] + first[k]
-    last output of stage k                 = max_{j<=k} (sum_{i<j} lead[i] + full[j])
+    first output of stage k (from arrival) = max_P (sum_{i in P, i != k} lead[i] + first[k])
+    last output of stage k                 = max_{j feeding k} max_P (sum_{i in P, i != j} lead[i] + full[j])
     the service's TTFT = first output of the last stage;  its E2E = last output of the last stage
 
 where first[i] / full[i] are stage i's own first-output and full latencies. Every objective of the service (TTFT,
-E2E) and of a stage (`first_output`, `latency`) is a sum of such terms; its target is split over its terms in
+E2E) and of a stage (`first_output`, `latency`) is a maximum of such sums, so each sum must meet it; its target is split over its terms in
 proportion to each term's latency unloaded on its fastest device (so a stage that needs 60% of the time even alone
 gets 60% of the budget), and each stage takes the tightest share any objective gives it. Summing percentiles bounds
 the percentile of the sum from above, so the split is conservative. TPOT and ITL objectives apply to the last
@@ -45,7 +47,7 @@ from dataclasses import dataclass, field, replace
 
 from infra.catalog.schema import DeviceSpec, FrameworkSpec, ModelSpec
 from infra.errors import InfraError, IntentError, Problem
-from infra.intent.models import Service, Stage
+from infra.intent.models import Service, Stage, stage_consumers, stage_inputs
 from infra.intent.profile import CpuPool, Pool
 from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
 from infra.perf.calibration import Calibration, lookup
@@ -96,7 +98,11 @@ class Unit:
     load: StageLoad | None = None
     """Work per request of a stage that is not an LLM."""
     interleaved: bool = False
-    """Its input streams in (the stage before hands on as it produces), so its chunks interleave with others'."""
+    """Its input streams in (the stages before hand on as they produce), so its chunks interleave with others'."""
+    inputs: list[int] = field(default_factory=list)
+    """Indices of the stages it consumes."""
+    consumer: int | None = None
+    """Index of the stage it hands on to (None for the last)."""
     fits: dict[str, int] = field(default_factory=dict)
     """Pool -> devices of the smallest replica of the stage that fits there (model stages)."""
     handoff: Transfer | None = None
@@ -255,8 +261,10 @@ def plan_units(rs: ResolvedService, resolved: ResolvedIntent, apart: frozenset[s
     units = [Unit(svc.name, st, unit_name(svc.name, st.name), rs.stages.get(st.name),
                   streams=st.handoff is not None and st.handoff.unit in STREAMING) for st in svc.pipeline]
     _check(units, rs, resolved)
-    for before, u in zip(units, units[1:]):
-        u.interleaved = before.streams
+    inputs = stage_inputs([st.name for st in svc.pipeline], [st.after for st in svc.pipeline])
+    for u, ins, out in zip(units, inputs, stage_consumers(inputs)):
+        u.inputs, u.consumer = ins, out
+        u.interleaved = bool(ins) and all(units[i].streams for i in ins)
     for u in units:
         if u.stage.kind == "cpu":
             u.unloaded = (_cpu_seconds(u.stage), _cpu_seconds(u.stage))
@@ -272,24 +280,25 @@ def plan_units(rs: ResolvedService, resolved: ResolvedIntent, apart: frozenset[s
         return (i, "first" if units[i].streams else "full")
 
     n = len(units) - 1
+    # A stage starts when the last of its inputs hands on: every path into it is a sum of its own.
     for p, v in svc.slo.ttft.items():
-        objectives.append(([lead(i) for i in range(n)] + [(n, "first")], p, v))
+        objectives += [([lead(i) for i in path[:-1]] + [(n, "first")], p, v) for path in paths(units, n)]
     for p, v in svc.slo.e2e.items():
-        # The last output leaves no earlier than any stage finishes: one sum per stage.
+        # The last output leaves no earlier than any stage finishes: one sum per stage and path into it.
         for k in range(n + 1):
-            objectives.append(([lead(i) for i in range(k)] + [(k, "full")], p, v))
+            objectives += [([lead(i) for i in path[:-1]] + [(k, "full")], p, v) for path in paths(units, k)]
     for k, u in enumerate(units):
         for p, v in u.stage.slo.first_output.items():
-            objectives.append(([lead(i) for i in range(k)] + [(k, "first")], p, v))
+            objectives += [([lead(i) for i in path[:-1]] + [(k, "first")], p, v) for path in paths(units, k)]
         for p, v in u.stage.slo.latency.items():
             objectives.append(([(k, "full")], p, v))
     _handoffs(units, rs, resolved, si=next(i for i, s in enumerate(resolved.loaded.intent.spec.services)
                                           if s.name == svc.name))
     # First without hand-offs, for the budgets stage pairs share; then with what each hand-off costs.
     pairs = _split(units, objectives, {})
-    for i, u in enumerate(units[:-1]):
-        if u.network is not None:
-            _decide(u, units[i + 1], pairs.get(i, math.inf), resolved, u.name in apart)
+    for i, u in enumerate(units):
+        if u.network is not None and u.consumer is not None:
+            _decide(u, units[u.consumer], pairs.get(i, math.inf), resolved, u.name in apart)
     _split(units, objectives, {i: u.handoff.charged(u.streams) for i, u in enumerate(units) if u.handoff})
     llms = [u for u in units if u.stage.kind == "llm"]
     if llms:
@@ -346,9 +355,9 @@ def _handoffs(units: list[Unit], rs: ResolvedService, resolved: ResolvedIntent, 
     doc = resolved.loaded.document
     base = doc.path.parent
     problems: list[Problem] = []
-    for i, u in enumerate(units[:-1]):
+    for i, u in enumerate(units):
         h = u.stage.handoff
-        if h is None:
+        if h is None or u.consumer is None:
             continue
         out_tokens = None
         if u.stage.kind == "llm":
@@ -363,7 +372,7 @@ def _handoffs(units: list[Unit], rs: ResolvedService, resolved: ResolvedIntent, 
                                  doc.locate(("spec", "services", si, "pipeline", i, "handoff")), p.fix)
                          for p in exc.problems]
             continue
-        nxt = units[i + 1]
+        nxt = units[u.consumer]
         tries = [transfer(network_link(a, b), float(h.size), n) for a in unit_sites(u, rs, resolved)
                  for b in unit_sites(nxt, rs, resolved)]
         u.network = u.handoff = slowest(tries, u.streams)
@@ -500,17 +509,30 @@ def _search(resolved: ResolvedIntent, slo_scale: float, progress: Callable[[int,
     return bundled, seen, services, pipelines
 
 
+def paths(units: list[Unit], k: int) -> list[list[int]]:
+    """Every path of stages from a stage with no input to stage k, in order."""
+    if not units[k].inputs:
+        return [[k]]
+    return [path + [k] for i in units[k].inputs for path in paths(units, i)]
+
+
 def groups(units: list[Unit]) -> list[list[Unit]]:
-    """Runs of consecutive stages to co-locate (each stage that co-locates with the next, and that next one)."""
-    out: list[list[Unit]] = []
-    run: list[Unit] = []
-    for u in units:
-        run.append(u)
-        if not u.colocate:
-            if len(run) > 1:
-                out.append(run)
-            run = []
-    return out
+    """Stages to co-locate, in groups joined by their hand-offs (each stage that co-locates with the stage it
+    feeds, and that one), each group in pipeline order."""
+    root = list(range(len(units)))
+
+    def find(i: int) -> int:
+        while root[i] != i:
+            i = root[i]
+        return i
+
+    for i, u in enumerate(units):
+        if u.colocate and u.consumer is not None:
+            root[find(i)] = find(u.consumer)
+    members: dict[int, list[Unit]] = {}
+    for i, u in enumerate(units):
+        members.setdefault(find(i), []).append(u)
+    return [run for _, run in sorted(members.items(), key=lambda kv: units.index(kv[1][0])) if len(run) > 1]
 
 
 def group_name(run: list[Unit]) -> str:
@@ -529,7 +551,7 @@ def _bundled(cands: list[Candidate], pipelines: dict[str, list[Unit]],
             names = {u.name for u in run}
             found = bundles(group_name(run), [[c for c in cands if c.service == u.name] for u in run], pools)
             if not found:
-                failed.update(u.name for u in run[:-1])
+                failed.update(u.name for u in run if u.colocate)
                 continue
             cands = [c for c in cands if c.service not in names] + found
     return cands, frozenset(failed)

@@ -27,7 +27,7 @@ from infra.perf.serving import z_of
 from infra.perf.stages import StageEstimate, stage_latency
 from infra.planner.candidates import Candidate, Considered, Corrections, objectives, service_workload
 from infra.planner.colocate import Bundle, member_nodes, unbundle
-from infra.planner.pipeline import ANY_NODE, CpuPlacement, Unit, place_cpu, search, site, solved_units
+from infra.planner.pipeline import ANY_NODE, CpuPlacement, Unit, paths, place_cpu, search, site, solved_units
 from infra.planner.placement import Placement, PlacementError, place, workers_of
 from infra.planner.solve import Limits, Solution, limits_from, minimal_conflict, solve
 from infra.planner.types import Allocation, DeploymentPlan
@@ -274,24 +274,29 @@ def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution
 
 def _reach(units: list[Unit], own: list[tuple[dict[str, float], dict[str, float]]], hops: list[float], k: int,
            p: str, end: int) -> float | None:
-    """Arrival to stage k's first (`end` 0) or last (1) output at percentile p: the stages before it in turn
-    (their first output when they stream, else their whole latency) and their hand-offs, then stage k itself."""
-    total = 0.0
-    for i in range(k + 1):
-        part = own[i][end if i == k else (0 if units[i].streams else 1)]
-        if p not in part:
-            return None
-        total += part[p] + (hops[i] if i < k else 0.0)
-    return total
+    """Arrival to stage k's first (`end` 0) or last (1) output at percentile p: along the slowest path into it,
+    the stages before it in turn (their first output when they stream, else their whole latency) and their
+    hand-offs, then stage k itself."""
+    best: float | None = None
+    for path in paths(units, k):
+        total = 0.0
+        for i in path:
+            part = own[i][end if i == k else (0 if units[i].streams else 1)]
+            if p not in part:
+                return None
+            total += part[p] + (hops[i] if i != k else 0.0)
+        best = total if best is None else max(best, total)
+    return best
 
 
 def _along(units: list[Unit], own: list[tuple[dict[str, float], dict[str, float]]], hops: list[float], k: int,
            what: str, p: str) -> float | None:
     """Arrival to stage k's first output (`what` "first") or last output ("full"); the last output comes no
-    earlier than any stage before it finishes."""
+    earlier than any stage that feeds it finishes."""
     if what == "first":
         return _reach(units, own, hops, k, p, 0)
-    ends = [_reach(units, own, hops, j, p, 1) for j in range(k + 1)]
+    feeding = {i for path in paths(units, k) for i in path}
+    ends = [_reach(units, own, hops, j, p, 1) for j in sorted(feeding)]
     return None if any(e is None for e in ends) else max(e for e in ends if e is not None)
 
 
@@ -341,14 +346,16 @@ def _pipelines(resolved: ResolvedIntent, pipelines: dict[str, list[Unit]], entri
         for k, u in enumerate(units):
             hop: dict[str, Any] = {}
             hops.append(0.0)
-            if u.network is not None and k + 1 < len(units):
-                pair = {u.name, units[k + 1].name}
+            after = {"after": [units[i].stage.name for i in u.inputs]}
+            if u.network is not None and u.consumer is not None:
+                nxt = units[u.consumer]
+                pair = {u.name, nxt.name}
                 together = [b for b in chosen if pair <= {m.service for m, _ in b.members}]
-                t = _handoff(resolved, u, (sites[k], sites[k + 1]), together)
+                t = _handoff(resolved, u, (sites[k], sites[u.consumer]), together)
                 hops[k] = t.charged(u.streams)
                 hop = {"handoff": {"link": t.link.kind, "bandwidth_gbs": _r(t.link.bandwidth_gbs),
                                    "first_ms": _r(t.first_s * 1000), "total_ms": _r(t.total_s * 1000)},
-                       **({"colocated_with": units[k + 1].stage.name} if together else {})}
+                       **({"colocated_with": nxt.stage.name} if together else {})}
                 notes.append(u.note)
             if u.stage.kind == "cpu":
                 t = float(u.stage.work.cpu_time or 0.0)
@@ -356,8 +363,8 @@ def _pipelines(resolved: ResolvedIntent, pipelines: dict[str, list[Unit]], entri
                 placed = cpu[u.name]
                 runs = {k: v for k, v in (("image", u.stage.image), ("command", u.stage.command),
                                           ("port", u.stage.port)) if v is not None}
-                stages.append({"name": u.stage.name, "kind": "cpu", "streams": u.streams, "cpu_cores": placed.cores,
-                               **runs,
+                stages.append({"name": u.stage.name, "kind": "cpu", **after, "streams": u.streams,
+                               "cpu_cores": placed.cores, **runs,
                                **({"pool": placed.pool.name, "nodes": placed.nodes,
                                    "cost_per_hour": _r(placed.cost_per_hour, 6)} if placed.pool is not None else {}),
                                "work": _work(u), **hop})
@@ -375,7 +382,7 @@ def _pipelines(resolved: ResolvedIntent, pipelines: dict[str, list[Unit]], entri
                     if into is not None:
                         into[pct] = max(into.get(pct, 0.0), v["predicted_ms"] / 1000)
             own.append((first, full))
-            stages.append({"name": u.stage.name, "kind": u.stage.kind, "unit": u.name, "streams": u.streams,
+            stages.append({"name": u.stage.name, "kind": u.stage.kind, **after, "unit": u.name, "streams": u.streams,
                            "budget_ms": {**{f"first_output_{p}": _r(v * 1000) for p, v in sorted(u.first.items())},
                                          **{f"latency_{p}": _r(v * 1000) for p, v in sorted(u.full.items())}},
                            "work": _work(u), **hop})

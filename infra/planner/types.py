@@ -200,6 +200,8 @@ class Handoff(PlanModel):
 class PipelineStage(PlanModel):
     name: str
     kind: str
+    after: list[str] | None = None
+    """The stages whose output this one consumes (unset: the stage listed before it; empty: none)."""
     unit: str | None = None
     """The service entry that plans this stage (none for CPU stages)."""
     streams: bool
@@ -243,6 +245,18 @@ class PipelinePlan(PlanModel):
     cost_per_request: float | None = None
     notes: list[str] = []
     """Hand-off and co-location decisions, and where co-location was wanted but impossible."""
+
+    def inputs(self) -> list[list[int]]:
+        """Per stage, the indices of the stages it consumes."""
+        from infra.intent.models import stage_inputs
+
+        return stage_inputs([st.name for st in self.stages], [st.after for st in self.stages])
+
+    def consumers(self) -> list[int | None]:
+        """Per stage, the index of the stage it hands on to (None for the last)."""
+        from infra.intent.models import stage_consumers
+
+        return stage_consumers(self.inputs())
 
 
 class Solver(PlanModel):

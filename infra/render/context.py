@@ -134,10 +134,10 @@ def build(plan: DeploymentPlan, catalog: Catalog, settings: Settings, locate: Lo
     stages = pipeline_stages(plan, catalog)
     for svc in plan.spec.services:
         sb = ServiceBuilder(plan, svc, catalog, settings, docs, notes, locate, stages.get(svc.name))
-        if sb.stage is not None and sb.stage.previous is not None and sb.stage.address is None:
+        if sb.stage is not None and sb.stage.inputs and sb.stage.address is None:
             notes.append(f"{svc.name}: stage {svc.stage} of pipeline {svc.pipeline} runs prefill/decode groups "
-                         f"only, so its stage config gives {sb.stage.previous.service} no address to hand off to: "
-                         "point it at the P/D-aware router in front of them")
+                         f"only, so its stage config gives {', '.join(r.service for r in sb.stage.inputs)} no "
+                         "address to hand off to: point it at the P/D-aware router in front of them")
         if not svc.runs_llm_engine:
             sb.allocation_builder = StageAllocationBuilder
         sb.build()
@@ -626,8 +626,9 @@ class AllocationBuilder:
                     f"label {self.settings.switch_label}).")
             if line not in self.header:
                 self.header.append(line)
-        before = self.sb.stage.previous if self.sb.stage is not None else None
-        if before is not None and before.spec.colocated_with == self.sb.stage.spec.name:
+        for before in self.sb.stage.inputs if self.sb.stage is not None else []:
+            if before.spec.colocated_with != self.sb.stage.spec.name:
+                continue
             # The plan packs the two stages' replicas onto the same nodes so that the hand-off stays inside one.
             out.setdefault("podAffinity", {}).setdefault("requiredDuringSchedulingIgnoredDuringExecution", []).append(
                 {"labelSelector": {"matchLabels": dict(before.labels)}, "topologyKey": "kubernetes.io/hostname"})

@@ -46,8 +46,10 @@ class StageRef:
     namespace: str
     port: int | None
     """Port its Service listens on (the engine's; a CPU stage's own), None when nothing serves."""
-    previous: StageRef | None = None
+    inputs: list[StageRef] = field(default_factory=list)
+    """The stages it consumes (several when branches join, e.g. two encoders into one LLM)."""
     next: StageRef | None = None
+    """The stage it hands on to (None for the pipeline's last stage)."""
     config: dict[str, Any] = field(default_factory=dict)
     """What the stage config states about the stage itself (filled from the plan)."""
 
@@ -68,7 +70,7 @@ def pipeline_stages(plan: DeploymentPlan, catalog: Catalog) -> dict[str, StageRe
     out: dict[str, StageRef] = {}
     for p in plan.spec.pipelines:
         chain: list[StageRef] = []
-        for i, st in enumerate(p.stages):
+        for i, (st, ins) in enumerate(zip(p.stages, p.inputs())):
             svc = services.get(st.unit) if st.unit else None
             name = st.unit if svc is not None else f"{p.service}-{st.name}"
             port = st.port
@@ -82,8 +84,9 @@ def pipeline_stages(plan: DeploymentPlan, catalog: Catalog) -> dict[str, StageRe
             else:
                 config["cpu_cores"] = st.cpu_cores
             ref = StageRef(p.service, i, st, name, plan.spec.cluster.namespace, port, config=config)
-            if chain:
-                chain[-1].next, ref.previous = ref, chain[-1]
+            ref.inputs = [chain[j] for j in ins]
+            for j in ins:
+                chain[j].next = ref
             chain.append(ref)
             out[name] = ref
     return out
@@ -123,7 +126,7 @@ def stage_config(ref: StageRef) -> dict[str, Any]:
                            "stage": st.name, "index": ref.index, **ref.config, "streams": st.streams}
     if st.budget_ms:
         doc["budget_ms"] = dict(sorted(st.budget_ms.items()))
-    doc["input"] = _link(ref.previous, ref.previous.spec.streams if ref.previous else False)
+    doc["inputs"] = [_link(r, r.spec.streams) for r in ref.inputs]
     doc["output"] = _link(ref.next, st.streams, st.handoff)
     if st.colocated_with:
         doc["output"]["colocated"] = True

@@ -99,12 +99,17 @@ def infeasible_markdown(name: str, problems: list[Any], considered: list[Conside
 
 
 def _pipeline_lines(pipe: dict[str, Any]) -> list[str]:
-    """A pipeline end to end: its stages in order with their budgets, and its objectives summed along it."""
+    """A pipeline end to end: its stages in order with what feeds each and their budgets, and its objectives
+    summed along it (along the slowest path where branches join)."""
     lines = [f"## Pipeline {pipe['service']}", "",
              f"${pipe['cost_per_hour']:.2f}/h" + (f", ${pipe['cost_per_request']:.4f} per request"
                                                    if pipe.get("cost_per_request") is not None else "") + ".", "",
-             "| stage | kind | planned as | hands on | hand-off | budget |", "|---|---|---|---|---|---|"]
-    for st in pipe["stages"]:
+             "| stage | kind | input from | planned as | hands on | hand-off | budget |",
+             "|---|---|---|---|---|---|---|"]
+    for i, st in enumerate(pipe["stages"]):
+        after = st.get("after")
+        inputs = ", ".join(after) if after else "the request" if after is not None or i == 0 else \
+            pipe["stages"][i - 1]["name"]
         planned = f"{st['cpu_cores']} CPU cores" if st.get("cpu_cores") else st.get("unit", "")
         if st.get("pool"):
             planned += f" on {st['nodes']} node{'s' if st['nodes'] != 1 else ''} of {st['pool']}" + (
@@ -113,8 +118,8 @@ def _pipeline_lines(pipe: dict[str, Any]) -> list[str]:
         hand = (f"{h['link']} link, {h['bandwidth_gbs']:g} GB/s: first {h['first_ms']:g} ms, all {h['total_ms']:g} ms"
                 + (f"; co-located with {st['colocated_with']}" if st.get("colocated_with") else "")) if h else ""
         budget = ", ".join(f"{k} {v:g} ms" for k, v in st.get("budget_ms", {}).items())
-        lines.append(f"| {st['name']} | {st['kind']} | {planned} | {'as produced' if st['streams'] else 'when done'}"
-                     f" | {hand} | {budget} |")
+        lines.append(f"| {st['name']} | {st['kind']} | {inputs} | {planned} | "
+                     f"{'as produced' if st['streams'] else 'when done'} | {hand} | {budget} |")
     lines += ["", "| objective | target | predicted along the pipeline | margin |", "|---|---|---|---|"]
     for k, v in pipe["objectives"].items():
         lines.append(f"| {k} | {v['target_ms']:g} ms | {v['predicted_ms']:g} ms | {v['margin']:.0%} |")

@@ -1,11 +1,12 @@
-"""Pipelines: every stage of `spec.pipelines[]` is deployed, configured as the plan says, and connected to its
-neighbours in order.
+"""Pipelines: every stage of `spec.pipelines[]` is deployed, configured as the plan says, and connected to the
+stages it consumes and feeds.
 
 Rendering (infra/render/stages.py) gives every stage a ConfigMap `<stage object name>-stage` with `stage.yaml`
-(kind StageConfig): the plan's decisions for the stage and its `input` / `output` connectors (the neighbouring stage,
-its Service and address). These checks read it back: PIP001 it exists, PIP002 it agrees with the plan, PIP003 the
-connectors chain the stages in the pipeline's order and every address is a Service of the tree on a port it
-serves, PIP004 CPU stages run on CPU with their cores, PIP005 each stage's Service selects that stage's pods.
+(kind StageConfig): the plan's decisions for the stage and its connectors, `inputs` (the stages it consumes) and
+`output` (the stage it feeds), each with its Service and address. These checks read it back: PIP001 it exists,
+PIP002 it agrees with the plan, PIP003 the connectors join the stages as the pipeline does and every address is a
+Service of the tree on a port it serves, PIP004 CPU stages run on CPU with their cores, PIP005 each stage's
+Service selects that stage's pods.
 """
 
 from __future__ import annotations
@@ -143,23 +144,34 @@ def _consistent(cm: Manifest, doc: dict[str, Any], plan: DeploymentPlan, p: Pipe
 
 def _connectors(cm: Manifest, doc: dict[str, Any], names: list[str], p: PipelinePlan, si: int,
                 services: dict[str, Manifest], namespace: str) -> list[Finding]:
-    """PIP003: input and output name the stages before and after this one, at addresses the tree serves."""
+    """PIP003: inputs name the stages this one consumes and output the stage it feeds, at addresses the tree
+    serves."""
     out = []
-    neighbours = {"input": si - 1 if si > 0 else None, "output": si + 1 if si + 1 < len(names) else None}
-    for key, other in neighbours.items():
-        link = doc.get(key)
-        if other is None:
-            if link is not None:
-                out.append(cm.finding("PIP003", ("data", STAGE_CONFIG_FILE),
-                                      f"the stage is the {'first' if key == 'input' else 'last'} of pipeline "
-                                      f"{p.service}, but its {key} names {link!r}", fix=f"set {key}: null"))
-            continue
+    wanted_inputs = p.inputs()[si]
+    consumer = p.consumers()[si]
+    links = doc.get("inputs")
+    got = [x.get("stage") if isinstance(x, dict) else x for x in links] if isinstance(links, list) else links
+    want = [p.stages[i].name for i in wanted_inputs]
+    if got != want:
+        out.append(cm.finding("PIP003", ("data", STAGE_CONFIG_FILE),
+                              f"inputs are {got!r}, but the stage consumes {want!r} in pipeline {p.service}",
+                              fix="list the stages it consumes under inputs (render the plan again)"))
+    pairs = [("inputs", i, links[n]) for n, i in enumerate(wanted_inputs)] if got == want and links else []
+    link = doc.get("output")
+    if consumer is None:
+        if link is not None:
+            out.append(cm.finding("PIP003", ("data", STAGE_CONFIG_FILE),
+                                  f"the stage is the last of pipeline {p.service}, but its output names {link!r}",
+                                  fix="set output: null"))
+    else:
+        pairs.append(("output", consumer, link))
+    for key, other, link in pairs:
         want_stage, want_service = p.stages[other].name, names[other]
         if not isinstance(link, dict) or link.get("stage") != want_stage or link.get("service") != want_service:
-            got = link.get("stage") if isinstance(link, dict) else link
+            had = link.get("stage") if isinstance(link, dict) else link
             out.append(cm.finding("PIP003", ("data", STAGE_CONFIG_FILE),
-                                  f"{key} is {got!r}, but the pipeline's {'previous' if key == 'input' else 'next'} "
-                                  f"stage is {want_stage} (Service {want_service})",
+                                  f"{key} names {had!r}, but the stage {'consumes' if key == 'inputs' else 'feeds'} "
+                                  f"stage {want_stage} (Service {want_service})",
                                   fix=f"point {key} at stage {want_stage}, service {want_service}"))
             continue
         address = link.get("address")
@@ -171,11 +183,11 @@ def _connectors(cm: Manifest, doc: dict[str, Any], names: list[str], p: Pipeline
             continue
         out += _address(cm, key, str(address), want_service, services, namespace)
     final = doc.get("final_output")
-    if final is not (neighbours["output"] is None):
+    if final is not (consumer is None):
         out.append(cm.finding("PIP003", ("data", STAGE_CONFIG_FILE),
                               f"final_output is {final!r}, but the stage is "
-                              f"{'the last' if neighbours['output'] is None else 'not the last'} of the pipeline",
-                              fix=f"set final_output: {'true' if neighbours['output'] is None else 'false'}"))
+                              f"{'the last' if consumer is None else 'not the last'} of the pipeline",
+                              fix=f"set final_output: {'true' if consumer is None else 'false'}"))
     return out
 
 

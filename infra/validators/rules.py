@@ -122,10 +122,10 @@ _ALL = [
          "render the plan again (`infra render PLAN -o DIR`)"),
     Rule("PIP002", "error", "plan", "a stage config matches the plan (stage, kind, model, layout and sp, devices, "
          "replicas, streams)", "write what the plan decides for the stage (or render the plan again)"),
-    Rule("PIP003", "error", "plan", "stage connectors chain the pipeline's stages in order, with no dangling address",
-         "point input/output at the previous/next stage's Service, at a port it exposes"),
+    Rule("PIP003", "error", "plan", "stage connectors join the pipeline's stages as it does, with no dangling address",
+         "point inputs/output at the Services of the stages it consumes and feeds, at ports they expose"),
     Rule("PIP004", "error", "plan", "CPU stages have a workload on CPU requesting their cores and no devices",
-         "give the stage an image in the plan and request its cpu_cores without device resources"),
+         "give the stage an image in the intent and request its cpu_cores without device resources"),
     Rule("PIP005", "error", "plan", "a stage's Service selects that stage's serving pods, and only those",
          "select the stage's pod labels (infra.dev/service, infra.dev/stage)"),
     # Live

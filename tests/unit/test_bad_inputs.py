@@ -685,8 +685,11 @@ CASES: list[Case] = [
          ["after: [voice-out]", "- name: thinker"], base="pipeline"),
     case("stage-image-on-a-model-stage", "          work: {audio: 15s}", "          work: {audio: 15s}\n          image: x/y:1",
          "image, command and port are for cpu stages", "- name: voice-out", base="pipeline"),
-    case("stage-after-not-chained", "          work: {audio: 15s}", "          after: [prep]\n          work: {audio: 15s}",
-         ("runs after 'prep'", "chain of stages"), [("after: [prep]", 2), "- name: voice-out"], base="pipeline"),
+    case("stage-consumed-twice", "          work: {audio: 15s}", "          after: [prep]\n          work: {audio: 15s}",
+         ("consumes 'prep', whose output already goes to 'thinker'", "hands on to one stage"),
+         [("after: [prep]", 2), "- name: voice-out"], base="pipeline"),
+    case("stage-feeds-nothing", "          work: {audio: 15s}", "          after: []\n          work: {audio: 15s}",
+         ("stage 'thinker' hands its output to no stage",), "- name: thinker", base="pipeline"),
     case("stage-bad-resolution", CODEC,
          CODEC + "        - name: video\n          kind: dit\n          model: Wan2.1-T2V-14B\n"
          "          work: {video_frames: 81, resolution: 1280*720, denoise_steps: 40}\n", "WIDTHxHEIGHT",

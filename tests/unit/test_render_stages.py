@@ -83,7 +83,7 @@ def test_dit_stage_runs_sequence_parallel_on_its_devices():
     assert devices == a.devices_per_worker == 8
     cfg = stage_config(files, "t2v-dit")
     assert cfg["allocations"][0]["parallel"]["sp"] == 8 and cfg["final_output"] is True
-    assert cfg["input"] is None and cfg["output"] is None
+    assert cfg["inputs"] == [] and cfg["output"] is None
 
 
 def test_stage_engines_get_no_inference_pool():
@@ -106,7 +106,7 @@ def test_cpu_stage_without_an_image_renders_its_config_and_says_which_field_to_s
     assert names == ["vl-preprocess/base/configmap-vl-preprocess-stage.yaml", "vl-preprocess/base/kustomization.yaml"]
     assert any(n.startswith("vl-preprocess: CPU stage preprocess") and "image" in n for n in rendered.notes)
     cfg = stage_config(rendered.files, "vl-preprocess")
-    assert cfg["cpu_cores"] == 1 and cfg["output"]["service"] == "vl-vision" and cfg["input"] is None
+    assert cfg["cpu_cores"] == 1 and cfg["output"]["service"] == "vl-vision" and cfg["inputs"] == []
 
 
 def test_cpu_stage_with_an_image_runs_on_cpu_with_its_cores():
@@ -121,7 +121,8 @@ def test_cpu_stage_with_an_image_runs_on_cpu_with_its_cores():
     assert pod_spec(dep)["nodeSelector"] == cpu.node_selector and cpu.node_selector
     svc = objs(files)["service-vl-preprocess.yaml"]
     assert svc["spec"]["ports"][0]["port"] == 8080
-    assert stage_config(files, "vl-vision")["input"]["address"].endswith("vl-preprocess.default.svc.cluster.local:8080")
+    [link] = stage_config(files, "vl-vision")["inputs"]
+    assert link["address"].endswith("vl-preprocess.default.svc.cluster.local:8080")
 
 
 def test_pipelines_render_the_same_bytes_twice():

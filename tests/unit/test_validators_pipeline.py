@@ -22,7 +22,7 @@ VISION = GOLDEN / "vision-language" / "plan.yaml"
 TALKER = "voice-talker/base/configmap-voice-talker-stage.yaml"
 CODE2WAV = "voice-code2wav/base/configmap-voice-code2wav-stage.yaml"
 PREPROCESS = "vl-preprocess/base/deployment-vl-preprocess.yaml"
-PREPROCESS_STAGE = "      kind: cpu\n      streams: false\n      budget_ms: {}\n      cpu_cores: 1\n"
+PREPROCESS_STAGE = "      kind: cpu\n      after: []\n      streams: false\n      budget_ms: {}\n      cpu_cores: 1\n"
 CPU_IMAGE = ("      image: registry.example.com/doc-preprocess:1.4.2\n      command: [python3, -m, preprocess.server]\n"
              "      port: 8080\n")
 
