@@ -25,7 +25,8 @@ TTFT percentiles. Tails beyond the means:
 E2E percentiles combine TTFT, output length and TPOT as independent parts.
 
 Disaggregated deployments price prefill and decode workers separately and add the KV-cache transfer between
-them. When worker counts are not given they are sized as a planner would: enough decode groups to hold every
+them; in a closed loop the decode batch holds only the clients past their first token (Little's law over the
+loop). When worker counts are not given they are sized as a planner would: enough decode groups to hold every
 client at the largest batch that fits, and prefill workers to keep up with the decode throughput at 80% load. The
 prediction says when it assumed them.
 """
@@ -283,8 +284,8 @@ def _chunk_steps(w: Worker, b: float, ctx: float, lam: float, wl: Workload, chun
 
     A step's token budget is `chunk`, the decoding sequences' own tokens first; a prompt of L tokens fills
     floor(L / rest) whole steps and one partial step with what is left. That partial step also takes (the start
-    of) the next prompt when one is waiting, which an arrival finds with the prefill utilisation `rho`. Prompt lengths
-    follow a lognormal of the workload's mean and CV. `lam` counts every prompt that stalls this group's steps
+    of) the next prompt when one is waiting, which an arrival finds with the prefill utilisation `rho`. Prompt
+    lengths follow a lognormal of the workload's mean and CV. `lam` counts every prompt that stalls this group's steps
     (with attention data parallelism, the other groups' prompts too)."""
     rest = max(chunk - b, 1.0)
     isl_eff = wl.isl * (1 - wl.prefix_hit)
@@ -304,7 +305,7 @@ def _chunk_steps(w: Worker, b: float, ctx: float, lam: float, wl: Workload, chun
     return out
 
 
-def _batch_spread(lam: float, b: float, per_token: float, slope: float, osl: float) -> float:
+def _batch_spread(lam: float, b: float, slope: float, osl: float) -> float:
     """Standard deviation of the per-token time from the batch's fluctuation, or inf past the tipping point.
 
     The batch is the number of requests in decode, Poisson around its mean b (variance b). A larger batch makes
@@ -315,7 +316,7 @@ def _batch_spread(lam: float, b: float, per_token: float, slope: float, osl: flo
     gain = lam * max(osl - 1, 0.0) * slope
     if gain >= 1:
         return math.inf
-    return slope * math.sqrt(max(b, 0.0)) / (1 - gain) if per_token > 0 else 0.0
+    return slope * math.sqrt(max(b, 0.0)) / (1 - gain)
 
 
 def _step_percentiles(t_mean: float, t_decode: float, steps: list[tuple[float, float]], osl: float, osl_cv: float,
@@ -418,7 +419,7 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     ttft = {k: v + (slot.mean if k == "mean" else slot.quantile(float(k[1:]) / 100)) for k, v in ttft.items()}
     steps = _chunk_steps(w, b, ctx, lam * dp, wl, chunk, rho)
     slope = (w.step(b + 1, ctx) - w.step(b, ctx)) / (1 - f.mix * rho) / f.accept
-    batch_sd = _batch_spread(lam, b, t / f.accept, slope, osl)
+    batch_sd = _batch_spread(lam, b, slope, osl)
     if not math.isfinite(batch_sd):
         return _unstable({"agg": workers}, load, "arrival rate is past the point where the batch keeps growing")
     itl, tpot = _step_percentiles(t / f.accept, w.step(b, ctx), steps, osl, wl.osl_cv, f.accept, batch_sd)
@@ -483,6 +484,15 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
                                         isl_eff, isl, chunk, wp.factors.queue)
         ttft_mean = req + mean + transfer
         if c / d_groups <= cap:
+            # Clients waiting for or in their prefill are not decoding: by Little's law the decode batch is the
+            # decode share of each client's loop, b = c (osl - 1) TPOT / E2E per group.
+            for _ in range(12):
+                b_new = c * (osl - 1) * tpot / (ttft_mean + (osl - 1) * tpot) / d_groups
+                done = abs(b_new - b) < 1e-3 * b
+                b = b_new
+                tpot = wd.token_time(b, ctx)
+                if done:
+                    break
             e2e = ttft_mean + (osl - 1) * tpot
             x = c / e2e
         else:
@@ -521,7 +531,7 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
     wait = _kingman_wait(rho_pf, service, wl.arrival_cv, wl.isl_cv)
     ttft = _queue_percentiles(service, wait, rho_pf, wl.isl_cv, req + transfer, ratios=wl.isl_quantiles)
     gaps = max(_lognormal_q(osl, wl.osl_cv, 0.0) - 1, 1.0)
-    batch_sd = _batch_spread(lam / d_groups, b, tpot_mean, wd.token_time(b + 1, ctx) - tpot_mean, osl)
+    batch_sd = _batch_spread(lam / d_groups, b, wd.token_time(b + 1, ctx) - tpot_mean, osl)
     if not math.isfinite(batch_sd):
         return _unstable({"prefill": n_p, "decode": n_d}, b / cap, "arrival rate is past the point where the "
                          "decode batch keeps growing")
