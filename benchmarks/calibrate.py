@@ -7,6 +7,9 @@ Fits, in log space with a robust (soft-L1) loss on TTFT and TPOT:
 1. pooled factors over every row (the fallback for unmeasured pairs);
 2. per framework (or per framework/device pair with --group-by pair), shrunk towards the pooled factors so thin
    groups stay sensible.
+Among them `collective_us` (the fixed latency of each collective, which is what makes a tensor-parallel step dearer
+than its share of the work) and `recipe_accept` (tokens per decode step of the measured disaggregated recipes,
+which run speculative decoding the rows do not record; applied when replaying such rows, never to a plan).
 `--write` commits them to infra/perf/data/calibration.json with the date and the data's fingerprint.
 `--lomo` refits with each model held out and scores the held-out rows: the figure that says how the model does
 on models it has never seen. Requires scipy (in the `dev` extra).

@@ -8,6 +8,13 @@ rising rates and closed loops at rising concurrency, and prints simulated vs pre
 relative difference. At low load the two should agree within 10-20%; the gap that opens with load is the
 dynamics the analytic model smooths over (closed-loop clients that start together stay in step, so their prompts
 queue in waves).
+
+A second table checks the tails an objective is written on: Poisson arrivals with lognormal prompt and answer
+lengths (prompts 2000 tokens on average, CV 1; answers 200, CV 0.7) and a 2048-token step budget, so long prompts
+are cut into chunks that ride in decode steps. It compares simulated and predicted TTFT p99, TPOT p99 and ITL p99
+(pooled gaps) at rising rates, and prints the largest relative difference of each. A third table does the same for
+TPOT p99 on a disaggregated pair (one prefill and one decode worker, decode batch capped at 256) as the decode
+batch nears its cap, where the batch's fluctuation and waits for a slot make the tail.
 """
 
 from __future__ import annotations
@@ -34,6 +41,88 @@ DEPLOYMENTS = (("Llama-3.1-8B", 1), ("Llama-3.1-70B", 4))
 RATES = (0.5, 2.0, 8.0)
 CONCURRENCY = (1, 4, 16)
 ISL, OSL = 1000, 200
+TAIL_ISL, TAIL_ISL_CV, TAIL_OSL, TAIL_OSL_CV, TAIL_BUDGET = 2000, 1.0, 200, 0.7, 2048
+TAIL_RATES = (1.0, 3.0, 6.0)
+TAIL_METRICS = ("ttft", "tpot", "itl")
+
+
+def _lognormal(rng: np.random.Generator, mean: float, cv: float, n: int) -> np.ndarray:
+    sigma = float(np.sqrt(np.log1p(cv * cv)))
+    return np.maximum(1, np.ceil(rng.lognormal(np.log(mean) - sigma * sigma / 2, sigma, n))).astype(int)
+
+
+DECODE_ISL, DECODE_ISL_CV, DECODE_OSL, DECODE_OSL_CV, DECODE_CAP = 900, 0.7, 250, 0.65, 256
+DECODE_RATES = (30.0, 40.0, 44.0)
+
+
+def decode_tails(catalog, requests: int) -> list[dict]:
+    """Simulated vs predicted TPOT p99 of a prefill/decode pair as the decode batch nears its cap."""
+    rows = []
+    model = "Llama-3.1-8B"
+    dep = Deployment(model, "H100-SXM", "sglang", "bf16", "disagg",
+                     prefill=Role(Parallel(tp=1), batch_cap=256, workers=1),
+                     decode=Role(Parallel(tp=1), batch_cap=DECODE_CAP, workers=1))
+    workers, _, link = build_workers(dep, catalog)
+    models = {role: EngineModel.from_worker(w, max_num_seqs=256 if role == "prefill" else DECODE_CAP,
+                                            max_num_batched_tokens=8192, kv_tokens=w.memory.kv_tokens)
+              for role, w in workers.items()}
+    for rate in DECODE_RATES:
+        rng = np.random.default_rng(2)
+        isl = _lognormal(rng, DECODE_ISL, DECODE_ISL_CV, requests)
+        osl = _lognormal(rng, DECODE_OSL, DECODE_OSL_CV, requests)
+        t = np.concatenate(([0.0], np.cumsum(rng.exponential(1 / rate, requests - 1))))
+        specs = [RequestSpec(i, float(t[i]), int(isl[i]), int(osl[i]), -1, 0) for i in range(requests)]
+        wl = Workload(isl=DECODE_ISL, osl=DECODE_OSL, rate=rate, isl_cv=DECODE_ISL_CV, osl_cv=DECODE_OSL_CV)
+        pred = predict(dep, wl, workers, link)
+        group = Group([Engine(models["prefill"], "prefill")], [Engine(models["decode"], "decode")])
+        sim = simulate([group], Load(specs, rate, None, "poisson"))
+        got = summarize(sim.records, itl_pool=sim.itl_pool).metrics
+        row = {"model": model, "load": f"rate {rate:g}/s", "tpot_p99_sim_ms": round(got["tpot"].get("p99") or 0.0, 2),
+               "tpot_p99_pred_ms": round(pred.tpot["p99"] * 1e3, 2) if pred.stable else None,
+               "tpot_mean_sim_ms": round(got["tpot"].mean or 0.0, 2),
+               "tpot_mean_pred_ms": round(pred.tpot["mean"] * 1e3, 2) if pred.stable else None}
+        row["tpot_p99_diff"] = (round(row["tpot_p99_sim_ms"] / row["tpot_p99_pred_ms"] - 1, 4)
+                                if row["tpot_p99_pred_ms"] else None)
+        rows.append(row)
+        p99 = f"{row['tpot_p99_pred_ms']:6.1f}" if row["tpot_p99_pred_ms"] else "unstable"
+        mean = f"{row['tpot_mean_pred_ms']:6.1f}" if row["tpot_mean_pred_ms"] else "unstable"
+        diff = f"({row['tpot_p99_diff']:+.0%})" if row["tpot_p99_diff"] is not None else ""
+        print(f"{model:14s} P/D {row['load']:11s}  TPOT mean sim {row['tpot_mean_sim_ms']:6.1f} pred {mean}   "
+              f"TPOT p99 sim {row['tpot_p99_sim_ms']:6.1f} pred {p99} {diff}")
+    return rows
+
+
+def tails(catalog, requests: int) -> list[dict]:
+    """Simulated vs predicted p99 of TTFT, TPOT and ITL with variable lengths and chunked prefill."""
+    rows = []
+    model = "Llama-3.1-8B"
+    dep = Deployment(model, "H100-SXM", "vllm", "bf16",
+                     agg=Role(Parallel(tp=1), batch_cap=256, max_num_tokens=TAIL_BUDGET))
+    workers, _, link = build_workers(dep, catalog)
+    w = workers["agg"]
+    engine_model = EngineModel.from_worker(w, max_num_seqs=256, max_num_batched_tokens=TAIL_BUDGET,
+                                           kv_tokens=w.memory.kv_tokens)
+    for rate in TAIL_RATES:
+        rng = np.random.default_rng(1)
+        isl = _lognormal(rng, TAIL_ISL, TAIL_ISL_CV, requests)
+        osl = _lognormal(rng, TAIL_OSL, TAIL_OSL_CV, requests)
+        t = np.concatenate(([0.0], np.cumsum(rng.exponential(1 / rate, requests - 1))))
+        specs = [RequestSpec(i, float(t[i]), int(isl[i]), int(osl[i]), -1, 0) for i in range(requests)]
+        wl = Workload(isl=TAIL_ISL, osl=TAIL_OSL, rate=rate, isl_cv=TAIL_ISL_CV, osl_cv=TAIL_OSL_CV)
+        pred = predict(dep, wl, workers, link)
+        sim = simulate([Group([Engine(engine_model)])], Load(specs, rate, None, "poisson"))
+        got = summarize(sim.records, itl_pool=sim.itl_pool).metrics
+        row = {"model": model, "load": f"rate {rate:g}/s"}
+        for metric in TAIL_METRICS:
+            measured = got[metric].get("p99") or 0.0
+            row[f"{metric}_p99_sim_ms"] = round(measured, 2)
+            row[f"{metric}_p99_pred_ms"] = round(getattr(pred, metric)["p99"] * 1e3, 2)
+            row[f"{metric}_p99_diff"] = round(measured / row[f"{metric}_p99_pred_ms"] - 1, 4)
+        rows.append(row)
+        print(f"{model:14s} tp1 {row['load']:11s}  " + "   ".join(
+            f"{m.upper()} p99 sim {row[f'{m}_p99_sim_ms']:7.1f} pred {row[f'{m}_p99_pred_ms']:7.1f} "
+            f"({row[f'{m}_p99_diff']:+.0%})" for m in TAIL_METRICS))
+    return rows
 
 
 def main() -> int:
@@ -76,8 +165,22 @@ def main() -> int:
     low = [r for r in rows if r["load"] in (f"rate {RATES[0]:g}/s", "1 clients")]
     worst = max(max(abs(r["ttft_diff"]), abs(r["tpot_diff"])) for r in low)
     print(f"low load (rate {RATES[0]:g}/s, 1 client): largest TTFT/TPOT difference {worst:.1%}")
+    print(f"tails: {TAIL_ISL}-token prompts (CV {TAIL_ISL_CV:g}), {TAIL_OSL}-token answers (CV {TAIL_OSL_CV:g}), "
+          f"{TAIL_BUDGET}-token step budget")
+    tail_rows = tails(catalog, args.requests * 3)
+    tail_worst = {m: max(abs(r[f"{m}_p99_diff"]) for r in tail_rows) for m in TAIL_METRICS}
+    print("tails: largest p99 difference " + ", ".join(f"{m.upper()} {v:.1%}" for m, v in tail_worst.items()))
+    print(f"decode near its cap: {DECODE_ISL}-token prompts (CV {DECODE_ISL_CV:g}), {DECODE_OSL}-token answers "
+          f"(CV {DECODE_OSL_CV:g}), decode batch cap {DECODE_CAP}")
+    decode_rows = decode_tails(catalog, args.requests * 5)
+    diffs = [abs(r["tpot_p99_diff"]) for r in decode_rows if r["tpot_p99_diff"] is not None]
+    decode_worst = max(diffs) if len(diffs) == len(decode_rows) else None
+    print("decode near its cap: largest TPOT p99 difference "
+          + (f"{decode_worst:.1%}" if decode_worst is not None else "- (a load predicted unstable)"))
     if args.json:
-        print(json.dumps({"rows": rows, "low_load_max_abs_diff": worst}, sort_keys=True))
+        print(json.dumps({"rows": rows, "low_load_max_abs_diff": worst, "tail_rows": tail_rows,
+                          "tail_p99_max_abs_diff": tail_worst, "decode_rows": decode_rows,
+                          "decode_tpot_p99_max_abs_diff": decode_worst}, sort_keys=True))
     return 0
 
 

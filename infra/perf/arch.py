@@ -14,7 +14,8 @@ bytes / (bandwidth x memory efficiency)):
   compute-bound and decode attention memory-bound, so the two add under one attention-kernel efficiency;
 - norms and elementwise: a fixed number of passes over the hidden state;
 - communication: tensor-parallel all-reduces (two per layer) and expert-parallel all-to-all (dispatch and
-  combine per MoE layer) over NVLink/HCCS inside the scale-up domain, the NIC beyond it;
+  combine per MoE layer) over NVLink/HCCS inside the scale-up domain, the NIC beyond it, each with a fixed
+  latency from calibration (what makes a step at tp 8 cost more than an eighth of one at tp 1);
 - a fixed engine overhead per step (scheduling, kernel launches) from calibration.
 Pipeline stages run one after another for a token, so a step takes pp times a stage.
 """
@@ -41,8 +42,9 @@ NIC_GBS = 50.0
 """Per-device scale-out bandwidth when a worker spans scale-up domains: one 400 Gb/s NIC per device."""
 MOE_TILE_ROWS = 64
 """Rows of the smallest tensor-core tile grouped-GEMM kernels use (64 or 128 on Hopper/Blackwell)."""
-COLLECTIVE_LATENCY_S = 8e-6
-"""Fixed cost of one collective inside a node (NCCL small-message latency); doubled across nodes."""
+COLLECTIVE_HOPS_ACROSS_NODES = 2
+"""A collective that leaves the scale-up domain pays its fixed latency (the `collective_us` factor: launch,
+synchronisation and the small-message latency of NCCL or the framework's custom all-reduce) this many times."""
 
 
 def compute_precision(precision: str, device: DeviceSpec) -> str:
@@ -100,7 +102,7 @@ class Worker:
     flops_s: float
     attn_flops_s: float
     bw_bytes_s: float
-    collective_latency_s: float
+    collective_hops: float
     dense_bytes: float
     dense_flops_per_token: float
     logit_flops_per_token: float
@@ -164,10 +166,11 @@ class Worker:
                 + decode * self.kv_bytes(context) / self.bw_bytes_s) / f.attn
         elem = tokens * self.elem_bytes_per_token / (self.bw_bytes_s * f.mem)
         comm = 0.0
+        latency = f.collective_us * 1e-6 * self.collective_hops
         if self.ar_per_step:
-            comm += self.ar_per_step * (self.collective_latency_s + tokens * self.ar_s_per_token / f.comm)
+            comm += self.ar_per_step * (latency + tokens * self.ar_s_per_token / f.comm)
         if self.a2a_per_step:
-            comm += self.a2a_per_step * (2 * self.collective_latency_s + tokens * self.a2a_s_per_token / f.comm)
+            comm += self.a2a_per_step * (2 * latency + tokens * self.a2a_s_per_token / f.comm)
         return self.pp * (lin + moe + attn + elem + comm) + f.step_ms * 1e-3
 
 
@@ -262,7 +265,7 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
         parallel=parallel, factors=factors, memory=memory,
         flops_s=peak_tflops(device, fmt) * 1e12, attn_flops_s=peak_tflops(device, "bf16") * 1e12,
         bw_bytes_s=device.memory_bandwidth_tbps.value * 1e12,
-        collective_latency_s=COLLECTIVE_LATENCY_S * (1 if within else 2),
+        collective_hops=1.0 if within else float(COLLECTIVE_HOPS_ACROSS_NODES),
         dense_bytes=dense_bytes,
         dense_flops_per_token=2 * (attn_params + dense_params),
         logit_flops_per_token=2 * lm_head,

@@ -47,11 +47,19 @@ class Factors:
     """Tokens emitted per decode step (above 1 when the framework runs speculative decoding such as MTP)."""
     mix: float = 1.0
     """Closed loop: fraction of prefill work that lands inside decode steps (interference on TPOT)."""
+    recipe_accept: float = 1.0
+    """Tokens per decode step of the disaggregated deployments in the measurements (their published recipes
+    run multi-token prediction or draft-model speculation on decode workers). Used only when replaying such
+    measurements (`infra.perf.replay`); a plan's own engines decode one token a step unless `accept` says so."""
+    collective_us: float = 8.0
+    """Fixed latency of one collective (all-reduce, or each half of an all-to-all) inside a scale-up domain, in
+    microseconds: kernel launch, synchronisation and the small-message latency of NCCL or a custom all-reduce."""
 
     BOUNDS = {
         "gemm": (0.05, 1.0), "mem": (0.1, 1.0), "attn": (0.02, 1.0), "comm": (0.05, 1.0), "step_ms": (0.0, 40.0),
         "request_ms": (0.0, 500.0), "transfer_ms": (0.0, 2000.0), "queue": (0.0, 1.0), "mix": (0.0, 2.0),
-        "accept": (1.0, 3.0), "moe_ns": (0.0, 500.0),
+        "accept": (1.0, 3.0), "moe_ns": (0.0, 500.0), "collective_us": (1.0, 80.0),
+        "recipe_accept": (1.0, 3.0),
     }
 
     @classmethod

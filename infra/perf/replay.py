@@ -16,7 +16,7 @@ from typing import Any, Callable
 from infra.catalog.loader import Catalog
 from infra.errors import InfraError
 from infra.perf.calibration import Factors
-from infra.perf.estimate import build_workers, estimate
+from infra.perf.estimate import build_workers
 from infra.perf.estimate import predict as serving_predict
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 
@@ -39,6 +39,9 @@ class Case:
     workload: Workload
     ttft_ms: float
     tpot_ms: float
+    recipe: bool = True
+    """A row of the published measurements (their disaggregated recipes decode speculatively), not a run of
+    this product's own engines (`infra bench --save`)."""
 
 
 def _int(value: str, default: int = 1) -> int:
@@ -112,17 +115,26 @@ def measured_cases(path: str | Path, catalog: Catalog) -> list[Case]:
     for n, case, ttft, tpot in read_measured(Path(path)):
         dep = case.deployment(catalog)
         out.append(Case({"source": f"{path}:{n}"}, f"{dep.framework}/{dep.device}", dep.model, dep, case.workload(),
-                        ttft, tpot))
+                        ttft, tpot, recipe=False))
     return out
+
+
+def as_measured(case: Case, role: str, factors: Factors) -> Factors:
+    """The factors a measured worker ran with: disaggregated decode workers of the published recipes emit
+    `recipe_accept` tokens per step (speculative decoding the rows do not record)."""
+    if case.recipe and role == "decode" and factors.recipe_accept != 1.0:
+        return replace(factors, accept=factors.accept * factors.recipe_accept)
+    return factors
 
 
 def predict(case: Case, catalog: Catalog, factors: Factors | None = None) -> tuple[float, float] | str:
     """(TTFT ms, TPOT ms) predicted for a case, or why not."""
     try:
-        est = estimate(case.deployment, case.workload, catalog, factors=factors)
+        workers, _, link = build_workers(case.deployment, catalog, factors=factors)
+        ws = {k: replace(w, factors=as_measured(case, k, w.factors)) for k, w in workers.items()}
+        p = serving_predict(case.deployment, case.workload, ws, link)
     except InfraError as exc:
         return exc.problems[0].message
-    p = est.prediction
     if not p.stable:
         return "prediction unstable: " + "; ".join(p.assumptions)
     return p.ttft["mean"] * 1000, p.tpot["mean"] * 1000
@@ -137,7 +149,7 @@ def compiled(case: Case, catalog: Catalog) -> Callable[[Factors], tuple[float, f
         return exc.problems[0].message
 
     def run(factors: Factors) -> tuple[float, float]:
-        ws = {k: replace(w, factors=factors) for k, w in workers.items()}
+        ws = {k: replace(w, factors=as_measured(case, k, factors)) for k, w in workers.items()}
         p = serving_predict(case.deployment, case.workload, ws, link)
         if not p.stable:
             return float("inf"), float("inf")

@@ -13,10 +13,20 @@ run), solved as a fixed point of throughput X = N / (TTFT + (osl - 1) TPOT):
 Open loop (Poisson or gamma arrivals at a rate): the decode batch B solves B = rate x time in system; each step
 also prefills the tokens that arrived during it. The prefill queue is a G/G/1 queue per attention group (Kingman's
 approximation with the arrival and length variability), its waiting-time tail taken as exponential, which gives
-TTFT percentiles. ITL's tail is a decode step that also prefills an arriving prompt.
+TTFT percentiles. Tails beyond the means:
+- chunked prefill: prompts ride in decode steps in chunks of the step budget, so a share of the steps are slow;
+  from the prompt-length distribution, the rate of whole-chunk and partial-chunk steps and their durations give
+  ITL percentiles (a gap is one step) and, binomially over a request's gaps, TPOT percentiles;
+- the batch fluctuates around its mean (Poisson), and since a bigger batch steps slower and so holds requests
+  longer, the fluctuation is amplified by 1 / (1 - loop gain); near the gain of 1 the load tips over, which is
+  where capacity ends before the mean batch reaches the cap;
+- batch slots (max_num_seqs, or the KV cache at the mean resident context, which counts long answers more since
+  they stay longer) form an M/G/c queue: Erlang C gives the wait of a request that finds the batch full.
+E2E percentiles combine TTFT, output length and TPOT as independent parts.
 
 Disaggregated deployments price prefill and decode workers separately and add the KV-cache transfer between
-them. When worker counts are not given they are sized as a planner would: enough decode groups to hold every
+them; in a closed loop the decode batch holds only the clients past their first token (Little's law over the
+loop). When worker counts are not given they are sized as a planner would: enough decode groups to hold every
 client at the largest batch that fits, and prefill workers to keep up with the decode throughput at 80% load. The
 prediction says when it assumed them.
 """
@@ -106,12 +116,18 @@ def _flat(value: float) -> dict[str, float]:
     return {"mean": value, **{p: value for p in PERCENTILES}}
 
 
+def resident_context(wl: Workload) -> float:
+    """Mean context of the sequences in a decode batch. Sequences in a steady stream are at every stage of their
+    output, and a long answer stays in the batch longer than a short one (the inspection paradox), so the batch
+    holds on average the prompt plus osl (1 + cv^2) / 2 tokens of output."""
+    return wl.isl + wl.osl * (1 + wl.osl_cv * wl.osl_cv) / 2
+
+
 def _agg_basics(w: Worker, role: Role, wl: Workload) -> tuple[int, int, float, float, float]:
     """(workers, attention groups, prompt tokens to compute, mean context, sequences one group can hold)."""
     workers = role.workers or 1
     isl_eff = wl.isl * (1 - wl.prefix_hit)
-    # Sequences in a steady stream are at every stage of their output, so the cache holds their mean length.
-    ctx = wl.isl + wl.osl / 2
+    ctx = resident_context(wl)
     cap = min(role.batch_cap or 1 << 30, w.max_sequences(ctx))
     return workers, workers * w.parallel.attention_dp, isl_eff, ctx, cap
 
@@ -206,6 +222,163 @@ def _queue_percentiles(service_mean: float, wait_mean: float, rho: float, isl_cv
     return out
 
 
+def _erlang_c(servers: int, offered: float) -> float:
+    """Probability that an arrival finds all `servers` busy (M/M/c, Erlang C) at `offered` = rate x holding time:
+    the exact recursion for small c, the Halfin-Whitt limit (within a few percent) for large c."""
+    if offered <= 0:
+        return 0.0
+    if offered >= servers:
+        return 1.0
+    if servers <= 64:
+        blocked = 1.0
+        for k in range(1, servers + 1):
+            blocked = offered * blocked / (k + offered * blocked)
+        return servers * blocked / (servers - offered * (1 - blocked))
+    beta = (servers - offered) / math.sqrt(offered)
+    if beta > 30:
+        return 0.0
+    density = math.exp(-beta * beta / 2) / math.sqrt(2 * math.pi)
+    below = 0.5 * (1 + math.erf(beta / math.sqrt(2)))
+    return 1.0 / (1.0 + beta * below / density)
+
+
+@dataclass(frozen=True)
+class SlotWait:
+    """Wait for a batch slot when every one is taken: P(wait > w) = prob x exp(-decay x w)."""
+
+    mean: float = 0.0
+    prob: float = 0.0
+    decay: float = math.inf
+
+    def quantile(self, q: float) -> float:
+        tail = 1 - q
+        return math.log(self.prob / tail) / self.decay if self.prob > tail and self.decay < math.inf else 0.0
+
+
+def _slot_wait(lam: float, slots: float, hold: float, hold_cv: float) -> SlotWait:
+    """A group's batch slots (max_num_seqs, or what the KV cache holds) as an M/G/c queue: `slots` servers each
+    holding a request for `hold` seconds, arrivals at `lam`/s. The mean batch is lam x hold, but Poisson arrivals
+    and unequal output lengths make it fluctuate, and a request that finds the batch full waits for a slot; near
+    the cap that wait dominates every latency, so capacity sits below the cap. Erlang C gives the chance of
+    waiting, with the M/G/c correction (1 + cv^2) / 2 of the holding time (Lee and Longton) on the wait."""
+    if hold <= 0 or lam <= 0 or slots >= 1 << 29:
+        return SlotWait()
+    offered = lam * hold
+    c = max(1, int(slots))
+    if offered >= c:
+        return SlotWait(math.inf, 1.0, 0.0)
+    prob = _erlang_c(c, offered)
+    decay = (c - offered) / hold / ((1 + hold_cv * hold_cv) / 2)
+    return SlotWait(prob / decay, prob, decay)
+
+
+CHUNK_POINTS = 8
+"""Prompt lengths (midpoints of equal-probability bins of the length distribution) used to find the decode steps
+that carry prompt chunks."""
+_CHUNK_Z = tuple(z_of(f"p{100 * (i + 0.5) / CHUNK_POINTS:g}") for i in range(CHUNK_POINTS))
+
+
+def _chunk_steps(w: Worker, b: float, ctx: float, lam: float, wl: Workload, chunk: int, rho: float
+                 ) -> list[tuple[float, float]]:
+    """(duration, steps per second) of the decode steps of one group that also carry prompt tokens.
+
+    A step's token budget is `chunk`, the decoding sequences' own tokens first; a prompt of L tokens fills
+    floor(L / rest) whole steps and one partial step with what is left. That partial step also takes (the start
+    of) the next prompt when one is waiting, which an arrival finds with the prefill utilisation `rho`. Prompt
+    lengths follow a lognormal of the workload's mean and CV. `lam` counts every prompt that stalls this group's steps
+    (with attention data parallelism, the other groups' prompts too)."""
+    rest = max(chunk - b, 1.0)
+    isl_eff = wl.isl * (1 - wl.prefix_hit)
+    each = lam / CHUNK_POINTS
+    full_t = w.step(b, ctx, rest, isl_eff / 2)
+    full = 0.0
+    out = []
+    for z in _CHUNK_Z:
+        length = max(_lognormal_q(isl_eff, wl.isl_cv, z), 1.0)
+        whole = math.floor(length / rest)
+        part = length - whole * rest
+        full += each * whole
+        if part > 0:
+            out.append((w.step(b, ctx, part, length / 2), each * (1 - rho)))
+            out.append((w.step(b, ctx, min(part + isl_eff, rest), length / 2), each * rho))
+    out.append((full_t, full))
+    return out
+
+
+def _batch_spread(lam: float, b: float, slope: float, osl: float) -> float:
+    """Standard deviation of the per-token time from the batch's fluctuation, or inf past the tipping point.
+
+    The batch is the number of requests in decode, Poisson around its mean b (variance b). A larger batch makes
+    each step slower (`slope` seconds per token per extra sequence), which keeps every request longer and
+    makes the batch larger still: the loop gain g = rate x (osl - 1) x slope amplifies the fluctuation by
+    1 / (1 - g), and at g = 1 the load tips over. A request decodes for about as long as the batch takes to
+    change, so its TPOT keeps this spread rather than averaging it away."""
+    gain = lam * max(osl - 1, 0.0) * slope
+    if gain >= 1:
+        return math.inf
+    return slope * math.sqrt(max(b, 0.0)) / (1 - gain)
+
+
+def _step_percentiles(t_mean: float, t_decode: float, steps: list[tuple[float, float]], osl: float, osl_cv: float,
+                      accept: float, batch_sd: float = 0.0) -> tuple[dict[str, float], dict[str, float]]:
+    """(ITL, TPOT) percentiles of a group whose decode steps take `t_decode` seconds except the `steps` that
+    carry prompt chunks, with `batch_sd` the per-token spread from the batch's fluctuation. A gap is one step,
+    so the ITL's tail is the slowest steps' share of all steps. A request's TPOT averages its gaps: over
+    m = osl - 1 of them the number that land in chunk steps is binomial, which spreads TPOT around its mean by
+    sqrt(s (1 - s) delta^2 + s var) / sqrt(m), on top of the batch's own spread."""
+    busy = sum(d * r for d, r in steps)
+    chunk_rate = sum(r for _, r in steps)
+    total = chunk_rate + max(1.0 - busy, 0.0) / t_decode
+    ordered = sorted(steps, reverse=True)
+    itl = {"mean": t_mean}
+    tpot = {"mean": t_mean}
+    share = chunk_rate / total if total > 0 else 0.0
+    mean_d = busy / chunk_rate if chunk_rate > 0 else t_decode
+    var_d = sum(r * (d - mean_d) ** 2 for d, r in steps) / chunk_rate if chunk_rate > 0 else 0.0
+    # Short answers have the fewest gaps to average over: E[1/m] of a lognormal output is (1 + cv^2) / mean.
+    m = max(osl / (1 + osl_cv * osl_cv) - 1, 1.0)
+    delta = max(mean_d - t_decode, 0.0)
+    chunks_sd = math.sqrt(share * (1 - share) * delta ** 2 + share * var_d) / math.sqrt(m) / accept
+    spread = math.hypot(chunks_sd, batch_sd)
+    for p in PERCENTILES:
+        z = max(z_of(p), 0.0)
+        # Few chunk steps land in one request, so their count is skewed to the right (Poisson-like): the
+        # Cornish-Fisher term (z^2 - 1) / 6 of a binomial count adds to the normal quantile.
+        skew = max(z * z - 1, 0.0) / 6 * (1 - 2 * share) * delta / m / accept
+        tail = 1 - float(p[1:]) / 100
+        value, seen = t_decode / accept + z * batch_sd, 0.0
+        for d, r in ordered:
+            seen += r / total
+            if seen >= tail:
+                value = max(d, value)
+                break
+        itl[p] = value
+        tpot[p] = t_mean + z * spread + skew
+    return itl, tpot
+
+
+def _e2e(ttft: dict[str, float], tpot: dict[str, float], osl: float, osl_cv: float,
+         wait: SlotWait | None = None) -> dict[str, float]:
+    """E2E = TTFT + (output - 1) x TPOT (+ a decode-slot wait), its percentiles from the three roughly
+    independent parts: the mean plus the root sum of squares of each part's excess over its own mean at that
+    percentile. Adding the parts' percentiles would describe a request that is at once the slowest to start, the
+    longest and the slowest to decode, which is far rarer than the percentile asked for."""
+    wait = wait or SlotWait()
+    mean = ttft["mean"] + (osl - 1) * tpot["mean"] + wait.mean
+    out = {"mean": mean}
+    for p in PERCENTILES:
+        q = float(p[1:]) / 100
+        length = _lognormal_q(osl, osl_cv, z_of(p))
+        if q <= 0.5:
+            out[p] = ttft[p] + (length - 1) * tpot["mean"] + wait.quantile(q)
+            continue
+        excess = math.sqrt(max(ttft[p] - ttft["mean"], 0.0) ** 2 + (max(length - osl, 0.0) * tpot["mean"]) ** 2
+                           + ((osl - 1) * max(tpot[p] - tpot["mean"], 0.0)) ** 2
+                           + max(wait.quantile(q) - wait.mean, 0.0) ** 2)
+        out[p] = mean + excess
+    return out
+
+
 def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     f = w.factors
     workers, groups, isl_eff, ctx, cap = _agg_basics(w, role, wl)
@@ -236,20 +409,21 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     if b > cap:
         return _unstable({"agg": workers}, load, "arrival rate exceeds what the replicas sustain")
     t = step
+    # A request holds a batch slot from admission to its last token; when the batch is full it waits before its
+    # prefill, which lands in its TTFT.
+    slot = _slot_wait(lam, cap, own + (osl - 1) * t / f.accept, wl.osl_cv)
+    if not math.isfinite(slot.mean):
+        return _unstable({"agg": workers}, load, "arrival rate exceeds what the batch slots sustain")
     wait = _kingman_wait(rho, own, wl.arrival_cv, wl.isl_cv)
     ttft = _queue_percentiles(own, wait, rho, wl.isl_cv, f.request_ms * 1e-3, phase=t, ratios=wl.isl_quantiles)
-    # A decode step that also prefills one arriving prompt is the slow step a token can land in.
-    slow = own / max(1.0, isl_eff / chunk)
-    share = min(1.0, lam * dp * t * max(1.0, isl_eff / chunk))
-    tpot = {"mean": t / f.accept}
-    itl = {"mean": t / f.accept}
-    for p in PERCENTILES:
-        z = z_of(p)
-        tpot[p] = t / f.accept * (1 + max(z, 0) * math.sqrt(share * (1 - share)) * max(slow / t - 1, 0.0)
-                                  / math.sqrt(max(osl, 1)))
-        itl[p] = max(slow, t / f.accept) if (1 - float(p[1:]) / 100) < share else t / f.accept
-    e2e = {k: ttft[k] + (_lognormal_q(osl, wl.osl_cv, z_of(k) if k != "mean" else 0.0) - 1) * tpot[k]
-           for k in ttft}
+    ttft = {k: v + (slot.mean if k == "mean" else slot.quantile(float(k[1:]) / 100)) for k, v in ttft.items()}
+    steps = _chunk_steps(w, b, ctx, lam * dp, wl, chunk, rho)
+    slope = (w.step(b + 1, ctx) - w.step(b, ctx)) / (1 - f.mix * rho) / f.accept
+    batch_sd = _batch_spread(lam, b, slope, osl)
+    if not math.isfinite(batch_sd):
+        return _unstable({"agg": workers}, load, "arrival rate is past the point where the batch keeps growing")
+    itl, tpot = _step_percentiles(t / f.accept, w.step(b, ctx), steps, osl, wl.osl_cv, f.accept, batch_sd)
+    e2e = _e2e(ttft, tpot, osl, wl.osl_cv)
     return Prediction(ttft, tpot, itl, e2e, wl.rate, wl.rate * osl, b, load, True, {"agg": workers})
 
 
@@ -266,8 +440,8 @@ def _prefill_rate(wp: Worker, isl_eff: float, isl: float, chunk: int) -> float:
     return 1.0 / (wp.step(0.0, 0.0, chunk, isl / 2) * isl_eff / chunk)
 
 
-def _size_decode(wd: Worker, role: Role, clients: float, isl: float, osl: float) -> tuple[int, float, bool]:
-    cap = min(role.batch_cap or 1 << 30, wd.max_sequences(isl + osl / 2))
+def _size_decode(wd: Worker, role: Role, clients: float, ctx: float) -> tuple[int, float, bool]:
+    cap = min(role.batch_cap or 1 << 30, wd.max_sequences(ctx))
     if role.workers:
         return role.workers, cap, False
     groups_needed = math.ceil(clients / max(cap, 1))
@@ -278,13 +452,13 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
     f = wd.factors
     isl, osl = wl.isl, wl.osl
     isl_eff = isl * (1 - wl.prefix_hit)
-    ctx = isl + osl / 2
+    ctx = resident_context(wl)
     notes: list[str] = []
     if wl.concurrency is not None:
-        n_d, cap, assumed_d = _size_decode(wd, decode, wl.concurrency, isl, osl)
+        n_d, cap, assumed_d = _size_decode(wd, decode, wl.concurrency, ctx)
     else:
         # Open loop: size decode for the rate at the batch cap's step time.
-        cap = min(decode.batch_cap or 1 << 30, wd.max_sequences(isl + osl / 2))
+        cap = min(decode.batch_cap or 1 << 30, wd.max_sequences(ctx))
         if cap < 1:
             return _unstable({"prefill": 0, "decode": 0}, float("inf"), "one request does not fit decode KV cache")
         per_group = cap / (osl * wd.step(cap, ctx))
@@ -310,6 +484,15 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
                                         isl_eff, isl, chunk, wp.factors.queue)
         ttft_mean = req + mean + transfer
         if c / d_groups <= cap:
+            # Clients waiting for or in their prefill are not decoding: by Little's law the decode batch is the
+            # decode share of each client's loop, b = c (osl - 1) TPOT / E2E per group.
+            for _ in range(12):
+                b_new = c * (osl - 1) * tpot / (ttft_mean + (osl - 1) * tpot) / d_groups
+                done = abs(b_new - b) < 1e-3 * b
+                b = b_new
+                tpot = wd.token_time(b, ctx)
+                if done:
+                    break
             e2e = ttft_mean + (osl - 1) * tpot
             x = c / e2e
         else:
@@ -338,13 +521,27 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
         return _unstable({"prefill": n_p, "decode": n_d}, max(rho_pf, b / cap),
                          "arrival rate exceeds what the workers sustain")
     tpot_mean = wd.token_time(b, ctx)
+    # A prefilled request waits at the decode worker when its batch is full: the wait comes between its first
+    # token and its second, so it spreads over its TPOT.
+    slot = _slot_wait(lam / d_groups, cap, (osl - 1) * tpot_mean, wl.osl_cv)
+    if not math.isfinite(slot.mean):
+        return _unstable({"prefill": n_p, "decode": n_d}, b / cap, "arrival rate exceeds what the decode batch "
+                         "slots sustain")
     service = wp.step(0.0, 0.0, isl_eff, isl / 2)
     wait = _kingman_wait(rho_pf, service, wl.arrival_cv, wl.isl_cv)
     ttft = _queue_percentiles(service, wait, rho_pf, wl.isl_cv, req + transfer, ratios=wl.isl_quantiles)
-    tpot = _flat(tpot_mean)
-    e2e = {k: ttft[k] + (_lognormal_q(osl, wl.osl_cv, z_of(k) if k != "mean" else 0.0) - 1) * tpot_mean
-           for k in ttft}
+    gaps = max(_lognormal_q(osl, wl.osl_cv, 0.0) - 1, 1.0)
+    batch_sd = _batch_spread(lam / d_groups, b, wd.token_time(b + 1, ctx) - tpot_mean, osl)
+    if not math.isfinite(batch_sd):
+        return _unstable({"prefill": n_p, "decode": n_d}, b / cap, "arrival rate is past the point where the "
+                         "decode batch keeps growing")
+    tpot = {"mean": tpot_mean + slot.mean / max(osl - 1, 1.0),
+            **{p: tpot_mean + max(z_of(p), 0.0) * batch_sd + slot.quantile(float(p[1:]) / 100) / gaps
+               for p in PERCENTILES}}
+    e2e = _e2e(ttft, {"mean": tpot_mean, **{p: tpot_mean + max(z_of(p), 0.0) * batch_sd for p in PERCENTILES}},
+               osl, wl.osl_cv, slot)
     if prefill.workers is None or decode.workers is None:
         notes.append(f"worker counts not given: sized {n_p} prefill and {n_d} decode workers for the rate")
-    return Prediction(ttft, tpot, tpot, e2e, lam, lam * osl, b, max(rho_pf, b / cap), True,
+    itl = {"mean": tpot_mean, **{p: tpot_mean + max(z_of(p), 0.0) * batch_sd for p in PERCENTILES}}
+    return Prediction(ttft, tpot, itl, e2e, lam, lam * osl, b, max(rho_pf, b / cap), True,
                       {"prefill": n_p, "decode": n_d}, notes)

@@ -1,0 +1,96 @@
+"""Tail latencies of the analytic model: prompt chunks riding in decode steps, batch-slot waits near the cap, and
+the batch's own fluctuation; checked against their definitions and against the simulator."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from infra.bench.engine import Engine, EngineModel
+from infra.bench.metrics import summarize
+from infra.bench.simulate import Group, simulate
+from infra.bench.workload import Load, RequestSpec
+from infra.catalog.loader import load_catalog
+from infra.perf.estimate import build_workers, estimate, predict
+from infra.perf.serving import _erlang_c, _slot_wait
+from infra.perf.shape import Deployment, Parallel, Role, Workload
+
+CAT = load_catalog()
+
+
+def _exact_erlang_c(c: int, a: float) -> float:
+    terms = sum(a ** k / math.factorial(k) for k in range(c))
+    top = a ** c / math.factorial(c) * c / (c - a)
+    return top / (terms + top)
+
+
+@pytest.mark.parametrize("c,rho", [(1, 0.5), (4, 0.8), (32, 0.9), (64, 0.95)])
+def test_erlang_c_matches_its_closed_form(c, rho):
+    assert _erlang_c(c, rho * c) == pytest.approx(_exact_erlang_c(c, rho * c), rel=1e-9)
+
+
+@pytest.mark.parametrize("c", [100, 400])
+def test_erlang_c_for_many_slots_stays_close_to_the_recursion(c):
+    blocked = 1.0
+    for k in range(1, c + 1):
+        blocked = 0.95 * c * blocked / (k + 0.95 * c * blocked)
+    exact = c * blocked / (c - 0.95 * c * (1 - blocked))
+    assert _erlang_c(c, 0.95 * c) == pytest.approx(exact, rel=0.05)
+
+
+def test_slot_wait_grows_towards_the_cap_and_is_none_far_below_it():
+    hold = 5.0
+    assert _slot_wait(10.0, 256, hold, 0.5).mean < 1e-9
+    waits = [_slot_wait(rho * 256 / hold, 256, hold, 0.5).quantile(0.99) for rho in (0.9, 0.97, 0.995)]
+    assert waits == sorted(waits) and waits[-1] > 0
+    assert math.isinf(_slot_wait(300 / hold, 256, hold, 0.5).mean)
+
+
+def test_long_prompts_put_full_chunk_steps_in_the_itl_tail():
+    # Prompts of 6000 tokens on average with a 2048-token budget: every prompt spans several steps, and at this
+    # rate more than 1% of steps carry a whole chunk, so ITL p99 is such a step, several decode steps long.
+    dep = Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16",
+                     agg=Role(Parallel(tp=1), batch_cap=256, max_num_tokens=2048))
+    p = estimate(dep, Workload(isl=6000, osl=200, rate=2.0, isl_cv=1.0, osl_cv=0.5), CAT).prediction
+    assert p.itl["p99"] > 3 * p.itl["p50"]
+    assert p.itl["p99"] >= p.itl["p95"] >= p.itl["p50"]
+    short = estimate(dep, Workload(isl=200, osl=200, rate=2.0), CAT).prediction
+    assert short.itl["p99"] < p.itl["p99"]
+
+
+def test_decode_tpot_tail_rises_before_the_batch_cap():
+    roles = {"prefill": Role(Parallel(tp=1), workers=1), "decode": Role(Parallel(tp=1), batch_cap=128, workers=1)}
+    dep = Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16", "disagg", **roles)
+    workers, _, link = build_workers(dep, CAT)
+    spreads = []
+    for rate in (4.0, 8.0, 12.0):
+        p = predict(dep, Workload(isl=1000, osl=250, rate=rate, osl_cv=0.6), workers, link)
+        if not p.stable:
+            break
+        spreads.append(p.tpot["p99"] / p.tpot["p50"])
+    assert len(spreads) >= 2 and spreads == sorted(spreads) and spreads[-1] > 1.05
+
+
+def test_itl_and_tpot_p99_follow_the_simulator_under_chunked_prefill():
+    dep = Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16",
+                     agg=Role(Parallel(tp=1), batch_cap=256, max_num_tokens=2048))
+    workers, _, link = build_workers(dep, CAT)
+    w = workers["agg"]
+    model = EngineModel.from_worker(w, max_num_seqs=256, max_num_batched_tokens=2048, kv_tokens=w.memory.kv_tokens)
+    rng = np.random.default_rng(1)
+    n, rate = 1500, 4.0
+
+    def lognormal(mean: float, cv: float) -> np.ndarray:
+        s = math.sqrt(math.log1p(cv * cv))
+        return np.maximum(1, np.ceil(rng.lognormal(math.log(mean) - s * s / 2, s, n))).astype(int)
+
+    isl, osl = lognormal(2000, 1.0), lognormal(200, 0.7)
+    t = np.concatenate(([0.0], np.cumsum(rng.exponential(1 / rate, n - 1))))
+    specs = [RequestSpec(i, float(t[i]), int(isl[i]), int(osl[i]), -1, 0) for i in range(n)]
+    sim = simulate([Group([Engine(model)])], Load(specs, rate, None, "poisson"))
+    got = summarize(sim.records, itl_pool=sim.itl_pool).metrics
+    pred = predict(dep, Workload(isl=2000, osl=200, rate=rate, isl_cv=1.0, osl_cv=0.7), workers, link)
+    assert pred.itl["p99"] * 1e3 == pytest.approx(got["itl"].get("p99"), rel=0.3)
+    assert pred.tpot["p99"] * 1e3 == pytest.approx(got["tpot"].get("p99"), rel=0.3)
