@@ -107,7 +107,8 @@ class EngineTiming:
         self.front = Router(weights, policy)  # type: ignore[arg-type]
         self.back = {g: Router([1.0] * len(ids), policy) for g, ids in enumerate(self.decode) if ids}  # type: ignore
         self.live: dict[int, asyncio.Queue[tuple[int, bool]]] = {}
-        """Request id -> its token queue (a request's `context` is its index in the router that placed it)."""
+        """Request id -> its token queue (a request's `entry` is its slot in the front router, `context` its slot in
+        the router that placed it last)."""
         self.wake: list[asyncio.Event] = []
         self.tasks: list[asyncio.Task[None]] = []
         self.next_id = 0
@@ -134,7 +135,7 @@ class EngineTiming:
         self._start()
         k = self.front.pick()
         i = self.entries[k]
-        req = SimRequest(self.next_id, prompt_tokens, max_tokens, context=k)
+        req = SimRequest(self.next_id, prompt_tokens, max_tokens, context=k, entry=k)
         self.next_id += 1
         queue: asyncio.Queue[tuple[int, bool]] = asyncio.Queue()
         self.live[req.id] = queue
@@ -155,10 +156,10 @@ class EngineTiming:
     def _handoff(self, i: int, req: Any) -> None:
         """A prefilled request's KV cache has reached the decode side: its first token is out; decode the rest."""
         queue = self.live.get(req.id)
-        if queue is None:
-            return
-        if req.output_tokens <= 1:
-            queue.put_nowait((req.generated, True))
+        if queue is None or req.output_tokens <= 1:
+            self.front.done(req.entry)
+            if queue is not None:
+                queue.put_nowait((req.generated, True))
             return
         g = self.owner[i]
         req.context = self.back[g].pick()
@@ -190,12 +191,13 @@ class EngineTiming:
                     if queue is not None:
                         queue.put_nowait((n, finished))
             for req in res.done:
+                if e.role == "prefill":
+                    # Its entry slot stays taken until it has decoded (released in _handoff or below).
+                    loop.call_later(e.model.transfer_s(req.input_tokens), self._handoff, i, req)
+                    continue
                 if e.role == "decode":
                     self.back[self.owner[i]].done(req.context)
-                    continue
-                self.front.done(req.context)
-                if e.role == "prefill":
-                    loop.call_later(e.model.transfer_s(req.input_tokens), self._handoff, i, req)
+                self.front.done(req.entry)
 
 
 @dataclass(frozen=True)

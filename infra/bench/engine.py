@@ -82,6 +82,9 @@ class SimRequest:
     last_token: float = 0.0
     context: Any = None
     """Whatever the caller wants to carry along (the simulator's record, the emulator's stream)."""
+    entry: int = -1
+    """The router slot of the entry engine that took the request, held until the request has finished (a
+    disaggregated request's prefill engine keeps counting it while it decodes elsewhere)."""
 
 
 @dataclass(frozen=True)

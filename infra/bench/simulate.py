@@ -170,7 +170,7 @@ def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded"
         i = entries[k]
         served_by[idx] = owner[i]
         req = SimRequest(idx, spec.input_tokens, spec.output_tokens, spec.prefix_group, spec.prefix_tokens)
-        req.context = k
+        req.context = req.entry = k
         why = engines[i].rejects(req)
         if why is not None:
             fail(idx, why, now)
@@ -235,6 +235,7 @@ def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded"
             why = engines[j].rejects(b)
             if why is not None:
                 back[g].done(k)
+                front.done(b.entry)
                 fail(b.id, why, now)
                 continue
             b.context = k
@@ -258,10 +259,10 @@ def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded"
         for req in res.done:
             idx = req.id
             if role == "prefill":
-                front.done(req.context)
                 cached[idx] = req.cached_tokens
                 t_hand = now + e.model.transfer_s(req.input_tokens)
                 if req.output_tokens <= 1:
+                    front.done(req.entry)
                     first[idx] = end[idx] = t_hand
                     out_tok[idx] = req.generated
                     follow(t_hand)
@@ -271,8 +272,9 @@ def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded"
                 continue
             if role == "decode":
                 back[owner[i]].done(req.context)
+                front.done(req.entry)
             else:
-                front.done(req.context)
+                front.done(req.entry)
                 cached[idx] = req.cached_tokens
             end[idx] = now
             out_tok[idx] = req.generated

@@ -144,3 +144,24 @@ def test_a_goodput_plan_is_verified_at_the_share_of_the_peak_it_serves(chat_plan
     assert _served_load(svc.model_copy(update={"served": 0.5})) == {"rate": pytest.approx(20.0)}
     clients = svc.model_copy(update={"served": 0.5, "demand": svc.demand.model_copy(update={"unit": "clients"})})
     assert _served_load(clients) == {"concurrency": 20}
+
+
+def test_a_disaggregated_group_counts_its_requests_until_they_have_decoded():
+    """Two groups of equal weight, one aggregated and one prefill/decode: the router balances requests in flight
+    (a disaggregated request still counts against its group while it decodes), so neither takes nearly all."""
+    catalog = load_catalog()
+    dep = Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16", agg=Role(Parallel(tp=1), batch_cap=64))
+    workers, _, _ = build_workers(dep, catalog)
+    w = workers["agg"]
+
+    def engine(role: str) -> Engine:
+        return Engine(EngineModel.from_worker(w, max_num_seqs=64, max_num_batched_tokens=8192,
+                                              kv_tokens=w.memory.kv_tokens), role=role)  # type: ignore[arg-type]
+
+    n, rate = 600, 6.0
+    times = np.concatenate(([0.0], np.cumsum(np.random.default_rng(1).exponential(1 / rate, n - 1))))
+    load = Load([RequestSpec(i, float(times[i]), 1000, 300, -1, 0) for i in range(n)], rate, None, "poisson")
+    result = simulate([Group([engine("agg")], [], 1.0, "agg"), Group([engine("prefill")], [engine("decode")], 1.0,
+                                                                        "disagg")], load)
+    share = float(np.mean(result.group == 1))
+    assert 0.3 < share < 0.7, share
