@@ -155,12 +155,20 @@ def simulate_service(plan: Any, *, service: str | None = None, requests: int = D
     sim = simulate_plan(plan, name, requests=requests, seed=seed, router=router, catalog=catalog,  # type: ignore[arg-type]
                         rate=rate, concurrency=concurrency, input_tokens=input_tokens, output_tokens=output_tokens,
                         intent=intent, plan_path=plan_path)
-    summary = summarize(sim.records, svc.objectives, itl_pool=sim.itl_pool)
-    verdict = judge(sim.records, svc.objectives, itl_pool=sim.itl_pool, predicted=predicted(svc), seed=seed)
+    judged, warm = sim.records, 0
+    if sim.load.concurrency and len(sim.records) > 2 * sim.load.concurrency:
+        # A closed loop's clients all send their first request at once, onto empty caches: that synchronized
+        # start-up wave is warm-up (as --warmup is against an endpoint), not the steady state the plan is for.
+        warm = sim.load.concurrency
+        judged = [r for r in sim.records if r.index >= warm]
+    summary = summarize(judged, svc.objectives, itl_pool=sim.itl_pool)
+    verdict = judge(judged, svc.objectives, itl_pool=sim.itl_pool, predicted=predicted(svc), seed=seed)
     load = {"requests": requests, "seed": seed, "arrival": sim.load.arrival, "router": router,
             **({"rate_rps": sim.load.rate} if sim.load.rate is not None else {}),
             **({"concurrency": sim.load.concurrency} if sim.load.concurrency is not None else {})}
     notes = list(verdict.notes)
+    if warm:
+        notes.append(f"the first {warm} requests, sent at once as the {warm} clients start, are warm-up: not judged")
     if sim.preemptions:
         notes.append(f"{sim.preemptions} preemptions (KV cache full; requests recomputed)")
     if sim.truncated:

@@ -165,3 +165,15 @@ def test_a_disaggregated_group_counts_its_requests_until_they_have_decoded():
                                                                         "disagg")], load)
     share = float(np.mean(result.group == 1))
     assert 0.3 < share < 0.7, share
+
+
+def test_a_closed_loops_start_up_wave_is_warm_up_not_judged(chat_plan):
+    plan = DeploymentPlan.model_validate(chat_plan)
+    result = simulate_service(plan, service="chat", requests=200, concurrency=8, intent=CHAT)
+    assert len(result.records) == 200
+    ttft = next(o for o in result.verdict.objectives if o.key.startswith("ttft"))
+    assert ttft.n == 192 and result.summary.completed == 192
+    assert any("first 8 requests" in n and "warm-up" in n for n in result.notes or [])
+    # An open loop has no such wave: every request is judged.
+    open_loop = simulate_service(plan, service="chat", requests=200, rate=5.0, intent=CHAT)
+    assert next(o for o in open_loop.verdict.objectives if o.key.startswith("ttft")).n == 200
