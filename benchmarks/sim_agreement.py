@@ -51,6 +51,15 @@ def _lognormal(rng: np.random.Generator, mean: float, cv: float, n: int) -> np.n
     return np.maximum(1, np.ceil(rng.lognormal(np.log(mean) - sigma * sigma / 2, sigma, n))).astype(int)
 
 
+def _poisson_load(seed: int, rate: float, isl: tuple[float, float], osl: tuple[float, float], n: int) -> Load:
+    """n Poisson arrivals at `rate` with lognormal (mean, cv) prompt and output lengths."""
+    rng = np.random.default_rng(seed)
+    i_len, o_len = _lognormal(rng, *isl, n), _lognormal(rng, *osl, n)
+    t = np.concatenate(([0.0], np.cumsum(rng.exponential(1 / rate, n - 1))))
+    return Load([RequestSpec(i, float(t[i]), int(i_len[i]), int(o_len[i]), -1, 0) for i in range(n)], rate, None,
+                "poisson")
+
+
 DECODE_ISL, DECODE_ISL_CV, DECODE_OSL, DECODE_OSL_CV, DECODE_CAP = 900, 0.7, 250, 0.65, 256
 DECODE_RATES = (30.0, 40.0, 44.0)
 
@@ -67,15 +76,11 @@ def decode_tails(catalog, requests: int) -> list[dict]:
                                             max_num_batched_tokens=8192, kv_tokens=w.memory.kv_tokens)
               for role, w in workers.items()}
     for rate in DECODE_RATES:
-        rng = np.random.default_rng(2)
-        isl = _lognormal(rng, DECODE_ISL, DECODE_ISL_CV, requests)
-        osl = _lognormal(rng, DECODE_OSL, DECODE_OSL_CV, requests)
-        t = np.concatenate(([0.0], np.cumsum(rng.exponential(1 / rate, requests - 1))))
-        specs = [RequestSpec(i, float(t[i]), int(isl[i]), int(osl[i]), -1, 0) for i in range(requests)]
+        load = _poisson_load(2, rate, (DECODE_ISL, DECODE_ISL_CV), (DECODE_OSL, DECODE_OSL_CV), requests)
         wl = Workload(isl=DECODE_ISL, osl=DECODE_OSL, rate=rate, isl_cv=DECODE_ISL_CV, osl_cv=DECODE_OSL_CV)
         pred = predict(dep, wl, workers, link)
         group = Group([Engine(models["prefill"], "prefill")], [Engine(models["decode"], "decode")])
-        sim = simulate([group], Load(specs, rate, None, "poisson"))
+        sim = simulate([group], load)
         got = summarize(sim.records, itl_pool=sim.itl_pool).metrics
         row = {"model": model, "load": f"rate {rate:g}/s", "tpot_p99_sim_ms": round(got["tpot"].get("p99") or 0.0, 2),
                "tpot_p99_pred_ms": round(pred.tpot["p99"] * 1e3, 2) if pred.stable else None,
@@ -103,14 +108,10 @@ def tails(catalog, requests: int) -> list[dict]:
     engine_model = EngineModel.from_worker(w, max_num_seqs=256, max_num_batched_tokens=TAIL_BUDGET,
                                            kv_tokens=w.memory.kv_tokens)
     for rate in TAIL_RATES:
-        rng = np.random.default_rng(1)
-        isl = _lognormal(rng, TAIL_ISL, TAIL_ISL_CV, requests)
-        osl = _lognormal(rng, TAIL_OSL, TAIL_OSL_CV, requests)
-        t = np.concatenate(([0.0], np.cumsum(rng.exponential(1 / rate, requests - 1))))
-        specs = [RequestSpec(i, float(t[i]), int(isl[i]), int(osl[i]), -1, 0) for i in range(requests)]
+        load = _poisson_load(1, rate, (TAIL_ISL, TAIL_ISL_CV), (TAIL_OSL, TAIL_OSL_CV), requests)
         wl = Workload(isl=TAIL_ISL, osl=TAIL_OSL, rate=rate, isl_cv=TAIL_ISL_CV, osl_cv=TAIL_OSL_CV)
         pred = predict(dep, wl, workers, link)
-        sim = simulate([Group([Engine(engine_model)])], Load(specs, rate, None, "poisson"))
+        sim = simulate([Group([Engine(engine_model)])], load)
         got = summarize(sim.records, itl_pool=sim.itl_pool).metrics
         row = {"model": model, "load": f"rate {rate:g}/s"}
         for metric in TAIL_METRICS:
