@@ -220,7 +220,7 @@ def bench(*, simulate: str | Path | None = None, service: str | None = None, con
     pipeline service, a `infra.bench.pipeline.PipelineBench`, stage by stage).
     `simulate` names the plan to simulate (the embedded default source); `save` writes the measurements as JSON
     Lines that calibration reads back."""
-    from infra.bench.run import DEFAULT_REQUESTS, simulate_service
+    from infra.bench.run import DEFAULT_REQUESTS, check_load, simulate_service
     from infra.bench.run import save as save_run
     from infra.errors import IntentError, Location, Problem
     from infra.planner.types import load_plan
@@ -240,9 +240,7 @@ def bench(*, simulate: str | Path | None = None, service: str | None = None, con
                 raise IntentError(Problem(f"{flag} does not apply to pipeline {service}, whose stages take their "
                                           "lengths and work from the plan", Location(path=flag),
                                           f"drop {flag}, or bench one LLM stage of the pipeline with --service"))
-        if rate is not None and concurrency is not None:
-            raise IntentError(Problem("give either a rate or a concurrency, not both", Location(path="--rate"),
-                                      "drop --rate (closed loop) or --concurrency (open loop)"))
+        check_load(rate=rate, concurrency=concurrency)
         return bench_pipeline(plan_doc, service, requests=DEFAULT_REQUESTS if requests is None else requests,
                               seed=seed, rate=rate, clients=concurrency, catalog=load_catalog(catalog_dirs),
                               intent=intent, plan_path=simulate)
@@ -401,7 +399,10 @@ def emulate(plan: str | Path | None, *, port: int, host: str = "127.0.0.1", serv
             from infra.planner.types import load_plan
 
             p = load_plan(plan)
-            names = [plan_allocation(p, service, 0)[0].name] if service else [s.name for s in p.spec.services]
+            if service is not None and service in {x.service for x in p.spec.pipelines}:
+                names = [service]  # fixed timing serves the pipeline's endpoint as one
+            else:
+                names = [plan_allocation(p, service, 0)[0].name] if service else [s.name for s in p.spec.services]
     elif plan is None:
         raise IntentError(Problem("nothing to time the tokens with", Location(path="PLAN"),
                                   "give a plan.yaml (its engine model times the tokens), or --ttft-ms and --itl-ms"))

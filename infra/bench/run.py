@@ -134,14 +134,9 @@ def _group_cases(plan: Any, service: str, sim: Any) -> list[dict[str, Any]]:
     return out
 
 
-def simulate_service(plan: Any, *, service: str | None = None, requests: int = DEFAULT_REQUESTS, seed: int = 0,
-                     rate: float | None = None, concurrency: int | None = None, input_tokens: int | None = None,
-                     output_tokens: int | None = None, intent: str | Path | None = None,
-                     plan_path: str | Path | None = None, router: str = "least-loaded",
-                     catalog: Any = None) -> BenchResult:
-    """Simulate one service of a plan under its workload (or the given load) and judge it."""
-    from infra.bench.simulate import simulate_plan
-
+def check_load(*, rate: float | None = None, concurrency: int | None = None, input_tokens: int | None = None,
+               output_tokens: int | None = None) -> None:
+    """The load flags of a simulated run: a rate or a concurrency, not both, and every one given above 0."""
     if rate is not None and concurrency is not None:
         raise IntentError(Problem("give either a rate or a concurrency, not both", Location(path="--rate"),
                                   "drop --rate (closed loop) or --concurrency (open loop)"))
@@ -150,6 +145,17 @@ def simulate_service(plan: Any, *, service: str | None = None, requests: int = D
         if value is not None and value <= 0:
             raise IntentError(Problem(f"{value:g} is not positive", Location(path=flag),
                                       f"give {flag} above 0, or leave it out to use the plan's workload"))
+
+
+def simulate_service(plan: Any, *, service: str | None = None, requests: int = DEFAULT_REQUESTS, seed: int = 0,
+                     rate: float | None = None, concurrency: int | None = None, input_tokens: int | None = None,
+                     output_tokens: int | None = None, intent: str | Path | None = None,
+                     plan_path: str | Path | None = None, router: str = "least-loaded",
+                     catalog: Any = None) -> BenchResult:
+    """Simulate one service of a plan under its workload (or the given load) and judge it."""
+    from infra.bench.simulate import simulate_plan
+
+    check_load(rate=rate, concurrency=concurrency, input_tokens=input_tokens, output_tokens=output_tokens)
     name = pick_service(plan, service, plan_path)
     svc, _ = plan_allocation(plan, name, 0)
     sim = simulate_plan(plan, name, requests=requests, seed=seed, router=router, catalog=catalog,  # type: ignore[arg-type]
@@ -197,4 +203,4 @@ def save(result: BenchResult, path: str | Path) -> None:
     write_atomic(path, "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
 
 
-__all__ = ["DEFAULT_REQUESTS", "BenchResult", "pick_service", "predicted", "save", "simulate_service"]
+__all__ = ["DEFAULT_REQUESTS", "BenchResult", "check_load", "pick_service", "predicted", "save", "simulate_service"]

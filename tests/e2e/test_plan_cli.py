@@ -122,13 +122,14 @@ def test_a_cpu_stage_image_from_the_intent_is_rendered(tmp_path):
     text = (ROOT / "examples" / "vision-language.yaml").read_text()
     old = "          work: {cpu_time: 35ms, images: 2, resolution: 1280x960}\n"
     assert old in text
-    intent = ROOT / "examples" / "_cpu-image.yaml"
-    try:
-        intent.write_text(text.replace(old, old + "          image: registry.example.com/doc-prep:1.4.2\n"
-                                       "          command: [python3, -m, prep.server]\n          port: 8080\n"))
-        out = infra("plan", str(intent), "-o", str(tmp_path))
-    finally:
-        intent.unlink()
+    profile = "profile: profiles/edge-small-gpus.yaml"
+    assert profile in text
+    intent = tmp_path / "vl.yaml"
+    intent.write_text(text.replace(old, old + "          image: registry.example.com/doc-prep:1.4.2\n"
+                                   "          command: [python3, -m, prep.server]\n          port: 8080\n")
+                      .replace(profile, f"profile: {ROOT / 'examples' / 'profiles' / 'edge-small-gpus.yaml'}"))
+    tmp_path = tmp_path / "out"
+    out = infra("plan", str(intent), "-o", str(tmp_path))
     assert out.returncode == 0, out.stderr
     plan = YAML(typ="safe").load((tmp_path / "plan.yaml").read_text())
     prep = plan["spec"]["pipelines"][0]["stages"][0]

@@ -164,3 +164,10 @@ def test_closed_arrivals_follow_each_client():
     from infra.bench.pipeline import closed_arrivals
 
     assert closed_arrivals(2, np.array([1.0, 2.0, 3.0, 4.0, 5.0])).tolist() == [0.0, 0.0, 1.0, 2.0, 4.0]
+
+
+@pytest.mark.parametrize("flags,message", [(("--rate", "0"), "--rate: 0 is not positive"),
+                                           (("--concurrency", "0"), "--concurrency: 0 is not positive")])
+def test_a_pipeline_run_refuses_a_load_that_is_not_positive(flags, message):
+    run = infra("bench", "--simulate", str(OMNI), "--service", "voice", *flags)
+    assert run.returncode == 1 and message in run.stderr and "Traceback" not in run.stderr
