@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
 from infra.catalog.hf import model_from_hf_config
+from infra.catalog.hfids import repo_name, strip_format
 from infra.catalog.schema import DeviceSpec, FrameworkSpec, ModelSpec
 from infra.errors import CatalogError, Location, Problem
 
@@ -112,8 +113,26 @@ class Table:
         name = self.index.get(_key(ref))
         return self.entries.get(name) if name else None
 
+    def find_checkpoint(self, ref: str) -> tuple[Any | None, list[str]]:
+        """The entry a published Hugging Face id was made from, for an id with no exact match: first the id
+        without its quantization suffix (`Qwen/Qwen3-32B-FP8` -> `Qwen/Qwen3-32B`), then its repository name under
+        any organisation (`nvidia/Qwen3-32B-NVFP4` -> `Qwen3-32B`), as written or without the suffix. Returns
+        (entry, []) when exactly one entry fits, (None, names) when several do, which is never guessed between,
+        and (None, []) when none does."""
+        base = strip_format(ref)
+        if base != ref and (entry := self.find(base)) is not None:
+            return entry, []
+        repos = {_key(repo_name(ref)), _key(repo_name(base))}
+        owners = sorted({name for k, name in self.index.items() if k.rsplit("/", 1)[-1] in repos})
+        if len(owners) == 1:
+            return self.entries[owners[0]], []
+        return None, owners
+
     def suggest(self, ref: str, n: int = 3) -> list[str]:
-        keys = difflib.get_close_matches(_key(ref), list(self.index), n=n * 3, cutoff=0.5)
+        # The repository name without its format suffix comes first: `nvidia/Qwen3-33B-NVFP4` is closest to
+        # Qwen3-32B, not to another nvidia/*-NVFP4 id.
+        keys = [k for q in dict.fromkeys((_key(repo_name(strip_format(ref))), _key(ref)))
+                for k in difflib.get_close_matches(q, list(self.index), n=n * 3, cutoff=0.5)]
         out: list[str] = []
         for k in keys:
             name = self.index[k]
@@ -210,12 +229,25 @@ class Catalog:
         raise CatalogError(Problem(msg, fix=hint))
 
     def model(self, ref: str, base_dir: Path | None = None) -> ModelSpec:
-        """A model by name, alias, Hugging Face id, or path to a config.json (relative to `base_dir`)."""
+        """A model by name, alias, Hugging Face id, or path to a config.json (relative to `base_dir`). An id
+        with no exact match resolves to the checkpoint it republishes when that is unambiguous
+        (`Table.find_checkpoint`): `nvidia/Qwen3-32B-NVFP4` is Qwen3-32B."""
         if ref.endswith(".json"):
             path = Path(ref) if base_dir is None or Path(ref).is_absolute() else base_dir / ref
             return model_from_hf_config(path)
-        return self._get("models", ref, "model", "use a name from `infra catalog models`, a Hugging Face id "
-                         "of a catalog model, or the path of a config.json")
+        hint = ("use a name from `infra catalog models`, a Hugging Face id of a catalog model, or the path of a "
+                "config.json")
+        table = self.tables["models"]
+        if table.find(ref) is None:
+            entry, owners = table.find_checkpoint(ref)
+            if entry is not None:
+                return entry
+            if owners:
+                raise CatalogError(Problem(
+                    f"unknown model {ref!r}: its repository name fits several catalog models; did you mean "
+                    f"{' or '.join(repr(o) for o in owners)}?",
+                    fix="give the original publisher's Hugging Face id or the catalog name of the one you mean"))
+        return self._get("models", ref, "model", hint)
 
     def device(self, ref: str) -> DeviceSpec:
         return self._get("devices", ref, "device", "use a name from `infra catalog devices`, or add the card with "
