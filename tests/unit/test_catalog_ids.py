@@ -147,6 +147,14 @@ def test_new_entries_hold_their_config(cat, name, layers, hidden, heads, kv, exp
     ("Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8", "vllm", "fp8", 8, 8),
     ("deepseek-ai/DeepSeek-V3.2", "trtllm", "fp8", 8, 8),
     ("nvidia/Qwen3-32B-NVFP4", "trtllm", "fp8", 2, 1),
+    ("Qwen/Qwen3-14B-FP8", "vllm", "fp8", 1, 1),
+    ("Qwen/Qwen3-0.6B", "sglang", "bf16", 1, 1),
+    ("zai-org/GLM-4.5-Air-FP8", "vllm", "fp8", 4, 4),
+    ("nvidia/Llama-4-Scout-17B-16E-Instruct-FP4", "trtllm", "fp4", 2, 1),
+    ("nvidia/Llama-4-Maverick-17B-128E-Instruct-FP8", "trtllm", "fp8", 8, 8),
+    ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "vllm", "bf16", 2, 1),
+    ("google/gemma-3-12b-it", "vllm", "bf16", 1, 1),
+    ("meta-llama/Llama-3.2-3B-Instruct", "vllm", "bf16", 1, 1),
 ])
 def test_rows_of_these_models_replay(cat, model_path, backend, precision, tp, ep):
     # The timings are placeholders: only whether the row is replayed, not how close it comes, is checked here.
