@@ -429,7 +429,8 @@ class Service(Strict):
     name: Name
     """Service name; becomes the Kubernetes Service and served model name."""
     model: str | None = None
-    """Catalog name, Hugging Face id (e.g. `Qwen/Qwen3-32B`), or a path to a `config.json`."""
+    """Catalog name, Hugging Face id (e.g. `Qwen/Qwen3-32B`), or a path to a `config.json`. A quantized re-upload
+    (e.g. `nvidia/Qwen3-32B-NVFP4`) is served as written, in the precision its format suffix names."""
     pipeline: list[Stage] | None = None
     """Stages of an omni-modal model, instead of `model`."""
     precisions: list[Precision] = []

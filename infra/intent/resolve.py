@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError as PydanticValidationError
 
+from infra.catalog.hfids import checkpoint_precision
 from infra.catalog.loader import Catalog
 from infra.catalog.schema import BYTES_PER_PARAM, DeviceSpec, FrameworkSpec, ModelSpec
 from infra.errors import CatalogError, IntentError, Location, Problem
@@ -62,6 +63,24 @@ def _catalog_problem(exc: CatalogError, where: Location) -> list[Problem]:
     return out
 
 
+def served_checkpoint(ref: str, spec: ModelSpec, stated: list[str],
+                      where: Location) -> tuple[ModelSpec, Problem | None]:
+    """The model as the checkpoint `ref` publishes it. A quantized re-upload (`nvidia/Qwen3-32B-NVFP4` of
+    Qwen3-32B) is served as written, in the precision its format suffix names: the entry with that id and that
+    published precision. A checkpoint holds one format, so stated precisions must allow it (`where` points at them);
+    any other reference serves the entry's own checkpoint."""
+    precision = checkpoint_precision(ref, spec.hf_id)
+    if precision is None:
+        return spec, None
+    served = spec.model_copy(update={"hf_id": ref, "native_precision": precision})
+    if stated and precision not in stated:
+        return served, Problem(
+            f"{ref} publishes {precision} weights, but the precisions allowed are {', '.join(stated)}", where,
+            f"allow {precision}, or name the original checkpoint {spec.hf_id} to serve {spec.name} at "
+            f"{' or '.join(stated)}")
+    return served, None
+
+
 def resolve(loaded: LoadedIntent, catalog: Catalog) -> ResolvedIntent:
     """Look every name up and run the catalog-dependent checks; raise IntentError with all problems."""
     problems: list[Problem] = []
@@ -105,18 +124,36 @@ def resolve(loaded: LoadedIntent, catalog: Catalog) -> ResolvedIntent:
         before = len(problems)
         model: ModelSpec | None = None
         stages: dict[str, ModelSpec] = {}
+        pinned: ModelSpec | None = None  # the entry a quantized re-upload named as the model republishes
         if svc.model is not None:
             try:
                 model = catalog.model(svc.model, base_dir)
             except CatalogError as exc:
                 problems += _catalog_problem(exc, doc.locate(sp + ("model",)))
+            else:
+                served, problem = served_checkpoint(svc.model, model, list(svc.precisions),
+                                                    doc.locate(sp + ("precisions",)))
+                problems += [problem] if problem else []
+                if served is not model:
+                    model, pinned = served, model
+                    svc = svc.model_copy(update={"precisions": [served.native_precision]})
         for ti, stage in enumerate(svc.pipeline or []):
             if stage.model is None:
                 continue
             try:
-                stages[stage.name] = catalog.model(stage.model, base_dir)
+                stages[stage.name] = spec = catalog.model(stage.model, base_dir)
             except CatalogError as exc:
                 problems += _catalog_problem(exc, doc.locate(sp + ("pipeline", ti, "model")))
+                continue
+            stated = list(stage.precisions or svc.precisions)
+            served, problem = served_checkpoint(stage.model, spec, stated, doc.locate(
+                sp + (("pipeline", ti, "precisions") if stage.precisions else ("precisions",))))
+            problems += [problem] if problem else []
+            if served is not spec:
+                stages[stage.name] = served
+                pipeline = list(svc.pipeline or [])
+                pipeline[ti] = stage.model_copy(update={"precisions": [served.native_precision]})
+                svc = svc.model_copy(update={"pipeline": pipeline})
         frameworks: list[FrameworkSpec] = []
         for fi, ref in enumerate(svc.preferences.frameworks):
             try:
@@ -158,10 +195,16 @@ def resolve(loaded: LoadedIntent, catalog: Catalog) -> ResolvedIntent:
 
         precisions = list(svc.precisions)
         usable = {p for d in allowed_devices for p in next(x for x in pools.values() if x.name == d).precisions}
-        if precisions and not set(precisions) & usable:
+        offered = ', '.join(f'{d}: ' + '/'.join(catalog.devices[d].precisions) for d in allowed_devices)
+        if pinned is not None and model is not None and not set(precisions) & usable:
             problems.append(Problem(
-                f"precisions {', '.join(precisions)} run on none of the allowed devices "
-                f"({', '.join(f'{d}: ' + '/'.join(catalog.devices[d].precisions) for d in allowed_devices)})",
+                f"{model.hf_id} publishes {model.native_precision} weights, which run on none of the allowed devices "
+                f"({offered})", doc.locate(sp + ("model",)),
+                f"name the original checkpoint {pinned.hf_id} or a re-upload in a precision they run, or add a pool "
+                f"of devices that run {model.native_precision}"))
+        elif precisions and not set(precisions) & usable:
+            problems.append(Problem(
+                f"precisions {', '.join(precisions)} run on none of the allowed devices ({offered})",
                 doc.locate(sp + ("precisions",)),
                 f"allow one of {', '.join(sorted(usable))}, or add a pool of devices that support it"))
 

@@ -150,7 +150,8 @@ class ServicePlan(PlanModel):
     name: str
     model: str | None
     model_id: str | None = None
-    """Hugging Face repository the engines load (the catalog's `hf_id`), served under the service's name."""
+    """Hugging Face repository the engines load (the catalog's `hf_id`, or the quantized re-upload the intent names),
+    served under the service's name."""
     pipeline: str | None = None
     """For a stage of a pipeline: the pipeline service (this entry is named `<pipeline>-<stage>`)."""
     stage: str | None = None

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from infra.catalog.hfids import checkpoint_precision
 from infra.catalog.loader import Catalog
 from infra.catalog.schema import BYTES_PER_PARAM, EngineCli, FrameworkSpec
 from infra.errors import CatalogError, InfraError, IntentError, Location, Problem
@@ -227,8 +228,9 @@ class ServiceBuilder:
             spec = None
         if spec is None:
             return {"weight_bytes": None, "native": None}
-        return {"weight_bytes": spec.params_total_b * 1e9 * BYTES_PER_PARAM[spec.native_precision],
-                "native": spec.native_precision}
+        # A quantized re-upload the plan serves holds its own format, not the entry's.
+        native = checkpoint_precision(self.svc.model_id or "", spec.hf_id) or spec.native_precision
+        return {"weight_bytes": spec.params_total_b * 1e9 * BYTES_PER_PARAM[native], "native": native}
 
     # --- shared per allocation ----------------------------------------------------------------------------------
 
