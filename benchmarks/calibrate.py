@@ -1,7 +1,7 @@
 """Fit the performance model's efficiency factors to measured deployments, and report how well they generalise.
 
     python benchmarks/calibrate.py --csv ../shared/data/silicon_calibration.csv [--extra RUN.jsonl] [--write]
-                                   [--lomo] [--json]
+                                   [--lomo [--jobs N]] [--json]
 
 Fits, in log space with a robust (soft-L1) loss on TTFT and TPOT:
 1. pooled factors over every row (the fallback for unmeasured pairs);
@@ -22,6 +22,8 @@ import datetime as dt
 import hashlib
 import json
 import math
+import multiprocessing
+import os
 import sys
 from pathlib import Path
 
@@ -116,6 +118,21 @@ def score(items: Prepared, pooled: Factors, groups: dict[str, Factors]) -> list[
     return out
 
 
+_ITEMS: Prepared = []
+
+
+def _fold(model: str) -> list[tuple[int, float, float]]:
+    """Fit without `model` and predict its rows: (index into the cases, TTFT, TPOT)."""
+    train = [it for it in _ITEMS if it[0].model != model]
+    p, g = fit_all(train)
+    out = []
+    for i, (case, run) in enumerate(_ITEMS):
+        if case.model == model:
+            ttft, tpot = run(g.get(case.group, p))
+            out.append((i, ttft, tpot))
+    return out
+
+
 def fmt(block: dict) -> str:
     def pct(v):
         return "-" if v is None else f"{100 * v:5.1f}%"
@@ -133,6 +150,8 @@ def main() -> int:
     ap.add_argument("--group-by", choices=("pair", "framework", "none"), default=GROUP_BY,
                     help="share factors per framework/device pair, per framework, or not at all")
     ap.add_argument("--prior", type=float, default=PRIOR_STRENGTH, help="pull of the pooled factors on groups")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                    help="processes for the leave-one-model-out folds (default: one per core)")
     ap.add_argument("--extra", action="append", default=[], metavar="FILE",
                     help="also fit the cases of a saved benchmark run (`infra bench --save FILE`); repeatable")
     args = ap.parse_args()
@@ -158,11 +177,14 @@ def main() -> int:
                      "skipped": len(skipped)}
     if args.lomo:
         held: list[tuple[Case, float, float]] = []
-        for model in sorted({c.model for c, _ in items}):
-            train = [it for it in items if it[0].model != model]
-            test = [it for it in items if it[0].model == model]
-            p, g = fit_all(train)
-            scored = score(test, p, g)
+        models = sorted({c.model for c, _ in items})
+        global _ITEMS
+        _ITEMS = items
+        # Folds are independent fits: run them in worker processes (forked, so they share the compiled cases).
+        with multiprocessing.get_context("fork").Pool(max(1, min(args.jobs, len(models)))) as pool:
+            folds = pool.map(_fold, models)
+        for model, rows in zip(models, folds):
+            scored = [(items[i][0], ttft, tpot) for i, ttft, tpot in rows]
             held += scored
             block = summarize(scored, [])
             print(f"held out {model:22s}", fmt(block))

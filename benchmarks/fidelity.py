@@ -7,6 +7,10 @@ systems the model was never fitted to (any model in the catalog). Prints the row
 then the median and p90 absolute percentage error of mean TTFT and TPOT, overall and by mode, backend, system and
 model. With --json the last line is one JSON object with at least n, skipped, ttft_median_ape, ttft_p90_ape,
 tpot_median_ape, tpot_p90_ape. Leave-one-model-out figures come from `benchmarks/calibrate.py --lomo`.
+
+Rows are read as their engines ran them (`infra.perf.replay`): a batch per tensor-parallel rank when the clients
+fill whole batches of the ranks (TRT-LLM's attention data parallelism), and the smallest layout that holds the
+weights when a row records every degree as 1 for a model no single device holds.
 """
 
 from __future__ import annotations

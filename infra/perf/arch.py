@@ -31,6 +31,9 @@ from infra.perf.calibration import Factors
 from infra.perf.shape import Parallel
 
 GB = 1e9
+GIB_PER_GB = 2**30 / 1e9
+"""Device memory figures are binary: an "80 GB" H100 holds 80 GiB (nvidia-smi shows 81559 MiB), a "141 GB" H200
+141 GiB. Weights and caches are counted in decimal GB, so a device's figure converts once."""
 RUNTIME_OVERHEAD_BYTES = 2.0e9
 """CUDA/CANN context, CUDA graphs, allocator slack: what vLLM and SGLang report outside weights and KV (1.5-3 GB)."""
 ACTIVATION_PASSES = 24
@@ -70,7 +73,9 @@ class MemoryFit:
     """Where a worker's device memory goes, per device."""
 
     device_gb: float
+    """The device's memory figure as published (GiB)."""
     usable_gb: float
+    """What the engine may use, in decimal GB like the weights and caches."""
     weights_gb: float
     activations_gb: float
     kv_gb: float
@@ -88,7 +93,7 @@ class MemoryFit:
             return (f"fits: {self.weights_gb:.1f} GB weights + {self.activations_gb:.1f} GB activations and runtime "
                     f"of {self.usable_gb:.1f} GB usable leaves {self.kv_gb:.1f} GB for {self.kv_tokens} KV tokens")
         return (f"does not fit: {self.weights_gb:.1f} GB weights + {self.activations_gb:.1f} GB activations and "
-                f"runtime per device exceed the {self.usable_gb:.1f} GB usable of {self.device_gb:.0f} GB by "
+                f"runtime per device exceed the {self.usable_gb:.1f} GB usable of {self.device_gb:.0f} GiB by "
                 f"{-self.kv_gb:.1f} GB")
 
 
@@ -114,8 +119,13 @@ class Worker:
     moe_layers_per_stage: float
     active_experts: int
     attn_flops_per_qk: float
-    """Attention FLOPs per (query token x context token) per device, summed over full-attention layers."""
+    """Decode attention FLOPs per (query token x context token) per device, summed over full-attention layers."""
     swa_flops_per_qk: float
+    prefill_qk_scale: float
+    """Prefill attention FLOPs per (query x context) over decode's. MLA models attend in two forms: decode in the
+    absorbed form over the 576-wide latent (little data to move, more FLOPs), prefill in the decompressed
+    multi-head form over 192-wide keys and 128-wide values (fewer FLOPs), as vLLM, SGLang and TRT-LLM do; 1 for
+    every other attention."""
     window: float
     kv_full_per_token: float
     kv_swa_per_token: float
@@ -160,8 +170,9 @@ class Worker:
             moe = max(rows * self.expert_flops_per_row / (self.flops_s * f.gemm),
                       touched * self.expert_bytes_local / (self.bw_bytes_s * f.mem))
             moe += tokens * self.active_experts * self.moe_layers_per_stage * f.moe_ns * 1e-9
-        qk = decode * context + prefill * prefill_context
-        qk_swa = decode * min(context, self.window) + prefill * min(prefill_context, self.window)
+        pf = prefill * self.prefill_qk_scale
+        qk = decode * context + pf * prefill_context
+        qk_swa = decode * min(context, self.window) + pf * min(prefill_context, self.window)
         attn = ((qk * self.attn_flops_per_qk + qk_swa * self.swa_flops_per_qk) / self.attn_flops_s
                 + decode * self.kv_bytes(context) / self.bw_bytes_s) / f.attn
         elem = tokens * self.elem_bytes_per_token / (self.bw_bytes_s * f.mem)
@@ -213,10 +224,13 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
     weights = dense_bytes + parts["embed"] / 2 * scale / tp * 2.0 + experts_local * expert_params_local * w
 
     kv_b = 1.0 if kv_precision in ("fp8", "int8") else 2.0
+    prefill_qk_scale = 1.0
     if model.mla is not None:
         per_layer = (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * kv_b
         d_qk = model.mla.kv_lora_rank + model.mla.qk_rope_head_dim
         d_v = model.mla.kv_lora_rank
+        prefill_qk_scale = ((model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim + model.mla.v_head_dim)
+                            / (d_qk + d_v))
     else:
         per_layer = 2 * max(model.kv_heads / tp, 1.0) * model.head_dim * kv_b
         d_qk = d_v = model.head_dim
@@ -231,7 +245,7 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
     swa_qk = 2 * heads_dev * (d_qk + d_v) * swa_layers / pp
 
     device_gb = device_memory_gb if device_memory_gb is not None else device.memory_gb.value
-    usable = device_gb * memory_utilization
+    usable = device_gb * GIB_PER_GB * memory_utilization
     activations = (max_num_tokens * model.hidden_size * 2 * ACTIVATION_PASSES / max(tp, 1)
                    + RUNTIME_OVERHEAD_BYTES) / GB
     kv_gb = usable - weights / GB - activations
@@ -273,7 +287,7 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
         expert_flops_per_row=2 * moe_layers * parts["expert"] * scale / (moe_tp * pp) if moe else 0.0,
         experts=experts, experts_local=experts_local, moe_layers_per_stage=moe_layers / pp,
         active_experts=moe.active_experts if moe else 0,
-        attn_flops_per_qk=attn_qk, swa_flops_per_qk=swa_qk, window=window or 1e18,
+        attn_flops_per_qk=attn_qk, swa_flops_per_qk=swa_qk, prefill_qk_scale=prefill_qk_scale, window=window or 1e18,
         kv_full_per_token=kv_full, kv_swa_per_token=kv_swa,
         elem_bytes_per_token=ELEMENTWISE_PASSES * model.hidden_size * 2 * layers / pp,
         ar_per_step=ar_per_step, ar_s_per_token=ar_s, a2a_per_step=a2a_per_step, a2a_s_per_token=a2a_s,

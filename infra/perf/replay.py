@@ -57,6 +57,34 @@ def load_rows(path: str | Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
+def _unrecorded_layout(dep: Deployment, catalog: Catalog, moe: bool, heads: int, domain: int) -> Deployment:
+    """Some published rows record every degree as 1 for a model no single device holds: the layout was not
+    recorded, but the deployment ran. Such roles are replayed on the smallest layout whose weights fit, in powers
+    of two within the scale-up domain: experts spread over the devices with attention data parallelism for MoE
+    models (how wide-EP recipes run them), tensor parallelism for dense ones."""
+    single = [name for name, r in dep.roles().items() if r.parallel.devices == 1]
+    if not single:
+        return dep
+    try:
+        build_workers(dep, catalog)
+        return dep
+    except InfraError as exc:
+        if "does not fit" not in exc.problems[0].message:
+            return dep
+    n = 2
+    while n <= domain:
+        par = Parallel(attention_dp=n, ep=n) if moe else Parallel(tp=n)
+        if moe or heads % n == 0:
+            wider = replace(dep, **{name: replace(getattr(dep, name), parallel=par) for name in single})
+            try:
+                build_workers(wider, catalog)
+                return wider
+            except InfraError:
+                pass
+        n *= 2
+    return dep
+
+
 def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
     """The case for a row, or why it cannot be replayed."""
     try:
@@ -75,6 +103,7 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
         return "missing isl/osl/ttft/tpot"
     if ttft <= 0 or tpot <= 0:
         return "non-positive measurement"
+    clients = int(m.group(1))
     precision = row.get("precision") or model.native_precision
     dense = model.moe is None
 
@@ -94,8 +123,14 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
     def role(prefix: str) -> Role:
         batch = row.get(f"{prefix}batch_size", "")
         workers = row.get(f"{prefix}num_workers", "")
-        return Role(parallel=parallel(prefix), batch_cap=_int(batch) if batch else None,
-                    workers=_int(workers) if workers else None)
+        par = parallel(prefix)
+        cap = _int(batch) if batch else None
+        if (prefix == "" and model.moe is not None and cap and par.attention_dp == 1 and par.tp > 1
+                and cap < clients <= cap * par.tp and clients % cap == 0):
+            # More clients than the batch holds, in whole batches of the tp ranks: TRT-LLM's attention data
+            # parallelism (enable_attention_dp), where tp_size counts the ranks and each runs its own batch.
+            par = replace(par, tp=1, attention_dp=par.tp)
+        return Role(parallel=par, batch_cap=cap, workers=_int(workers) if workers else None)
 
     if row.get("mode") == "disagg":
         dep = Deployment(model.name, device.name, framework.name, precision, "disagg",
@@ -103,8 +138,10 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
     else:
         dep = Deployment(model.name, device.name, framework.name, precision, "agg", agg=role(""),
                          memory_utilization=REPLAY_MEMORY)
+    dep = _unrecorded_layout(dep, catalog, model.moe is not None, model.attention_heads,
+                             int(device.interconnect.domain_size.value))
     return Case(row, f"{framework.name}/{device.name}", model.name, dep,
-                Workload(isl=isl, osl=osl, concurrency=int(m.group(1))), ttft, tpot)
+                Workload(isl=isl, osl=osl, concurrency=clients), ttft, tpot)
 
 
 def measured_cases(path: str | Path, catalog: Catalog) -> list[Case]:

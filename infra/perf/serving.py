@@ -152,13 +152,13 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     isl, osl = wl.isl, wl.osl
     chunk = role.max_num_tokens
     req = f.request_ms * 1e-3
-    # Attention-DP groups step in lockstep through the shared MoE layers: a prefill in any group stalls them all,
-    # so each prompt takes dp times its own cost from every group's time.
-    dp = w.parallel.attention_dp
+    # Attention-DP groups step in lockstep through the shared MoE layers, and the engines line up the groups'
+    # prefills in the same steps (TRT-LLM's attention-DP balancing, SGLang's DP attention running every rank in
+    # the same forward mode), so a group's steps stall for its own share of the prefill work, not for every
+    # group's in turn.
     per = min(isl_eff, chunk)
     chunks = max(1.0, isl_eff / chunk)
-    inc = (w.step(0.0, 0.0, per, isl / 2) - f.step_ms * 1e-3) * chunks
-    occupy = inc * dp
+    occupy = (w.step(0.0, 0.0, per, isl / 2) - f.step_ms * 1e-3) * chunks
     decode_steps = max(osl - 1, 1e-9)
 
     def at(x: float, b: float) -> tuple[float, float, float, float]:
@@ -285,8 +285,8 @@ def _chunk_steps(w: Worker, b: float, ctx: float, lam: float, wl: Workload, chun
     A step's token budget is `chunk`, the decoding sequences' own tokens first; a prompt of L tokens fills
     floor(L / rest) whole steps and one partial step with what is left. That partial step also takes (the start
     of) the next prompt when one is waiting, which an arrival finds with the prefill utilisation `rho`. Prompt
-    lengths follow a lognormal of the workload's mean and CV. `lam` counts every prompt that stalls this group's steps
-    (with attention data parallelism, the other groups' prompts too)."""
+    lengths follow a lognormal of the workload's mean and CV. `lam` is the group's own arrival rate (attention-DP
+    groups prefill in the same steps, so the others' prompts stall it no further)."""
     rest = max(chunk - b, 1.0)
     isl_eff = wl.isl * (1 - wl.prefix_hit)
     each = lam / CHUNK_POINTS
@@ -387,13 +387,13 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     lam = wl.rate / groups
     isl, osl = wl.isl, wl.osl
     chunk = role.max_num_tokens
-    dp = w.parallel.attention_dp
     b = max(lam * osl * w.step(1.0, ctx) / f.accept, 1e-9)
     step = w.step(b, ctx)
     per = min(isl_eff, chunk)
     chunks = max(1.0, isl_eff / chunk)
     inc = (w.step(0.0, 0.0, per, isl / 2) - f.step_ms * 1e-3) * chunks
-    rho = lam * dp * inc
+    # Attention-DP groups prefill in the same steps (see closed_loop_agg): each stalls for its own prompts.
+    rho = lam * inc
     own = 0.0
     for _ in range(80):
         own = w.step(b, ctx, per, isl / 2) * chunks
@@ -417,7 +417,7 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     wait = _kingman_wait(rho, own, wl.arrival_cv, wl.isl_cv)
     ttft = _queue_percentiles(own, wait, rho, wl.isl_cv, f.request_ms * 1e-3, phase=t, ratios=wl.isl_quantiles)
     ttft = {k: v + (slot.mean if k == "mean" else slot.quantile(float(k[1:]) / 100)) for k, v in ttft.items()}
-    steps = _chunk_steps(w, b, ctx, lam * dp, wl, chunk, rho)
+    steps = _chunk_steps(w, b, ctx, lam, wl, chunk, rho)
     slope = (w.step(b + 1, ctx) - w.step(b, ctx)) / (1 - f.mix * rho) / f.accept
     batch_sd = _batch_spread(lam, b, slope, osl)
     if not math.isfinite(batch_sd):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from infra.catalog.schema import BYTES_PER_PARAM, DeviceSpec, ModelSpec
 from infra.errors import InfraError, Location, Problem
 from infra.intent.models import StageWork
+from infra.perf.arch import GIB_PER_GB
 from infra.perf.calibration import Calibration, Factors
 from infra.perf.serving import PERCENTILES, _kingman_wait
 
@@ -143,7 +144,8 @@ def stage_timing(model: ModelSpec, device: DeviceSpec, precision: str, sp: int, 
     service = load.passes * per_pass + factors.request_ms / 1000
     memory = device_memory_gb if device_memory_gb is not None else device.memory_gb.value
     return StageTiming(service, load.passes * per_pass * load.first_fraction + factors.request_ms / 1000,
-                       weights / 1e9, memory * MEMORY_UTILIZATION, factors.request_ms / 1000, load.first_fraction)
+                       weights / 1e9, memory * GIB_PER_GB * MEMORY_UTILIZATION, factors.request_ms / 1000,
+                       load.first_fraction)
 
 
 def stage_latency(timing: StageTiming, rate: float, arrival_cv: float, percentiles: tuple[str, ...] = PERCENTILES,

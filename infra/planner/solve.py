@@ -146,11 +146,12 @@ def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 
     cap_terms = {s: [] for s in services}
     for c in cands:
         cost_terms[c.service].append(int(round(c.cost_per_hour * COST_SCALE)) * n[c.key])
-        cap_terms[c.service].append(int(round(c.capacity * CAP_SCALE)) * n[c.key])
+        # Capacity rounds down and demand up, so that scaling to integers never lets a plan fall short.
+        cap_terms[c.service].append(math.floor(c.capacity * CAP_SCALE + 1e-9) * n[c.key])
     served = {}
     for s in services:
         mine = [c for c in cands if c.service == s]
-        need = int(round(limits.demand[s] * CAP_SCALE))
+        need = math.ceil(limits.demand[s] * CAP_SCALE - 1e-9)
         if objective == "goodput":
             # Served share of demand in thousandths: bounded by what the chosen replicas carry.
             served[s] = m.new_int_var(0, 1000, f"served[{s}]")

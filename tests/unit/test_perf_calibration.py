@@ -59,3 +59,54 @@ def test_closed_loop_decode_batch_holds_only_clients_past_their_first_token():
     assert long_prompts.batch < 64 * 0.9
     e2e = long_prompts.ttft["mean"] + 199 * long_prompts.tpot["mean"]
     assert long_prompts.batch == pytest.approx(64 * 199 * long_prompts.tpot["mean"] / e2e, rel=0.01)
+
+
+def test_mla_prefill_attends_in_the_decompressed_form():
+    ds = CAT.model("DeepSeek-R1")
+    w = compile_worker(ds, CAT.device("H200"), "fp8", Parallel(tp=8), Factors())
+    mla = ds.mla
+    assert w.prefill_qk_scale == pytest.approx(
+        (mla.qk_nope_head_dim + mla.qk_rope_head_dim + mla.v_head_dim) / (2 * mla.kv_lora_rank + mla.qk_rope_head_dim))
+    # Only the attention of the prompt is cheaper: a long prompt's step costs less than in the absorbed form.
+    absorbed = dataclasses.replace(w, prefill_qk_scale=1.0)
+    assert w.step(0, 0, 8192, 4096) < absorbed.step(0, 0, 8192, 4096)
+    assert w.step(16, 4000) == pytest.approx(absorbed.step(16, 4000))
+    assert _worker(4).prefill_qk_scale == 1.0
+
+
+def test_device_memory_figures_are_binary_gigabytes():
+    w = _worker(4)
+    assert w.memory.device_gb == 141
+    assert w.memory.usable_gb == pytest.approx(141 * 2**30 / 1e9 * 0.9)
+
+
+def _row(**kw: str) -> dict[str, str]:
+    row = {"model_path": "deepseek-ai/DeepSeek-R1", "system": "b200_sxm", "backend": "trtllm", "precision": "fp4",
+           "mode": "agg", "isl": "1024", "osl": "1024", "silicon_ttft_ms": "500", "silicon_tpot_ms": "20",
+           "silicon_data_source": "silicon_concurrency=96"}
+    return {**row, **kw}
+
+
+def test_replay_reads_whole_batches_over_tp_ranks_as_attention_data_parallelism():
+    from infra.perf.replay import to_case
+
+    case = to_case(_row(batch_size="12", tp_size="8", moe_ep_size="4", moe_tp_size="2"), CAT)
+    assert isinstance(case, Case)
+    assert (case.deployment.agg.parallel.tp, case.deployment.agg.parallel.attention_dp) == (1, 8)
+    # A batch that holds every client keeps the recorded tensor parallelism.
+    case = to_case(_row(batch_size="96", tp_size="8", moe_ep_size="8"), CAT)
+    assert (case.deployment.agg.parallel.tp, case.deployment.agg.parallel.attention_dp) == (8, 1)
+
+
+def test_replay_places_an_unrecorded_layout_on_the_smallest_that_holds_the_weights():
+    from infra.perf.replay import to_case
+
+    ones = {f"{r}_{k}": "1" for r in ("prefill", "decode") for k in ("tp_size", "attention_dp_size", "moe_ep_size")}
+    case = to_case(_row(mode="disagg", system="gb200", backend="sglang", precision="fp8", **ones), CAT)
+    assert isinstance(case, Case)
+    p = case.deployment.decode.parallel
+    assert p.attention_dp == p.ep > 1 and p.devices < 72
+    workers, _, _ = build_workers(case.deployment, CAT)
+    smaller = dataclasses.replace(case.deployment, decode=Role(Parallel(attention_dp=p.ep // 2, ep=p.ep // 2)))
+    with pytest.raises(Exception, match="does not fit"):
+        build_workers(smaller, CAT)

@@ -256,11 +256,12 @@ def test_prefill_and_decode_on_different_device_types():
     """H200 prefill with H20 decode beats both on H200, and the plan charges each pool for its own workers."""
     result = api.plan(ROOT / "examples" / "pd-across-devices.yaml")
     spec = result.plan["spec"]
-    (alloc,) = spec["services"][0]["allocations"]
-    assert (alloc["pool"], alloc["decode_pool"], alloc["decode_device"]) == ("h200", "h20", "H20")
-    n, k = alloc["replicas"], alloc["decode_workers"]
-    prefill = n * alloc["devices_per_worker"]
-    decode = n * k * Parallel(**alloc["decode_parallel"]).devices
+    prefill = decode = 0
+    for alloc in spec["services"][0]["allocations"]:
+        assert (alloc["pool"], alloc["decode_pool"], alloc["decode_device"]) == ("h200", "h20", "H20")
+        n, k = alloc["replicas"], alloc["decode_workers"]
+        prefill += n * alloc["devices_per_worker"]
+        decode += n * k * Parallel(**alloc["decode_parallel"]).devices
     assert spec["cost"]["by_pool"] == pytest.approx({"h200": prefill * 3.80, "h20": decode * 1.30})
     assert {u["pool"]: u["allocated"] for u in spec["pools_used"]} == pytest.approx({"h200": prefill, "h20": decode})
     same = next(a for a in spec["alternatives"] if a["label"] == "prefill and decode on one device type")
