@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from infra.catalog.loader import Catalog
+from infra.catalog.schema import PRECISIONS
 from infra.errors import InfraError
 from infra.perf.calibration import Factors
 from infra.perf.estimate import build_workers
@@ -57,6 +58,23 @@ def load_rows(path: str | Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
+_PRECISION_NAMES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "nvfp4": "fp4",
+                    "mxfp4": "fp4", "w4a16": "int4", "int4_wo": "int4", "awq": "int4", "gptq": "int4",
+                    "w4afp8": "int4", "w8a8": "int8", "int8_wo": "int8", "fp8_block": "fp8", "fp8_e4m3": "fp8"}
+
+
+def _precision(row: dict[str, str], native: str) -> str:
+    """The weights' format: the `precision` column, else the GEMMs' quantization mode, else the model's own; the
+    spellings of the frameworks and quantization tools (bfloat16, nvfp4, fp8_block, w4a16 ...) mapped to ours."""
+    for column in ("precision", "gemm_quant_mode"):
+        value = (row.get(column) or "").strip().lower()
+        if value:
+            value = _PRECISION_NAMES.get(value, value)
+            if value in PRECISIONS:
+                return value
+    return native
+
+
 def _unrecorded_layout(dep: Deployment, catalog: Catalog, moe: bool, heads: int, domain: int) -> Deployment:
     """Some published rows record every degree as 1 for a model no single device holds: the layout was not
     recorded, but the deployment ran. Such roles are replayed on the smallest layout whose weights fit, in powers
@@ -94,7 +112,8 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
     except InfraError as exc:
         return str(exc.problems[0].message)
     m = _CONC.search(row.get("silicon_data_source", ""))
-    if not m:
+    batch = _int(row.get("batch_size", ""), 0)
+    if not m and not (row.get("mode") != "disagg" and batch):
         return "no silicon_concurrency in silicon_data_source"
     try:
         ttft, tpot = float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"])
@@ -103,8 +122,10 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
         return "missing isl/osl/ttft/tpot"
     if ttft <= 0 or tpot <= 0:
         return "non-positive measurement"
-    clients = int(m.group(1))
-    precision = row.get("precision") or model.native_precision
+    # Aggregated sweeps run as many clients as the batches hold (every aggregated row of the calibration set has
+    # clients = batch_size x attention-DP ranks), which stands in when a row does not record its clients.
+    clients = int(m.group(1)) if m else batch * _int(row.get("attention_dp_size", ""))
+    precision = _precision(row, model.native_precision)
     dense = model.moe is None
 
     def parallel(prefix: str) -> Parallel:

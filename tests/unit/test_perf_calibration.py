@@ -110,3 +110,23 @@ def test_replay_places_an_unrecorded_layout_on_the_smallest_that_holds_the_weigh
     smaller = dataclasses.replace(case.deployment, decode=Role(Parallel(attention_dp=p.ep // 2, ep=p.ep // 2)))
     with pytest.raises(Exception, match="does not fit"):
         build_workers(smaller, CAT)
+
+
+def test_replay_reads_the_quantization_tools_spellings_of_precision():
+    from infra.perf.replay import to_case
+
+    for spelled, ours in (("nvfp4", "fp4"), ("bfloat16", "bf16"), ("FP8_BLOCK", "fp8")):
+        case = to_case(_row(precision=spelled, batch_size="96", tp_size="8", moe_ep_size="8"), CAT)
+        assert isinstance(case, Case) and case.deployment.precision == ours
+    case = to_case(_row(precision="", gemm_quant_mode="fp8", batch_size="96", tp_size="8", moe_ep_size="8"), CAT)
+    assert case.deployment.precision == "fp8"
+
+
+def test_replay_without_recorded_clients_runs_as_many_as_the_batches_hold():
+    from infra.perf.replay import to_case
+
+    case = to_case(_row(silicon_data_source="measured=2026-03-17", batch_size="28", tp_size="8",
+                        attention_dp_size="2", moe_ep_size="8"), CAT)
+    assert isinstance(case, Case) and case.workload.concurrency == 56
+    assert to_case(_row(silicon_data_source="measured=2026-03-17", mode="disagg"), CAT) == \
+        "no silicon_concurrency in silicon_data_source"
