@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from infra.catalog.loader import load_catalog  # noqa: E402
+from infra.errors import InfraError  # noqa: E402
 from infra.perf.calibration import Factors  # noqa: E402
 from infra.perf.replay import Case, compiled, load_rows, measured_cases, prepare, summarize  # noqa: E402
 
@@ -123,14 +124,9 @@ _ITEMS: Prepared = []
 
 def _fold(model: str) -> list[tuple[int, float, float]]:
     """Fit without `model` and predict its rows: (index into the cases, TTFT, TPOT)."""
-    train = [it for it in _ITEMS if it[0].model != model]
-    p, g = fit_all(train)
-    out = []
-    for i, (case, run) in enumerate(_ITEMS):
-        if case.model == model:
-            ttft, tpot = run(g.get(case.group, p))
-            out.append((i, ttft, tpot))
-    return out
+    p, g = fit_all([it for it in _ITEMS if it[0].model != model])
+    held = [i for i, (case, _) in enumerate(_ITEMS) if case.model == model]
+    return [(i, ttft, tpot) for i, (_, ttft, tpot) in zip(held, score([_ITEMS[i] for i in held], p, g))]
 
 
 def fmt(block: dict) -> str:
@@ -159,7 +155,11 @@ def main() -> int:
     globals()["PRIOR_STRENGTH"] = args.prior
 
     catalog = load_catalog()
-    rows = load_rows(args.csv)
+    try:
+        rows = load_rows(args.csv)
+    except InfraError as exc:
+        print(f"error: {exc.problems[0]}", file=sys.stderr)
+        return 1
     items, skipped = prepare(rows, catalog, lambda case: compiled(case, catalog))
     for path in args.extra:
         for case in measured_cases(path, catalog):
@@ -168,6 +168,10 @@ def main() -> int:
                 skipped.append((case.row, run))
             else:
                 items.append((case, run))
+    if not items:
+        print(f"error: {args.csv}: no row can be replayed ({len(skipped)} skipped) — To fix: give measurements of "
+              "catalog models in the silicon_calibration.csv format", file=sys.stderr)
+        return 1
     pooled, groups = fit_all(items)
     in_sample = summarize([r for r in score(items, pooled, groups) if math.isfinite(r[1])], skipped)
     print(f"rows {len(rows)}, used {len(items)}, skipped {len(skipped)}")

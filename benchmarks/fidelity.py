@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from infra.catalog.loader import load_catalog  # noqa: E402
+from infra.errors import InfraError  # noqa: E402
 from infra.perf.calibration import table  # noqa: E402
 from infra.perf.replay import load_rows, replay, summarize  # noqa: E402
 
@@ -39,10 +40,11 @@ def main() -> int:
     ap.add_argument("--csv", required=True, help="measurements in the silicon_calibration.csv format")
     ap.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
     args = ap.parse_args()
-    if not Path(args.csv).is_file():
-        print(f"error: {args.csv}: file not found — To fix: give the path of a CSV", file=sys.stderr)
+    try:
+        rows = load_rows(args.csv)
+    except InfraError as exc:
+        print(f"error: {exc.problems[0]}", file=sys.stderr)
         return 1
-    rows = load_rows(args.csv)
     results, skipped = replay(rows, load_catalog())
     s = summarize(results, skipped)
     cal = table()

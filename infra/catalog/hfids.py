@@ -54,6 +54,20 @@ def implied_precision(ref: str) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
+_SPELLINGS = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "fp32": "fp32",
+              "w4afp8": "int4", "int4_wo": "int4", "int8_wo": "int8", "fp8_e4m3": "fp8"}
+"""Names frameworks and benchmark records give a weight format besides the checkpoint suffixes above."""
+
+
+def precision_named(name: str) -> str | None:
+    """The catalog precision a format name stands for, as a checkpoint suffix (`nvfp4`, `fp8_block`, `awq`) or a
+    framework's dtype (`bfloat16`, `w4afp8`); None when it names none."""
+    key = name.strip().lower()
+    if key in _SPELLINGS:
+        return _SPELLINGS[key]
+    return next((p for pattern, p in _FORMATS if re.fullmatch(pattern, key, re.IGNORECASE)), None)
+
+
 def repo_name(ref: str) -> str:
     """The repository part of an id (`Qwen3-32B` of `nvidia/Qwen3-32B`); a bare name is its own repository."""
     return ref.rsplit("/", 1)[-1]

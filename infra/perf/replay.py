@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from infra.catalog.hfids import precision_named
 from infra.catalog.loader import Catalog
-from infra.catalog.schema import PRECISIONS
-from infra.errors import InfraError
+from infra.errors import InfraError, Location, Problem
 from infra.perf.calibration import Factors
 from infra.perf.estimate import build_workers
 from infra.perf.estimate import predict as serving_predict
@@ -53,25 +53,31 @@ def _int(value: str, default: int = 1) -> int:
     return v if v > 0 else default
 
 
+REQUIRED_COLUMNS = ("model_path", "system", "backend", "isl", "osl", "silicon_ttft_ms", "silicon_tpot_ms")
+
+
 def load_rows(path: str | Path) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
-
-
-_PRECISION_NAMES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "nvfp4": "fp4",
-                    "mxfp4": "fp4", "w4a16": "int4", "int4_wo": "int4", "awq": "int4", "gptq": "int4",
-                    "w4afp8": "int4", "w8a8": "int8", "int8_wo": "int8", "fp8_block": "fp8", "fp8_e4m3": "fp8"}
+    """The rows of a CSV in the silicon_calibration.csv format; a missing file or column is an error naming it."""
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise InfraError(Problem(f"no column {', '.join(missing)} in the header", Location(str(path), 1, 1),
+                                         "give a CSV in the silicon_calibration.csv format (shared/data/README.md)"))
+            return list(reader)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InfraError(Problem(f"cannot read it: {exc.strerror if isinstance(exc, OSError) else exc.reason}",
+                                 Location(str(path)), "give the path of a readable UTF-8 CSV")) from exc
 
 
 def _precision(row: dict[str, str], native: str) -> str:
     """The weights' format: the `precision` column, else the GEMMs' quantization mode, else the model's own; the
     spellings of the frameworks and quantization tools (bfloat16, nvfp4, fp8_block, w4a16 ...) mapped to ours."""
     for column in ("precision", "gemm_quant_mode"):
-        value = (row.get(column) or "").strip().lower()
+        value = precision_named(row.get(column) or "")
         if value:
-            value = _PRECISION_NAMES.get(value, value)
-            if value in PRECISIONS:
-                return value
+            return value
     return native
 
 

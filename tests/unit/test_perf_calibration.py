@@ -130,3 +130,15 @@ def test_replay_without_recorded_clients_runs_as_many_as_the_batches_hold():
     assert isinstance(case, Case) and case.workload.concurrency == 56
     assert to_case(_row(silicon_data_source="measured=2026-03-17", mode="disagg"), CAT) == \
         "no silicon_concurrency in silicon_data_source"
+
+
+def test_a_measurements_file_without_the_columns_is_an_error_naming_them(tmp_path):
+    from infra.errors import InfraError
+    from infra.perf.replay import load_rows
+
+    bad = tmp_path / "rows.csv"
+    bad.write_text("model_path,system\nQwen/Qwen3-32B,h200_sxm\n")
+    with pytest.raises(InfraError, match=r"rows.csv:1:1: no column backend, isl, osl, silicon_ttft_ms"):
+        load_rows(bad)
+    with pytest.raises(InfraError, match="cannot read it"):
+        load_rows(tmp_path / "missing.csv")
