@@ -5,7 +5,8 @@
 PATH is any CSV in the silicon_calibration.csv format (shared/data/README.md), including rows of models and
 systems the model was never fitted to (any model in the catalog). Prints the rows used and skipped (with reasons),
 then the median and p90 absolute percentage error of mean TTFT and TPOT, overall and by mode, backend, system and
-model. With --json the last line is one JSON object with at least n, skipped, ttft_median_ape, ttft_p90_ape,
+model, and the data's own repeatability: rows that record the same deployment and workload but were measured apart,
+each scored against the others (the floor under any model of the recorded inputs). With --json the last line is one JSON object with at least n, skipped, ttft_median_ape, ttft_p90_ape,
 tpot_median_ape, tpot_p90_ape. Leave-one-model-out figures come from `benchmarks/calibrate.py --lomo`.
 
 Rows are read as their engines ran them (`infra.perf.replay`): a batch per tensor-parallel rank when the clients
@@ -28,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from infra.catalog.loader import load_catalog  # noqa: E402
 from infra.errors import InfraError  # noqa: E402
 from infra.perf.calibration import table  # noqa: E402
-from infra.perf.replay import load_rows, replay, summarize  # noqa: E402
+from infra.perf.replay import load_rows, repeatability, replay, summarize  # noqa: E402
 
 
 def _pct(v: float | None) -> str:
@@ -62,10 +63,15 @@ def main() -> int:
     for key in ("by_mode", "by_backend", "by_system", "by_model"):
         for name, block in s[key].items():
             line(f"{key[3:]} {name}", block)
+    floor = repeatability(rows)
+    if floor["n"]:
+        line("repeated runs", floor)
+        print(f"  ({floor['n']} rows in {floor['groups']} groups record the same deployment and workload but were "
+              "measured apart; each is scored against the others' geometric mean: the floor under any model)")
     if args.json:
         keep = ("n", "skipped", "skipped_fraction", "ttft_median_ape", "ttft_p90_ape", "tpot_median_ape",
                 "tpot_p90_ape", "by_mode", "by_backend", "by_system", "by_model")
-        print(json.dumps({k: s[k] for k in keep}, sort_keys=True))
+        print(json.dumps({**{k: s[k] for k in keep}, "repeatability": floor}, sort_keys=True))
     return 0
 
 

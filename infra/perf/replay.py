@@ -257,6 +257,40 @@ def summarize(results: list[tuple[Case, float, float]], skipped: list[tuple[dict
     return out
 
 
+MEASURED_COLUMNS = ("id", "silicon_data_source", "silicon_ttft_ms", "silicon_tpot_ms")
+"""Columns that are not inputs of the deployment: the row's name, its provenance and what was measured."""
+
+
+def repeatability(rows: list[dict[str, str]]) -> dict[str, Any]:
+    """How well the data predicts itself: among rows that record the same deployment and workload (every column but
+    `MEASURED_COLUMNS`, plus the concurrency in the provenance) yet were measured apart with different results,
+    the error of each row's measurement against the geometric mean of the others. No model of the recorded inputs
+    can do better on those rows, which makes it the floor under any fidelity figure; hidden settings (worker
+    counts, speculative decoding, harness) show up here."""
+    groups: dict[tuple[str, ...], dict[tuple[float, float], None]] = {}
+    for row in rows:
+        try:
+            measured = (float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"]))
+        except (TypeError, ValueError):
+            continue
+        if min(measured) <= 0:
+            continue
+        conc = _CONC.search(row.get("silicon_data_source") or "")
+        key = tuple(f"{k}={v}" for k, v in sorted(row.items()) if k not in MEASURED_COLUMNS)
+        groups.setdefault(key + (conc.group(1) if conc else "",), {})[measured] = None
+    ttft: list[float] = []
+    tpot: list[float] = []
+    repeated = [list(g) for g in groups.values() if len(g) > 1]
+    for runs in repeated:
+        for i, (t, p) in enumerate(runs):
+            others = runs[:i] + runs[i + 1:]
+            ttft.append(ape(statistics.geometric_mean([o[0] for o in others]), t))
+            tpot.append(ape(statistics.geometric_mean([o[1] for o in others]), p))
+    t, p = _stats(ttft), _stats(tpot)
+    return {"groups": len(repeated), "n": len(ttft), "ttft_median_ape": t.get("median"), "ttft_p90_ape": t.get("p90"),
+            "tpot_median_ape": p.get("median"), "tpot_p90_ape": p.get("p90")}
+
+
 def prepare(rows: list[dict[str, str]], catalog: Catalog, make: Callable[[Case], Any | str]
             ) -> tuple[list[tuple[Case, Any]], list[tuple[dict[str, str], str]]]:
     """`make(case)` for every row that maps to a case; rows that do not, or for which `make` returns a reason
@@ -279,5 +313,5 @@ def replay(rows: list[dict[str, str]], catalog: Catalog) -> tuple[list[tuple[Cas
     return [(case, got[0], got[1]) for case, got in done], skipped
 
 
-__all__ = ["Case", "ape", "compiled", "load_rows", "measured_cases", "predict", "prepare", "replay", "summarize",
-           "to_case"]
+__all__ = ["Case", "ape", "compiled", "load_rows", "measured_cases", "predict", "prepare", "repeatability", "replay",
+           "summarize", "to_case"]

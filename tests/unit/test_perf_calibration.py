@@ -142,3 +142,18 @@ def test_a_measurements_file_without_the_columns_is_an_error_naming_them(tmp_pat
         load_rows(bad)
     with pytest.raises(InfraError, match="cannot read it"):
         load_rows(tmp_path / "missing.csv")
+
+
+def test_repeatability_scores_each_repeated_run_against_the_others():
+    from infra.perf.replay import repeatability
+
+    first = _row(id="a", silicon_ttft_ms="100", silicon_tpot_ms="10", silicon_data_source="run=1; silicon_concurrency=96")
+    again = _row(id="b", silicon_ttft_ms="200", silicon_tpot_ms="10", silicon_data_source="run=2; silicon_concurrency=96")
+    copy = _row(id="c", silicon_ttft_ms="200", silicon_tpot_ms="10", silicon_data_source="run=3; silicon_concurrency=96")
+    other_load = _row(id="d", silicon_ttft_ms="900", silicon_tpot_ms="30", silicon_data_source="silicon_concurrency=8")
+    floor = repeatability([first, again, copy, other_load])
+    # Identical results count once; a different concurrency is a different workload.
+    assert (floor["groups"], floor["n"]) == (1, 2)
+    assert floor["ttft_median_ape"] == pytest.approx(0.75)  # |200 - 100| / 100 and |100 - 200| / 200
+    assert floor["tpot_median_ape"] == pytest.approx(0.0)
+    assert repeatability([first, other_load])["n"] == 0
