@@ -210,6 +210,15 @@ class AttentionLayout(CatalogModel):
     """Layers that use the sliding window (their KV cache is bounded by it)."""
     linear_attention_layers: int = Field(default=0, ge=0)
     """Layers with linear attention / state-space mixing (a fixed-size state, no per-token KV)."""
+    linear_key_heads: int = Field(default=0, ge=0)
+    """Key heads of the linear-attention layers (config `linear_num_key_heads`)."""
+    linear_value_heads: int = Field(default=0, ge=0)
+    """Value heads of the linear-attention layers; each keeps a key_dim x value_dim recurrent state per sequence
+    (config `linear_num_value_heads`). 0 when unknown: the state is then not counted."""
+    linear_key_dim: int = Field(default=128, ge=1)
+    linear_value_dim: int = Field(default=128, ge=1)
+    linear_conv_kernel: int = Field(default=4, ge=1)
+    """Width of the short convolution before the linear attention: it keeps kernel - 1 past inputs per sequence."""
 
 
 class WorkShape(CatalogModel):
@@ -385,6 +394,9 @@ class FrameworkSpec(CatalogModel):
     """Caveats (plugin versions, experimental support)."""
     cli: EngineCli | None = None
     """Launch command and argument spelling; unset for engines configured by a file rather than by flags."""
+    linear_state_bytes: float = Field(default=2.0, gt=0)
+    """Bytes per element of the recurrent state of linear-attention layers as the engine keeps it by default
+    (the model's 16-bit dtype, or fp32 where the engine chooses accuracy)."""
     kinds: list[ModelKind] = ["llm"]
     """Kinds of model (pipeline stage) the engine serves."""
     checkpoints: dict[str, str] = {}

@@ -139,9 +139,14 @@ class Worker:
     pp: int
     stage_layers: float
 
+    state_bytes: float
+    """Fixed per-sequence state on one device: the recurrent state and convolution inputs of linear-attention
+    layers, whatever the context length."""
+
     def kv_bytes(self, context: float) -> float:
-        """KV bytes of one sequence of `context` tokens on one device."""
-        return self.kv_full_per_token * context + self.kv_swa_per_token * min(context, self.window)
+        """KV cache and linear-attention state of one sequence of `context` tokens on one device."""
+        return (self.kv_full_per_token * context + self.kv_swa_per_token * min(context, self.window)
+                + self.state_bytes)
 
     def max_sequences(self, context: float) -> int:
         """Sequences of this length that fit the KV cache of one attention group."""
@@ -174,7 +179,7 @@ class Worker:
         qk = decode * context + pf * prefill_context
         qk_swa = decode * min(context, self.window) + pf * min(prefill_context, self.window)
         attn = ((qk * self.attn_flops_per_qk + qk_swa * self.swa_flops_per_qk) / self.attn_flops_s
-                + decode * self.kv_bytes(context) / self.bw_bytes_s) / f.attn
+                + decode * (self.kv_bytes(context) + self.state_bytes) / self.bw_bytes_s) / f.attn
         elem = tokens * self.elem_bytes_per_token / (self.bw_bytes_s * f.mem)
         comm = 0.0
         latency = f.collective_us * 1e-6 * self.collective_hops
@@ -195,7 +200,7 @@ def kv_precision_for(precision: str, kv_precision: str | None, fp8_kv: bool, dev
 
 def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, parallel: Parallel, factors: Factors,
                    *, kv_precision: str = "bf16", memory_utilization: float = 0.9, max_num_tokens: int = 8192,
-                   device_memory_gb: float | None = None) -> Worker:
+                   device_memory_gb: float | None = None, state_element_bytes: float = 2.0) -> Worker:
     """Per-device coefficients for `model` on `device` laid out as `parallel` (shape checks are the caller's)."""
     tp, pp, ep, moe_tp = parallel.tp, parallel.pp, parallel.ep, parallel.moe_tp
     moe = model.moe
@@ -240,6 +245,12 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
     kv_full = full_layers * per_layer / pp
     kv_swa = swa_layers * per_layer / pp
     window = float(model.attention.sliding_window or 0) if swa_layers else 0.0
+    la = model.attention
+    # A decode step reads each sequence's state and writes it back (counted as KV read plus one more pass).
+    state = linear_layers / pp * (
+        la.linear_value_heads * la.linear_key_dim * la.linear_value_dim * state_element_bytes
+        + (la.linear_conv_kernel - 1) * (2 * la.linear_key_heads * la.linear_key_dim
+                                         + la.linear_value_heads * la.linear_value_dim) * 2) / tp
     heads_dev = model.attention_heads / tp
     attn_qk = 2 * heads_dev * (d_qk + d_v) * full_layers / pp
     swa_qk = 2 * heads_dev * (d_qk + d_v) * swa_layers / pp
@@ -288,7 +299,7 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
         experts=experts, experts_local=experts_local, moe_layers_per_stage=moe_layers / pp,
         active_experts=moe.active_experts if moe else 0,
         attn_flops_per_qk=attn_qk, swa_flops_per_qk=swa_qk, prefill_qk_scale=prefill_qk_scale, window=window or 1e18,
-        kv_full_per_token=kv_full, kv_swa_per_token=kv_swa,
+        kv_full_per_token=kv_full, kv_swa_per_token=kv_swa, state_bytes=state,
         elem_bytes_per_token=ELEMENTWISE_PASSES * model.hidden_size * 2 * layers / pp,
         ar_per_step=ar_per_step, ar_s_per_token=ar_s, a2a_per_step=a2a_per_step, a2a_s_per_token=a2a_s,
         pp=pp, stage_layers=layers / pp,

@@ -115,7 +115,7 @@ def _role_worker(model: ModelSpec, device: DeviceSpec, fw: FrameworkSpec, dep: D
     kv = kv_precision_for(dep.precision, dep.kv_precision, "fp8_kv_cache" in fw.features, device)
     worker = compile_worker(model, device, dep.precision, role.parallel, cal.factors, kv_precision=kv,
                             memory_utilization=dep.memory_utilization, max_num_tokens=role.max_num_tokens,
-                            device_memory_gb=device_memory_gb)
+                            device_memory_gb=device_memory_gb, state_element_bytes=fw.linear_state_bytes)
     if not worker.memory.fits:
         raise ShapeError(Problem(f"{model.name} {dep.precision} {role.parallel.label()} on {device.name}: "
                                  f"{worker.memory.explain()}", Location(path=f"deployment.{role_name}"),

@@ -170,6 +170,19 @@ def test_hf_config_moe_mla(tmp_path):
     assert 660 < m.params_total_b < 690 and 36 < m.params_active_b < 40  # published: 671B total, 37B active
 
 
+def test_hf_config_linear_attention_state(tmp_path):
+    cfg = {"model_type": "qwen3_next", "num_hidden_layers": 4, "hidden_size": 2048, "num_attention_heads": 16,
+           "num_key_value_heads": 2, "head_dim": 256, "intermediate_size": 5120, "vocab_size": 151936,
+           "layer_types": ["linear_attention"] * 3 + ["full_attention"], "linear_num_key_heads": 16,
+           "linear_num_value_heads": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+           "linear_conv_kernel_dim": 4}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    att = model_from_hf_config(path).attention
+    assert (att.linear_attention_layers, att.linear_key_heads, att.linear_value_heads) == (3, 16, 32)
+    assert (att.linear_key_dim, att.linear_value_dim, att.linear_conv_kernel) == (128, 128, 4)
+
+
 def test_hf_config_errors(tmp_path):
     path = tmp_path / "config.json"
     path.write_text("{not json")

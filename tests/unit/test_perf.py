@@ -39,6 +39,22 @@ def test_sliding_window_caps_kv_growth():
     assert long < 100 * short  # full-attention layers grow, windowed ones stop at the window
 
 
+def test_linear_attention_keeps_a_fixed_state_per_sequence():
+    # Qwen3.5-397B: 45 Gated DeltaNet layers x 64 value heads x a 128 x 128 state, split over tp, plus the
+    # convolution's last 3 inputs (2 x 16 key heads + 64 value heads, x 128, 16-bit).
+    par = Parallel(tp=4, ep=4)
+    w = compile_worker(CAT.model("Qwen3.5-397B-A17B"), CAT.device("B200"), "fp8", par, Factors(), kv_precision="fp8")
+    assert w.state_bytes == pytest.approx(45 * (64 * 128 * 128 * 2 + 3 * (2 * 16 * 128 + 64 * 128) * 2) / 4)
+    assert w.kv_bytes(0) == w.state_bytes  # it is there before the first token and does not grow
+    assert w.kv_bytes(2000) - w.kv_bytes(1000) == pytest.approx(1000 * w.kv_full_per_token)
+    fp32 = compile_worker(CAT.model("Qwen3.5-397B-A17B"), CAT.device("B200"), "fp8", par, Factors(),
+                          kv_precision="fp8", state_element_bytes=4)
+    assert fp32.max_sequences(4096) < w.max_sequences(4096)
+    assert fp32.step(64, 4096) > w.step(64, 4096)  # every decode step reads and writes it
+    # Models without linear attention keep none.
+    assert worker().state_bytes == 0
+
+
 def test_weights_split_by_parallelism():
     one = worker("Llama-3.1-70B", "H200", "fp8")
     four = worker("Llama-3.1-70B", "H200", "fp8", Parallel(tp=4))
