@@ -11,7 +11,8 @@ tpot_median_ape, tpot_p90_ape. Leave-one-model-out figures come from `benchmarks
 
 Rows are read as their engines ran them (`infra.perf.replay`): a batch per tensor-parallel rank when the clients
 fill whole batches of the ranks (TRT-LLM's attention data parallelism), and the smallest layout that holds the
-weights when a row records every degree as 1 for a model no single device holds; an aggregated row without
+weights when a row records every degree as 1 for a model no single device holds, tensor parallelism over moe_tp
+devices when a row records tp as moe_tp x ep beyond one node and that tp cannot split the heads; an aggregated row without
 `silicon_concurrency` runs as many clients as its batches hold; precision spellings of the quantization tools
 (nvfp4, bfloat16, fp8_block, w4a16 ...) map to the catalog's, falling back to `gemm_quant_mode`.
 """

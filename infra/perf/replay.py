@@ -133,12 +133,19 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
     clients = int(m.group(1)) if m else batch * _int(row.get("attention_dp_size", ""))
     precision = _precision(row, model.native_precision)
     dense = model.moe is None
+    domain = int(device.interconnect.domain_size.value)
 
     def parallel(prefix: str) -> Parallel:
         tp = _int(row.get(f"{prefix}tp_size", ""))
         dp = _int(row.get(f"{prefix}attention_dp_size", ""))
         ep = 1 if dense else _int(row.get(f"{prefix}moe_ep_size", ""))
         moe_tp = 1 if dense else _int(row.get(f"{prefix}moe_tp_size", ""))
+        if moe_tp > 1 and ep > 1 and tp == moe_tp * ep and tp > domain and model.attention_heads % tp:
+            # Single-node sweeps record tp as the product of the expert degrees (tp 64 = moe_tp 8 x ep 8 on an
+            # 8-GPU node); where that tp cannot split the heads, the engine ran tensor-parallel attention over
+            # moe_tp devices with the experts spread over the same devices. (Where it can, the recorded tp is kept:
+            # the calibration was fitted that way.)
+            tp, moe_tp = moe_tp, 1
         if model.mla is not None and model.attention_heads % tp:
             # Wide deployments (tp 12..72 on NVL72 racks) record the device count as tp; a tp that does not divide
             # the heads can only run as data-parallel attention with the experts spread over the same devices.
@@ -165,8 +172,7 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
     else:
         dep = Deployment(model.name, device.name, framework.name, precision, "agg", agg=role(""),
                          memory_utilization=REPLAY_MEMORY)
-    dep = _unrecorded_layout(dep, catalog, model.moe is not None, model.attention_heads,
-                             int(device.interconnect.domain_size.value))
+    dep = _unrecorded_layout(dep, catalog, model.moe is not None, model.attention_heads, domain)
     return Case(row, f"{framework.name}/{device.name}", model.name, dep,
                 Workload(isl=isl, osl=osl, concurrency=clients), ttft, tpot)
 

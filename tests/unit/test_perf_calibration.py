@@ -112,6 +112,18 @@ def test_replay_places_an_unrecorded_layout_on_the_smallest_that_holds_the_weigh
         build_workers(smaller, CAT)
 
 
+def test_replay_reads_a_tp_recorded_as_the_product_of_the_expert_degrees_on_one_node():
+    from infra.perf.replay import to_case
+
+    layout = {"batch_size": "64", "tp_size": "64", "moe_tp_size": "8", "moe_ep_size": "8"}
+    case = to_case(_row(model_path="Qwen/Qwen3.5-397B-A17B", system="h200_sxm", backend="sglang", precision="fp8",
+                        silicon_data_source="silicon_concurrency=64", **layout), CAT)
+    assert isinstance(case, Case)
+    p = case.deployment.agg.parallel
+    assert (p.tp, p.ep, p.moe_tp, p.devices) == (8, 8, 1, 8)  # 32 heads: tp 64 cannot have run
+    build_workers(case.deployment, CAT)
+
+
 def test_replay_reads_the_quantization_tools_spellings_of_precision():
     from infra.perf.replay import to_case
 
