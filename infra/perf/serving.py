@@ -5,8 +5,9 @@ run), solved as a fixed point of throughput X = N / (TTFT + (osl - 1) TPOT):
 - TPOT: one decode step of the per-group batch at the mean context (prompt + half the output), plus the prefill
   tokens that arrive during a step (X x prompt x step time, weighted by `mix`: how much of that work lands inside
   decode steps);
-- TTFT: the request's own prefill, the wait for the running step, and an M/D/1 queue behind other prefills; plus
-  a share (`queue`) of the first wave, when every client starts at once and prefills queue in chunks;
+- TTFT: the request's own prefill, the wait for the running step, and an M/D/1 queue behind other prefills; a
+  share (`queue`) of the requests belongs to the first wave, when every client starts at once and prefills queue in
+  chunks: they lift the mean and make the tail percentiles (a mixture of the steady state and the wave);
 - when the KV cache or the batch cap holds fewer sequences than there are clients, the rest queue: throughput is
   cap / (prefill + decode time of one request), and by Little's law E2E = N / throughput.
 
@@ -112,6 +113,26 @@ def _spread(mean: float, first: float, last: float) -> dict[str, float]:
     return out
 
 
+def _wave_mixture(steady: float, share: float, lo: float, hi: float) -> dict[str, float]:
+    """TTFT of a closed loop whose clients all start at once: a `share` of the requests belongs to that first wave
+    and finds its prefill done anywhere between `lo` and `hi` (uniformly, in the order the prefills run), the rest
+    see the steady state. Percentiles invert the mixture's distribution, so with a minority in the wave the median
+    is the steady state and the tail is the wave's."""
+    def cdf(x: float) -> float:
+        wave = (1.0 if x >= hi else 0.0) if hi <= lo else min(max((x - lo) / (hi - lo), 0.0), 1.0)
+        return (1 - share) * (1.0 if x >= steady else 0.0) + share * wave
+
+    out = {"mean": (1 - share) * steady + share * (lo + hi) / 2}
+    for p in PERCENTILES:
+        q = float(p[1:]) / 100
+        a, b = min(steady, lo), max(steady, hi)
+        for _ in range(50):
+            mid = (a + b) / 2
+            a, b = (a, mid) if cdf(mid) >= q else (mid, b)
+        out[p] = b
+    return out
+
+
 def _flat(value: float) -> dict[str, float]:
     return {"mean": value, **{p: value for p in PERCENTILES}}
 
@@ -193,10 +214,10 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
         x = x_cap
         ttft_ss = max(ttft_ss, c / x - decode_steps * tpot)
     first, burst, last = _burst_ttft(w, min(c, cap), isl_eff, isl, chunk, 0.5)
-    # Benchmarks start every client at once; that first wave's queue of prefills weighs on the mean TTFT.
-    ttft_mean = ttft_ss + f.queue * max(0.0, req + burst - ttft_ss)
-    ttft = _spread(ttft_mean, min(ttft_mean, req + first), max(ttft_mean, req + last * f.queue + ttft_ss *
-                                                                 (1 - f.queue)))
+    # Benchmarks start every client at once; that first wave's queue of prefills weighs on TTFT when it is slower
+    # than the steady state (`burst` is its mean, halfway from the first prefill to the last).
+    wave = f.queue if req + burst > ttft_ss else 0.0
+    ttft = _wave_mixture(ttft_ss, wave, req + first, req + last)
     tp = _flat(tpot)
     e2e_d = {k: ttft[k] + (osl - 1) * tpot for k in ttft}
     return Prediction(ttft, tp, tp, e2e_d, x * groups, x * groups * osl, b, b / cap, True, {"agg": workers})

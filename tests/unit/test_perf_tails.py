@@ -14,7 +14,7 @@ from infra.bench.simulate import Group, simulate
 from infra.bench.workload import Load, RequestSpec
 from infra.catalog.loader import load_catalog
 from infra.perf.estimate import build_workers, estimate, predict
-from infra.perf.serving import _erlang_c, _slot_wait
+from infra.perf.serving import _erlang_c, _slot_wait, _wave_mixture
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 
 CAT = load_catalog()
@@ -94,3 +94,25 @@ def test_itl_and_tpot_p99_follow_the_simulator_under_chunked_prefill():
     pred = predict(dep, Workload(isl=2000, osl=200, rate=rate, isl_cv=1.0, osl_cv=0.7), workers, link)
     assert pred.itl["p99"] * 1e3 == pytest.approx(got["itl"].get("p99"), rel=0.3)
     assert pred.tpot["p99"] * 1e3 == pytest.approx(got["tpot"].get("p99"), rel=0.3)
+
+
+def test_closed_loop_ttft_is_the_steady_state_with_a_first_wave_tail():
+    mix = _wave_mixture(0.1, 0.2, 0.5, 2.5)
+    assert mix["mean"] == pytest.approx(0.8 * 0.1 + 0.2 * 1.5)
+    assert mix["p50"] == pytest.approx(0.1, rel=1e-6)  # most requests never meet the wave
+    assert mix["p90"] == pytest.approx(0.5 + 0.5 * 2.0, rel=1e-6)  # half-way through the wave's share
+    assert mix["p99"] == pytest.approx(0.5 + 0.95 * 2.0, rel=1e-6)
+    assert _wave_mixture(0.1, 0.0, 0.5, 2.5)["p99.9"] == pytest.approx(0.1, rel=1e-6)
+
+
+def test_closed_loop_ttft_tail_follows_the_simulated_first_wave():
+    dep = Deployment("Llama-3.1-70B", "H100-SXM", "vllm", "bf16", agg=Role(Parallel(tp=4), batch_cap=256))
+    workers, _, link = build_workers(dep, CAT)
+    w = workers["agg"]
+    model = EngineModel.from_worker(w, max_num_seqs=256, max_num_batched_tokens=8192, kv_tokens=w.memory.kv_tokens)
+    one = predict(dep, Workload(isl=1000, osl=200, concurrency=1), workers, link).ttft
+    assert one["p50"] == one["p99"] == one["mean"]  # a lone client has no one to queue behind
+    specs = [RequestSpec(i, None, 1000, 200, -1, 0) for i in range(600)]
+    sim = summarize(simulate([Group([Engine(model)])], Load(specs, None, 16, "closed")).records).metrics["ttft"]
+    pred = predict(dep, Workload(isl=1000, osl=200, concurrency=16), workers, link).ttft
+    assert pred["p99"] * 1e3 == pytest.approx(sim.get("p99"), rel=0.25)
