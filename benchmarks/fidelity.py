@@ -5,16 +5,19 @@
 PATH is any CSV in the silicon_calibration.csv format (shared/data/README.md), including rows of models and
 systems the model was never fitted to (any model in the catalog). Prints the rows used and skipped (with reasons),
 then the median and p90 absolute percentage error of mean TTFT and TPOT, overall and by mode, backend, system and
-model, and the data's own repeatability: rows that record the same deployment and workload but were measured apart,
-each scored against the others (the floor under any model of the recorded inputs). With --json the last line is one JSON object with at least n, skipped, ttft_median_ape, ttft_p90_ape,
-tpot_median_ape, tpot_p90_ape. Leave-one-model-out figures come from `benchmarks/calibrate.py --lomo`.
+model, and the data's own repeatability: rows that record the same deployment and workload but were measured
+apart, each scored against the others (the floor under any model of the recorded inputs). With --json the last
+line is one JSON object with at least n, skipped, ttft_median_ape, ttft_p90_ape, tpot_median_ape, tpot_p90_ape. Leave-one-model-out figures come from `benchmarks/calibrate.py --lomo`.
 
-Rows are read as their engines ran them (`infra.perf.replay`): a batch per tensor-parallel rank when the clients
-fill whole batches of the ranks (TRT-LLM's attention data parallelism), and the smallest layout that holds the
-weights when a row records every degree as 1 for a model no single device holds, tensor parallelism over moe_tp
-devices when a row records tp as moe_tp x ep beyond one node and that tp cannot split the heads; an aggregated row without
-`silicon_concurrency` runs as many clients as its batches hold; precision spellings of the quantization tools
-(nvfp4, bfloat16, fp8_block, w4a16 ...) map to the catalog's, falling back to `gemm_quant_mode`.
+Rows are read as their engines ran them (`infra.perf.replay`):
+- a batch per tensor-parallel rank when the clients fill whole batches of the ranks (TRT-LLM's attention data
+  parallelism), and as many replicas as whole batches for a dense model;
+- the smallest layout that holds the weights when a row records every degree as 1 for a model no single device
+  holds, and tensor parallelism over moe_tp devices when a row records tp as moe_tp x ep beyond one node and that
+  tp cannot split the heads;
+- an aggregated row without `silicon_concurrency` runs as many clients as its batches hold;
+- precision spellings of the quantization tools (nvfp4, bfloat16, fp8_block, w4a16 ...) map to the catalog's,
+  falling back to `gemm_quant_mode`.
 """
 
 from __future__ import annotations

@@ -164,6 +164,10 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
             # More clients than the batch holds, in whole batches of the tp ranks: TRT-LLM's attention data
             # parallelism (enable_attention_dp), where tp_size counts the ranks and each runs its own batch.
             par = replace(par, tp=1, attention_dp=par.tp)
+        elif (prefix == "" and model.moe is None and not workers and cap and par.attention_dp == 1
+              and clients > cap and clients % cap == 0):
+            # A dense model's clients in whole batches: that many replicas, each running its own batch.
+            workers = str(clients // cap)
         return Role(parallel=par, batch_cap=cap, workers=_int(workers) if workers else None)
 
     if row.get("mode") == "disagg":

@@ -124,6 +124,17 @@ def test_replay_reads_a_tp_recorded_as_the_product_of_the_expert_degrees_on_one_
     build_workers(case.deployment, CAT)
 
 
+def test_replay_runs_a_dense_models_clients_in_whole_batches_as_replicas():
+    from infra.perf.replay import to_case
+
+    row = _row(model_path="Qwen/Qwen3-32B", system="gb200", precision="bf16", batch_size="144", tp_size="2",
+               silicon_data_source="silicon_concurrency=288")
+    case = to_case(row, CAT)
+    assert isinstance(case, Case) and case.deployment.agg.workers == 2
+    assert case.deployment.agg.parallel.tp == 2 and case.deployment.agg.parallel.attention_dp == 1
+    assert to_case({**row, "silicon_data_source": "silicon_concurrency=144"}, CAT).deployment.agg.workers is None
+
+
 def test_replay_reads_the_quantization_tools_spellings_of_precision():
     from infra.perf.replay import to_case
 
