@@ -178,6 +178,7 @@ class Worker:
         pf = prefill * self.prefill_qk_scale
         qk = decode * context + pf * prefill_context
         qk_swa = decode * min(context, self.window) + pf * min(prefill_context, self.window)
+        # Decoding reads each sequence's KV and linear-attention state, and writes that state back.
         attn = ((qk * self.attn_flops_per_qk + qk_swa * self.swa_flops_per_qk) / self.attn_flops_s
                 + decode * (self.kv_bytes(context) + self.state_bytes) / self.bw_bytes_s) / f.attn
         elem = tokens * self.elem_bytes_per_token / (self.bw_bytes_s * f.mem)
@@ -246,7 +247,6 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
     kv_swa = swa_layers * per_layer / pp
     window = float(model.attention.sliding_window or 0) if swa_layers else 0.0
     la = model.attention
-    # A decode step reads each sequence's state and writes it back (counted as KV read plus one more pass).
     state = linear_layers / pp * (
         la.linear_value_heads * la.linear_key_dim * la.linear_value_dim * state_element_bytes
         + (la.linear_conv_kernel - 1) * (2 * la.linear_key_heads * la.linear_key_dim

@@ -118,18 +118,17 @@ def _wave_mixture(steady: float, share: float, lo: float, hi: float) -> dict[str
     and finds its prefill done anywhere between `lo` and `hi` (uniformly, in the order the prefills run), the rest
     see the steady state. Percentiles invert the mixture's distribution, so with a minority in the wave the median
     is the steady state and the tail is the wave's."""
-    def cdf(x: float) -> float:
-        wave = (1.0 if x >= hi else 0.0) if hi <= lo else min(max((x - lo) / (hi - lo), 0.0), 1.0)
-        return (1 - share) * (1.0 if x >= steady else 0.0) + share * wave
-
     out = {"mean": (1 - share) * steady + share * (lo + hi) / 2}
+    span = max(hi - lo, 0.0)
+    # Share of all requests in the wave that finish before the steady state's TTFT.
+    below = share * (min(max((steady - lo) / span, 0.0), 1.0) if span > 0 else float(lo < steady))
     for p in PERCENTILES:
         q = float(p[1:]) / 100
-        a, b = min(steady, lo), max(steady, hi)
-        for _ in range(50):
-            mid = (a + b) / 2
-            a, b = (a, mid) if cdf(mid) >= q else (mid, b)
-        out[p] = b
+        if share <= 0 or below < q <= below + (1 - share):
+            out[p] = steady
+        else:
+            wave_q = (q if q <= below else q - (1 - share)) / share
+            out[p] = lo + wave_q * span
     return out
 
 

@@ -103,6 +103,8 @@ def test_closed_loop_ttft_is_the_steady_state_with_a_first_wave_tail():
     assert mix["p90"] == pytest.approx(0.5 + 0.5 * 2.0, rel=1e-6)  # half-way through the wave's share
     assert mix["p99"] == pytest.approx(0.5 + 0.95 * 2.0, rel=1e-6)
     assert _wave_mixture(0.1, 0.0, 0.5, 2.5)["p99.9"] == pytest.approx(0.1, rel=1e-6)
+    point = _wave_mixture(0.1, 0.2, 0.5, 0.5)  # one prompt in the wave: it finishes at once
+    assert (point["p50"], point["p90"], point["p99"]) == (0.1, 0.5, 0.5)
 
 
 def test_closed_loop_ttft_tail_follows_the_simulated_first_wave():
