@@ -12,7 +12,8 @@ than its share of the work) and `recipe_accept` (tokens per decode step of the m
 which run speculative decoding the rows do not record; applied when replaying such rows, never to a plan).
 `--write` commits them to infra/perf/data/calibration.json with the date and the data's fingerprint.
 `--lomo` refits with each model held out and scores the held-out rows: the figure that says how the model does
-on models it has never seen. Requires scipy (in the `dev` extra).
+on models it has never seen. With `--write` their spread (quantiles of measured / predicted per mode) is committed
+too, as the error band every estimate reports. Requires scipy (in the `dev` extra).
 """
 
 from __future__ import annotations
@@ -36,7 +37,15 @@ sys.path.insert(0, str(ROOT))
 from infra.catalog.loader import load_catalog  # noqa: E402
 from infra.errors import InfraError  # noqa: E402
 from infra.perf.calibration import Factors  # noqa: E402
-from infra.perf.replay import Case, compiled, load_rows, measured_cases, prepare, summarize  # noqa: E402
+from infra.perf.replay import (  # noqa: E402
+    Case,
+    compiled,
+    error_bands,
+    load_rows,
+    measured_cases,
+    prepare,
+    summarize,
+)
 
 OUT = ROOT / "infra" / "perf" / "data" / "calibration.json"
 NAMES = [n for n in Factors.names() if n != "accept"]
@@ -199,6 +208,12 @@ def main() -> int:
                 print(f"  lomo {key[3:]:8s} {name:10s}", fmt(block))
         figures["lomo"] = {k: lomo[k] for k in ("n", "ttft_median_ape", "ttft_p90_ape", "tpot_median_ape",
                                                 "tpot_p90_ape")}
+        bands = error_bands(held)
+        for mode, band in bands.items():
+            held = {k: "-" if v is None else f"{100 * v:.0f}%" for k, v in band["held"].items()}
+            print(f"  error band {mode:7s} measured/predicted p5..p95: TTFT {band['ttft']['p5']:.2f}.."
+                  f"{band['ttft']['p95']:.2f}, TPOT {band['tpot']['p5']:.2f}..{band['tpot']['p95']:.2f}; held for a "
+                  f"model left out of it: TTFT {held['ttft']}, TPOT {held['tpot']}")
     if args.write:
         devices = {}
         for key in groups:
@@ -216,6 +231,10 @@ def main() -> int:
             "groups": {g: {"factors": f.as_dict(), "rows": sum(1 for c, _ in items if c.group == g)}
                        for g, f in sorted(groups.items())},
         }
+        if args.lomo:
+            # Only a leave-one-model-out fit says how far predictions for unseen models land; without one the
+            # estimates carry no band rather than a stale one.
+            data["error_bands"] = bands
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         data["group_by"], data["prior_strength"] = GROUP_BY, PRIOR_STRENGTH

@@ -6,7 +6,8 @@ PATH is any CSV in the silicon_calibration.csv format (shared/data/README.md), i
 systems the model was never fitted to (any model in the catalog). Prints the rows used and skipped (with reasons),
 then the median and p90 absolute percentage error of mean TTFT and TPOT, overall and by mode, backend, system and
 model, and the data's own repeatability: rows that record the same deployment and workload but were measured
-apart, each scored against the others (the floor under any model of the recorded inputs). With --json the last
+apart, each scored against the others (the floor under any model of the recorded inputs), and the share of rows
+inside the committed error band (p5..p95 of the held-out ratios of the calibration's leave-one-model-out fit). With --json the last
 line is one JSON object with at least n, skipped, ttft_median_ape, ttft_p90_ape, tpot_median_ape, tpot_p90_ape. Leave-one-model-out figures come from `benchmarks/calibrate.py --lomo`.
 
 Rows are read as their engines ran them (`infra.perf.replay`):
@@ -33,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from infra.catalog.loader import load_catalog  # noqa: E402
 from infra.errors import InfraError  # noqa: E402
 from infra.perf.calibration import table  # noqa: E402
-from infra.perf.replay import load_rows, repeatability, replay, summarize  # noqa: E402
+from infra.perf.replay import band_coverage, load_rows, repeatability, replay, summarize  # noqa: E402
 
 
 def _pct(v: float | None) -> str:
@@ -72,10 +73,15 @@ def main() -> int:
         line("repeated runs", floor)
         print(f"  ({floor['n']} rows in {floor['groups']} groups record the same deployment and workload but were "
               "measured apart; each is scored against the others' geometric mean: the floor under any model)")
+    cover = band_coverage(results)
+    if cover["ttft"] is not None:
+        print(f"within the error band: TTFT {_pct(cover['ttft']).strip()}, TPOT {_pct(cover['tpot']).strip()} of rows "
+              "(p5..p95 of held-out models' measured / predicted; on rows the fit saw, expect more)")
     if args.json:
         keep = ("n", "skipped", "skipped_fraction", "ttft_median_ape", "ttft_p90_ape", "tpot_median_ape",
                 "tpot_p90_ape", "by_mode", "by_backend", "by_system", "by_model")
-        print(json.dumps({**{k: s[k] for k in keep}, "repeatability": floor}, sort_keys=True))
+        print(json.dumps({**{k: s[k] for k in keep}, "repeatability": floor, "band_coverage": cover},
+                         sort_keys=True))
     return 0
 
 

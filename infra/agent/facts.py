@@ -83,6 +83,10 @@ def plan_facts(plan: DeploymentPlan) -> list[Fact]:
                                   obj.predicted_ms))
                 facts.append(Fact(f"{at}.{key}.margin", f"{key} margin {_g(round(obj.margin * 100, 2))}%",
                                   obj.margin, percent=True))
+                if obj.held_out is not None:
+                    facts.append(Fact(f"{at}.{key}.held_out",
+                                      f"{key}: a margin this size held for {_g(round(obj.held_out * 100, 2))}% of "
+                                      "held-out models' measurements", obj.held_out, percent=True))
     for i, text in enumerate(spec.binding):
         facts.append(Fact(f"binding.{i}", text))
     for i, alt in enumerate(spec.alternatives):

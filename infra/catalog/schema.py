@@ -219,6 +219,14 @@ class AttentionLayout(CatalogModel):
     linear_value_dim: int = Field(default=128, ge=1)
     linear_conv_kernel: int = Field(default=4, ge=1)
     """Width of the short convolution before the linear attention: it keeps kernel - 1 past inputs per sequence."""
+    sparse_topk: int | None = Field(default=None, ge=1)
+    """DeepSeek Sparse Attention (config `index_topk`): a lightning indexer scores every cached token and each query
+    attends only the top this-many, so attention work stops growing with context there; None for dense attention."""
+    indexer_heads: int = Field(default=0, ge=0)
+    """Heads of the sparse-attention indexer (config `index_n_heads`)."""
+    indexer_head_dim: int = Field(default=128, ge=1)
+    """Width of the indexer's keys (config `index_head_dim`), cached per token and layer in FP8 with one FP32 scale
+    per 128."""
 
 
 class WorkShape(CatalogModel):

@@ -11,7 +11,9 @@ bytes / (bandwidth x memory efficiency)):
 - routed experts: only the experts some token picked are read (expected distinct experts of E local ones after N
   draws of k), FLOPs are k experts per token spread over the MoE group;
 - attention: FLOPs grow with query tokens x context, bytes with the KV cache read by decode; prefill attention is
-  compute-bound and decode attention memory-bound, so the two add under one attention-kernel efficiency;
+  compute-bound and decode attention memory-bound, so the two add under one attention-kernel efficiency; under
+  DeepSeek Sparse Attention a query attends only the indexer's top-k tokens, while the indexer itself scores (and
+  decode reads the small keys of) every cached token;
 - norms and elementwise: a fixed number of passes over the hidden state;
 - communication: tensor-parallel all-reduces (two per layer) and expert-parallel all-to-all (dispatch and
   combine per MoE layer) over NVLink/HCCS inside the scale-up domain, the NIC beyond it, each with a fixed
@@ -127,6 +129,12 @@ class Worker:
     multi-head form over 192-wide keys and 128-wide values (fewer FLOPs), as vLLM, SGLang and TRT-LLM do; 1 for
     every other attention."""
     window: float
+    sparse_topk: float
+    """Cached tokens each query attends under sparse attention (1e18 for dense attention)."""
+    indexer_flops_per_qk: float
+    """Sparse-attention indexer FLOPs per (query token x cached token) per device, at the attention kernels' rate."""
+    kv_index_per_token: float
+    """Indexer key bytes per token per device (part of `kv_full_per_token`), read for every cached token."""
     kv_full_per_token: float
     kv_swa_per_token: float
     elem_bytes_per_token: float
@@ -146,6 +154,13 @@ class Worker:
     def kv_bytes(self, context: float) -> float:
         """KV cache and linear-attention state of one sequence of `context` tokens on one device."""
         return (self.kv_full_per_token * context + self.kv_swa_per_token * min(context, self.window)
+                + self.state_bytes)
+
+    def read_bytes(self, context: float) -> float:
+        """KV cache bytes one decode step reads for a sequence of `context` tokens: under sparse attention the
+        indexer's keys of every token, the latents of the top-k only."""
+        return ((self.kv_full_per_token - self.kv_index_per_token) * min(context, self.sparse_topk)
+                + self.kv_index_per_token * context + self.kv_swa_per_token * min(context, self.window)
                 + self.state_bytes)
 
     def max_sequences(self, context: float) -> int:
@@ -176,11 +191,13 @@ class Worker:
                       touched * self.expert_bytes_local / (self.bw_bytes_s * f.mem))
             moe += tokens * self.active_experts * self.moe_layers_per_stage * f.moe_ns * 1e-9
         pf = prefill * self.prefill_qk_scale
-        qk = decode * context + pf * prefill_context
+        topk = self.sparse_topk
+        qk = decode * min(context, topk) + pf * min(prefill_context, topk)
         qk_swa = decode * min(context, self.window) + pf * min(prefill_context, self.window)
+        qk_index = (decode * context + prefill * prefill_context) * self.indexer_flops_per_qk
         # Decoding reads each sequence's KV and linear-attention state, and writes that state back.
-        attn = ((qk * self.attn_flops_per_qk + qk_swa * self.swa_flops_per_qk) / self.attn_flops_s
-                + decode * (self.kv_bytes(context) + self.state_bytes) / self.bw_bytes_s) / f.attn
+        attn = ((qk * self.attn_flops_per_qk + qk_swa * self.swa_flops_per_qk + qk_index) / self.attn_flops_s
+                + decode * (self.read_bytes(context) + self.state_bytes) / self.bw_bytes_s) / f.attn
         elem = tokens * self.elem_bytes_per_token / (self.bw_bytes_s * f.mem)
         comm = 0.0
         latency = f.collective_us * 1e-6 * self.collective_hops
@@ -251,6 +268,13 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
         la.linear_value_heads * la.linear_key_dim * la.linear_value_dim * state_element_bytes
         + (la.linear_conv_kernel - 1) * (2 * la.linear_key_heads * la.linear_key_dim
                                          + la.linear_value_heads * la.linear_value_dim) * 2) / tp
+    # The sparse-attention indexer is replicated on every tensor-parallel rank (vLLM and SGLang build it from
+    # replicated linears) and scores in FP8: its keys (plus an FP32 scale per 128) are cached on every rank.
+    kv_index = full_layers * (la.indexer_head_dim + 4 * math.ceil(la.indexer_head_dim / 128)) / pp \
+        if la.sparse_topk else 0.0
+    kv_full += kv_index
+    fp8_speedup = peak_tflops(device, "fp8") / peak_tflops(device, "bf16") if "fp8" in device.tflops else 1.0
+    index_qk = 2 * la.indexer_heads * la.indexer_head_dim * full_layers / pp / fp8_speedup if la.sparse_topk else 0.0
     heads_dev = model.attention_heads / tp
     attn_qk = 2 * heads_dev * (d_qk + d_v) * full_layers / pp
     swa_qk = 2 * heads_dev * (d_qk + d_v) * swa_layers / pp
@@ -299,6 +323,7 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
         experts=experts, experts_local=experts_local, moe_layers_per_stage=moe_layers / pp,
         active_experts=moe.active_experts if moe else 0,
         attn_flops_per_qk=attn_qk, swa_flops_per_qk=swa_qk, prefill_qk_scale=prefill_qk_scale, window=window or 1e18,
+        sparse_topk=float(la.sparse_topk or 1e18), indexer_flops_per_qk=index_qk, kv_index_per_token=kv_index,
         kv_full_per_token=kv_full, kv_swa_per_token=kv_swa, state_bytes=state,
         elem_bytes_per_token=ELEMENTWISE_PASSES * model.hidden_size * 2 * layers / pp,
         ar_per_step=ar_per_step, ar_s_per_token=ar_s, a2a_per_step=a2a_per_step, a2a_s_per_token=a2a_s,

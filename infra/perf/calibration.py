@@ -16,6 +16,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+import numpy as np
+
 from infra.catalog.schema import DeviceSpec
 
 
@@ -105,6 +107,58 @@ def _table() -> dict[str, Any]:
 def table() -> dict[str, Any]:
     """The committed calibration data (read-only)."""
     return _table()
+
+
+BAND_QUANTILES = tuple(k / 20 for k in range(1, 20))
+"""Quantiles an error band records (p5, p10 .. p95): its edges are the outer two, and the rest say how often a
+given margin held."""
+
+
+def _q(name: str) -> float:
+    return float(name[1:]) / 100
+
+
+@dataclass(frozen=True)
+class ErrorBand:
+    """How far measurements of models the fit had never seen landed from their predictions: quantiles of measured /
+    predicted over the held-out rows of the leave-one-model-out fit, for one serving mode. The band runs from the
+    p5 to the p95 ratio; `held` says how often such a band held for a model left out of it."""
+
+    mode: str
+    rows: int
+    ttft: dict[str, float]
+    """Ratio quantiles `p5` .. `p95`."""
+    tpot: dict[str, float]
+    held_ttft: float | None
+    """Share of a left-out model's measurements inside the band the other models' rows gave (None with one model)."""
+    held_tpot: float | None
+    basis: str
+    """Where the ratios come from, in words."""
+
+    def interval(self, metric: str, predicted: float) -> tuple[float, float]:
+        """(low, high) around a predicted mean: the p5 and p95 of the held-out ratios."""
+        ratios = getattr(self, metric)
+        lo, hi = f"p{round(100 * BAND_QUANTILES[0])}", f"p{round(100 * BAND_QUANTILES[-1])}"
+        return predicted * ratios[lo], predicted * ratios[hi]
+
+    def held(self, metric: str, ratio: float) -> float:
+        """Share of the held-out measurements that came in at most `ratio` times their prediction: how often a
+        prediction `target / predicted` below a target would have kept to it. Read off the recorded quantiles,
+        so it is known between 5% and 95% and clipped there."""
+        points = sorted((v, _q(k)) for k, v in getattr(self, metric).items())
+        return float(np.interp(ratio, [v for v, _ in points], [q for _, q in points]))
+
+
+def error_band(mode: str) -> ErrorBand | None:
+    """The committed held-out error band for a serving mode, or None when the calibration was written without a
+    leave-one-model-out fit."""
+    data = _table()
+    band = (data.get("error_bands") or {}).get(mode)
+    if not band:
+        return None
+    basis = f"leave-one-model-out, {band['n']} {mode} rows of {data.get('data')} (fitted {data.get('fitted')})"
+    held = band.get("held") or {}
+    return ErrorBand(mode, band["n"], band["ttft"], band["tpot"], held.get("ttft"), held.get("tpot"), basis)
 
 
 def _device_distance(a: dict[str, float], b: DeviceSpec) -> float:

@@ -14,7 +14,7 @@ from infra.catalog.loader import Catalog
 from infra.catalog.schema import DeviceSpec, FrameworkSpec, ModelSpec
 from infra.errors import InfraError, Location, Problem
 from infra.perf.arch import GB, NIC_GBS, MemoryFit, Worker, compile_worker, kv_precision_for
-from infra.perf.calibration import Calibration, Factors, lookup
+from infra.perf.calibration import Calibration, Factors, error_band, lookup
 from infra.perf.serving import (
     PERCENTILES,
     Prediction,
@@ -102,8 +102,23 @@ class Estimate:
                            "kv_tokens": m.kv_tokens} for r, m in self.memory.items()},
             "calibrated": self.calibration.calibrated, "calibration_source": self.calibration.source,
             "extrapolation_distance": self.calibration.distance,
+            "error_band": self.error_band(),
             "notes": self.notes + p.assumptions,
         }
+
+    def error_band(self) -> dict[str, Any] | None:
+        """Where a measurement of the mean TTFT and TPOT would fall, going by how far held-out models' measurements
+        fell from their predictions; a device the factors were not fitted on adds error this does not hold."""
+        band = error_band(self.deployment.mode)
+        p = self.prediction
+        if band is None or not p.stable:
+            return None
+        out: dict[str, Any] = {"basis": band.basis, "quantiles": "p5..p95 of measured / predicted",
+                               "held_for_a_left_out_model": {"ttft": band.held_ttft, "tpot": band.held_tpot}}
+        for metric in ("ttft", "tpot"):
+            lo, hi = band.interval(metric, getattr(p, metric)["mean"])
+            out[f"{metric}_mean_ms"] = [round(lo * 1000, 4), round(hi * 1000, 4)]
+        return out
 
 
 def _role_worker(model: ModelSpec, device: DeviceSpec, fw: FrameworkSpec, dep: Deployment, role_name: str,

@@ -7,16 +7,19 @@ concurrency with fixed input/output lengths, mean TTFT and TPOT.
 from __future__ import annotations
 
 import csv
+import math
 import re
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from infra.catalog.hfids import precision_named
 from infra.catalog.loader import Catalog
 from infra.errors import InfraError, Location, Problem
-from infra.perf.calibration import Factors
+from infra.perf.calibration import BAND_QUANTILES, Factors, error_band
 from infra.perf.estimate import build_workers
 from infra.perf.estimate import predict as serving_predict
 from infra.perf.shape import Deployment, Parallel, Role, Workload
@@ -265,6 +268,53 @@ def summarize(results: list[tuple[Case, float, float]], skipped: list[tuple[dict
         reasons[why] = reasons.get(why, 0) + 1
     out["skip_reasons"] = dict(sorted(reasons.items(), key=lambda kv: -kv[1]))
     return out
+
+
+def _ratios(rs: list[tuple[Case, float, float]], metric: str) -> np.ndarray:
+    return np.asarray([c.ttft_ms / t if metric == "ttft" else c.tpot_ms / p for c, t, p in rs])
+
+
+def error_bands(results: list[tuple[Case, float, float]]) -> dict[str, dict[str, Any]]:
+    """Per mode, the quantiles of measured / predicted TTFT and TPOT over scored rows (for the held-out rows of a
+    leave-one-model-out fit: how far a prediction for a model the fit has never seen lands from the measurement),
+    and how often the band between the outer quantiles held for a model left out of the band itself (each model's
+    rows against the quantiles of the other models' rows): the figure a band for a new model can claim."""
+    by_mode: dict[str, list[tuple[Case, float, float]]] = {}
+    for r in results:
+        if r[1] > 0 and r[2] > 0 and math.isfinite(r[1]) and math.isfinite(r[2]):
+            by_mode.setdefault(r[0].deployment.mode, []).append(r)
+    edges = (BAND_QUANTILES[0], BAND_QUANTILES[-1])
+    out: dict[str, dict[str, Any]] = {}
+    for mode, rs in sorted(by_mode.items()):
+        band: dict[str, Any] = {"n": len(rs), "held": {}}
+        models = sorted({c.model for c, _, _ in rs})
+        for metric in ("ttft", "tpot"):
+            q = np.quantile(_ratios(rs, metric), BAND_QUANTILES)
+            band[metric] = {f"p{round(100 * k)}": round(float(v), 4) for k, v in zip(BAND_QUANTILES, q)}
+            inside = total = 0
+            for model in models if len(models) > 1 else []:
+                lo, hi = np.quantile(_ratios([r for r in rs if r[0].model != model], metric), edges)
+                mine = _ratios([r for r in rs if r[0].model == model], metric)
+                inside += int(((mine >= lo) & (mine <= hi)).sum())
+                total += len(mine)
+            band["held"][metric] = round(inside / total, 4) if total else None
+        out[mode] = band
+    return out
+
+
+def band_coverage(results: list[tuple[Case, float, float]]) -> dict[str, float | None]:
+    """Share of rows whose measured TTFT and TPOT fall inside the committed error band around their prediction: on
+    models the fit never saw, near the share the band held for a left-out model when it tells the truth."""
+    inside: dict[str, list[bool]] = {"ttft": [], "tpot": []}
+    for case, ttft, tpot in results:
+        band = error_band(case.deployment.mode)
+        if band is None:
+            continue
+        for metric, pred, meas in (("ttft", ttft, case.ttft_ms), ("tpot", tpot, case.tpot_ms)):
+            if 0 < pred < math.inf:
+                lo, hi = band.interval(metric, pred)
+                inside[metric].append(lo <= meas <= hi)
+    return {k: (sum(v) / len(v) if v else None) for k, v in inside.items()}
 
 
 MEASURED_COLUMNS = ("id", "silicon_data_source", "silicon_ttft_ms", "silicon_tpot_ms")

@@ -19,6 +19,7 @@ from infra.errors import InfeasibleError, InfraError, Location, Problem
 from infra.intent.profile import Pool
 from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
 from infra.perf.arch import kv_precision_for
+from infra.perf.calibration import error_band
 from infra.perf.calibration import table as calibration_table
 from infra.perf.estimate import Estimate, estimate
 from infra.perf.handoff import ASSUMPTIONS as HANDOFF_ASSUMPTIONS
@@ -82,11 +83,17 @@ def _predicted(resolved: ResolvedIntent, rs: ResolvedService, cand: Candidate, l
     est = estimate(cand.estimate.deployment, wl, _catalog(resolved), device_memory_gb=cand.memory_gb,
                    device_spec=cand.device_spec)
     out = {}
+    # Borrowed factors add an error the held-out band never saw: no figure rather than a flattering one.
+    band = error_band(est.deployment.mode) if est.calibration.calibrated else None
     for (metric, pct), target in sorted(objectives(rs.service).items()):
         values = getattr(est.prediction, metric)
         got = values.get(pct, values["p99"])
         out[f"{metric}_{pct}"] = {"target_ms": _r(target * 1000), "predicted_ms": _r(got * 1000),
                                   "margin": _r(1 - got / target, 3)}
+        # The band was measured on means; a percentile's error is taken to scale the same way.
+        if band is not None and metric in ("ttft", "tpot", "itl") and 0 < got < float("inf"):
+            held = band.held("ttft" if metric == "ttft" else "tpot", target / got)
+            out[f"{metric}_{pct}"]["held_out"] = round(held, 2)
     return out
 
 

@@ -39,6 +39,11 @@ class Objective(PlanModel):
     predicted_ms: float
     margin: float
     """1 - predicted / target: the share of the target left unused (negative would mean missed)."""
+    held_out: float | None = None
+    """Share of the held-out measurements (models left out of the calibration fit) that came in within this margin
+    of their prediction: how often a margin this size has held for a model the fit never saw. Read off the
+    committed error band of the mode, between 5% and 95%; None where no band applies (E2E, pipeline stages, devices
+    whose factors are borrowed)."""
 
 
 class Engine(PlanModel):

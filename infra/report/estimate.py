@@ -16,6 +16,10 @@ def _fmt(ms: float) -> str:
     return f"{ms:,.1f}" if ms < 10_000 else f"{ms / 1000:,.1f}s"
 
 
+def _with_unit(ms: float) -> str:
+    return f"{ms:,.1f} ms" if ms < 10_000 else f"{ms / 1000:,.1f} s"
+
+
 def _metrics(console: Console, r: dict[str, Any], title: str) -> None:
     t = Table(title=title, title_justify="left")
     t.add_column("ms")
@@ -33,6 +37,15 @@ def _metrics(console: Console, r: dict[str, Any], title: str) -> None:
                       f"= {m['kv_tokens']:,} tokens")
     cal = "calibrated" if r["calibrated"] else f"NOT calibrated ({r['calibration_source']})"
     console.print(f"efficiency factors: {cal}")
+    band = r.get("error_band")
+    if band:
+        span = {m: "–".join(_with_unit(v) for v in band[f"{m}_mean_ms"]) for m in ("ttft", "tpot")}
+        held = band["held_for_a_left_out_model"]
+        kept = (f"; such a band held {held['ttft']:.0%} (TTFT) and {held['tpot']:.0%} (TPOT) of a left-out model's "
+                "measurements" if held["ttft"] is not None and held["tpot"] is not None else "")
+        extra = "; wider here, the factors are borrowed" if not r["calibrated"] else ""
+        console.print(f"error band: mean TTFT {span['ttft']}, TPOT {span['tpot']} (p5..p95 of held-out models' "
+                      f"measured / predicted{kept}{extra}; {band['basis']})")
     for note in r["notes"]:
         console.print(f"note: {note}")
     if not r["stable"]:

@@ -155,15 +155,21 @@ def plan_markdown(plan: dict[str, Any], considered: list[Considered]) -> str:
              f"{spec['solver']['considered']} shapes considered. Input fingerprint `{spec['fingerprint']}`.", "",
              rationale(plan), ""]
     for svc in spec["services"]:
-        lines += [f"## {svc['name']}", "", "| allocation | objective | target | predicted | margin |",
-                  "|---|---|---|---|---|"]
+        lines += [f"## {svc['name']}", "",
+                  "| allocation | objective | target | predicted | margin | held on unseen models |",
+                  "|---|---|---|---|---|---|"]
         for a in svc["allocations"]:
             for k, v in a["predicted"].items():
+                held = "—" if v.get("held_out") is None else f"{v['held_out']:.0%}"
                 lines.append(f"| {_alloc_line(a)} | {k} | {v['target_ms']:g} ms | {v['predicted_ms']:g} ms | "
-                             f"{v['margin']:.0%} |")
+                             f"{v['margin']:.0%} | {held} |")
             if not a["calibrated"]:
-                lines.append(f"| ^ not calibrated on this device ({a['calibration_source']}) | | | | |")
+                lines.append(f"| ^ not calibrated on this device ({a['calibration_source']}) | | | | | |")
         lines.append("")
+    if any(v.get("held_out") is not None for svc in spec["services"] for a in svc["allocations"]
+           for v in a["predicted"].values()):
+        lines += ["*Held on unseen models*: the share of measurements of models left out of the calibration fit that "
+                  "came in within this margin of their prediction.", ""]
     for pipe in spec.get("pipelines", []):
         lines += _pipeline_lines(pipe)
     lines += _pools_lines(spec.get("pools_used", []))

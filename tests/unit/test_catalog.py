@@ -183,6 +183,20 @@ def test_hf_config_linear_attention_state(tmp_path):
     assert (att.linear_key_dim, att.linear_value_dim, att.linear_conv_kernel) == (128, 128, 4)
 
 
+def test_hf_config_sparse_attention_indexer(tmp_path):
+    cfg = {"model_type": "deepseek_v32", "num_hidden_layers": 4, "hidden_size": 1024, "num_attention_heads": 16,
+           "num_key_value_heads": 16, "intermediate_size": 4096, "vocab_size": 32000, "kv_lora_rank": 512,
+           "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+           "index_topk": 2048, "index_n_heads": 64, "index_head_dim": 128}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    att = model_from_hf_config(path).attention
+    assert (att.sparse_topk, att.indexer_heads, att.indexer_head_dim) == (2048, 64, 128)
+    del cfg["index_topk"], cfg["index_n_heads"], cfg["index_head_dim"]
+    path.write_text(json.dumps(cfg))
+    assert model_from_hf_config(path).attention.sparse_topk is None
+
+
 def test_hf_config_errors(tmp_path):
     path = tmp_path / "config.json"
     path.write_text("{not json")

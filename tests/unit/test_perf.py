@@ -39,6 +39,20 @@ def test_sliding_window_caps_kv_growth():
     assert long < 100 * short  # full-attention layers grow, windowed ones stop at the window
 
 
+def test_sparse_attention_bounds_attention_work_but_caches_every_indexer_key():
+    sparse = CAT.model("DeepSeek-V3.2")
+    dense = sparse.model_copy(update={"attention": sparse.attention.model_copy(update={"sparse_topk": None})})
+    h200 = CAT.device("H200")
+    ws, wd = (compile_worker(m, h200, "fp8", Parallel(tp=8), Factors(), kv_precision="fp8") for m in (sparse, dense))
+    # Each token and layer caches 128 FP8 key bytes plus one FP32 scale for the indexer.
+    assert ws.kv_bytes(1000) - wd.kv_bytes(1000) == pytest.approx(1000 * 61 * 132)
+    # Up to the top-k the indexer only adds work; beyond it attention stops growing with the context.
+    assert ws.step(64, 1500) > wd.step(64, 1500)
+    assert ws.step(64, 32000) - ws.step(64, 8000) < 0.5 * (wd.step(64, 32000) - wd.step(64, 8000))
+    assert ws.step(64, 32000) > ws.step(64, 8000)  # the indexer still scores every cached token
+    assert ws.step(0, 0, 8192, 16000) < wd.step(0, 0, 8192, 16000)
+
+
 def test_linear_attention_keeps_a_fixed_state_per_sequence():
     # Qwen3.5-397B: 45 Gated DeltaNet layers x 64 value heads x a 128 x 128 state, split over tp, plus the
     # convolution's last 3 inputs (2 x 16 key heads + 64 value heads, x 128, 16-bit).

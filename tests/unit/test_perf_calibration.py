@@ -180,3 +180,64 @@ def test_repeatability_scores_each_repeated_run_against_the_others():
     assert floor["ttft_median_ape"] == pytest.approx(0.75)  # |200 - 100| / 100 and |100 - 200| / 200
     assert floor["tpot_median_ape"] == pytest.approx(0.0)
     assert repeatability([first, other_load])["n"] == 0
+
+
+def test_error_bands_are_quantiles_of_measured_over_predicted_per_mode():
+    from infra.perf.replay import error_bands
+
+    wl = Workload(isl=1000, osl=500, concurrency=32)
+
+    def agg(model: str, measured_ttft: float) -> tuple[Case, float, float]:
+        dep = Deployment(model, "H200", "vllm", "fp8", "agg", agg=Role(Parallel(tp=4)))
+        return Case({}, "vllm/H200", model, dep, wl, measured_ttft, 10.0), 100.0, 20.0
+
+    # Model A measured 100..2100 ms against 100 predicted (ratios 1..21), model B 10x under its predictions.
+    scored = [agg("A", 100.0 * k) for k in range(1, 22)] + [agg("B", 10.0) for _ in range(3)]
+    scored.append((_disagg_case(recipe=True), 50.0, 5.0))
+    scored.append((_disagg_case(recipe=True), float("inf"), 5.0))  # an unstable prediction has no ratio
+    bands = error_bands(scored)
+    assert bands["agg"]["n"] == 24 and bands["disagg"]["n"] == 1
+    ratios = sorted([float(k) for k in range(1, 22)] + [0.1] * 3)
+    assert bands["agg"]["ttft"]["p50"] == pytest.approx(ratios[len(ratios) // 2 - 1] / 2 + ratios[len(ratios) // 2] / 2)
+    assert bands["agg"]["tpot"]["p5"] == bands["agg"]["tpot"]["p95"] == 0.5
+    # Each model's rows against the band of the other's: A's ratios are nowhere near B's, and B's below A's.
+    assert bands["agg"]["held"]["ttft"] == 0.0 and bands["agg"]["held"]["tpot"] == 1.0
+    assert bands["disagg"]["held"] == {"ttft": None, "tpot": None}  # one model: nothing to leave out
+
+
+def test_estimates_carry_the_committed_held_out_error_band():
+    from infra.perf.calibration import error_band
+    from infra.perf.estimate import estimate
+
+    band = error_band("agg")
+    assert band is not None and band.rows > 100
+    assert band.ttft["p5"] < band.ttft["p50"] < band.ttft["p95"]
+    assert band.held_ttft is not None and 0.5 < band.held_ttft <= 1.0
+    dep = Deployment("Llama-3.1-70B", "H200", "vllm", "fp8", "agg", agg=Role(Parallel(tp=4)))
+    e = estimate(dep, Workload(isl=2000, osl=300, concurrency=16), CAT).to_json()
+    lo, hi = e["error_band"]["ttft_mean_ms"]
+    assert lo == pytest.approx(e["ttft_ms"]["mean"] * band.ttft["p5"], rel=1e-4)
+    assert hi == pytest.approx(e["ttft_ms"]["mean"] * band.ttft["p95"], rel=1e-4)
+    assert e["error_band"]["held_for_a_left_out_model"]["ttft"] == band.held_ttft
+    assert "leave-one-model-out" in e["error_band"]["basis"]
+
+
+def test_a_wider_margin_held_more_often_on_held_out_models():
+    from infra.perf.calibration import ErrorBand
+
+    quantiles = {f"p{5 * k}": 0.5 + 0.05 * k for k in range(1, 20)}  # ratios 0.55 .. 1.45
+    band = ErrorBand("agg", 100, quantiles, quantiles, 0.8, 0.8, "test")
+    assert band.held("ttft", 1.0) == pytest.approx(0.5)  # the ratio at p50 is 1.0
+    assert band.held("ttft", 1.2) > band.held("ttft", 1.0) > band.held("ttft", 0.8)
+    assert band.held("ttft", 10.0) == 0.95 and band.held("ttft", 0.1) == 0.05  # clipped to what was recorded
+    assert band.interval("tpot", 100.0) == pytest.approx((55.0, 145.0))
+
+
+def test_band_coverage_counts_measurements_inside_the_committed_band():
+    from infra.perf.replay import band_coverage
+
+    agg = Deployment("Llama-3.1-70B", "H200", "vllm", "fp8", "agg", agg=Role(Parallel(tp=4)))
+    case = Case({}, "vllm/H200", "Llama-3.1-70B", agg, Workload(isl=1000, osl=500, concurrency=32), 100.0, 10.0)
+    # Predicted as measured (inside), 100x too low (outside), unstable (not counted).
+    cover = band_coverage([(case, 100.0, 10.0), (case, 1.0, 0.1), (case, float("inf"), float("inf"))])
+    assert cover == {"ttft": 0.5, "tpot": 0.5}
