@@ -55,6 +55,8 @@ LO = np.array([Factors.BOUNDS[n][0] for n in NAMES])
 HI = np.array([Factors.BOUNDS[n][1] for n in NAMES])
 # Parameters are optimised as logs of a positive offset so that 0-valued overheads stay reachable.
 OFFSET = np.array([0.0 if Factors.BOUNDS[n][0] > 0 else 0.5 for n in NAMES])
+MIN_BAND_ROWS = 30
+"""Fewest rows of one model and mode that give it an in-sample error band of its own."""
 PRIOR_STRENGTH = 1.0
 """Pull of the pooled factors on a group's fit, in residual units per unit of log-parameter: a group needs a few
 dozen rows of evidence to move a factor far from the pool."""
@@ -182,7 +184,8 @@ def main() -> int:
               "catalog models in the silicon_calibration.csv format", file=sys.stderr)
         return 1
     pooled, groups = fit_all(items)
-    in_sample = summarize([r for r in score(items, pooled, groups) if math.isfinite(r[1])], skipped)
+    fitted = [r for r in score(items, pooled, groups) if math.isfinite(r[1])]
+    in_sample = summarize(fitted, skipped)
     print(f"rows {len(rows)}, used {len(items)}, skipped {len(skipped)}")
     print("in-sample        ", fmt(in_sample))
     figures: dict = {"in_sample": {k: in_sample[k] for k in ("n", "ttft_median_ape", "ttft_p90_ape",
@@ -235,6 +238,14 @@ def main() -> int:
             # Only a leave-one-model-out fit says how far predictions for unseen models land; without one the
             # estimates carry no band rather than a stale one.
             data["error_bands"] = bands
+        # A model whose own measurements were fitted is predicted closer than an unseen one: its in-sample band,
+        # where it has enough rows of a mode to say.
+        data["fitted_bands"] = {}
+        for model in sorted({c.model for c, _, _ in fitted}):
+            mine = {mode: band for mode, band in error_bands([r for r in fitted if r[0].model == model]).items()
+                    if band["n"] >= MIN_BAND_ROWS}
+            if mine:
+                data["fitted_bands"][model] = mine
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         data["group_by"], data["prior_strength"] = GROUP_BY, PRIOR_STRENGTH

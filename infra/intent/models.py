@@ -221,6 +221,18 @@ class Slo(Strict):
     attainment: Fraction | None = None
     """Fraction of requests that must meet every objective at once (goodput); unset checks each percentile on
     its own."""
+    confidence: Fraction | None = None
+    """Plan so that each objective of an LLM service holds with this probability (0.5 to 0.95) given the
+    performance model's own error: a target is divided by the measured / predicted ratio at this quantile of the
+    committed error band (the model's in-sample band when the calibration fitted it, else the band of models it
+    never saw), never loosened. Unset plans to the prediction itself."""
+
+    @field_validator("confidence")
+    @classmethod
+    def _resolvable(cls, value: float | None) -> float | None:
+        if value is not None and not 0.5 <= value <= 0.95:
+            raise ValueError(f"confidence {value:g} is outside 0.5..0.95, the quantiles the error band records")
+        return value
 
     @field_validator("ttft", "tpot", "itl", "e2e", mode="before")
     @classmethod

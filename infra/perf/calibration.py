@@ -130,7 +130,8 @@ class ErrorBand:
     """Ratio quantiles `p5` .. `p95`."""
     tpot: dict[str, float]
     held_ttft: float | None
-    """Share of a left-out model's measurements inside the band the other models' rows gave (None with one model)."""
+    """Share of a left-out model's measurements inside the band the other models' rows gave (None for a model's
+    own in-sample band, or with one model)."""
     held_tpot: float | None
     basis: str
     """Where the ratios come from, in words."""
@@ -141,6 +142,11 @@ class ErrorBand:
         lo, hi = f"p{round(100 * BAND_QUANTILES[0])}", f"p{round(100 * BAND_QUANTILES[-1])}"
         return predicted * ratios[lo], predicted * ratios[hi]
 
+    def ratio(self, metric: str, quantile: float) -> float:
+        """Measured / predicted at a quantile (0.05..0.95) of the band."""
+        points = sorted((_q(k), v) for k, v in getattr(self, metric).items())
+        return float(np.interp(quantile, [q for q, _ in points], [v for _, v in points]))
+
     def held(self, metric: str, ratio: float) -> float:
         """Share of the held-out measurements that came in at most `ratio` times their prediction: how often a
         prediction `target / predicted` below a target would have kept to it. Read off the recorded quantiles,
@@ -149,10 +155,16 @@ class ErrorBand:
         return float(np.interp(ratio, [v for v, _ in points], [q for _, q in points]))
 
 
-def error_band(mode: str) -> ErrorBand | None:
-    """The committed held-out error band for a serving mode, or None when the calibration was written without a
-    leave-one-model-out fit."""
+def error_band(mode: str, model: str | None = None) -> ErrorBand | None:
+    """The committed error band for a serving mode: the model's own in-sample band when the calibration fitted
+    enough of its measurements in that mode, else the held-out band of the leave-one-model-out fit; None when
+    the calibration was written without one."""
     data = _table()
+    own = (data.get("fitted_bands") or {}).get(model or "", {}).get(mode)
+    if own:
+        basis = (f"in-sample, {own['n']} {mode} rows of {model}'s own measurements in {data.get('data')} "
+                 f"(fitted {data.get('fitted')})")
+        return ErrorBand(mode, own["n"], own["ttft"], own["tpot"], None, None, basis)
     band = (data.get("error_bands") or {}).get(mode)
     if not band:
         return None

@@ -21,6 +21,7 @@ from infra.intent.models import LengthDistribution, Service
 from infra.intent.profile import Pool
 from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
 from infra.perf.arch import kv_precision_for
+from infra.perf.calibration import error_band
 from infra.perf.estimate import Estimate, build_workers, max_rate, meets, predict, shape_problems
 from infra.perf.serving import PERCENTILES, z_of
 from infra.perf.shape import Deployment, Parallel, Role, Workload
@@ -439,7 +440,7 @@ def _cross_units(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tupl
                             continue
                         scored = _score(Considered(svc.name, a.name, fw.name, precision, label, ""), dep,
                                         wl, slo, resolved, a, da, seen, longest=longest_request(svc),
-                                        decode_pool=b)
+                                        decode_pool=b, confidence=svc.slo.confidence)
                         if scored is None:
                             continue
                         out.append(Candidate(
@@ -500,7 +501,7 @@ def _shared(rs: ResolvedService, svc: Service, device: DeviceSpec, fw: Framework
         dep = Deployment(rs.model.name, device.name, fw.name, precision, agg=Role(Parallel()))
         scored = _score(Considered(svc.name, pool.name, fw.name, precision, f"tp1@{share:g}", ""), dep, wl, slo,
                         resolved, pool, scaled, seen, memory_gb=pool_device_memory_gb(pool, device) * share,
-                        longest=longest_request(svc))
+                        longest=longest_request(svc), confidence=svc.slo.confidence)
         if scored is not None:
             out.append(Candidate(svc.name, pool.name, device.name, fw.name, precision, Parallel(), 1, scored[0],
                                  price, pool.spot, zone, scored[1], 0, share, scaled,
@@ -524,12 +525,27 @@ def longest_request(svc: Service) -> int | None:
     return sum(ends)
 
 
+def confident(slo: dict[tuple[str, str], float], dep: Deployment,
+              confidence: float | None) -> dict[tuple[str, str], float]:
+    """The objectives a prediction must meet for the measurement to meet `slo` with `confidence`: each target over
+    the deployment's error band ratio (measured / predicted) at that quantile, TPOT's for ITL and the larger of
+    the two for E2E; a ratio below 1 (the model over-predicting) never loosens a target."""
+    band = error_band(dep.mode, dep.model) if confidence is not None else None
+    if band is None or confidence is None:
+        return slo
+    ratio = {m: max(1.0, band.ratio(m, confidence)) for m in ("ttft", "tpot")}
+    ratio["itl"], ratio["e2e"] = ratio["tpot"], max(ratio.values())
+    return {(metric, pct): target / ratio[metric] for (metric, pct), target in slo.items()}
+
+
 def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float],
            resolved: ResolvedIntent, pool: Pool, device: DeviceSpec, seen: list[Considered],
            memory_gb: float | None = None, longest: int | None = None,
-           decode_pool: Pool | None = None) -> tuple[float, Estimate] | None:
+           decode_pool: Pool | None = None, confidence: float | None = None) -> tuple[float, Estimate] | None:
     """(capacity, estimate) of one deployment, or None; either way the outcome is recorded in `seen`. A shape
-    whose KV cache cannot hold the longest request is dropped too."""
+    whose KV cache cannot hold the longest request is dropped too. With a `confidence`, the objectives are
+    tightened by the deployment's error band first."""
+    slo = confident(slo, dep, confidence)
     try:
         cap, est = _capacity(dep, wl, slo, resolved, pool, device, memory_gb=memory_gb, decode_pool=decode_pool)
     except InfraError as exc:
@@ -638,7 +654,8 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
                                                        f"needs {devices} devices, pool has {pool.device_count}"))
                                 continue
                             scored = _score(Considered(svc.name, pool.name, fw.name, precision, shown, ""), dep,
-                                            wl, slo, resolved, pool, device, seen, longest=longest_request(svc))
+                                            wl, slo, resolved, pool, device, seen, longest=longest_request(svc),
+                                            confidence=svc.slo.confidence)
                             if scored is not None:
                                 out.append(Candidate(svc.name, pool.name, device.name, fw.name, precision, par,
                                                      devices, scored[0], price, pool.spot, zone, scored[1],

@@ -170,6 +170,9 @@ class ServicePlan(PlanModel):
         return self.kind in (None, "llm")
     objectives: dict[str, float] = {}
     """Objective key (`ttft_p99`) -> target in milliseconds, from the intent."""
+    confidence: float | None = None
+    """The intent's `slo.confidence`: each objective was planned to hold with this probability given the
+    performance model's error band (the predictions meet the targets over the band's ratio at that quantile)."""
     availability: dict[str, Any] = {}
     """The intent's availability (min_replicas, zones, headroom) as written there."""
     workload: dict[str, Any] = {}

@@ -44,8 +44,8 @@ def _metrics(console: Console, r: dict[str, Any], title: str) -> None:
         kept = (f"; such a band held {held['ttft']:.0%} (TTFT) and {held['tpot']:.0%} (TPOT) of a left-out model's "
                 "measurements" if held["ttft"] is not None and held["tpot"] is not None else "")
         extra = "; wider here, the factors are borrowed" if not r["calibrated"] else ""
-        console.print(f"error band: mean TTFT {span['ttft']}, TPOT {span['tpot']} (p5..p95 of held-out models' "
-                      f"measured / predicted{kept}{extra}; {band['basis']})")
+        console.print(f"error band: mean TTFT {span['ttft']}, TPOT {span['tpot']} (p5..p95 of measured / predicted"
+                      f"{kept}{extra}; {band['basis']})")
     for note in r["notes"]:
         console.print(f"note: {note}")
     if not r["stable"]:

@@ -56,6 +56,9 @@ def rationale(plan: dict[str, Any]) -> str:
         margins = [f"{k} {v['predicted_ms']:g}ms of {v['target_ms']:g}ms" for a in svc["allocations"][:1]
                    for k, v in a["predicted"].items()]
         share = "" if svc["served"] >= 1 else f" (serving {svc['served']:.0%} of it within the objectives)"
+        if svc.get("confidence") is not None:
+            share += (f", planned for its objectives to hold with {svc['confidence']:.0%} confidence against the "
+                      "performance model's error band")
         parts.append(f"Service {svc['name']} ({svc['model']}) needs {svc['demand']['value']:g} {svc['demand']['unit']}"
                      f"{share}; the cheapest way found is {allocs}, with {svc['headroom']:.0%} headroom"
                      + (f" and predicted {', '.join(margins)}" if margins else "") + ".")

@@ -618,6 +618,8 @@ CASES: list[Case] = [
          ["tpot: {p99: 90s}", "      slo:"]),
     case("slo-scalar-ttft", "ttft: {p50: 300ms, p99: 1.5s}", "ttft: 300ms", ("ttft needs a percentile", "p99: 300ms")),
     case("slo-attainment-2", "attainment: 99%", "attainment: 2", "outside 0..1"),
+    case("slo-confidence-99", "attainment: 99%", "attainment: 99%\n        confidence: 99%",
+         "outside 0.5..0.95", "confidence: 99%"),
     case("slo-key-typo", "        tpot: {p99: 60ms}", "        tpt: {p99: 60ms}",
          ("unknown field 'tpt'", "did you mean 'tpot'")),
     case("slo-negative-duration", "tpot: {p99: 60ms}", "tpot: {p99: -60ms}", "negative"),

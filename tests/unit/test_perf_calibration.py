@@ -213,13 +213,28 @@ def test_estimates_carry_the_committed_held_out_error_band():
     assert band is not None and band.rows > 100
     assert band.ttft["p5"] < band.ttft["p50"] < band.ttft["p95"]
     assert band.held_ttft is not None and 0.5 < band.held_ttft <= 1.0
-    dep = Deployment("Llama-3.1-70B", "H200", "vllm", "fp8", "agg", agg=Role(Parallel(tp=4)))
+    # A model the calibration never saw gets the held-out band.
+    dep = Deployment("Qwen3-32B", "H200", "vllm", "fp8", "agg", agg=Role(Parallel(tp=2)))
     e = estimate(dep, Workload(isl=2000, osl=300, concurrency=16), CAT).to_json()
     lo, hi = e["error_band"]["ttft_mean_ms"]
     assert lo == pytest.approx(e["ttft_ms"]["mean"] * band.ttft["p5"], rel=1e-4)
     assert hi == pytest.approx(e["ttft_ms"]["mean"] * band.ttft["p95"], rel=1e-4)
     assert e["error_band"]["held_for_a_left_out_model"]["ttft"] == band.held_ttft
     assert "leave-one-model-out" in e["error_band"]["basis"]
+
+
+def test_a_fitted_model_gets_its_own_in_sample_band():
+    from infra.perf.calibration import error_band
+
+    own = error_band("agg", "Llama-3.1-70B")
+    held = error_band("agg", "Qwen3-32B")
+    assert own is not None and held is not None
+    assert "in-sample" in own.basis and "Llama-3.1-70B" in own.basis and own.held_ttft is None
+    assert own.rows < held.rows
+    # Its own measurements were fitted: a narrower band than a model the fit never saw.
+    assert own.tpot["p95"] / own.tpot["p5"] < held.tpot["p95"] / held.tpot["p5"]
+    # No disaggregated rows of its own: the held-out band stands in.
+    assert "leave-one-model-out" in error_band("disagg", "Llama-3.1-70B").basis
 
 
 def test_a_wider_margin_held_more_often_on_held_out_models():

@@ -10,6 +10,7 @@ import pytest
 
 from infra import api
 from infra.errors import InfeasibleError
+from infra.perf.calibration import error_band
 from infra.perf.shape import Parallel
 from infra.planner.candidates import Candidate, length_stats
 from infra.planner.solve import Limits, minimal_conflict, solve
@@ -154,6 +155,31 @@ def test_more_demand_never_costs_less(tmp_path):
         costs.append(api.plan(path).plan["spec"]["cost"]["per_hour"])
     assert costs == sorted(costs)
     assert dataclasses.is_dataclass(api.PlanResult)
+
+
+def test_planning_at_a_confidence_buys_margin_against_the_models_error(tmp_path):
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "mixed-h100-ascend.yaml").write_text(
+        (ROOT / "examples" / "profiles" / "mixed-h100-ascend.yaml").read_text())
+    plans = {}
+    for conf in ("", "\n        confidence: 80%"):
+        path = tmp_path / f"i{len(plans)}.yaml"
+        path.write_text(EXAMPLE.read_text().replace("per_hour: $90/h", "per_hour: $900/h")
+                        .replace("attainment: 99%", "attainment: 99%" + conf))
+        plans[conf] = api.plan(path, top=0).plan["spec"]
+    plain, sure = plans[""], plans["\n        confidence: 80%"]
+    assert sure["cost"]["per_hour"] > plain["cost"]["per_hour"]
+    # Every prediction keeps under its target over the error band's 80th-percentile ratio (measured / predicted).
+    svc = sure["services"][0]
+    for a in svc["allocations"]:
+        band = error_band(a["mode"], svc["model"])
+        assert band is not None
+        for key, v in a["predicted"].items():
+            metric = key.split("_")[0]
+            ratio = max(1.0, band.ratio("ttft" if metric == "ttft" else "tpot", 0.8))
+            if metric == "e2e":
+                ratio = max(1.0, band.ratio("ttft", 0.8), band.ratio("tpot", 0.8))
+            assert v["predicted_ms"] <= v["target_ms"] / ratio * 1.0001
 
 
 def _example_outcome(path):
