@@ -108,9 +108,9 @@ class Estimate:
 
     def error_band(self) -> dict[str, Any] | None:
         """Where a measurement of the mean TTFT and TPOT would fall, going by how far the model's own measurements
-        (when fitted) or held-out models' measurements fell from their predictions; a device the factors were not
-        fitted on adds error this does not hold."""
-        band = error_band(self.deployment.mode, self.deployment.model)
+        (when fitted, on a calibrated framework and device) or held-out models' measurements fell from their
+        predictions; a device the factors were not fitted on adds error this does not hold."""
+        band = error_band(self.deployment.mode, self.deployment.model if self.calibration.calibrated else None)
         p = self.prediction
         if band is None or not p.stable:
             return None

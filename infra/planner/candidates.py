@@ -21,7 +21,7 @@ from infra.intent.models import LengthDistribution, Service
 from infra.intent.profile import Pool
 from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
 from infra.perf.arch import kv_precision_for
-from infra.perf.calibration import error_band
+from infra.perf.calibration import error_band, lookup
 from infra.perf.estimate import Estimate, build_workers, max_rate, meets, predict, shape_problems
 from infra.perf.serving import PERCENTILES, z_of
 from infra.perf.shape import Deployment, Parallel, Role, Workload
@@ -525,12 +525,13 @@ def longest_request(svc: Service) -> int | None:
     return sum(ends)
 
 
-def confident(slo: dict[tuple[str, str], float], dep: Deployment,
-              confidence: float | None) -> dict[tuple[str, str], float]:
+def confident(slo: dict[tuple[str, str], float], dep: Deployment, confidence: float | None,
+              calibrated: bool) -> dict[tuple[str, str], float]:
     """The objectives a prediction must meet for the measurement to meet `slo` with `confidence`: each target over
     the deployment's error band ratio (measured / predicted) at that quantile, TPOT's for ITL and the larger of
-    the two for E2E; a ratio below 1 (the model over-predicting) never loosens a target."""
-    band = error_band(dep.mode, dep.model) if confidence is not None else None
+    the two for E2E; a ratio below 1 (the model over-predicting) never loosens a target. The model's own
+    in-sample band counts only where its factors were fitted on this framework and device."""
+    band = error_band(dep.mode, dep.model if calibrated else None) if confidence is not None else None
     if band is None or confidence is None:
         return slo
     ratio = {m: max(1.0, band.ratio(m, confidence)) for m in ("ttft", "tpot")}
@@ -545,7 +546,8 @@ def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[st
     """(capacity, estimate) of one deployment, or None; either way the outcome is recorded in `seen`. A shape
     whose KV cache cannot hold the longest request is dropped too. With a `confidence`, the objectives are
     tightened by the deployment's error band first."""
-    slo = confident(slo, dep, confidence)
+    if confidence is not None:
+        slo = confident(slo, dep, confidence, lookup(dep.framework, device).calibrated)
     try:
         cap, est = _capacity(dep, wl, slo, resolved, pool, device, memory_gb=memory_gb, decode_pool=decode_pool)
     except InfraError as exc:

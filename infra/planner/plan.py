@@ -631,6 +631,35 @@ def _relaxations(resolved: ResolvedIntent, cands: list[Candidate], limits: Limit
                                            "loosen the objectives, add the devices and raise the budget together")
             if fallback is not None:
                 out.append(fallback)
+    out += _lower_confidence(resolved, cands, limits)
+    return out
+
+
+def _lower_confidence(resolved: ResolvedIntent, cands: list[Candidate], limits: Limits) -> list[Problem]:
+    """For each service planned at a confidence: the highest one (in steps of 5%, down to none) at which the
+    intent is feasible with every other limit as written, checked by a solve."""
+    doc = resolved.loaded.document
+    out: list[Problem] = []
+    for i, rs in enumerate(resolved.services):
+        conf = rs.service.slo.confidence
+        if conf is None:
+            continue
+        name = rs.service.name
+        steps: list[float | None] = [k / 100 for k in range(round(conf * 100) - 5, 49, -5)]
+        for lower in steps + [None]:
+            svc = rs.service.model_copy(update={"slo": rs.service.slo.model_copy(update={"confidence": lower})})
+            trial_intent = dataclasses.replace(resolved, services=[
+                dataclasses.replace(r, service=svc) if r is rs else r for r in resolved.services])
+            mine = [c for c in search(trial_intent)[0] if limits.parent.get(c.service, c.service) == name]
+            others = [c for c in cands if limits.parent.get(c.service, c.service) != name]
+            trial = solve(others + mine, limits, time_limit_s=5.0)
+            if trial.status in ("OPTIMAL", "FEASIBLE"):
+                at = f"{lower:.0%} confidence" if lower is not None else "the bare predictions (no confidence)"
+                out.append(Problem(f"feasible with service {name}'s objectives planned at {at} instead of {conf:.0%} "
+                                   f"(${trial.cost_per_hour:.2f}/h)",
+                                   doc.locate(("spec", "services", i, "slo", "confidence")),
+                                   f"set confidence: {lower:.0%}" if lower is not None else "remove confidence"))
+                break
     return out
 
 

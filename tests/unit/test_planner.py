@@ -164,15 +164,16 @@ def test_planning_at_a_confidence_buys_margin_against_the_models_error(tmp_path)
     plans = {}
     for conf in ("", "\n        confidence: 80%"):
         path = tmp_path / f"i{len(plans)}.yaml"
+        # One zone: the Ascend pool (borrowed factors, so the wider held-out band) need not take a share.
         path.write_text(EXAMPLE.read_text().replace("per_hour: $90/h", "per_hour: $900/h")
-                        .replace("attainment: 99%", "attainment: 99%" + conf))
+                        .replace("zones: 2", "zones: 1").replace("attainment: 99%", "attainment: 99%" + conf))
         plans[conf] = api.plan(path, top=0).plan["spec"]
     plain, sure = plans[""], plans["\n        confidence: 80%"]
     assert sure["cost"]["per_hour"] > plain["cost"]["per_hour"]
     # Every prediction keeps under its target over the error band's 80th-percentile ratio (measured / predicted).
     svc = sure["services"][0]
     for a in svc["allocations"]:
-        band = error_band(a["mode"], svc["model"])
+        band = error_band(a["mode"], svc["model"] if a["calibrated"] else None)
         assert band is not None
         for key, v in a["predicted"].items():
             metric = key.split("_")[0]
@@ -323,3 +324,39 @@ def test_prefill_and_decode_pools_must_share_a_switch(tmp_path):
     result = api.plan(intent)
     assert all(not a.get("decode_pool") for s in result.plan["spec"]["services"] for a in s["allocations"])
     assert any("different switches" in c.outcome for c in result.considered)
+
+
+def test_confidence_tightens_each_objective_by_its_band_and_never_loosens():
+    from infra.perf.shape import Deployment, Role
+    from infra.planner.candidates import confident
+
+    dep = Deployment("Llama-3.1-70B", "H100-SXM", "vllm", "fp8", "agg", agg=Role(Parallel(tp=4)))
+    slo = {("ttft", "p99"): 1.0, ("tpot", "p99"): 0.05, ("itl", "p99"): 0.1, ("e2e", "p99"): 30.0}
+    assert confident(slo, dep, None, True) == slo
+    own, held = error_band("agg", "Llama-3.1-70B"), error_band("agg")
+    for calibrated, band in ((True, own), (False, held)):
+        out = confident(slo, dep, 0.9, calibrated)
+        r_ttft, r_tpot = band.ratio("ttft", 0.9), band.ratio("tpot", 0.9)
+        assert out[("ttft", "p99")] == pytest.approx(1.0 / r_ttft)
+        assert out[("tpot", "p99")] == pytest.approx(0.05 / r_tpot)
+        assert out[("itl", "p99")] == pytest.approx(0.1 / r_tpot)
+        assert out[("e2e", "p99")] == pytest.approx(30.0 / max(r_ttft, r_tpot))
+    # At the band's lower quantiles the model over-predicts; that never loosens a target.
+    assert all(v <= slo[k] for k, v in confident(slo, dep, 0.5, False).items())
+
+
+def test_too_high_a_confidence_is_explained_with_the_highest_that_fits(tmp_path):
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "mixed-h100-ascend.yaml").write_text(
+        (ROOT / "examples" / "profiles" / "mixed-h100-ascend.yaml").read_text())
+    path = tmp_path / "intent.yaml"
+    # Two zones need the Ascend pool, whose borrowed factors carry the wide held-out band.
+    path.write_text(EXAMPLE.read_text().replace("per_hour: $90/h", "per_hour: $900/h")
+                    .replace("attainment: 99%", "attainment: 99%\n        confidence: 90%"))
+    with pytest.raises(InfeasibleError) as exc:
+        api.plan(path)
+    fixes = [p for p in exc.value.problems if "confidence" in p.message]
+    assert len(fixes) == 1 and fixes[0].location.path == "spec.services[0].slo.confidence"
+    assert "instead of 90%" in fixes[0].message and f"{path}:29:" in str(fixes[0])
+    lowered = fixes[0].fix.removeprefix("set confidence: ").rstrip("%")
+    assert lowered == "remove confidence" or int(lowered) < 90
