@@ -58,6 +58,10 @@ def plan_facts(plan: DeploymentPlan) -> list[Fact]:
                  percent=True),
             Fact(f"{s}.cost_per_hour", f"{svc.name} costs ${_g(svc.cost_per_hour)}/h", svc.cost_per_hour),
         ]
+        if svc.confidence is not None:
+            facts.append(Fact(f"{s}.confidence",
+                              f"{svc.name} objectives planned at {_g(round(svc.confidence * 100, 2))}% confidence",
+                              svc.confidence, percent=True))
         if svc.cost_per_million_tokens is not None:
             facts.append(Fact(f"{s}.cost_per_million_tokens",
                               f"{svc.name} costs ${_g(svc.cost_per_million_tokens)} per million tokens",

@@ -106,3 +106,23 @@ def test_template_for_a_disaggregated_plan_cites_only_facts(tmp_path):
     text = template_explanation(plan)
     assert "prefill + " in text and "% above the required" in text
     assert unsupported_numbers(text, plan_facts(plan)) == []
+
+
+def test_a_confidence_plan_is_explained_with_its_confidence(tmp_path):
+    from infra import api
+    from infra.agent.explain import template_explanation
+    from infra.agent.facts import plan_facts, unsupported_numbers
+    from infra.planner.types import DeploymentPlan
+
+    from ..conftest import ROOT
+
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "mixed-h100-ascend.yaml").write_text(
+        (ROOT / "examples" / "profiles" / "mixed-h100-ascend.yaml").read_text())
+    path = tmp_path / "intent.yaml"
+    path.write_text((ROOT / "examples" / "chat-mixed-fleet.yaml").read_text().replace("zones: 2", "zones: 1")
+                    .replace("attainment: 99%", "attainment: 99%\n        confidence: 70%"))
+    plan = DeploymentPlan.model_validate(api.plan(path, top=0).plan)
+    text = template_explanation(plan)
+    assert "objectives planned to hold with 70% confidence" in text
+    assert unsupported_numbers(text, plan_facts(plan)) == []
