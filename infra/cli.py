@@ -197,7 +197,9 @@ def estimate(
     tp: Annotated[int, typer.Option(help="Tensor parallel size.")] = 1,
     pp: Annotated[int, typer.Option(help="Pipeline parallel size.")] = 1,
     ep: Annotated[int, typer.Option(help="Expert parallel size.")] = 1,
-    moe_tp: Annotated[int, typer.Option("--moe-tp", help="Tensor parallel size inside experts.")] = 1,
+    moe_tp: Annotated[Optional[int], typer.Option(
+        "--moe-tp", help="Tensor parallel size inside experts (default: tp / ep, as the engines shard them).",
+        show_default=False)] = None,
     dp: Annotated[int, typer.Option(help="Attention data-parallel groups.")] = 1,
     batch: Annotated[Optional[int], typer.Option(help="Batch cap per attention group.", show_default=False)] = None,
     workers: Annotated[Optional[int], typer.Option(help="Replicas.", show_default=False)] = None,

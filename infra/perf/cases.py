@@ -31,8 +31,9 @@ class RoleCase(Strict):
     """Pipeline parallel size."""
     ep: int = Field(default=1, ge=1)
     """Expert parallel size."""
-    moe_tp: int = Field(default=1, ge=1)
-    """Tensor parallel size inside the experts."""
+    moe_tp: int | None = Field(default=None, ge=1)
+    """Tensor parallel size inside the experts; unset, what the engines do: the tensor-parallel ranks that expert
+    parallelism leaves (tp / ep, so tp 8 alone shards every expert 8 ways), 1 for a dense model."""
     dp: int = Field(default=1, ge=1)
     """Attention data-parallel groups."""
     batch: int | None = Field(default=None, ge=1)
@@ -42,8 +43,11 @@ class RoleCase(Strict):
     max_num_tokens: Count = 8192
     """Tokens per step (chunked-prefill budget)."""
 
-    def role(self) -> Role:
-        return Role(Parallel(self.tp, self.pp, self.ep, self.moe_tp, self.dp), self.batch, self.workers,
+    def role(self, moe: bool) -> Role:
+        moe_tp = self.moe_tp
+        if moe_tp is None:
+            moe_tp = self.tp // self.ep if moe and self.tp % self.ep == 0 else 1
+        return Role(Parallel(self.tp, self.pp, self.ep, moe_tp, self.dp), self.batch, self.workers,
                     self.max_num_tokens)
 
 
@@ -109,12 +113,13 @@ class EstimateCase(RoleCase):
                                        else "bf16")
         # A model given as a config.json is not in the catalog under its name: later stages look it up by path.
         ref = self.model if self.model.endswith(".json") else model.name
+        moe = model.moe is not None
         if self.mode == "agg":
-            return Deployment(ref, device.name, self.framework, precision, "agg", agg=self.role(),
+            return Deployment(ref, device.name, self.framework, precision, "agg", agg=self.role(moe),
                               memory_utilization=self.memory_utilization)
         assert self.prefill is not None and self.decode is not None
         return Deployment(ref, device.name, self.framework, precision, "disagg",
-                          prefill=self.prefill.role(), decode=self.decode.role(),
+                          prefill=self.prefill.role(moe), decode=self.decode.role(moe),
                           memory_utilization=self.memory_utilization)
 
     def workload(self) -> Workload:

@@ -186,3 +186,17 @@ def test_decode_on_another_device_type_uses_its_figures_and_the_network():
     assert split.prediction.tpot["p50"] > same.prediction.tpot["p50"]
     assert split.prediction.ttft["p50"] > same.prediction.ttft["p50"]
     assert "decode" in split.calibration.source and split.memory["decode"].device_gb == pytest.approx(96, rel=0.01)
+
+
+def test_estimate_cases_shard_experts_as_the_engines_do_unless_told():
+    from infra.perf.cases import EstimateCase
+
+    def moe_tp(model: str, **layout) -> int:
+        case = EstimateCase(model=model, device="H200", isl=1000, osl=100, concurrency=8, **layout)
+        return case.deployment(CAT).agg.parallel.moe_tp
+
+    assert moe_tp("DeepSeek-R1", tp=8) == 8  # tensor parallelism alone shards every expert
+    assert moe_tp("DeepSeek-R1", tp=8, ep=8) == 1  # expert parallelism keeps experts whole
+    assert moe_tp("DeepSeek-R1", tp=8, ep=4) == 2
+    assert moe_tp("DeepSeek-R1", tp=8, moe_tp=1) == 1  # as told
+    assert moe_tp("Llama-3.1-70B", tp=8) == 1  # no experts
