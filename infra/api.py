@@ -132,9 +132,10 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
             from infra.files import write_atomic
             from infra.report.plan import infeasible_markdown
 
+            left = [n for n in ("plan.yaml", "manifests/") if (Path(output) / n.rstrip("/")).exists()]
             write_atomic(Path(output) / "report.md",
                          infeasible_markdown(resolved.loaded.intent.metadata.name, exc.problems,
-                                             getattr(exc, "considered", [])))
+                                             getattr(exc, "considered", []), " and ".join(left) or None))
         raise
     if changes:
         from infra.planner.types import DeploymentPlan

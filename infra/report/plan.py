@@ -94,8 +94,15 @@ def _considered_table(considered: list[Considered], chosen: set[tuple[str, str, 
     return lines
 
 
-def infeasible_markdown(name: str, problems: list[Any], considered: list[Considered]) -> str:
-    lines = [f"# No feasible plan: {name}", "", "## Conflict and relaxations", ""]
+def infeasible_markdown(name: str, problems: list[Any], considered: list[Considered],
+                        stale: str | None = None) -> str:
+    """The report of an intent with no plan; `stale` names what an earlier run left next to it (kept, never
+    deleted), which must not be mistaken for this intent's answer."""
+    lines = [f"# No feasible plan: {name}", ""]
+    if stale:
+        lines += [f"**{stale} in this directory come from an earlier run and do not answer this intent: do not apply "
+                  "them.**", ""]
+    lines += ["## Conflict and relaxations", ""]
     lines += [f"- {p}" for p in problems]
     lines += [""] + _considered_table(considered, set())
     return "\n".join(lines) + "\n"

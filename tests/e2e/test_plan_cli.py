@@ -36,8 +36,19 @@ def test_infeasible_exits_2_with_located_explanation(tmp_path):
     assert lines and all(line.startswith("error: ") and "infeasible.yaml:" in line and " — To fix: " in line
                          for line in lines), lines
     assert any("feasible with" in line for line in lines)
-    assert "Candidates considered" in (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert "Candidates considered" in report and "earlier run" not in report
     assert not (tmp_path / "plan.yaml").exists()
+
+
+def test_an_infeasible_run_flags_what_an_earlier_run_left_and_keeps_it(tmp_path):
+    assert infra("plan", str(ROOT / "examples" / "small-model-shared.yaml"), "-o", str(tmp_path)).returncode == 0
+    before = (tmp_path / "plan.yaml").read_bytes()
+    assert infra("plan", str(ROOT / "examples" / "infeasible.yaml"), "-o", str(tmp_path)).returncode == 2
+    assert (tmp_path / "plan.yaml").read_bytes() == before  # never deleted
+    report = (tmp_path / "report.md").read_text()
+    assert report.startswith("# No feasible plan")
+    assert "plan.yaml and manifests/ in this directory come from an earlier run" in report
 
 
 def test_pipeline_stages_are_planned_each_on_its_own(tmp_path):
