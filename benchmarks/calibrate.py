@@ -213,10 +213,10 @@ def main() -> int:
                                                 "tpot_p90_ape")}
         bands = error_bands(held)
         for mode, band in bands.items():
-            held = {k: "-" if v is None else f"{100 * v:.0f}%" for k, v in band["held"].items()}
+            kept = {k: "-" if v is None else f"{100 * v:.0f}%" for k, v in band["held"].items()}
             print(f"  error band {mode:7s} measured/predicted p5..p95: TTFT {band['ttft']['p5']:.2f}.."
                   f"{band['ttft']['p95']:.2f}, TPOT {band['tpot']['p5']:.2f}..{band['tpot']['p95']:.2f}; held for a "
-                  f"model left out of it: TTFT {held['ttft']}, TPOT {held['tpot']}")
+                  f"model left out of it: TTFT {kept['ttft']}, TPOT {kept['tpot']}")
     if args.write:
         devices = {}
         for key in groups:

@@ -7,8 +7,10 @@ systems the model was never fitted to (any model in the catalog). Prints the row
 then the median and p90 absolute percentage error of mean TTFT and TPOT, overall and by mode, backend, system and
 model, and the data's own repeatability: rows that record the same deployment and workload but were measured
 apart, each scored against the others (the floor under any model of the recorded inputs), and the share of rows
-inside the committed error band (p5..p95 of the held-out ratios of the calibration's leave-one-model-out fit). With --json the last
-line is one JSON object with at least n, skipped, ttft_median_ape, ttft_p90_ape, tpot_median_ape, tpot_p90_ape. Leave-one-model-out figures come from `benchmarks/calibrate.py --lomo`.
+inside the committed error band (p5..p95 of the held-out ratios of the calibration's leave-one-model-out fit).
+With --json the last line is one JSON object with at least n, skipped, ttft_median_ape, ttft_p90_ape,
+tpot_median_ape, tpot_p90_ape (and repeatability, band_coverage). Leave-one-model-out figures come from
+`benchmarks/calibrate.py --lomo`.
 
 Rows are read as their engines ran them (`infra.perf.replay`):
 - a batch per tensor-parallel rank when the clients fill whole batches of the ranks (TRT-LLM's attention data

@@ -114,15 +114,21 @@ BAND_QUANTILES = tuple(k / 20 for k in range(1, 20))
 given margin held."""
 
 
+def band_key(quantile: float) -> str:
+    """How a band names a quantile: `p5` for 0.05."""
+    return f"p{round(100 * quantile)}"
+
+
 def _q(name: str) -> float:
     return float(name[1:]) / 100
 
 
 @dataclass(frozen=True)
 class ErrorBand:
-    """How far measurements of models the fit had never seen landed from their predictions: quantiles of measured /
-    predicted over the held-out rows of the leave-one-model-out fit, for one serving mode. The band runs from the
-    p5 to the p95 ratio; `held` says how often such a band held for a model left out of it."""
+    """How far measurements landed from their predictions, for one serving mode: quantiles of measured / predicted
+    over the held-out rows of the leave-one-model-out fit, or over one calibrated model's own rows. The band runs
+    from the p5 to the p95 ratio; `held_ttft` / `held_tpot` say how often such a held-out band held for a model
+    left out of it."""
 
     mode: str
     rows: int
@@ -137,10 +143,9 @@ class ErrorBand:
     """Where the ratios come from, in words."""
 
     def interval(self, metric: str, predicted: float) -> tuple[float, float]:
-        """(low, high) around a predicted mean: the p5 and p95 of the held-out ratios."""
+        """(low, high) around a predicted mean: the p5 and p95 ratios."""
         ratios = getattr(self, metric)
-        lo, hi = f"p{round(100 * BAND_QUANTILES[0])}", f"p{round(100 * BAND_QUANTILES[-1])}"
-        return predicted * ratios[lo], predicted * ratios[hi]
+        return predicted * ratios[band_key(BAND_QUANTILES[0])], predicted * ratios[band_key(BAND_QUANTILES[-1])]
 
     def ratio(self, metric: str, quantile: float) -> float:
         """Measured / predicted at a quantile (0.05..0.95) of the band."""

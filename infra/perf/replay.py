@@ -19,7 +19,7 @@ import numpy as np
 from infra.catalog.hfids import precision_named
 from infra.catalog.loader import Catalog
 from infra.errors import InfraError, Location, Problem
-from infra.perf.calibration import BAND_QUANTILES, Factors, error_band
+from infra.perf.calibration import BAND_QUANTILES, Factors, band_key, error_band
 from infra.perf.estimate import build_workers
 from infra.perf.estimate import predict as serving_predict
 from infra.perf.shape import Deployment, Parallel, Role, Workload
@@ -290,7 +290,7 @@ def error_bands(results: list[tuple[Case, float, float]]) -> dict[str, dict[str,
         models = sorted({c.model for c, _, _ in rs})
         for metric in ("ttft", "tpot"):
             q = np.quantile(_ratios(rs, metric), BAND_QUANTILES)
-            band[metric] = {f"p{round(100 * k)}": round(float(v), 4) for k, v in zip(BAND_QUANTILES, q)}
+            band[metric] = {band_key(k): round(float(v), 4) for k, v in zip(BAND_QUANTILES, q)}
             inside = total = 0
             for model in models if len(models) > 1 else []:
                 lo, hi = np.quantile(_ratios([r for r in rs if r[0].model != model], metric), edges)

@@ -531,7 +531,7 @@ def confident(slo: dict[tuple[str, str], float], dep: Deployment, confidence: fl
     the deployment's error band ratio (measured / predicted) at that quantile, TPOT's for ITL and the larger of
     the two for E2E; a ratio below 1 (the model over-predicting) never loosens a target. The model's own
     in-sample band counts only where its factors were fitted on this framework and device."""
-    band = error_band(dep.mode, dep.model if calibrated else None) if confidence is not None else None
+    band = None if confidence is None else error_band(dep.mode, dep.model if calibrated else None)
     if band is None or confidence is None:
         return slo
     ratio = {m: max(1.0, band.ratio(m, confidence)) for m in ("ttft", "tpot")}

@@ -100,8 +100,8 @@ def infeasible_markdown(name: str, problems: list[Any], considered: list[Conside
     deleted), which must not be mistaken for this intent's answer."""
     lines = [f"# No feasible plan: {name}", ""]
     if stale:
-        lines += [f"**{stale} in this directory come from an earlier run and do not answer this intent: do not apply "
-                  "them.**", ""]
+        lines += [f"**Left in this directory by an earlier run, not an answer to this intent (do not apply): "
+                  f"{stale}.**", ""]
     lines += ["## Conflict and relaxations", ""]
     lines += [f"- {p}" for p in problems]
     lines += [""] + _considered_table(considered, set())

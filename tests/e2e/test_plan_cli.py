@@ -37,7 +37,7 @@ def test_infeasible_exits_2_with_located_explanation(tmp_path):
                          for line in lines), lines
     assert any("feasible with" in line for line in lines)
     report = (tmp_path / "report.md").read_text()
-    assert "Candidates considered" in report and "earlier run" not in report
+    assert "Candidates considered" in report and "Left in this directory" not in report
     assert not (tmp_path / "plan.yaml").exists()
 
 
@@ -48,7 +48,8 @@ def test_an_infeasible_run_flags_what_an_earlier_run_left_and_keeps_it(tmp_path)
     assert (tmp_path / "plan.yaml").read_bytes() == before  # never deleted
     report = (tmp_path / "report.md").read_text()
     assert report.startswith("# No feasible plan")
-    assert "plan.yaml and manifests/ in this directory come from an earlier run" in report
+    assert "Left in this directory by an earlier run, not an answer to this intent (do not apply): plan.yaml and " \
+        "manifests/." in report
 
 
 def test_pipeline_stages_are_planned_each_on_its_own(tmp_path):
