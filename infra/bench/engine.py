@@ -118,7 +118,7 @@ class EngineModel:
         """An engine stepping as the performance model's compiled `Worker` prices it, with its factors'
         per-request, transfer and speculative-decoding figures unless `settings` give them."""
         f = worker.factors
-        settings.setdefault("request_s", f.request_ms * 1e-3)
+        settings.setdefault("request_s", worker.request_s())
         settings.setdefault("transfer_fixed_s", f.transfer_ms * 1e-3)
         settings.setdefault("accept", f.accept)
         return cls(step_fn=worker.step, **settings)

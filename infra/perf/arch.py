@@ -168,6 +168,12 @@ class Worker:
         per = self.kv_bytes(context)
         return int(self.memory.kv_gb * GB / per) if per > 0 else 1 << 30
 
+    def request_s(self) -> float:
+        """Fixed latency before a request's first token: the framework's per-request overhead plus the part that
+        grows with the model's routed experts."""
+        f = self.factors
+        return f.request_ms * 1e-3 + self.experts * self.moe_layers_per_stage * self.pp * f.expert_latency_us * 1e-6
+
     def token_time(self, decode: float, context: float, prefill: float = 0.0, prefill_context: float = 0.0) -> float:
         """Seconds per output token of each decoding sequence: a step, over the tokens a step emits."""
         return self.step(decode, context, prefill, prefill_context) / self.factors.accept
@@ -190,6 +196,8 @@ class Worker:
             moe = max(rows * self.expert_flops_per_row / (self.flops_s * f.gemm),
                       touched * self.expert_bytes_local / (self.bw_bytes_s * f.mem))
             moe += tokens * self.active_experts * self.moe_layers_per_stage * f.moe_ns * 1e-9
+            if prefill > 0:
+                moe += self.experts * self.moe_layers_per_stage * f.expert_step_us * 1e-6
         pf = prefill * self.prefill_qk_scale
         topk = self.sparse_topk
         qk = decode * min(context, topk) + pf * min(prefill_context, topk)

@@ -53,6 +53,15 @@ class Factors:
     """Tokens per decode step of the disaggregated deployments in the measurements (their published recipes
     run multi-token prediction or draft-model speculation on decode workers). Used only when replaying such
     measurements (`infra.perf.replay`); a plan's own engines decode one token a step unless `accept` says so."""
+    expert_latency_us: float = 5.0
+    """Fixed latency a request's prompt adds before its first token, per routed expert of each MoE layer, in
+    microseconds. Measured TTFTs of MoE models at low load carry a fixed part that grows with experts x MoE layers
+    (on TRT-LLM about 150 ms for DeepSeek-R1, 100 ms for Qwen3-235B, 30 ms for gpt-oss-120b, none for dense
+    models), which one per-request overhead per framework cannot carry for every model."""
+    expert_step_us: float = 2.0
+    """Fixed time a step that carries prompt tokens spends per routed expert of each MoE layer, in microseconds:
+    the part of that fixed cost that occupies the engine (and so slows the other sequences) rather than only
+    delaying the request."""
     collective_us: float = 8.0
     """Fixed latency of one collective (all-reduce, or each half of an all-to-all) inside a scale-up domain, in
     microseconds: kernel launch, synchronisation and the small-message latency of NCCL or a custom all-reduce."""
@@ -61,6 +70,7 @@ class Factors:
         "gemm": (0.05, 1.0), "mem": (0.1, 1.0), "attn": (0.02, 1.0), "comm": (0.05, 1.0), "step_ms": (0.0, 40.0),
         "request_ms": (0.0, 500.0), "transfer_ms": (0.0, 2000.0), "queue": (0.0, 1.0), "mix": (0.0, 2.0),
         "accept": (1.0, 3.0), "moe_ns": (0.0, 500.0), "collective_us": (1.0, 80.0),
+        "expert_latency_us": (0.0, 100.0), "expert_step_us": (0.0, 100.0),
         "recipe_accept": (1.0, 3.0),
     }
 

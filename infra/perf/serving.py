@@ -171,7 +171,7 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     c = wl.concurrency / groups
     isl, osl = wl.isl, wl.osl
     chunk = role.max_num_tokens
-    req = f.request_ms * 1e-3
+    req = w.request_s()
     # Attention-DP groups step in lockstep through the shared MoE layers, and the engines line up the groups'
     # prefills in the same steps (TRT-LLM's attention-DP balancing, SGLang's DP attention running every rank in
     # the same forward mode), so a group's steps stall for its own share of the prefill work, not for every
@@ -435,7 +435,7 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     if not math.isfinite(slot.mean):
         return _unstable({"agg": workers}, load, "arrival rate exceeds what the batch slots sustain")
     wait = _kingman_wait(rho, own, wl.arrival_cv, wl.isl_cv)
-    ttft = _queue_percentiles(own, wait, rho, wl.isl_cv, f.request_ms * 1e-3, phase=t, ratios=wl.isl_quantiles)
+    ttft = _queue_percentiles(own, wait, rho, wl.isl_cv, w.request_s(), phase=t, ratios=wl.isl_quantiles)
     ttft = {k: v + (slot.mean if k == "mean" else slot.quantile(float(k[1:]) / 100)) for k, v in ttft.items()}
     steps = _chunk_steps(w, b, ctx, lam, wl, chunk, rho)
     slope = (w.step(b + 1, ctx) - w.step(b, ctx)) / (1 - f.mix * rho) / f.accept
@@ -491,7 +491,7 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
     chunk = prefill.max_num_tokens
     per_prefill_group = _prefill_rate(wp, isl_eff, isl, chunk)
     transfer = _kv_transfer(wp, isl, link_bytes_s) + f.transfer_ms * 1e-3
-    req = f.request_ms * 1e-3
+    req = wp.request_s()
     if wl.concurrency is not None:
         c = wl.concurrency
         b = min(c / d_groups, cap)
