@@ -56,7 +56,7 @@ class Factors:
     expert_latency_us: float = 5.0
     """Fixed latency a request's prompt adds before its first token, per routed expert of each MoE layer, in
     microseconds. Measured TTFTs of MoE models at low load carry a fixed part that grows with experts x MoE layers
-    (on TRT-LLM about 150 ms for DeepSeek-R1, 100 ms for Qwen3-235B, 30 ms for gpt-oss-120b, none for dense
+    (on TRT-LLM 150-240 ms for DeepSeek-R1, 100 ms for Qwen3-235B, 30-70 ms for gpt-oss-120b, none for dense
     models), which one per-request overhead per framework cannot carry for every model."""
     expert_step_us: float = 2.0
     """Fixed time a step that carries prompt tokens spends per routed expert of each MoE layer, in microseconds:
