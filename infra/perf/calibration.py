@@ -47,8 +47,6 @@ class Factors:
     of a MoE layer that grows with tokens x experts rather than with FLOPs or weight bytes."""
     accept: float = 1.0
     """Tokens emitted per decode step (above 1 when the framework runs speculative decoding such as MTP)."""
-    mix: float = 1.0
-    """Closed loop: fraction of prefill work that lands inside decode steps (interference on TPOT)."""
     recipe_accept: float = 1.0
     """Tokens per decode step of the disaggregated deployments in the measurements (their published recipes
     run multi-token prediction or draft-model speculation on decode workers). Used only when replaying such
@@ -62,16 +60,24 @@ class Factors:
     """Fixed time a step that carries prompt tokens spends per routed expert of each MoE layer, in microseconds:
     the part of that fixed cost that occupies the engine (and so slows the other sequences) rather than only
     delaying the request."""
+    balance_steps: float = 0.0
+    """Decode steps a new prompt is held, when every attention-DP rank is decoding, until each rank has a prompt to
+    prefill in the same step (TRT-LLM's `attention_dp_config.enable_balance`, which gives up after `timeout_iters`,
+    50 by default). 0 for engines that leave balancing off, as this product renders them."""
+    recipe_balance_steps: float = 50.0
+    """`balance_steps` of the measured TRT-LLM deployments with attention data parallelism: their TTFT carries it
+    (none where a rank is idle, as the balancer releases prompts then) though the rows do not record it. Used only
+    when replaying such measurements (`infra.perf.replay`); starts from TRT-LLM's `timeout_iters`."""
     collective_us: float = 8.0
     """Fixed latency of one collective (all-reduce, or each half of an all-to-all) inside a scale-up domain, in
     microseconds: kernel launch, synchronisation and the small-message latency of NCCL or a custom all-reduce."""
 
     BOUNDS = {
         "gemm": (0.05, 1.0), "mem": (0.1, 1.0), "attn": (0.02, 1.0), "comm": (0.05, 1.0), "step_ms": (0.0, 40.0),
-        "request_ms": (0.0, 500.0), "transfer_ms": (0.0, 2000.0), "queue": (0.0, 1.0), "mix": (0.0, 2.0),
+        "request_ms": (0.0, 500.0), "transfer_ms": (0.0, 2000.0), "queue": (0.0, 1.0),
         "accept": (1.0, 3.0), "moe_ns": (0.0, 500.0), "collective_us": (1.0, 80.0),
         "expert_latency_us": (0.0, 100.0), "expert_step_us": (0.0, 100.0),
-        "recipe_accept": (1.0, 3.0),
+        "recipe_accept": (1.0, 3.0), "balance_steps": (0.0, 200.0), "recipe_balance_steps": (0.0, 200.0),
     }
 
     @classmethod

@@ -198,9 +198,14 @@ def measured_cases(path: str | Path, catalog: Catalog) -> list[Case]:
 
 def as_measured(case: Case, role: str, factors: Factors) -> Factors:
     """The factors a measured worker ran with: disaggregated decode workers of the published recipes emit
-    `recipe_accept` tokens per step (speculative decoding the rows do not record)."""
-    if case.recipe and role == "decode" and factors.recipe_accept != 1.0:
+    `recipe_accept` tokens per step (speculative decoding the rows do not record), and their TRT-LLM engines with
+    attention data parallelism balance prompts across the ranks (`recipe_balance_steps`)."""
+    if not case.recipe:
+        return factors
+    if role == "decode" and factors.recipe_accept != 1.0:
         return replace(factors, accept=factors.accept * factors.recipe_accept)
+    if role == "agg" and case.deployment.framework == "trtllm" and factors.recipe_balance_steps:
+        return replace(factors, balance_steps=factors.recipe_balance_steps)
     return factors
 
 

@@ -2,14 +2,17 @@
 
 Closed loop (N clients, each sending when its last reply is done; how benchmarks such as the calibration set are
 run), solved as a fixed point of throughput X = N / (TTFT + (osl - 1) TPOT):
-- TPOT: one decode step of the per-group batch at the mean context (prompt + half the output), plus the prefill
-  tokens that arrive during a step (X x prompt x step time, weighted by `mix`: how much of that work lands inside
-  decode steps);
+- TPOT: the mean engine step of the per-group batch at the mean context (prompt + half the output), the prompts
+  riding in the same steps as the decodes (chunked prefill): the tokens that arrive during a step (X x prompt x
+  step time) share it, so they cost what they add to a mixed step, not a step of their own;
 - TTFT: the request's own prefill, the wait for the running step, and an M/D/1 queue behind other prefills; a
   share (`queue`) of the requests belongs to the first wave, when every client starts at once and prefills queue in
   chunks: they lift the mean and make the tail percentiles (a mixture of the steady state and the wave);
 - when the KV cache or the batch cap holds fewer sequences than there are clients, the rest queue: throughput is
-  cap / (prefill + decode time of one request), and by Little's law E2E = N / throughput.
+  cap / (prefill + decode time of one request), and by Little's law E2E = N / throughput. Clients with fixed
+  lengths stay in step, so the cache must hold each at its full length (prompt + output) at once;
+- attention-DP engines that balance prompts across ranks (TRT-LLM's `enable_balance`) hold a new prompt for some
+  decode steps while every rank is busy (`balance_steps`; off in the engines this product renders).
 
 Open loop (Poisson or gamma arrivals at a rate): the decode batch B solves B = rate x time in system; each step
 also prefills the tokens that arrived during it. The prefill queue is a G/G/1 queue per attention group (Kingman's
@@ -143,24 +146,56 @@ def resident_context(wl: Workload) -> float:
     return wl.isl + wl.osl * (1 + wl.osl_cv * wl.osl_cv) / 2
 
 
+def peak_context(wl: Workload) -> float:
+    """Context per sequence the KV cache must hold at once. Closed-loop clients with fixed lengths start together
+    and stay in step, so every sequence reaches its full length (prompt + output) at the same time; otherwise
+    sequences are at every stage and the mean resident context is what counts."""
+    if wl.concurrency is not None and wl.osl_cv == 0:
+        return wl.isl + wl.osl
+    return resident_context(wl)
+
+
 def _agg_basics(w: Worker, role: Role, wl: Workload) -> tuple[int, int, float, float, float]:
     """(workers, attention groups, prompt tokens to compute, mean context, sequences one group can hold)."""
     workers = role.workers or 1
     isl_eff = wl.isl * (1 - wl.prefix_hit)
     ctx = resident_context(wl)
-    cap = min(role.batch_cap or 1 << 30, w.max_sequences(ctx))
+    cap = min(role.batch_cap or 1 << 30, w.max_sequences(peak_context(wl)))
     return workers, workers * w.parallel.attention_dp, isl_eff, ctx, cap
 
 
-def _prompt_cost(w: Worker, b: float, ctx: float, isl_eff: float, isl: float, chunk: int) -> tuple[float, float]:
-    """(time of the steps that carry one prompt, time the prompt adds to the engine): a prompt goes into decode
-    steps in chunks of the step budget. What it adds is priced as the prompt's own work without the fixed step
-    overhead, so it does not depend on how many sequences happen to be decoding alongside."""
+def _balance_hold(w: Worker, step: float, busy: float) -> float:
+    """Seconds an attention-DP balancer holds a new prompt (`balance_steps` decode steps), weighted by `busy`, the
+    chance that every rank is decoding: the balancer releases prompts at once when a rank is idle."""
+    if w.parallel.attention_dp <= 1 or not w.factors.balance_steps:
+        return 0.0
+    return w.factors.balance_steps * step * min(max(busy, 0.0), 1.0)
+
+
+def _mixed_step(w: Worker, b: float, ctx: float, rate: float, isl_eff: float, isl: float, chunk: int) -> float:
+    """Mean seconds per engine step of a group decoding `b` sequences while prompts arrive at `rate` per second.
+    Prompts ride in the decode steps in chunks of at most the step budget. When fewer than one chunk arrives per
+    step, a share of the steps carry a whole chunk and the rest decode alone: with `extra` the time a chunk adds
+    to a step, t = base + rate x t x chunks x extra, solved in closed form. Past that, every step carries the
+    prompt tokens that arrived during it, t = step(rate x prompt x t), a fixed point started from the same line."""
+    base = w.step(b, ctx)
+    if rate <= 0:
+        return base
+    chunks = max(1.0, isl_eff / chunk)
     per = min(isl_eff, chunk)
-    n = max(1.0, isl_eff / chunk)
-    with_prompt = w.step(b, ctx, per, isl / 2)
-    alone = w.step(0.0, 0.0, per, isl / 2) - w.factors.step_ms * 1e-3
-    return with_prompt * n, alone * n
+    extra = w.step(b, ctx, per, isl / 2) - base
+    load = rate * chunks * extra
+    if load < 1:
+        t = base / (1 - load)
+        if rate * t * chunks <= 1:
+            return t
+    slope = rate * isl_eff * extra / per
+    if slope >= 1:
+        return w.step(b, ctx, chunk, isl / 2)
+    t = base / (1 - slope)
+    for _ in range(4):
+        t = w.step(b, ctx, min(rate * isl_eff * t, chunk), isl / 2)
+    return t
 
 
 def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
@@ -185,9 +220,10 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
         """(TPOT, TTFT, decoding sequences, prompt steps) at throughput x per group with b sequences decoding."""
         rho = min(x * occupy, 0.999)
         base = w.step(b, ctx)
-        tpot = base / (f.accept * max(1 - f.mix * rho, 1e-3))
+        tpot = _mixed_step(w, b, ctx, x, isl_eff, isl, chunk) / f.accept
         own = w.step(b, ctx, per, isl / 2) * chunks
-        ttft = req + own + rho / (1 - rho) * occupy / 2 + base / 2
+        # A group of c clients has c - 1 others decoding while one waits for its first token.
+        ttft = req + own + rho / (1 - rho) * occupy / 2 + base / 2 + _balance_hold(w, base, c - 1)
         return tpot, ttft, min(cap, x * decode_steps * tpot), own
 
     # Little's law over the whole loop: c = x (TTFT + (osl - 1) TPOT); the right side grows with x without
@@ -417,9 +453,9 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     own = 0.0
     for _ in range(80):
         own = w.step(b, ctx, per, isl / 2) * chunks
-        if rho >= 1 or f.mix * rho >= 1 or b > 4 * cap:
+        if rho >= 1 or b > 4 * cap:
             return _unstable({"agg": workers}, max(rho, b / cap), "arrival rate exceeds what the replicas sustain")
-        step_new = w.step(b, ctx) / (1 - f.mix * rho)
+        step_new = _mixed_step(w, b, ctx, lam, isl_eff, isl, chunk)
         b_new = lam * ((osl - 1) * step_new / f.accept + own)
         done = abs(step_new - step) < 1e-6 * step and abs(b_new - b) < 1e-5 * max(b, 1)
         step, b = 0.5 * (step + step_new), 0.5 * (b + b_new)
@@ -435,10 +471,12 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     if not math.isfinite(slot.mean):
         return _unstable({"agg": workers}, load, "arrival rate exceeds what the batch slots sustain")
     wait = _kingman_wait(rho, own, wl.arrival_cv, wl.isl_cv)
-    ttft = _queue_percentiles(own, wait, rho, wl.isl_cv, w.request_s(), phase=t, ratios=wl.isl_quantiles)
+    # With Poisson arrivals a group is decoding with probability 1 - exp(-b).
+    ttft = _queue_percentiles(own, wait, rho, wl.isl_cv, w.request_s() + _balance_hold(w, t, -math.expm1(-b)),
+                              phase=t, ratios=wl.isl_quantiles)
     ttft = {k: v + (slot.mean if k == "mean" else slot.quantile(float(k[1:]) / 100)) for k, v in ttft.items()}
     steps = _chunk_steps(w, b, ctx, lam, wl, chunk, rho)
-    slope = (w.step(b + 1, ctx) - w.step(b, ctx)) / (1 - f.mix * rho) / f.accept
+    slope = (_mixed_step(w, b + 1, ctx, lam, isl_eff, isl, chunk) - t) / f.accept
     batch_sd = _batch_spread(lam, b, slope, osl)
     if not math.isfinite(batch_sd):
         return _unstable({"agg": workers}, load, "arrival rate is past the point where the batch keeps growing")

@@ -274,3 +274,66 @@ def test_band_coverage_counts_measurements_inside_the_committed_band():
     # Predicted as measured (inside), 100x too low (outside), unstable (not counted).
     cover = band_coverage([(case, 100.0, 10.0), (case, 1.0, 0.1), (case, float("inf"), float("inf"))])
     assert cover == {"ttft": 0.5, "tpot": 0.5}
+
+
+def _agg_case(framework: str, parallel: Parallel, clients: int, recipe: bool = True) -> Case:
+    dep = Deployment("DeepSeek-R1", "B200", framework, "fp4", "agg", agg=Role(parallel, batch_cap=64))
+    return Case({}, f"{framework}/B200", "DeepSeek-R1", dep, Workload(isl=1024, osl=1024, concurrency=clients),
+                500.0, 20.0, recipe=recipe)
+
+
+def test_measured_trtllm_attention_dp_holds_prompts_only_while_every_rank_decodes():
+    f, off = Factors(recipe_balance_steps=50.0), Factors(recipe_balance_steps=0.0)
+    adp = Parallel(tp=1, ep=8, attention_dp=8)
+    busy = _agg_case("trtllm", adp, clients=64)
+    assert as_measured(busy, "agg", f).balance_steps == 50.0
+    assert as_measured(_agg_case("sglang", adp, clients=64), "agg", f).balance_steps == 0.0
+    assert as_measured(_agg_case("trtllm", adp, clients=64, recipe=False), "agg", f).balance_steps == 0.0
+
+    def ttft(case: Case, factors: Factors) -> float:
+        got = replay_predict(case, CAT, factors=factors)
+        assert isinstance(got, tuple)
+        return got[0]
+
+    # Eight clients per rank: a new prompt waits 50 decode steps (about 50 TPOTs) for the others.
+    extra = ttft(busy, f) - ttft(busy, off)
+    tpot = replay_predict(busy, CAT, factors=f)[1]
+    assert 40 * tpot < extra < 60 * tpot
+    # One client per rank: the waiting prompt's own rank is idle, and the balancer lets it through.
+    idle = _agg_case("trtllm", adp, clients=8)
+    assert ttft(idle, f) == pytest.approx(ttft(idle, off))
+    # Tensor-parallel attention has nothing to balance.
+    tp = _agg_case("trtllm", Parallel(tp=8, ep=8), clients=64)
+    assert ttft(tp, f) == pytest.approx(ttft(tp, off))
+
+
+def test_closed_loop_clients_in_step_need_the_kv_cache_of_their_full_length():
+    dep = Deployment("Llama-3.1-70B", "H200", "vllm", "fp8", "agg", agg=Role(Parallel(tp=1)))
+    workers, _, link = build_workers(dep, CAT)
+    full = workers["agg"].max_sequences(1024 + 8192)
+    assert full < workers["agg"].max_sequences(1024 + 8192 / 2)
+    # More clients than fit at full length queue for a slot: the batch stops at what the cache holds then.
+    p = predict(dep, Workload(isl=1024, osl=8192, concurrency=2 * full), workers, link)
+    assert p.batch <= full
+    # Unequal output lengths spread the clients out, and the mean resident context is what counts.
+    spread = predict(dep, Workload(isl=1024, osl=8192, osl_cv=0.5, concurrency=2 * full), workers, link)
+    assert spread.batch > full
+
+
+def test_prompts_ride_in_decode_steps_and_cost_what_they_add():
+    from infra.perf.serving import _mixed_step
+
+    w = _worker(4)
+    base = w.step(32, 1500)
+    assert _mixed_step(w, 32, 1500, 0.0, 1000, 1000, 8192) == base
+    # Under one prompt per step, a share (rate x step) of the steps carries a whole prompt.
+    t = _mixed_step(w, 32, 1500, 2.0, 1000, 1000, 8192)
+    assert t == pytest.approx(base + 2.0 * t * (w.step(32, 1500, 1000, 500) - base))
+    # Prompts arriving together share a step: cheaper than a step of their own each.
+    assert t < base + 2.0 * t * w.step(0, 0, 1000, 500)
+    # The mean step grows with the rate up to where prompts take every step (about 20 prompts/s here), without a
+    # jump near 17/s, where every step starts carrying prompt tokens.
+    steps = [_mixed_step(w, 32, 1500, r, 1000, 1000, 8192) for r in [0.01 * k for k in range(1, 2500)]]
+    assert all(b >= a for a, b in zip(steps, steps[1:]))
+    assert max(b / a for a, b in zip(steps[:1800], steps[1:1800])) < 1.005
+    assert steps[-1] == pytest.approx(w.step(32, 1500, 8192, 500))

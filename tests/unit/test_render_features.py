@@ -302,9 +302,12 @@ def test_volcano_podgroup_for_multi_node_gangs():
 def test_autoscaling_bounds_from_baseline_and_min_replicas():
     plan = plan_of("chat-mixed-fleet")
     o = objs(render_tree(plan).files)
-    so = o["scaledobject-chat-a1.yaml"]  # the profile lists keda
     svc = plan.spec.services[0]
-    a = svc.allocations[1]
+    # The allocation with room to scale (more than one replica) gets a ScaledObject: the profile lists keda.
+    i = next(i for i, a in enumerate(svc.allocations) if a.replicas > 1)
+    so = o[f"scaledobject-chat-a{i}.yaml"]
+    assert [n for n in o if n.startswith("scaledobject-")] == [f"scaledobject-chat-a{i}.yaml"]
+    a = svc.allocations[i]
     total = sum(x.replicas * x.load_per_replica for x in svc.allocations)
     baseline_share = 8.0 * a.replicas * a.load_per_replica / total
     floor = max(math.ceil(baseline_share / a.capacity_per_replica),
