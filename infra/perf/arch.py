@@ -170,9 +170,14 @@ class Worker:
 
     def request_s(self) -> float:
         """Fixed latency before a request's first token: the framework's per-request overhead plus the part that
-        grows with the model's routed experts."""
+        grows with the parameters of the routed experts a token passes through."""
         f = self.factors
-        return f.request_ms * 1e-3 + self.experts * self.moe_layers_per_stage * self.pp * f.expert_latency_us * 1e-6
+        return f.request_ms * 1e-3 + self.routed_params_b() * f.expert_latency_ms * 1e-3
+
+    def routed_params_b(self) -> float:
+        """Billions of routed-expert parameters one token passes through in the whole model (its active experts in
+        every MoE layer; shared experts and dense layers not counted)."""
+        return self.active_experts * self.expert_flops_per_row * self.parallel.moe_tp * self.pp / 2 / 1e9
 
     def token_time(self, decode: float, context: float, prefill: float = 0.0, prefill_context: float = 0.0) -> float:
         """Seconds per output token of each decoding sequence: a step, over the tokens a step emits."""

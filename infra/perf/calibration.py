@@ -51,11 +51,12 @@ class Factors:
     """Tokens per decode step of the disaggregated deployments in the measurements (their published recipes
     run multi-token prediction or draft-model speculation on decode workers). Used only when replaying such
     measurements (`infra.perf.replay`); a plan's own engines decode one token a step unless `accept` says so."""
-    expert_latency_us: float = 5.0
-    """Fixed latency a request's prompt adds before its first token, per routed expert of each MoE layer, in
-    microseconds. Measured TTFTs of MoE models at low load carry a fixed part that grows with experts x MoE layers
-    (on TRT-LLM 150-240 ms for DeepSeek-R1, 100 ms for Qwen3-235B, 30-70 ms for gpt-oss-120b, none for dense
-    models), which one per-request overhead per framework cannot carry for every model."""
+    expert_latency_ms: float = 7.0
+    """Fixed latency a request's prompt adds before its first token, in milliseconds per billion routed-expert
+    parameters a token passes through (top-k experts x expert size x MoE layers: 20.4B for DeepSeek-R1, 14.2B for
+    Qwen3-235B, 3.6B for gpt-oss-120b). Measured TTFTs of MoE models at low load carry a fixed part in those
+    proportions (on TRT-LLM about 150, 100 and 25 ms; none for dense models), which one per-request overhead per
+    framework cannot carry for every model."""
     expert_step_us: float = 2.0
     """Fixed time a step that carries prompt tokens spends per routed expert of each MoE layer, in microseconds:
     the part of that fixed cost that occupies the engine (and so slows the other sequences) rather than only
@@ -76,7 +77,7 @@ class Factors:
         "gemm": (0.05, 1.0), "mem": (0.1, 1.0), "attn": (0.02, 1.0), "comm": (0.05, 1.0), "step_ms": (0.0, 40.0),
         "request_ms": (0.0, 500.0), "transfer_ms": (0.0, 2000.0), "queue": (0.0, 1.0),
         "accept": (1.0, 3.0), "moe_ns": (0.0, 500.0), "collective_us": (1.0, 80.0),
-        "expert_latency_us": (0.0, 100.0), "expert_step_us": (0.0, 100.0),
+        "expert_latency_ms": (0.0, 100.0), "expert_step_us": (0.0, 100.0),
         "recipe_accept": (1.0, 3.0), "balance_steps": (0.0, 200.0), "recipe_balance_steps": (0.0, 200.0),
     }
 

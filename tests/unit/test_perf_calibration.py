@@ -32,8 +32,8 @@ def test_collective_latency_costs_every_all_reduce_of_a_tensor_parallel_step():
 
 
 def test_routed_experts_add_a_fixed_first_token_latency_and_a_fixed_cost_to_prompt_steps():
-    f = Factors(request_ms=20.0, expert_latency_us=10.0, expert_step_us=2.0)
-    none = dataclasses.replace(f, expert_latency_us=0.0, expert_step_us=0.0)
+    f = Factors(request_ms=20.0, expert_latency_ms=10.0, expert_step_us=2.0)
+    none = dataclasses.replace(f, expert_latency_ms=0.0, expert_step_us=0.0)
     dense = _worker(4, f)
     assert dense.request_s() == pytest.approx(0.020)
     assert dense.step(8, 2000, 512, 256) == pytest.approx(_worker(4, none).step(8, 2000, 512, 256))
@@ -42,8 +42,10 @@ def test_routed_experts_add_a_fixed_first_token_latency_and_a_fixed_cost_to_prom
         return compile_worker(CAT.model("DeepSeek-R1"), CAT.device("H200"), "fp8", Parallel(tp=8, ep=8), factors)
 
     m, m0 = moe(f), moe(none)
-    # 256 routed experts in each of 58 MoE layers (3 of DeepSeek-R1's 61 are dense).
-    assert m.request_s() == pytest.approx(0.020 + 256 * 58 * 10e-6)
+    # 8 of 256 routed experts of 3 x 7168 x 2048 parameters in each of 58 MoE layers (3 of DeepSeek-R1's 61 are
+    # dense): 20.4B routed parameters a token passes through, within the catalog's published total.
+    assert m.routed_params_b() == pytest.approx(8 * 58 * 3 * 7168 * 2048 / 1e9, rel=0.02)
+    assert m.request_s() == pytest.approx(0.020 + m.routed_params_b() * 10e-3)
     assert m.step(8, 2000, 512, 256) - m0.step(8, 2000, 512, 256) == pytest.approx(256 * 58 * 2e-6)
     # Decode-only steps carry no prompt, so the other sequences' token time is untouched.
     assert m.step(8, 2000) == pytest.approx(m0.step(8, 2000))
