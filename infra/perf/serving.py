@@ -513,7 +513,7 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
     ctx = resident_context(wl)
     notes: list[str] = []
     if wl.concurrency is not None:
-        n_d, cap, assumed_d = _size_decode(wd, decode, wl.concurrency, ctx)
+        n_d, cap, assumed_d = _size_decode(wd, decode, wl.concurrency, peak_context(wl))
     else:
         # Open loop: size decode for the rate at the batch cap's step time.
         cap = min(decode.batch_cap or 1 << 30, wd.max_sequences(ctx))

@@ -320,6 +320,13 @@ def test_closed_loop_clients_in_step_need_the_kv_cache_of_their_full_length():
     # Unequal output lengths spread the clients out, and the mean resident context is what counts.
     spread = predict(dep, Workload(isl=1024, osl=8192, osl_cv=0.5, concurrency=2 * full), workers, link)
     assert spread.batch > full
+    # The same holds for the decode workers of a disaggregated deployment.
+    pd = Deployment("Llama-3.1-70B", "H200", "vllm", "fp8", "disagg", prefill=Role(Parallel(tp=1), workers=1),
+                    decode=Role(Parallel(tp=1), workers=1))
+    workers, _, link = build_workers(pd, CAT)
+    full = workers["decode"].max_sequences(1024 + 8192)
+    p = predict(pd, Workload(isl=1024, osl=8192, concurrency=2 * full), workers, link)
+    assert p.batch <= full
 
 
 def test_prompts_ride_in_decode_steps_and_cost_what_they_add():
