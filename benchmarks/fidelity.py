@@ -18,6 +18,8 @@ Rows are read as their engines ran them (`infra.perf.replay`):
 - the smallest layout that holds the weights when a row records every degree as 1 for a model no single device
   holds, and tensor parallelism over moe_tp devices when a row records tp as moe_tp x ep beyond one node and that
   tp cannot split the heads;
+- data-parallel attention over the expert devices when a MoE row records experts over more devices than
+  attention and no attention-DP degree (vLLM's tp 1 with moe_tp 2);
 - an aggregated row without `silicon_concurrency` runs as many clients as its batches hold;
 - precision spellings of the quantization tools (nvfp4, bfloat16, fp8_block, w4a16 ...) map to the catalog's,
   falling back to `gemm_quant_mode`.

@@ -144,6 +144,8 @@ class Worker:
     a2a_per_step: float
     a2a_s_per_token: float
     """Seconds one token adds to one MoE dispatch + combine at full link efficiency."""
+    a2a_peers: int
+    """Devices each device exchanges tokens with in a MoE all-to-all (ep - 1)."""
     pp: int
     stage_layers: float
 
@@ -217,7 +219,8 @@ class Worker:
         if self.ar_per_step:
             comm += self.ar_per_step * (latency + tokens * self.ar_s_per_token / f.comm)
         if self.a2a_per_step:
-            comm += self.a2a_per_step * (2 * latency + tokens * self.a2a_s_per_token / f.comm)
+            comm += self.a2a_per_step * (2 * (latency + self.a2a_peers * f.a2a_peer_us * 1e-6)
+                                         + tokens * self.a2a_s_per_token / f.comm)
         return self.pp * (lin + moe + attn + elem + comm) + f.step_ms * 1e-3
 
 
@@ -340,5 +343,6 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
         kv_full_per_token=kv_full, kv_swa_per_token=kv_swa, state_bytes=state,
         elem_bytes_per_token=ELEMENTWISE_PASSES * model.hidden_size * 2 * layers / pp,
         ar_per_step=ar_per_step, ar_s_per_token=ar_s, a2a_per_step=a2a_per_step, a2a_s_per_token=a2a_s,
+        a2a_peers=ep - 1 if moe else 0,
         pp=pp, stage_layers=layers / pp,
     )

@@ -155,6 +155,12 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
             tp, dp = 1, tp * dp
         if model.moe is not None and model.moe.expert_ffn_size % moe_tp:
             ep, moe_tp = ep * moe_tp, 1
+        if (model.moe is not None and not row.get(f"{prefix}attention_dp_size") and moe_tp * ep > tp * dp
+                and moe_tp * ep % tp == 0):
+            # Experts over more devices than attention with no attention-DP degree recorded (vLLM rows: tp 1 with
+            # moe_tp 2): the engine ran data-parallel attention over the expert devices, as vLLM does when it
+            # shards the experts of its DP x TP ranks as one tensor-parallel group.
+            dp = moe_tp * ep // tp
         return Parallel(tp=tp, pp=_int(row.get(f"{prefix}pp_size", "")), ep=ep, moe_tp=moe_tp, attention_dp=dp)
 
     def role(prefix: str) -> Role:

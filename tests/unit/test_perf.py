@@ -145,6 +145,18 @@ def test_step_time_monotone_in_batch_context_and_bandwidth(b1, b2, ctx, scale):
     assert faster.step(lo, ctx) <= w.step(lo, ctx)
 
 
+def test_wide_expert_parallelism_pays_all_to_all_latency_per_peer():
+    # Dispatch and combine signal every peer: at one sequence per rank, the latency over 64 devices is about nine
+    # times that over 8 (63 peers against 7), not the same fixed cost.
+    def extra(ep):
+        w = worker("DeepSeek-V3", "GB200", "fp8", Parallel(attention_dp=ep, ep=ep), kv="fp8")
+        quiet = dataclasses.replace(w, factors=dataclasses.replace(w.factors, a2a_peer_us=0.0))
+        return w.step(1, 2000) - quiet.step(1, 2000)
+
+    assert extra(8) > 0
+    assert extra(64) == pytest.approx(extra(8) * 63 / 7, rel=1e-6)
+
+
 def test_open_loop_overload_is_unstable_not_a_number():
     p = estimate(_agg("Llama-3.1-8B", "L4", "fp8", tp=1), Workload(isl=4000, osl=500, rate=500), CAT).prediction
     assert not p.stable and p.ttft["p99"] == float("inf")

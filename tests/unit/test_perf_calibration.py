@@ -144,6 +144,20 @@ def test_replay_reads_a_tp_recorded_as_the_product_of_the_expert_degrees_on_one_
     build_workers(case.deployment, CAT)
 
 
+def test_replay_runs_attention_data_parallel_over_expert_devices_when_no_degree_is_recorded():
+    from infra.perf.replay import to_case
+
+    qwen = {"model_path": "Qwen/Qwen3-235B-A22B-FP8", "system": "h200_sxm", "backend": "vllm", "precision": "fp8",
+            "batch_size": "8", "silicon_data_source": "silicon_concurrency=8"}
+    case = to_case(_row(**qwen, tp_size="1", moe_tp_size="2", moe_ep_size="1"), CAT)
+    assert isinstance(case, Case)
+    p = case.deployment.agg.parallel
+    assert (p.tp, p.attention_dp, p.moe_tp, p.devices) == (1, 2, 2, 2)
+    # A recorded attention-DP degree is kept as it is.
+    case = to_case(_row(**qwen, tp_size="1", attention_dp_size="1", moe_tp_size="2", moe_ep_size="1"), CAT)
+    assert case.deployment.agg.parallel.attention_dp == 1
+
+
 def test_replay_runs_a_dense_models_clients_in_whole_batches_as_replicas():
     from infra.perf.replay import to_case
 

@@ -116,7 +116,7 @@ def test_settings_in_an_engine_config_file_are_read_from_its_configmap(tmp_path:
     files = render_plan(load_plan(plan))
     tree = write_files(files, tmp_path / "m")
     assert validate_tree(tree, plan=plan).findings == []
-    cm = next(tree.glob("*/base/configmap-*-a0-prefill.yaml"))
+    cm = sorted(tree.glob("*/base/configmap-*-prefill.yaml"))[0]  # the first TensorRT-LLM allocation
     _edit(cm, "free_gpu_memory_fraction: 0.9", "free_gpu_memory_fraction: 0.8")
     hits = [f for f in validate_tree(tree, plan=plan).findings if f.rule == "PLN004"]
     assert len(hits) == 1 and "free_gpu_memory_fraction" in hits[0].message and "0.8" in hits[0].message
