@@ -153,6 +153,25 @@ class Worker:
     """Fixed per-sequence state on one device: the recurrent state and convolution inputs of linear-attention
     layers, whatever the context length."""
 
+    def __post_init__(self) -> None:
+        # `step` runs for every candidate the planner scores: the products of coefficients and efficiency factors
+        # are taken once per worker (a `replace` with other factors takes them again).
+        f = self.factors
+        self.__dict__.update({
+            "_gemm_s": self.flops_s * f.gemm, "_mem_s": self.bw_bytes_s * f.mem,
+            "_dense_read": self.dense_bytes / (self.bw_bytes_s * f.mem),
+            "_miss": math.log1p(-self.active_experts / self.experts) if self.experts else 0.0,
+            "_moe_token": self.active_experts * self.moe_layers_per_stage * f.moe_ns * 1e-9,
+            "_expert_step": self.experts * self.moe_layers_per_stage * f.expert_step_us * 1e-6,
+            "_elem": self.elem_bytes_per_token / (self.bw_bytes_s * f.mem),
+            "_ar_fixed": self.ar_per_step * f.collective_us * 1e-6 * self.collective_hops,
+            "_ar_token": self.ar_per_step * self.ar_s_per_token / f.comm,
+            "_a2a_fixed": self.a2a_per_step * 2 * (f.collective_us * 1e-6 * self.collective_hops
+                                                   + self.a2a_peers * f.a2a_peer_us * 1e-6),
+            "_a2a_token": self.a2a_per_step * self.a2a_s_per_token / f.comm,
+            "_step_fixed": f.step_ms * 1e-3,
+        })
+
     def kv_bytes(self, context: float) -> float:
         """KV cache and linear-attention state of one sequence of `context` tokens on one device."""
         return (self.kv_full_per_token * context + self.kv_swa_per_token * min(context, self.window)
@@ -188,23 +207,22 @@ class Worker:
     def step(self, decode: float, context: float, prefill: float = 0.0, prefill_context: float = 0.0) -> float:
         """Seconds for one engine step of one attention group: `decode` sequences at mean `context` tokens,
         plus `prefill` new tokens whose queries see `prefill_context` tokens on average."""
-        f = self.factors
         tokens = decode + prefill
         group_tokens = tokens * self.parallel.attention_dp
-        lin = max((tokens * self.dense_flops_per_token + decode * self.logit_flops_per_token) / (self.flops_s * f.gemm),
-                  self.dense_bytes / (self.bw_bytes_s * f.mem))
+        lin = (tokens * self.dense_flops_per_token + decode * self.logit_flops_per_token) / self._gemm_s
+        if lin < self._dense_read:
+            lin = self._dense_read
         moe = 0.0
         if self.experts:
-            touched = self.experts_local * -math.expm1(group_tokens * math.log1p(-self.active_experts / self.experts))
+            touched = self.experts_local * -math.expm1(group_tokens * self._miss)
             # Each touched expert runs a GEMM over the rows routed to it; below a tensor-core tile the tile is
             # computed all the same, so small per-expert batches cost a full tile of rows.
             rows = max(group_tokens * self.active_experts * self.experts_local / self.experts,
                        touched * MOE_TILE_ROWS)
-            moe = max(rows * self.expert_flops_per_row / (self.flops_s * f.gemm),
-                      touched * self.expert_bytes_local / (self.bw_bytes_s * f.mem))
-            moe += tokens * self.active_experts * self.moe_layers_per_stage * f.moe_ns * 1e-9
+            moe = max(rows * self.expert_flops_per_row / self._gemm_s, touched * self.expert_bytes_local / self._mem_s)
+            moe += tokens * self._moe_token
             if prefill > 0:
-                moe += self.experts * self.moe_layers_per_stage * f.expert_step_us * 1e-6
+                moe += self._expert_step
         pf = prefill * self.prefill_qk_scale
         topk = self.sparse_topk
         qk = decode * min(context, topk) + pf * min(prefill_context, topk)
@@ -212,16 +230,13 @@ class Worker:
         qk_index = (decode * context + prefill * prefill_context) * self.indexer_flops_per_qk
         # Decoding reads each sequence's KV and linear-attention state, and writes that state back.
         attn = ((qk * self.attn_flops_per_qk + qk_swa * self.swa_flops_per_qk + qk_index) / self.attn_flops_s
-                + decode * (self.read_bytes(context) + self.state_bytes) / self.bw_bytes_s) / f.attn
-        elem = tokens * self.elem_bytes_per_token / (self.bw_bytes_s * f.mem)
+                + decode * (self.read_bytes(context) + self.state_bytes) / self.bw_bytes_s) / self.factors.attn
         comm = 0.0
-        latency = f.collective_us * 1e-6 * self.collective_hops
         if self.ar_per_step:
-            comm += self.ar_per_step * (latency + tokens * self.ar_s_per_token / f.comm)
+            comm += self._ar_fixed + tokens * self._ar_token
         if self.a2a_per_step:
-            comm += self.a2a_per_step * (2 * (latency + self.a2a_peers * f.a2a_peer_us * 1e-6)
-                                         + tokens * self.a2a_s_per_token / f.comm)
-        return self.pp * (lin + moe + attn + elem + comm) + f.step_ms * 1e-3
+            comm += self._a2a_fixed + tokens * self._a2a_token
+        return self.pp * (lin + moe + attn + tokens * self._elem + comm) + self._step_fixed
 
 
 def kv_precision_for(precision: str, kv_precision: str | None, fp8_kv: bool, device: DeviceSpec) -> str:
