@@ -6,7 +6,8 @@
 Fits, in log space with a robust (soft-L1) loss on TTFT and TPOT:
 1. pooled factors over every row (the fallback for unmeasured pairs);
 2. per framework (or per framework/device pair with --group-by pair), shrunk towards the pooled factors so thin
-   groups stay sensible.
+   groups stay sensible; the routed-expert costs (`SHARED_FACTORS`) stay pooled, as no framework has enough MoE
+   models to tell its own from theirs.
 Among them `collective_us` (the fixed latency of each collective, which is what makes a tensor-parallel step dearer
 than its share of the work) and `recipe_accept` (tokens per decode step of the measured disaggregated recipes,
 which run speculative decoding the rows do not record; applied when replaying such rows, never to a plan).
@@ -36,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from infra.catalog.loader import load_catalog  # noqa: E402
 from infra.errors import InfraError  # noqa: E402
-from infra.perf.calibration import Factors  # noqa: E402
+from infra.perf.calibration import SHARED_FACTORS, Factors  # noqa: E402
 from infra.perf.replay import (  # noqa: E402
     Case,
     compiled,
@@ -78,23 +79,33 @@ def factors_of(x: np.ndarray) -> Factors:
     return Factors(**dict(zip(NAMES, (float(v) for v in to_params(x)))))
 
 
-def residuals(x: np.ndarray, items: Prepared, prior: np.ndarray | None) -> np.ndarray:
+def residuals(x: np.ndarray, items: Prepared) -> np.ndarray:
     f = factors_of(x)
     res = []
     for case, run in items:
         ttft, tpot = run(f)
         for pred, meas in ((ttft, case.ttft_ms), (tpot, case.tpot_ms)):
             res.append(math.log(pred / meas) if math.isfinite(pred) and pred > 0 else 5.0)
-    if prior is not None:
-        res.extend(PRIOR_STRENGTH * (x - prior))
     return np.asarray(res)
 
 
-def fit(items: Prepared, start: Factors, prior: np.ndarray | None = None, max_nfev: int = 60) -> Factors:
-    x0 = to_x(np.array([getattr(start, n) for n in NAMES]))
-    sol = least_squares(residuals, x0, args=(items, prior), loss="soft_l1", f_scale=0.3, max_nfev=max_nfev,
-                        diff_step=1e-3)
-    return Factors(**{n: round(float(v), 5) for n, v in zip(NAMES, to_params(sol.x))})
+def fit(items: Prepared, start: Factors, prior: np.ndarray | None = None, max_nfev: int = 60,
+        fixed: tuple[str, ...] = ()) -> Factors:
+    """Least squares from `start`; the `fixed` factors keep their starting values, the others are pulled towards
+    `prior` (log space) when one is given."""
+    x_all = to_x(np.array([getattr(start, n) for n in NAMES]))
+    free = np.array([n not in fixed for n in NAMES])
+
+    def res(x: np.ndarray) -> np.ndarray:
+        full = x_all.copy()
+        full[free] = x
+        out = residuals(full, items)
+        return out if prior is None else np.concatenate([out, PRIOR_STRENGTH * (x - prior[free])])
+
+    sol = least_squares(res, x_all[free], loss="soft_l1", f_scale=0.3, max_nfev=max_nfev, diff_step=1e-3)
+    full = x_all.copy()
+    full[free] = sol.x
+    return Factors(**{n: round(float(v), 5) for n, v in zip(NAMES, to_params(full))})
 
 
 GROUP_BY = "framework"
@@ -116,7 +127,7 @@ def fit_all(items: Prepared) -> tuple[Factors, dict[str, Factors]]:
     groups: dict[str, Prepared] = {}
     for item in items:
         groups.setdefault(group_key(item[0]), []).append(item)
-    fitted = {g: fit(rows, pooled, prior) for g, rows in sorted(groups.items())}
+    fitted = {g: fit(rows, pooled, prior, fixed=SHARED_FACTORS) for g, rows in sorted(groups.items())}
     if GROUP_BY == "framework":
         # Expand to every framework/device pair seen, so lookups stay by pair.
         fitted = {c.group: fitted[group_key(c)] for c, _ in items}

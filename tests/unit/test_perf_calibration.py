@@ -360,3 +360,12 @@ def test_prompts_ride_in_decode_steps_and_cost_what_they_add():
     assert all(b >= a for a, b in zip(steps, steps[1:]))
     assert max(b / a for a, b in zip(steps[:1800], steps[1:1800])) < 1.005
     assert steps[-1] == pytest.approx(w.step(32, 1500, 8192, 500))
+
+
+def test_committed_routed_expert_costs_are_one_fit_over_every_framework():
+    from infra.perf.calibration import SHARED_FACTORS, table
+
+    data = table()
+    for name in SHARED_FACTORS:
+        values = {group["factors"][name] for group in data["groups"].values()}
+        assert values == {data["pooled"][name]}, name
