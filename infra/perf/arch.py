@@ -157,13 +157,13 @@ class Worker:
         # `step` runs for every candidate the planner scores: the products of coefficients and efficiency factors
         # are taken once per worker (a `replace` with other factors takes them again).
         f = self.factors
+        mem_s = self.bw_bytes_s * f.mem
         self.__dict__.update({
-            "_gemm_s": self.flops_s * f.gemm, "_mem_s": self.bw_bytes_s * f.mem,
-            "_dense_read": self.dense_bytes / (self.bw_bytes_s * f.mem),
+            "_gemm_s": self.flops_s * f.gemm, "_mem_s": mem_s, "_dense_read": self.dense_bytes / mem_s,
             "_miss": math.log1p(-self.active_experts / self.experts) if self.experts else 0.0,
             "_moe_token": self.active_experts * self.moe_layers_per_stage * f.moe_ns * 1e-9,
             "_expert_step": self.experts * self.moe_layers_per_stage * f.expert_step_us * 1e-6,
-            "_elem": self.elem_bytes_per_token / (self.bw_bytes_s * f.mem),
+            "_elem": self.elem_bytes_per_token / mem_s,
             "_ar_fixed": self.ar_per_step * f.collective_us * 1e-6 * self.collective_hops,
             "_ar_token": self.ar_per_step * self.ar_s_per_token / f.comm,
             "_a2a_fixed": self.a2a_per_step * 2 * (f.collective_us * 1e-6 * self.collective_hops
@@ -209,9 +209,8 @@ class Worker:
         plus `prefill` new tokens whose queries see `prefill_context` tokens on average."""
         tokens = decode + prefill
         group_tokens = tokens * self.parallel.attention_dp
-        lin = (tokens * self.dense_flops_per_token + decode * self.logit_flops_per_token) / self._gemm_s
-        if lin < self._dense_read:
-            lin = self._dense_read
+        lin = max((tokens * self.dense_flops_per_token + decode * self.logit_flops_per_token) / self._gemm_s,
+                  self._dense_read)
         moe = 0.0
         if self.experts:
             touched = self.experts_local * -math.expm1(group_tokens * self._miss)
