@@ -289,6 +289,11 @@ class ModelSpec(CatalogModel):
     """Parameters used per token in billions (equals total for dense models)."""
     native_precision: Precision = "bf16"
     """Precision the weights are published in."""
+    native_activations: Literal["bf16", "fp8"] | None = None
+    """Format the GEMMs of the native checkpoint take their activations in, where its fp4 weights are quantized
+    without them: gpt-oss's MXFP4 experts run with MXFP8 activations on devices with microscaled (fp4) tensor cores
+    and with BF16 ones elsewhere. None: the activations are quantized with the weights (NVFP4, FP8; `int4` is
+    W4A16 by definition), so GEMMs run in the weights' format where the device has it."""
     source: Url
     """URL of the model's config.json or model card."""
     confidence: Confidence = "high"

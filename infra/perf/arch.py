@@ -52,11 +52,17 @@ COLLECTIVE_HOPS_ACROSS_NODES = 2
 synchronisation and the small-message latency of NCCL or the framework's custom all-reduce) this many times."""
 
 
-def compute_precision(precision: str, device: DeviceSpec) -> str:
+def compute_precision(precision: str, device: DeviceSpec, activations: str | None = None) -> str:
     """The tensor-core format the GEMMs run in: native when the device has it; 4-bit weights without fp4 tensor
-    cores are dequantised and computed in 16-bit (Marlin-style W4A16 kernels), as is weight-only int4."""
-    if precision in ("int4", "fp4") and precision not in device.tflops:
-        return "bf16" if "bf16" in device.tflops else "fp16"
+    cores are dequantised and computed in 16-bit (Marlin-style W4A16 kernels), as is weight-only int4. Weights
+    quantized without their activations (`activations`, a checkpoint's `native_activations`) run in that format:
+    8-bit activations only on devices whose tensor cores take microscaled operands (those with fp4), 16-bit
+    elsewhere."""
+    sixteen = "bf16" if "bf16" in device.tflops else "fp16"
+    if activations == "fp8" and "fp4" in device.tflops and "fp8" in device.tflops:
+        return "fp8"
+    if activations is not None or (precision in ("int4", "fp4") and precision not in device.tflops):
+        return sixteen
     if precision in device.tflops:
         return precision
     for alt in ("fp8", "bf16", "fp16"):
@@ -266,7 +272,8 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
 
     w = BYTES_PER_PARAM.get(precision, 2.0)
     w_attn = w if precision not in ("fp4", "int4") else (1.0 if "fp8" in device.tflops else 2.0)
-    fmt = compute_precision(precision, device)
+    fmt = compute_precision(precision, device,
+                            model.native_activations if precision == model.native_precision else None)
 
     attn_params = layers * parts["attn"] * scale / (tp * pp)
     dense_params = (dense_layers * parts["dense_ffn"] + moe_layers * parts["shared"]) * scale / (tp * pp)

@@ -145,6 +145,26 @@ def test_step_time_monotone_in_batch_context_and_bandwidth(b1, b2, ctx, scale):
     assert faster.step(lo, ctx) <= w.step(lo, ctx)
 
 
+def test_weight_only_checkpoints_compute_in_their_activation_format():
+    # gpt-oss publishes MXFP4 experts without quantized activations: on B200 they run as W4A8 (MXFP8 activations),
+    # not at the fp4 rate NVFP4 checkpoints reach; on H200, without microscaled tensor cores, as W4A16.
+    b200, h200 = CAT.device("B200"), CAT.device("H200")
+    prefill = 8192.0
+
+    def prefill_s(model, device, precision):
+        return compile_worker(CAT.model(model), device, precision, Parallel(), Factors()).step(0, 0, prefill, 4096)
+
+    native = compile_worker(CAT.model("gpt-oss-120b"), b200, "fp4", Parallel(), Factors())
+    assert native.flops_s == pytest.approx(b200.tflops["fp8"].value * 1e12)
+    assert compile_worker(CAT.model("gpt-oss-120b"), h200, "fp4", Parallel(), Factors()).flops_s == \
+        pytest.approx(h200.tflops["bf16"].value * 1e12)
+    # An NVFP4 checkpoint of a model published in 16-bit quantizes its activations too.
+    assert compile_worker(CAT.model("Llama-3.1-70B"), b200, "fp4", Parallel(tp=2), Factors()).flops_s == \
+        pytest.approx(b200.tflops["fp4"].value * 1e12)
+    # A long prompt is compute-bound: the MXFP4 checkpoint prefills at the pace of an FP8 one, not twice as fast.
+    assert prefill_s("gpt-oss-120b", b200, "fp4") == pytest.approx(prefill_s("gpt-oss-120b", b200, "fp8"), rel=0.05)
+
+
 def test_wide_expert_parallelism_pays_all_to_all_latency_per_peer():
     # Dispatch and combine signal every peer: at one sequence per rank, the latency over 64 devices is about nine
     # times that over 8 (63 peers against 7), not the same fixed cost.

@@ -162,24 +162,24 @@ def test_planning_at_a_confidence_buys_margin_against_the_models_error(tmp_path)
     (tmp_path / "profiles" / "mixed-h100-ascend.yaml").write_text(
         (ROOT / "examples" / "profiles" / "mixed-h100-ascend.yaml").read_text())
     plans = {}
-    for conf in ("", "\n        confidence: 80%"):
+    for conf in ("", "\n        confidence: 75%"):
         path = tmp_path / f"i{len(plans)}.yaml"
         # One zone: the Ascend pool (borrowed factors, so the wider held-out band) need not take a share.
         path.write_text(EXAMPLE.read_text().replace("per_hour: $90/h", "per_hour: $900/h")
                         .replace("zones: 2", "zones: 1").replace("attainment: 99%", "attainment: 99%" + conf))
         plans[conf] = api.plan(path, top=0).plan["spec"]
-    plain, sure = plans[""], plans["\n        confidence: 80%"]
+    plain, sure = plans[""], plans["\n        confidence: 75%"]
     assert sure["cost"]["per_hour"] > plain["cost"]["per_hour"]
-    # Every prediction keeps under its target over the error band's 80th-percentile ratio (measured / predicted).
+    # Every prediction keeps under its target over the error band's 75th-percentile ratio (measured / predicted).
     svc = sure["services"][0]
     for a in svc["allocations"]:
         band = error_band(a["mode"], svc["model"] if a["calibrated"] else None)
         assert band is not None
         for key, v in a["predicted"].items():
             metric = key.split("_")[0]
-            ratio = max(1.0, band.ratio("ttft" if metric == "ttft" else "tpot", 0.8))
+            ratio = max(1.0, band.ratio("ttft" if metric == "ttft" else "tpot", 0.75))
             if metric == "e2e":
-                ratio = max(1.0, band.ratio("ttft", 0.8), band.ratio("tpot", 0.8))
+                ratio = max(1.0, band.ratio("ttft", 0.75), band.ratio("tpot", 0.75))
             assert v["predicted_ms"] <= v["target_ms"] / ratio * 1.0001
 
 
@@ -289,11 +289,17 @@ def test_prefill_and_decode_on_different_device_types():
     result = api.plan(ROOT / "examples" / "pd-across-devices.yaml")
     spec = result.plan["spec"]
     prefill = decode = 0
-    for alloc in spec["services"][0]["allocations"]:
-        assert (alloc["pool"], alloc["decode_pool"], alloc["decode_device"]) == ("h200", "h20", "H20")
+    allocs = spec["services"][0]["allocations"]
+    # The capacity left after the last whole cross-device unit may go to a same-device one.
+    assert max(a["replicas"] for a in allocs if a.get("decode_pool")) >= 8
+    for alloc in allocs:
         n, k = alloc["replicas"], alloc["decode_workers"]
-        prefill += n * alloc["devices_per_worker"]
-        decode += n * k * Parallel(**alloc["decode_parallel"]).devices
+        if alloc.get("decode_pool"):
+            assert (alloc["pool"], alloc["decode_pool"], alloc["decode_device"]) == ("h200", "h20", "H20")
+            prefill += n * alloc["devices_per_worker"]
+            decode += n * k * Parallel(**alloc["decode_parallel"]).devices
+        else:
+            prefill += alloc["devices"]
     assert spec["cost"]["by_pool"] == pytest.approx({"h200": prefill * 3.80, "h20": decode * 1.30})
     assert {u["pool"]: u["allocated"] for u in spec["pools_used"]} == pytest.approx({"h200": prefill, "h20": decode})
     same = next(a for a in spec["alternatives"] if a["label"] == "prefill and decode on one device type")
