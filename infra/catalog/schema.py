@@ -314,6 +314,9 @@ class ModelSpec(CatalogModel):
         mixing = self.attention.sliding_window_layers + self.attention.linear_attention_layers
         if mixing > self.layers:
             raise ValueError(f"sliding-window plus linear-attention layers ({mixing}) exceed layers {self.layers}")
+        if self.native_activations and self.native_precision != "fp4":
+            raise ValueError(f"native_activations applies to fp4 weights quantized alone, not native_precision "
+                             f"{self.native_precision}: remove it")
         return self
 
 

@@ -147,6 +147,16 @@ def test_overlay_errors_name_the_file(tmp_path):
         Catalog([tmp_path / "missing"])
 
 
+def test_activation_format_only_for_weight_only_fp4(tmp_path):
+    (tmp_path / "models").mkdir()
+    new = load_catalog().model("Llama-3.1-8B").model_dump(mode="json")
+    new.update(name="Acme-8B", aliases=[], hf_id="acme/acme-8b", native_activations="fp8")
+    (tmp_path / "models" / "acme.yaml").write_text(json.dumps(new))
+    with pytest.raises(CatalogError) as exc:
+        Catalog([tmp_path])
+    assert "acme.yaml" in str(exc.value) and "native_activations" in str(exc.value)
+
+
 def test_hf_config_json(tmp_path):
     cfg = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
            "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
