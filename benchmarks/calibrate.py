@@ -3,7 +3,7 @@
     python benchmarks/calibrate.py --csv ../shared/data/silicon_calibration.csv [--extra RUN.jsonl] [--write]
                                    [--lomo [--jobs N]] [--json]
 
-Fits, in log space with a robust (soft-L1) loss on TTFT and TPOT:
+Fits, in log space with robust losses (Cauchy on TTFT, soft L1 on TPOT):
 1. pooled factors over every row (the fallback for unmeasured pairs);
 2. per framework (or per framework/device pair with --group-by pair), shrunk towards the pooled factors so thin
    groups stay sensible; the routed-expert costs (`SHARED_FACTORS`) stay pooled, as no framework has enough MoE
@@ -62,6 +62,19 @@ MIN_BAND_ROWS = 30
 PRIOR_STRENGTH = 1.0
 """Pull of the pooled factors on a group's fit, in residual units per unit of log-parameter: a group needs a few
 dozen rows of evidence to move a factor far from the pool."""
+F_SCALE = 0.3
+"""Log residual (about 35%) past which a row's pull on the factors stops growing quadratically."""
+TTFT_LOSS, TPOT_LOSS = "cauchy", "soft_l1"
+"""Robust losses of the two metrics. TTFT rows carry outliers no factor should chase (runs whose first prompts
+met a cold engine, queues of unrecorded recipes, up to 10x off their repeats), so their pull fades past F_SCALE
+(Cauchy); TPOT is tighter and keeps a pull that grows linearly (soft L1)."""
+
+
+def _robust(r: np.ndarray, loss: str) -> np.ndarray:
+    """Residuals whose squares are the robust loss of `r`, so plain least squares minimises that loss."""
+    z = (r / F_SCALE) ** 2
+    rho = np.log1p(z) if loss == "cauchy" else 2 * (np.sqrt(1 + z) - 1)
+    return np.sign(r) * F_SCALE * np.sqrt(rho)
 
 
 def to_params(x: np.ndarray) -> np.ndarray:
@@ -100,9 +113,13 @@ def fit(items: Prepared, start: Factors, prior: np.ndarray | None = None, max_nf
         full = x_all.copy()
         full[free] = x
         out = residuals(full, items)
-        return out if prior is None else np.concatenate([out, PRIOR_STRENGTH * (x - prior[free])])
+        out[0::2] = _robust(out[0::2], TTFT_LOSS)
+        out[1::2] = _robust(out[1::2], TPOT_LOSS)
+        if prior is None:
+            return out
+        return np.concatenate([out, _robust(PRIOR_STRENGTH * (x - prior[free]), "soft_l1")])
 
-    sol = least_squares(res, x_all[free], loss="soft_l1", f_scale=0.3, max_nfev=max_nfev, diff_step=1e-3)
+    sol = least_squares(res, x_all[free], max_nfev=max_nfev, diff_step=1e-3)
     full = x_all.copy()
     full[free] = sol.x
     return Factors(**{n: round(float(v), 5) for n, v in zip(NAMES, to_params(full))})

@@ -100,11 +100,13 @@ class Factors:
         return asdict(self)
 
 
-SHARED_FACTORS = ("expert_latency_ms", "expert_step_us", "moe_ns")
+SHARED_FACTORS = ("expert_latency_ms", "expert_step_us", "moe_ns", "queue")
 """Factors fitted once over every framework, never per framework: what routed experts cost per token, per prompt
 step and per request. A framework's measurements hold one or two MoE models, so a value of its own would learn
 those models' quirks rather than the framework, and an unseen MoE model would inherit them (leave-one-model-out
-TTFT: median 48.9% -> 45.9%, p90 133.5% -> 113.4%)."""
+TTFT: median 48.9% -> 45.9%, p90 133.5% -> 113.4%). The first wave's share of a closed loop (`queue`) belongs to
+the measuring client, not the framework: the sweep rows state theirs, and the few others of one framework would
+otherwise set it for every plan on that framework."""
 
 PARENT_FRAMEWORK = {"vllm-ascend": "vllm", "vllm-mlu": "vllm", "vllm-kunlun": "vllm", "vllm-metax": "vllm",
                     "vllm-fl": "vllm", "mindie": "trtllm", "lmdeploy": "vllm"}

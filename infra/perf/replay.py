@@ -29,6 +29,12 @@ REPLAY_MEMORY = 0.95
 of memory, TRT-LLM's KV fraction is set on top of weights); planning keeps the safer 0.9."""
 
 _CONC = re.compile(r"silicon_concurrency=(\d+)")
+_SWEEP = re.compile(r"source_file=\d{4}-\d{2}-\d{2}\.csv")
+"""Rows of the dated sweep files were measured with the `benchmark_serving` client of the InferenceMAX sweeps:
+`--random-range-ratio 0.8` (each request's input and output lengths drawn uniformly from [0.8 L, L] for the
+row's L) and `--num-prompts` ten times `--max-concurrency`."""
+SWEEP_RANGE_RATIO = 0.8
+SWEEP_PROMPTS_PER_CLIENT = 10
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,9 @@ class Case:
     recipe: bool = True
     """A row of the published measurements (their disaggregated recipes decode speculatively), not a run of
     this product's own engines (`infra bench --save`)."""
+    wave: float | None = None
+    """Share of the requests that belong to the first wave, sent by every client at once, where the measuring
+    client's request count is known."""
 
 
 def _int(value: str, default: int = 1) -> int:
@@ -186,8 +195,14 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
         dep = Deployment(model.name, device.name, framework.name, precision, "agg", agg=role(""),
                          memory_utilization=REPLAY_MEMORY)
     dep = _unrecorded_layout(dep, catalog, model.moe is not None, model.attention_heads, domain)
+    wave = None
+    if _SWEEP.search(row.get("silicon_data_source", "")):
+        # Uniform lengths on [r L, L]: the mean is (1 + r) / 2 of L, with a coefficient of variation of
+        # (1 - r) / (1 + r) / sqrt(3) (3.7% at r = 0.8) that is left out.
+        isl, osl = isl * (1 + SWEEP_RANGE_RATIO) / 2, osl * (1 + SWEEP_RANGE_RATIO) / 2
+        wave = 1 / SWEEP_PROMPTS_PER_CLIENT
     return Case(row, f"{framework.name}/{device.name}", model.name, dep,
-                Workload(isl=isl, osl=osl, concurrency=clients), ttft, tpot)
+                Workload(isl=isl, osl=osl, concurrency=clients), ttft, tpot, wave=wave)
 
 
 def measured_cases(path: str | Path, catalog: Catalog) -> list[Case]:
@@ -210,9 +225,14 @@ def as_measured(case: Case, role: str, factors: Factors) -> Factors:
         return factors
     if role == "decode" and factors.recipe_accept != 1.0:
         return replace(factors, accept=factors.accept * factors.recipe_accept)
-    if role == "agg" and case.deployment.framework == "trtllm" and factors.recipe_balance_steps:
-        return replace(factors, balance_steps=factors.recipe_balance_steps)
-    return factors
+    if role != "agg":
+        return factors
+    changes: dict[str, float] = {}
+    if case.wave is not None:
+        changes["queue"] = case.wave
+    if case.deployment.framework == "trtllm" and factors.recipe_balance_steps:
+        changes["balance_steps"] = factors.recipe_balance_steps
+    return replace(factors, **changes) if changes else factors
 
 
 def predict(case: Case, catalog: Catalog, factors: Factors | None = None) -> tuple[float, float] | str:

@@ -189,6 +189,25 @@ def test_replay_without_recorded_clients_runs_as_many_as_the_batches_hold():
         "no silicon_concurrency in silicon_data_source"
 
 
+def test_rows_of_the_dated_sweeps_replay_their_clients_lengths_and_first_wave():
+    from infra.perf.replay import to_case
+
+    sweep = to_case(_row(silicon_data_source="source_file=2026-03-25.csv; model=DeepSeek-R1; "
+                                             "silicon_concurrency=64; wip=False", batch_size="64", tp_size="8",
+                         moe_ep_size="8"), CAT)
+    other = to_case(_row(silicon_data_source="source_file=/data/b200/trtllm.csv; silicon_concurrency=64",
+                         batch_size="64", tp_size="8", moe_ep_size="8"), CAT)
+    assert isinstance(sweep, Case) and isinstance(other, Case)
+    # Lengths uniform on [0.8 L, L] average 0.9 L; ten prompts per client put a tenth of them in the first wave.
+    assert (sweep.workload.isl, sweep.workload.osl, sweep.wave) == (pytest.approx(921.6), pytest.approx(921.6),
+                                                                    pytest.approx(0.1))
+    assert (other.workload.isl, other.wave) == (1024, None)
+    f = Factors(queue=0.4)
+    assert as_measured(sweep, "agg", f).queue == pytest.approx(0.1)
+    assert as_measured(other, "agg", f).queue == 0.4
+    assert as_measured(dataclasses.replace(sweep, recipe=False), "agg", f).queue == 0.4
+
+
 def test_a_measurements_file_without_the_columns_is_an_error_naming_them(tmp_path):
     from infra.errors import InfraError
     from infra.perf.replay import load_rows
