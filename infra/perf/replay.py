@@ -198,7 +198,7 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
     wave = None
     if _SWEEP.search(row.get("silicon_data_source", "")):
         # Uniform lengths on [r L, L]: the mean is (1 + r) / 2 of L, with a coefficient of variation of
-        # (1 - r) / (1 + r) / sqrt(3) (3.7% at r = 0.8) that is left out.
+        # (1 - r) / (1 + r) / sqrt(3) (6.4% at r = 0.8) that is left out.
         isl, osl = isl * (1 + SWEEP_RANGE_RATIO) / 2, osl * (1 + SWEEP_RANGE_RATIO) / 2
         wave = 1 / SWEEP_PROMPTS_PER_CLIENT
     return Case(row, f"{framework.name}/{device.name}", model.name, dep,
@@ -219,8 +219,9 @@ def measured_cases(path: str | Path, catalog: Catalog) -> list[Case]:
 
 def as_measured(case: Case, role: str, factors: Factors) -> Factors:
     """The factors a measured worker ran with: disaggregated decode workers of the published recipes emit
-    `recipe_accept` tokens per step (speculative decoding the rows do not record), and their TRT-LLM engines with
-    attention data parallelism balance prompts across the ranks (`recipe_balance_steps`)."""
+    `recipe_accept` tokens per step (speculative decoding the rows do not record), their TRT-LLM engines with
+    attention data parallelism balance prompts across the ranks (`recipe_balance_steps`), and a client whose
+    request count is known puts its own share of them in the first wave (`Case.wave` as `queue`)."""
     if not case.recipe:
         return factors
     if role == "decode" and factors.recipe_accept != 1.0:
