@@ -25,6 +25,7 @@ Pipeline stages run one after another for a token, so a step takes pp times a st
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 from infra.catalog.hf import param_breakdown
@@ -76,9 +77,9 @@ def peak_tflops(device: DeviceSpec, fmt: str) -> float:
     return fig.value if fig else max(f.value for f in device.tflops.values())
 
 
-@dataclass(frozen=True)
+@dataclass
 class MemoryFit:
-    """Where a worker's device memory goes, per device."""
+    """Where a worker's device memory goes, per device (not frozen for the reason `Worker` gives)."""
 
     device_gb: float
     """The device's memory figure as published (GiB)."""
@@ -105,9 +106,11 @@ class MemoryFit:
                 f"{-self.kv_gb:.1f} GB")
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Worker:
-    """Per-device coefficients of one worker layout, ready for fast step pricing."""
+    """Per-device coefficients of one worker layout, ready for fast step pricing. Not changed once built (take
+    another with `dataclasses.replace`); not a frozen dataclass because a frozen one takes three times as long to
+    build, and the planner builds one per candidate layout."""
 
     parallel: Parallel
     factors: Factors
@@ -252,15 +255,61 @@ def kv_precision_for(precision: str, kv_precision: str | None, fp8_kv: bool, dev
     return "bf16"
 
 
-def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, parallel: Parallel, factors: Factors,
-                   *, kv_precision: str = "bf16", memory_utilization: float = 0.9, max_num_tokens: int = 8192,
-                   device_memory_gb: float | None = None, state_element_bytes: float = 2.0) -> Worker:
-    """Per-device coefficients for `model` on `device` laid out as `parallel` (shape checks are the caller's)."""
-    tp, pp, ep, moe_tp = parallel.tp, parallel.pp, parallel.ep, parallel.moe_tp
-    moe = model.moe
+@dataclass(frozen=True)
+class ModelTerms:
+    """What `compile_worker` takes from a model whatever the device, precision and layout: parameter counts scaled
+    to the published total, attention widths and layer kinds. Taken once per model (`model_terms`): the planner
+    compiles the same model for every device and layout it scores."""
+
+    layers: int
+    moe_layers: int
+    experts: int
+    active_experts: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    attn_params: float
+    """Attention parameters of all layers."""
+    dense_params: float
+    """Dense FFN parameters of the dense layers plus shared experts of the MoE layers."""
+    embed_half: float
+    """One of the input embedding and the LM head."""
+    expert_params: float
+    """One routed expert's parameters summed over the MoE layers."""
+    kv_width: float
+    """Cached elements per token per layer and KV head for MLA (the latent plus the rope key), 0 otherwise."""
+    d_qk: float
+    d_v: float
+    prefill_qk_scale: float
+    swa_layers: int
+    full_layers: int
+    linear_layers: int
+    window: float
+    state_recurrent: float
+    """Elements of one sequence's recurrent state in one linear-attention layer."""
+    state_conv_bytes: float
+    """Bytes of one sequence's convolution inputs in one linear-attention layer."""
+    index_bytes: float
+    """Sparse-attention indexer key bytes per token over all full-attention layers (0 for dense attention)."""
+    index_qk: float
+    """Indexer FLOPs per (query x cached token) over all full-attention layers, at the bf16 rate."""
+    sparse_topk: float
+
+
+_TERMS: dict[int, tuple[weakref.ref, ModelTerms]] = {}
+
+
+def model_terms(model: ModelSpec) -> ModelTerms:
+    """The model's terms, taken once per model object (catalog models are frozen)."""
+    key = id(model)
+    hit = _TERMS.get(key)
+    if hit is not None and hit[0]() is model:
+        return hit[1]
+    moe, mla, la = model.moe, model.mla, model.attention
     parts = param_breakdown(layers=model.layers, hidden=model.hidden_size, heads=model.attention_heads,
                             kv_heads=model.kv_heads, head_dim=model.head_dim, ffn=model.ffn_size,
-                            vocab=model.vocab_size, tied=False, moe=moe, mla=model.mla)
+                            vocab=model.vocab_size, tied=False, moe=moe, mla=mla)
     layers = model.layers
     dense_layers = moe.dense_layers if moe else layers
     moe_layers = layers - dense_layers if moe else 0
@@ -269,56 +318,76 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
                       + moe_layers * (parts["shared"] + parts["router"] + experts * parts["expert"]))
     # The catalog's published total is the authority; shapes miss biases, norms and vision towers.
     scale = model.params_total_b * 1e9 / computed_total if computed_total else 1.0
+    if mla is not None:
+        kv_width = d_qk = float(mla.kv_lora_rank + mla.qk_rope_head_dim)
+        d_v = float(mla.kv_lora_rank)
+        prefill_qk_scale = (mla.qk_nope_head_dim + mla.qk_rope_head_dim + mla.v_head_dim) / (d_qk + d_v)
+    else:
+        kv_width, d_qk, d_v, prefill_qk_scale = 0.0, float(model.head_dim), float(model.head_dim), 1.0
+    swa_layers, linear_layers = la.sliding_window_layers, la.linear_attention_layers
+    full_layers = layers - swa_layers - linear_layers
+    terms = ModelTerms(
+        layers=layers, moe_layers=moe_layers, experts=experts, active_experts=moe.active_experts if moe else 0,
+        hidden=model.hidden_size, heads=model.attention_heads, kv_heads=model.kv_heads, head_dim=model.head_dim,
+        attn_params=layers * parts["attn"] * scale,
+        dense_params=(dense_layers * parts["dense_ffn"] + moe_layers * parts["shared"]) * scale,
+        embed_half=parts["embed"] / 2 * scale, expert_params=moe_layers * parts["expert"] * scale,
+        kv_width=kv_width, d_qk=d_qk, d_v=d_v, prefill_qk_scale=prefill_qk_scale,
+        swa_layers=swa_layers, full_layers=full_layers, linear_layers=linear_layers,
+        window=float(la.sliding_window or 0) if swa_layers else 0.0,
+        state_recurrent=float(la.linear_value_heads * la.linear_key_dim * la.linear_value_dim),
+        state_conv_bytes=float((la.linear_conv_kernel - 1) * (2 * la.linear_key_heads * la.linear_key_dim
+                                                              + la.linear_value_heads * la.linear_value_dim) * 2),
+        # The sparse-attention indexer is replicated on every tensor-parallel rank (vLLM and SGLang build it from
+        # replicated linears) and scores in FP8: its keys (plus an FP32 scale per 128) are cached on every rank.
+        index_bytes=full_layers * (la.indexer_head_dim + 4 * math.ceil(la.indexer_head_dim / 128))
+        if la.sparse_topk else 0.0,
+        index_qk=2 * la.indexer_heads * la.indexer_head_dim * full_layers if la.sparse_topk else 0.0,
+        sparse_topk=float(la.sparse_topk or 1e18),
+    )
+    _TERMS[key] = (weakref.ref(model, lambda _, key=key: _TERMS.pop(key, None)), terms)
+    return terms
 
+
+def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, parallel: Parallel, factors: Factors,
+                   *, kv_precision: str = "bf16", memory_utilization: float = 0.9, max_num_tokens: int = 8192,
+                   device_memory_gb: float | None = None, state_element_bytes: float = 2.0) -> Worker:
+    """Per-device coefficients for `model` on `device` laid out as `parallel` (shape checks are the caller's)."""
+    tp, pp, ep, moe_tp = parallel.tp, parallel.pp, parallel.ep, parallel.moe_tp
+    m = model_terms(model)
+    moe = m.experts > 0
+    layers, moe_layers, experts = m.layers, m.moe_layers, m.experts
+
+    tflops = device.tflops
     w = BYTES_PER_PARAM.get(precision, 2.0)
-    w_attn = w if precision not in ("fp4", "int4") else (1.0 if "fp8" in device.tflops else 2.0)
+    w_attn = w if precision not in ("fp4", "int4") else (1.0 if "fp8" in tflops else 2.0)
     fmt = compute_precision(precision, device,
                             model.native_activations if precision == model.native_precision else None)
 
-    attn_params = layers * parts["attn"] * scale / (tp * pp)
-    dense_params = (dense_layers * parts["dense_ffn"] + moe_layers * parts["shared"]) * scale / (tp * pp)
-    lm_head = parts["embed"] / 2 * scale / tp
+    attn_params = m.attn_params / (tp * pp)
+    dense_params = m.dense_params / (tp * pp)
+    lm_head = m.embed_half / tp
     dense_bytes = attn_params * w_attn + dense_params * w + lm_head * 2.0
-    expert_params_local = moe_layers * parts["expert"] * scale / (moe_tp * pp) if moe else 0.0
+    expert_params_local = m.expert_params / (moe_tp * pp) if moe else 0.0
     experts_local = experts / ep if moe else 0.0
-    weights = dense_bytes + parts["embed"] / 2 * scale / tp * 2.0 + experts_local * expert_params_local * w
+    weights = dense_bytes + lm_head * 2.0 + experts_local * expert_params_local * w
 
     kv_b = 1.0 if kv_precision in ("fp8", "int8") else 2.0
-    prefill_qk_scale = 1.0
-    if model.mla is not None:
-        per_layer = (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * kv_b
-        d_qk = model.mla.kv_lora_rank + model.mla.qk_rope_head_dim
-        d_v = model.mla.kv_lora_rank
-        prefill_qk_scale = ((model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim + model.mla.v_head_dim)
-                            / (d_qk + d_v))
-    else:
-        per_layer = 2 * max(model.kv_heads / tp, 1.0) * model.head_dim * kv_b
-        d_qk = d_v = model.head_dim
-    swa_layers = model.attention.sliding_window_layers
-    linear_layers = model.attention.linear_attention_layers
-    full_layers = layers - swa_layers - linear_layers
-    kv_full = full_layers * per_layer / pp
-    kv_swa = swa_layers * per_layer / pp
-    window = float(model.attention.sliding_window or 0) if swa_layers else 0.0
-    la = model.attention
-    state = linear_layers / pp * (
-        la.linear_value_heads * la.linear_key_dim * la.linear_value_dim * state_element_bytes
-        + (la.linear_conv_kernel - 1) * (2 * la.linear_key_heads * la.linear_key_dim
-                                         + la.linear_value_heads * la.linear_value_dim) * 2) / tp
-    # The sparse-attention indexer is replicated on every tensor-parallel rank (vLLM and SGLang build it from
-    # replicated linears) and scores in FP8: its keys (plus an FP32 scale per 128) are cached on every rank.
-    kv_index = full_layers * (la.indexer_head_dim + 4 * math.ceil(la.indexer_head_dim / 128)) / pp \
-        if la.sparse_topk else 0.0
-    kv_full += kv_index
-    fp8_speedup = peak_tflops(device, "fp8") / peak_tflops(device, "bf16") if "fp8" in device.tflops else 1.0
-    index_qk = 2 * la.indexer_heads * la.indexer_head_dim * full_layers / pp / fp8_speedup if la.sparse_topk else 0.0
-    heads_dev = model.attention_heads / tp
-    attn_qk = 2 * heads_dev * (d_qk + d_v) * full_layers / pp
-    swa_qk = 2 * heads_dev * (d_qk + d_v) * swa_layers / pp
+    per_layer = m.kv_width * kv_b if m.kv_width else 2 * max(m.kv_heads / tp, 1.0) * m.head_dim * kv_b
+    kv_swa = m.swa_layers * per_layer / pp
+    kv_index = m.index_bytes / pp
+    kv_full = m.full_layers * per_layer / pp + kv_index
+    state = m.linear_layers / pp * (m.state_recurrent * state_element_bytes + m.state_conv_bytes) / tp
+    bf16 = peak_tflops(device, "bf16")
+    fp8_speedup = peak_tflops(device, "fp8") / bf16 if "fp8" in tflops else 1.0
+    index_qk = m.index_qk / pp / fp8_speedup
+    heads_dev = m.heads / tp
+    attn_qk = 2 * heads_dev * (m.d_qk + m.d_v) * m.full_layers / pp
+    swa_qk = 2 * heads_dev * (m.d_qk + m.d_v) * m.swa_layers / pp
 
     device_gb = device_memory_gb if device_memory_gb is not None else device.memory_gb.value
     usable = device_gb * GIB_PER_GB * memory_utilization
-    activations = (max_num_tokens * model.hidden_size * 2 * ACTIVATION_PASSES / max(tp, 1)
+    activations = (max_num_tokens * m.hidden * 2 * ACTIVATION_PASSES / max(tp, 1)
                    + RUNTIME_OVERHEAD_BYTES) / GB
     kv_gb = usable - weights / GB - activations
     kv_tokens = int(kv_gb * GB / (kv_full + kv_swa)) if kv_gb > 0 and (kv_full + kv_swa) > 0 else 0
@@ -332,9 +401,9 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
     group = max(tp, moe_tp)
     local = min(group, domain)
     nodes = math.ceil(group / domain)
-    ar_s = 2 * (local - 1) / local * model.hidden_size * 2 / scale_up if local > 1 else 0.0
+    ar_s = 2 * (local - 1) / local * m.hidden * 2 / scale_up if local > 1 else 0.0
     if nodes > 1:
-        ar_s += 2 * (nodes - 1) / nodes * model.hidden_size * 2 / (local * nic)
+        ar_s += 2 * (nodes - 1) / nodes * m.hidden * 2 / (local * nic)
     ar_per_step = 2 * layers / pp if group > 1 else 0.0
     # Expert parallelism sends each token to the devices holding its experts (dispatch in fp8, combine in 16-bit);
     # with k experts over ep devices a token reaches (ep - 1)(1 - (1 - 1/ep)^k) other devices on average, the
@@ -343,26 +412,26 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
     a2a_per_step = moe_layers / pp if moe and ep > 1 else 0.0
     a2a_s = 0.0
     if moe and ep > 1:
-        remote = (ep - 1) * (1 - (1 - 1 / ep) ** moe.active_experts)
+        remote = (ep - 1) * (1 - (1 - 1 / ep) ** m.active_experts)
         in_domain = (min(ep, domain) - 1) / (ep - 1)
-        a2a_s = remote * model.hidden_size * 3 * (in_domain / scale_up + (1 - in_domain) / nic)
+        a2a_s = remote * m.hidden * 3 * (in_domain / scale_up + (1 - in_domain) / nic)
     within = parallel.devices <= domain
     return Worker(
         parallel=parallel, factors=factors, memory=memory,
-        flops_s=peak_tflops(device, fmt) * 1e12, attn_flops_s=peak_tflops(device, "bf16") * 1e12,
+        flops_s=peak_tflops(device, fmt) * 1e12, attn_flops_s=bf16 * 1e12,
         bw_bytes_s=device.memory_bandwidth_tbps.value * 1e12,
         collective_hops=1.0 if within else float(COLLECTIVE_HOPS_ACROSS_NODES),
         dense_bytes=dense_bytes,
         dense_flops_per_token=2 * (attn_params + dense_params),
         logit_flops_per_token=2 * lm_head,
         expert_bytes_local=expert_params_local * w,
-        expert_flops_per_row=2 * moe_layers * parts["expert"] * scale / (moe_tp * pp) if moe else 0.0,
+        expert_flops_per_row=2 * expert_params_local,
         experts=experts, experts_local=experts_local, moe_layers_per_stage=moe_layers / pp,
-        active_experts=moe.active_experts if moe else 0,
-        attn_flops_per_qk=attn_qk, swa_flops_per_qk=swa_qk, prefill_qk_scale=prefill_qk_scale, window=window or 1e18,
-        sparse_topk=float(la.sparse_topk or 1e18), indexer_flops_per_qk=index_qk, kv_index_per_token=kv_index,
+        active_experts=m.active_experts,
+        attn_flops_per_qk=attn_qk, swa_flops_per_qk=swa_qk, prefill_qk_scale=m.prefill_qk_scale, window=m.window or 1e18,
+        sparse_topk=m.sparse_topk, indexer_flops_per_qk=index_qk, kv_index_per_token=kv_index,
         kv_full_per_token=kv_full, kv_swa_per_token=kv_swa, state_bytes=state,
-        elem_bytes_per_token=ELEMENTWISE_PASSES * model.hidden_size * 2 * layers / pp,
+        elem_bytes_per_token=ELEMENTWISE_PASSES * m.hidden * 2 * layers / pp,
         ar_per_step=ar_per_step, ar_s_per_token=ar_s, a2a_per_step=a2a_per_step, a2a_s_per_token=a2a_s,
         a2a_peers=ep - 1 if moe else 0,
         pp=pp, stage_layers=layers / pp,
