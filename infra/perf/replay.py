@@ -34,6 +34,10 @@ _SWEEP = re.compile(r"source_file=\d{4}-\d{2}-\d{2}\.csv")
 `--random-range-ratio 0.8` (each request's input and output lengths drawn uniformly from [0.8 L, L] for the
 row's L) and `--num-prompts` ten times `--max-concurrency`."""
 SWEEP_RANGE_RATIO = 0.8
+WIDE_EP_DEVICES = 8
+"""Devices of a disaggregated role beyond which the published recipes run data-parallel attention over
+expert-parallel MoE (TRT-LLM's and SGLang's wide-EP "dep" layouts: dep16 .. dep72); up to it they run
+tensor-parallel attention (tep4, tep8). The rows record neither."""
 SWEEP_PROMPTS_PER_CLIENT = 10
 
 
@@ -147,17 +151,31 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
     dense = model.moe is None
     domain = int(device.interconnect.domain_size.value)
 
-    def parallel(prefix: str) -> Parallel:
+    def parallel(prefix: str) -> tuple[Parallel, int]:
+        """The role's layout, and how many recorded attention-DP ranks make one rank of it."""
         tp = _int(row.get(f"{prefix}tp_size", ""))
         dp = _int(row.get(f"{prefix}attention_dp_size", ""))
         ep = 1 if dense else _int(row.get(f"{prefix}moe_ep_size", ""))
         moe_tp = 1 if dense else _int(row.get(f"{prefix}moe_tp_size", ""))
-        if moe_tp > 1 and ep > 1 and tp == moe_tp * ep and tp > domain and model.attention_heads % tp:
-            # Single-node sweeps record tp as the product of the expert degrees (tp 64 = moe_tp 8 x ep 8 on an
-            # 8-GPU node); where that tp cannot split the heads, the engine ran tensor-parallel attention over
-            # moe_tp devices with the experts spread over the same devices. (Where it can, the recorded tp is kept:
-            # the calibration was fitted that way.)
-            tp, moe_tp = moe_tp, 1
+        folded = 1
+        if moe_tp > 1 and ep > 1 and tp * dp == moe_tp * ep:
+            if not prefix and tp * dp > domain:
+                # Single-node sweeps record an n-device layout with experts over ep of them as moe_tp n x ep,
+                # and the attention degree as that product: tp 64 = moe_tp 8 x ep 8 for tp 8 / ep 8 on an 8-GPU
+                # node (the rows' ids say tp8_ep8), attention-DP 64 for 8 data-parallel ranks.
+                n = moe_tp
+                folded = dp // n if dp > 1 else 1
+                tp, dp = (n, 1) if tp > 1 else (1, n)
+                moe_tp = max(1, n // ep)
+            elif prefix:
+                # Disaggregated rows record a role's device count as tp and split it as moe_tp x ep with the
+                # prefill workers' ep (decode tp 32 = moe_tp 8 x ep 4 behind an ep-4 prefill): the recipes spread
+                # the experts over every device of the role. Wider than WIDE_EP_DEVICES they run data-parallel
+                # attention (their "dep" layouts); up to it, tensor-parallel attention ("tep").
+                n = tp * dp
+                ep, moe_tp = n, 1
+                if n > WIDE_EP_DEVICES:
+                    tp, dp = 1, n
         if model.mla is not None and model.attention_heads % tp:
             # Wide deployments (tp 12..72 on NVL72 racks) record the device count as tp; a tp that does not divide
             # the heads can only run as data-parallel attention with the experts spread over the same devices.
@@ -170,13 +188,13 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
             # moe_tp 2): the engine ran data-parallel attention over the expert devices, as vLLM does when it
             # shards the experts of its DP x TP ranks as one tensor-parallel group.
             dp = moe_tp * ep // tp
-        return Parallel(tp=tp, pp=_int(row.get(f"{prefix}pp_size", "")), ep=ep, moe_tp=moe_tp, attention_dp=dp)
+        return Parallel(tp=tp, pp=_int(row.get(f"{prefix}pp_size", "")), ep=ep, moe_tp=moe_tp, attention_dp=dp), folded
 
     def role(prefix: str) -> Role:
         batch = row.get(f"{prefix}batch_size", "")
         workers = row.get(f"{prefix}num_workers", "")
-        par = parallel(prefix)
-        cap = _int(batch) if batch else None
+        par, folded = parallel(prefix)
+        cap = _int(batch) * folded if batch else None
         if (prefix == "" and model.moe is not None and cap and par.attention_dp == 1 and par.tp > 1
                 and cap < clients <= cap * par.tp and clients % cap == 0):
             # More clients than the batch holds, in whole batches of the tp ranks: TRT-LLM's attention data

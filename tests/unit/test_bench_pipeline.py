@@ -151,11 +151,17 @@ def test_clients_in_a_closed_loop_send_when_their_last_request_ends(omni):
     run = simulate_pipeline(plan, "voice", requests=300, seed=2, clients=8,
                             intent=ROOT / "examples" / "omni-speech.yaml")
     e2e = run.stages[-1].end - run.arrive
-    # Each client's next request leaves about when its previous one ended (its E2E of the step before): about 8
-    # requests in flight at any time once the loop runs.
+    # Each client's next request (request i is client i mod 8's) leaves when its previous one ended, to within
+    # what the fixed point's last step moved the E2Es (a tenth of one).
+    for client in range(8):
+        mine = np.arange(client, len(e2e), 8)
+        early = run.arrive[mine[:-1]] + e2e[mine[:-1]] - run.arrive[mine[1:]]
+        assert np.all(np.abs(early) <= 0.1 * e2e[mine[:-1]])
+    # So about 8 requests are in flight at any time once the loop runs (more for an instant where the clients
+    # hand over at once).
     t = np.sort(run.arrive)[50:]
     in_flight = [np.sum((run.arrive <= x) & (run.arrive + e2e > x)) for x in t]
-    assert 7 <= np.mean(in_flight) <= 9.5 and max(in_flight) <= 12
+    assert 7 <= np.mean(in_flight) <= 9.5
     assert run.note and "8 clients in a closed loop" in run.note and run.load.concurrency == 8
     assert any("closed loop" in n for n in judge_pipeline(plan, run).notes)
 

@@ -142,6 +142,35 @@ def test_replay_reads_a_tp_recorded_as_the_product_of_the_expert_degrees_on_one_
     p = case.deployment.agg.parallel
     assert (p.tp, p.ep, p.moe_tp, p.devices) == (8, 8, 1, 8)  # 32 heads: tp 64 cannot have run
     build_workers(case.deployment, CAT)
+    # Heads that tp 64 would divide change nothing: 64 devices do not fit on an 8-GPU node.
+    case = to_case(_row(system="h200_sxm", precision="fp8", silicon_data_source="silicon_concurrency=64", **layout),
+                   CAT)
+    p = case.deployment.agg.parallel
+    assert (p.tp, p.attention_dp, p.ep, p.moe_tp) == (8, 1, 8, 1)
+    # Attention-DP 64 with one sequence each is 8 data-parallel ranks of 8 sequences.
+    adp = {**layout, "batch_size": "1", "tp_size": "1", "attention_dp_size": "64"}
+    case = to_case(_row(system="h200_sxm", precision="fp8", silicon_data_source="silicon_concurrency=64", **adp), CAT)
+    agg = case.deployment.agg
+    assert (agg.parallel.tp, agg.parallel.attention_dp, agg.parallel.ep, agg.batch_cap) == (1, 8, 8, 8)
+    assert case.workload.concurrency == 64
+
+
+def test_replay_spreads_a_disaggregated_roles_experts_over_all_its_devices():
+    from infra.perf.replay import to_case
+
+    def roles(decode_tp: str, decode_moe_tp: str) -> tuple[Parallel, Parallel]:
+        row = _row(mode="disagg", system="gb200", prefill_tp_size="4", prefill_moe_tp_size="1",
+                   prefill_moe_ep_size="4", decode_tp_size=decode_tp, decode_moe_tp_size=decode_moe_tp,
+                   decode_moe_ep_size="4", prefill_attention_dp_size="1", decode_attention_dp_size="1")
+        case = to_case(row, CAT)
+        assert isinstance(case, Case)
+        return case.deployment.prefill.parallel, case.deployment.decode.parallel
+
+    prefill, decode = roles("32", "8")  # decode tp 32 recorded as moe_tp 8 x the prefill's ep 4
+    assert (prefill.tp, prefill.ep, prefill.moe_tp) == (4, 4, 1)
+    assert (decode.tp, decode.attention_dp, decode.ep, decode.moe_tp) == (1, 32, 32, 1)
+    _, decode = roles("8", "2")  # up to 8 devices the attention stays tensor-parallel
+    assert (decode.tp, decode.attention_dp, decode.ep, decode.moe_tp) == (8, 1, 8, 1)
 
 
 def test_replay_runs_attention_data_parallel_over_expert_devices_when_no_degree_is_recorded():
