@@ -176,9 +176,10 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
                 ep, moe_tp = n, 1
                 if n > WIDE_EP_DEVICES:
                     tp, dp = 1, n
-        if model.mla is not None and model.attention_heads % tp:
-            # Wide deployments (tp 12..72 on NVL72 racks) record the device count as tp; a tp that does not divide
-            # the heads can only run as data-parallel attention with the experts spread over the same devices.
+        if model.moe is not None and model.attention_heads % tp:
+            # Wide deployments (tp 12..72 on NVL72 racks) record the device count as tp; for a MoE model a tp that
+            # does not divide the heads can only run as data-parallel attention with the experts spread over the
+            # same devices.
             tp, dp = 1, tp * dp
         if model.moe is not None and model.moe.expert_ffn_size % moe_tp:
             ep, moe_tp = ep * moe_tp, 1

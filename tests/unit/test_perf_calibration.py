@@ -173,6 +173,19 @@ def test_replay_spreads_a_disaggregated_roles_experts_over_all_its_devices():
     assert (decode.tp, decode.attention_dp, decode.ep, decode.moe_tp) == (8, 1, 8, 1)
 
 
+def test_replay_runs_a_wide_moe_role_whose_tp_cannot_split_the_heads_as_attention_data_parallelism():
+    from infra.perf.replay import to_case
+
+    wide = {f"{r}_{k}": v for r in ("prefill", "decode")
+            for k, v in (("tp_size", "72"), ("moe_tp_size", "72"), ("moe_ep_size", "1"), ("attention_dp_size", "1"))}
+    row = _row(model_path="Qwen/Qwen3-235B-A22B-FP8", mode="disagg", system="gb200", precision="fp8", **wide)
+    case = to_case(row, CAT)  # 64 heads: tp 72 cannot have run
+    assert isinstance(case, Case)
+    for p in (case.deployment.prefill.parallel, case.deployment.decode.parallel):
+        assert (p.tp, p.attention_dp, p.ep, p.moe_tp) == (1, 72, 72, 1)
+    build_workers(case.deployment, CAT)
+
+
 def test_replay_runs_attention_data_parallel_over_expert_devices_when_no_degree_is_recorded():
     from infra.perf.replay import to_case
 
