@@ -278,7 +278,8 @@ class ModelTerms:
     expert_params: float
     """One routed expert's parameters summed over the MoE layers."""
     kv_width: float
-    """Cached elements per token per layer and KV head for MLA (the latent plus the rope key), 0 otherwise."""
+    """Cached elements per token per layer under MLA (the latent plus the rope key, the same on every rank); 0 for
+    other attention, whose cache follows the KV heads a rank holds."""
     d_qk: float
     d_v: float
     prefill_qk_scale: float
@@ -427,8 +428,8 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
         expert_bytes_local=expert_params_local * w,
         expert_flops_per_row=2 * expert_params_local,
         experts=experts, experts_local=experts_local, moe_layers_per_stage=moe_layers / pp,
-        active_experts=m.active_experts,
-        attn_flops_per_qk=attn_qk, swa_flops_per_qk=swa_qk, prefill_qk_scale=m.prefill_qk_scale, window=m.window or 1e18,
+        active_experts=m.active_experts, attn_flops_per_qk=attn_qk, swa_flops_per_qk=swa_qk,
+        prefill_qk_scale=m.prefill_qk_scale, window=m.window or 1e18,
         sparse_topk=m.sparse_topk, indexer_flops_per_qk=index_qk, kv_index_per_token=kv_index,
         kv_full_per_token=kv_full, kv_swa_per_token=kv_swa, state_bytes=state,
         elem_bytes_per_token=ELEMENTWISE_PASSES * m.hidden * 2 * layers / pp,

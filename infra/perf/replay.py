@@ -34,11 +34,11 @@ _SWEEP = re.compile(r"source_file=\d{4}-\d{2}-\d{2}\.csv")
 `--random-range-ratio 0.8` (each request's input and output lengths drawn uniformly from [0.8 L, L] for the
 row's L) and `--num-prompts` ten times `--max-concurrency`."""
 SWEEP_RANGE_RATIO = 0.8
+SWEEP_PROMPTS_PER_CLIENT = 10
 WIDE_EP_DEVICES = 8
 """Devices of a disaggregated role beyond which the published recipes run data-parallel attention over
 expert-parallel MoE (TRT-LLM's and SGLang's wide-EP "dep" layouts: dep16 .. dep72); up to it they run
 tensor-parallel attention (tep4, tep8). The rows record neither."""
-SWEEP_PROMPTS_PER_CLIENT = 10
 
 
 @dataclass(frozen=True)
