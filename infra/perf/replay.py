@@ -134,9 +134,14 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
     except InfraError as exc:
         return str(exc.problems[0].message)
     m = _CONC.search(row.get("silicon_data_source", ""))
-    batch = _int(row.get("batch_size", ""), 0)
-    if not m and not (row.get("mode") != "disagg" and batch):
-        return "no silicon_concurrency in silicon_data_source"
+    # The sweeps run as many clients as the batches hold: every aggregated row of the calibration set has clients =
+    # batch_size x attention-DP ranks, and a disaggregated row that records its decode batch and workers holds its
+    # clients in them. That stands in when a row does not record its clients.
+    held = "decode_" if row.get("mode") == "disagg" else ""
+    batches = (_int(row.get(f"{held}batch_size", ""), 0) * _int(row.get(f"{held}attention_dp_size", ""))
+               * _int(row.get(f"{held}num_workers", "")))
+    if not m and not batches:
+        return "no silicon_concurrency in silicon_data_source and no batch size to stand in"
     try:
         ttft, tpot = float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"])
         isl, osl = float(row["isl"]), float(row["osl"])
@@ -144,9 +149,7 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
         return "missing isl/osl/ttft/tpot"
     if ttft <= 0 or tpot <= 0:
         return "non-positive measurement"
-    # Aggregated sweeps run as many clients as the batches hold (every aggregated row of the calibration set has
-    # clients = batch_size x attention-DP ranks), which stands in when a row does not record its clients.
-    clients = int(m.group(1)) if m else batch * _int(row.get("attention_dp_size", ""))
+    clients = int(m.group(1)) if m else batches
     precision = _precision(row, model.native_precision)
     dense = model.moe is None
     domain = int(device.interconnect.domain_size.value)
@@ -176,6 +179,11 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
                 ep, moe_tp = n, 1
                 if n > WIDE_EP_DEVICES:
                     tp, dp = 1, n
+        if (model.moe is not None and not _int(row.get(f"{prefix}moe_tp_size", ""), 0)
+                and not _int(row.get(f"{prefix}moe_ep_size", ""), 0)):
+            # No expert degrees recorded (vLLM rows write 0): the engine shards the experts over every device of the
+            # role, by tensor parallelism alone or as expert parallelism across its data-parallel ranks.
+            ep, moe_tp = (tp * dp, 1) if dp > 1 else (1, tp)
         if model.moe is not None and model.attention_heads % tp:
             # Wide deployments (tp 12..72 on NVL72 racks) record the device count as tp; for a MoE model a tp that
             # does not divide the heads can only run as data-parallel attention with the experts spread over the

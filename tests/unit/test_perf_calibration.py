@@ -228,7 +228,31 @@ def test_replay_without_recorded_clients_runs_as_many_as_the_batches_hold():
                         attention_dp_size="2", moe_ep_size="8"), CAT)
     assert isinstance(case, Case) and case.workload.concurrency == 56
     assert to_case(_row(silicon_data_source="measured=2026-03-17", mode="disagg"), CAT) == \
-        "no silicon_concurrency in silicon_data_source"
+        "no silicon_concurrency in silicon_data_source and no batch size to stand in"
+    # A disaggregated row's clients are its decode batches: 24 sequences in each of 3 workers.
+    disagg = to_case(_row(silicon_data_source="measured=2026-01-25", mode="disagg", model_path="Qwen/Qwen3-235B-A22B",
+                          system="h100_sxm", precision="fp8", prefill_batch_size="1", prefill_num_workers="1",
+                          prefill_tp_size="1", prefill_attention_dp_size="4", prefill_moe_tp_size="0",
+                          prefill_moe_ep_size="0", decode_batch_size="24", decode_num_workers="3",
+                          decode_tp_size="4", decode_attention_dp_size="1", decode_moe_tp_size="0",
+                          decode_moe_ep_size="0"), CAT)
+    assert isinstance(disagg, Case) and disagg.workload.concurrency == 72
+
+
+def test_replay_shards_experts_over_the_role_when_no_expert_degree_is_recorded():
+    from infra.perf.replay import to_case
+
+    # vLLM rows write 0 for the expert degrees: its engines shard the experts over tensor parallelism, or over
+    # every data-parallel rank as expert parallelism. Replicated, 235B of FP8 weights would not fit 80 GB devices.
+    case = to_case(_row(model_path="Qwen/Qwen3-235B-A22B", system="h100_sxm", precision="fp8", mode="disagg",
+                        silicon_data_source="silicon_concurrency=56", prefill_tp_size="1",
+                        prefill_attention_dp_size="4", prefill_moe_tp_size="0", prefill_moe_ep_size="0",
+                        decode_tp_size="4", decode_attention_dp_size="1", decode_moe_tp_size="0",
+                        decode_moe_ep_size="0", decode_num_workers="1"), CAT)
+    assert isinstance(case, Case)
+    assert (case.deployment.prefill.parallel.ep, case.deployment.prefill.parallel.attention_dp) == (4, 4)
+    assert (case.deployment.decode.parallel.moe_tp, case.deployment.decode.parallel.tp) == (4, 4)
+    assert isinstance(replay_predict(case, CAT), tuple)
 
 
 def test_rows_of_the_dated_sweeps_replay_their_clients_lengths_and_first_wave():
