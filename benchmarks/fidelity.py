@@ -6,10 +6,12 @@ PATH is any CSV in the silicon_calibration.csv format (shared/data/README.md), i
 systems the model was never fitted to (any model in the catalog). Prints the rows used and skipped (with reasons),
 then the median and p90 absolute percentage error of mean TTFT and TPOT, overall and by mode, backend, system and
 model, and the data's own repeatability: rows that record the same deployment and workload but were measured
-apart, each scored against the others (the floor under any model of the recorded inputs), and the share of rows
+apart, each scored against the others (the floor under any model of the recorded inputs); the error left within
+load sweeps (rows of one deployment and workload at several loads, each sweep's own level divided out: how well
+the predictions follow the load, apart from the level the recorded columns do not explain); and the share of rows
 inside the committed error band (p5..p95 of the held-out ratios of the calibration's leave-one-model-out fit).
 With --json the last line is one JSON object with at least n, skipped, ttft_median_ape, ttft_p90_ape,
-tpot_median_ape, tpot_p90_ape (and repeatability, band_coverage). Leave-one-model-out figures come from
+tpot_median_ape, tpot_p90_ape (and repeatability, within_sweeps, band_coverage). Leave-one-model-out figures come from
 `benchmarks/calibrate.py --lomo`.
 
 Rows are read as their engines ran them (`infra.perf.replay`):
@@ -20,7 +22,9 @@ Rows are read as their engines ran them (`infra.perf.replay`):
   tp cannot split the heads;
 - data-parallel attention over the expert devices when a MoE row records experts over more devices than
   attention and no attention-DP degree (vLLM's tp 1 with moe_tp 2);
-- an aggregated row without `silicon_concurrency` runs as many clients as its batches hold;
+- a row without `silicon_concurrency` runs as many clients as its batches hold (a disaggregated one: its decode
+  batches, workers and attention-DP ranks), and a MoE role with no expert degrees recorded shards its experts
+  over all of its devices;
 - precision spellings of the quantization tools (nvfp4, bfloat16, fp8_block, w4a16 ...) map to the catalog's,
   falling back to `gemm_quant_mode`.
 """
@@ -38,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from infra.catalog.loader import load_catalog  # noqa: E402
 from infra.errors import InfraError  # noqa: E402
 from infra.perf.calibration import table  # noqa: E402
-from infra.perf.replay import band_coverage, load_rows, repeatability, replay, summarize  # noqa: E402
+from infra.perf.replay import band_coverage, load_rows, repeatability, replay, summarize, within_sweeps  # noqa: E402
 
 
 def _pct(v: float | None) -> str:
@@ -77,6 +81,11 @@ def main() -> int:
         line("repeated runs", floor)
         print(f"  ({floor['n']} rows in {floor['groups']} groups record the same deployment and workload but were "
               "measured apart; each is scored against the others' geometric mean: the floor under any model)")
+    sweeps = within_sweeps(results)
+    if sweeps["n"]:
+        line("within load sweeps", sweeps)
+        print(f"  ({sweeps['n']} rows in {sweeps['sweeps']} sweeps of one deployment and workload over the load, each "
+              "sweep's median measured / predicted divided out: the error in how latency follows the load)")
     cover = band_coverage(results)
     if cover["ttft"] is not None:
         print(f"within the error band: TTFT {_pct(cover['ttft']).strip()}, TPOT {_pct(cover['tpot']).strip()} of rows "
@@ -84,7 +93,8 @@ def main() -> int:
     if args.json:
         keep = ("n", "skipped", "skipped_fraction", "ttft_median_ape", "ttft_p90_ape", "tpot_median_ape",
                 "tpot_p90_ape", "by_mode", "by_backend", "by_system", "by_model")
-        print(json.dumps({**{k: s[k] for k in keep}, "repeatability": floor, "band_coverage": cover},
+        print(json.dumps({**{k: s[k] for k in keep}, "repeatability": floor, "within_sweeps": sweeps,
+                          "band_coverage": cover},
                          sort_keys=True))
     return 0
 

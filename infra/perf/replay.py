@@ -410,6 +410,36 @@ def repeatability(rows: list[dict[str, str]]) -> dict[str, Any]:
             "tpot_median_ape": p.get("median"), "tpot_p90_ape": p.get("p90")}
 
 
+MIN_SWEEP_ROWS = 3
+"""Fewest rows of one deployment and workload (at different loads) that make a load sweep of their own."""
+
+
+def within_sweeps(results: list[tuple[Case, float, float]]) -> dict[str, Any]:
+    """How far predictions follow the load, apart from their level: rows that record the same deployment and
+    workload (every column but `MEASURED_COLUMNS` and the batch caps, which the sweeps raise with the clients) at
+    `MIN_SWEEP_ROWS` or more loads form a sweep; each sweep's median measured / predicted ratio is divided out, and
+    what error is left is the model's in how latency grows with the clients. Against the plain figures it says how
+    much of the error is a per-deployment level the recorded columns do not explain, and how much is the response
+    to load."""
+    skip = set(MEASURED_COLUMNS) | {"batch_size", "prefill_batch_size", "decode_batch_size"}
+    sweeps: dict[tuple[str, ...], list[tuple[Case, float, float]]] = {}
+    for r in results:
+        if r[1] > 0 and r[2] > 0 and math.isfinite(r[1]) and math.isfinite(r[2]):
+            key = tuple(f"{k}={v}" for k, v in sorted(r[0].row.items()) if k not in skip)
+            sweeps.setdefault(key, []).append(r)
+    ttft: list[float] = []
+    tpot: list[float] = []
+    used = [rs for rs in sweeps.values() if len(rs) >= MIN_SWEEP_ROWS]
+    for rs in used:
+        level_t = math.exp(statistics.median(math.log(c.ttft_ms / t) for c, t, _ in rs))
+        level_p = math.exp(statistics.median(math.log(c.tpot_ms / p) for c, _, p in rs))
+        ttft.extend(ape(t * level_t, c.ttft_ms) for c, t, _ in rs)
+        tpot.extend(ape(p * level_p, c.tpot_ms) for c, _, p in rs)
+    t, p = _stats(ttft), _stats(tpot)
+    return {"sweeps": len(used), "n": len(ttft), "ttft_median_ape": t.get("median"), "ttft_p90_ape": t.get("p90"),
+            "tpot_median_ape": p.get("median"), "tpot_p90_ape": p.get("p90")}
+
+
 def prepare(rows: list[dict[str, str]], catalog: Catalog, make: Callable[[Case], Any | str]
             ) -> tuple[list[tuple[Case, Any]], list[tuple[dict[str, str], str]]]:
     """`make(case)` for every row that maps to a case; rows that do not, or for which `make` returns a reason
@@ -433,4 +463,4 @@ def replay(rows: list[dict[str, str]], catalog: Catalog) -> tuple[list[tuple[Cas
 
 
 __all__ = ["Case", "ape", "compiled", "load_rows", "measured_cases", "predict", "prepare", "repeatability", "replay",
-           "summarize", "to_case"]
+           "summarize", "to_case", "within_sweeps"]

@@ -301,6 +301,31 @@ def test_repeatability_scores_each_repeated_run_against_the_others():
     assert repeatability([first, other_load])["n"] == 0
 
 
+def test_within_sweeps_divides_out_each_sweeps_level_and_scores_the_response_to_load():
+    from infra.perf.replay import within_sweeps
+
+    wl = Workload(isl=1000, osl=500, concurrency=32)
+    dep = Deployment("Llama-3.1-70B", "H200", "vllm", "fp8", "agg", agg=Role(Parallel(tp=4)))
+
+    def scored(clients: int, measured: float, predicted: float, isl: str = "1000") -> tuple[Case, float, float]:
+        row = {"isl": isl, "tp_size": "4", "batch_size": str(clients), "silicon_data_source":
+               f"silicon_concurrency={clients}", "id": f"r{clients}-{isl}"}
+        return Case(row, "vllm/H200", dep.model, dep, wl, measured, 10.0), predicted, 20.0
+
+    # Every prediction half the measurement: one level for the sweep, so nothing is left once it is divided out,
+    # though each row is 50% off. The batch caps rise with the clients and still make one sweep.
+    level = [scored(c, 2 * p, p) for c, p in ((4, 100.0), (16, 150.0), (64, 400.0))]
+    out = within_sweeps(level)
+    assert (out["sweeps"], out["n"]) == (1, 3)
+    assert out["ttft_median_ape"] == pytest.approx(0.0) and out["tpot_median_ape"] == pytest.approx(0.0)
+    # A load response that is off shows: measured doubles from 4 to 64 clients, predicted quadruples.
+    shape = [scored(4, 100.0, 100.0), scored(16, 150.0, 150.0), scored(64, 200.0, 400.0)]
+    assert within_sweeps(shape)["ttft_median_ape"] == pytest.approx(0.0)
+    assert within_sweeps(shape)["ttft_p90_ape"] == pytest.approx(1.0)
+    # Two loads are not a sweep, and another workload is another sweep.
+    assert within_sweeps(level[:2] + [scored(64, 1.0, 1.0, isl="8000")])["n"] == 0
+
+
 def test_error_bands_are_quantiles_of_measured_over_predicted_per_mode():
     from infra.perf.replay import error_bands
 
