@@ -411,13 +411,13 @@ def repeatability(rows: list[dict[str, str]]) -> dict[str, Any]:
 
 
 MIN_SWEEP_ROWS = 3
-"""Fewest rows of one deployment and workload (at different loads) that make a load sweep of their own."""
+"""Fewest rows of one deployment and workload that make a load sweep of their own."""
 
 
 def within_sweeps(results: list[tuple[Case, float, float]]) -> dict[str, Any]:
     """How far predictions follow the load, apart from their level: rows that record the same deployment and
-    workload (every column but `MEASURED_COLUMNS` and the batch caps, which the sweeps raise with the clients) at
-    `MIN_SWEEP_ROWS` or more loads form a sweep; each sweep's median measured / predicted ratio is divided out, and
+    workload (every column but `MEASURED_COLUMNS` and the batch caps, which the sweeps raise with the clients), at
+    least `MIN_SWEEP_ROWS` of them and so mostly at different loads, form a sweep; each sweep's median measured / predicted ratio is divided out, and
     what error is left is the model's in how latency grows with the clients. Against the plain figures it says how
     much of the error is a per-deployment level the recorded columns do not explain, and how much is the response
     to load."""
