@@ -333,15 +333,19 @@ def _ratios(rs: list[tuple[Case, float, float]], metric: str) -> np.ndarray:
     return np.asarray([c.ttft_ms / t if metric == "ttft" else c.tpot_ms / p for c, t, p in rs])
 
 
+def _scored(r: tuple[Case, float, float]) -> bool:
+    """Whether both predictions of a replayed row are positive, finite numbers."""
+    return r[1] > 0 and r[2] > 0 and math.isfinite(r[1]) and math.isfinite(r[2])
+
+
 def error_bands(results: list[tuple[Case, float, float]]) -> dict[str, dict[str, Any]]:
     """Per mode, the quantiles of measured / predicted TTFT and TPOT over scored rows (for the held-out rows of a
     leave-one-model-out fit: how far a prediction for a model the fit has never seen lands from the measurement),
     and how often the band between the outer quantiles held for a model left out of the band itself (each model's
     rows against the quantiles of the other models' rows): the figure a band for a new model can claim."""
     by_mode: dict[str, list[tuple[Case, float, float]]] = {}
-    for r in results:
-        if r[1] > 0 and r[2] > 0 and math.isfinite(r[1]) and math.isfinite(r[2]):
-            by_mode.setdefault(r[0].deployment.mode, []).append(r)
+    for r in filter(_scored, results):
+        by_mode.setdefault(r[0].deployment.mode, []).append(r)
     edges = (BAND_QUANTILES[0], BAND_QUANTILES[-1])
     out: dict[str, dict[str, Any]] = {}
     for mode, rs in sorted(by_mode.items()):
@@ -380,6 +384,11 @@ MEASURED_COLUMNS = ("id", "silicon_data_source", "silicon_ttft_ms", "silicon_tpo
 """Columns that are not inputs of the deployment: the row's name, its provenance and what was measured."""
 
 
+def _inputs(row: dict[str, str], also: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """What a row records of its deployment and workload: every column but `MEASURED_COLUMNS` (and `also`)."""
+    return tuple(f"{k}={v}" for k, v in sorted(row.items()) if k not in MEASURED_COLUMNS and k not in also)
+
+
 def repeatability(rows: list[dict[str, str]]) -> dict[str, Any]:
     """How well the data predicts itself: among rows that record the same deployment and workload (every column but
     `MEASURED_COLUMNS`, plus the concurrency in the provenance) yet were measured apart with different results,
@@ -395,7 +404,7 @@ def repeatability(rows: list[dict[str, str]]) -> dict[str, Any]:
         if min(measured) <= 0:
             continue
         conc = _CONC.search(row.get("silicon_data_source") or "")
-        key = tuple(f"{k}={v}" for k, v in sorted(row.items()) if k not in MEASURED_COLUMNS)
+        key = _inputs(row)
         groups.setdefault(key + (conc.group(1) if conc else "",), {})[measured] = None
     ttft: list[float] = []
     tpot: list[float] = []
@@ -412,21 +421,20 @@ def repeatability(rows: list[dict[str, str]]) -> dict[str, Any]:
 
 MIN_SWEEP_ROWS = 3
 """Fewest rows of one deployment and workload that make a load sweep of their own."""
+BATCH_COLUMNS = frozenset({"batch_size", "prefill_batch_size", "decode_batch_size"})
+"""Batch caps, which the sweeps raise with the clients: a load sweep is one deployment whatever they say."""
 
 
 def within_sweeps(results: list[tuple[Case, float, float]]) -> dict[str, Any]:
     """How far predictions follow the load, apart from their level: rows that record the same deployment and
-    workload (every column but `MEASURED_COLUMNS` and the batch caps, which the sweeps raise with the clients), at
-    least `MIN_SWEEP_ROWS` of them and so mostly at different loads, form a sweep; each sweep's median measured / predicted ratio is divided out, and
-    what error is left is the model's in how latency grows with the clients. Against the plain figures it says how
-    much of the error is a per-deployment level the recorded columns do not explain, and how much is the response
-    to load."""
-    skip = set(MEASURED_COLUMNS) | {"batch_size", "prefill_batch_size", "decode_batch_size"}
+    workload (every column but `MEASURED_COLUMNS` and `BATCH_COLUMNS`), at least `MIN_SWEEP_ROWS` of them and so
+    mostly at different loads, form a sweep; each sweep's median measured / predicted ratio is divided out, and what
+    error is left is the model's in how latency grows with the clients. Against the plain figures it says how much
+    of the error is a per-deployment level the recorded columns do not explain, and how much is the response to
+    load."""
     sweeps: dict[tuple[str, ...], list[tuple[Case, float, float]]] = {}
-    for r in results:
-        if r[1] > 0 and r[2] > 0 and math.isfinite(r[1]) and math.isfinite(r[2]):
-            key = tuple(f"{k}={v}" for k, v in sorted(r[0].row.items()) if k not in skip)
-            sweeps.setdefault(key, []).append(r)
+    for r in filter(_scored, results):
+        sweeps.setdefault(_inputs(r[0].row, BATCH_COLUMNS), []).append(r)
     ttft: list[float] = []
     tpot: list[float] = []
     used = [rs for rs in sweeps.values() if len(rs) >= MIN_SWEEP_ROWS]
