@@ -99,6 +99,8 @@ def test_repo_name():
     ("unsloth/Llama-3.2-3B-Instruct", "Llama-3.2-3B"),
     ("google/gemma-3-12b-pt", "Gemma-3-12B"),
     ("google/gemma-3-4b-it", "Gemma-3-4B"),
+    ("MiniMaxAI/MiniMax-M2.7", "MiniMax-M2.5"),
+    ("nvidia/MiniMax-M2.7-NVFP4", "MiniMax-M2.5"),
 ])
 def test_published_ids_resolve(cat, ref, name):
     assert cat.model(ref).name == name
@@ -177,6 +179,7 @@ def test_new_entries_hold_their_config(cat, name, layers, hidden, heads, kv, exp
     ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "vllm", "bf16", 2, 1),
     ("google/gemma-3-12b-it", "vllm", "bf16", 1, 1),
     ("meta-llama/Llama-3.2-3B-Instruct", "vllm", "bf16", 1, 1),
+    ("MiniMaxAI/MiniMax-M2.7", "sglang", "fp8", 4, 4),
 ])
 def test_rows_of_these_models_replay(cat, model_path, backend, precision, tp, ep):
     # The timings are placeholders: only whether the row is replayed, not how close it comes, is checked here.
