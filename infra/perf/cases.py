@@ -5,6 +5,7 @@ The same typed case serves both, so a flag and a JSON key mean the same thing an
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,7 +17,7 @@ from infra.errors import InfraError, Location, Problem
 from infra.files import read_jsonl
 from infra.intent.base import Strict
 from infra.intent.units import Count, Duration, Fraction, Rate, parse_duration
-from infra.perf.estimate import estimate, max_rate
+from infra.perf.estimate import TRICKLE_RPS, estimate, finite_ms, max_rate, objective_value
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 
 _SLO_METRICS = ("ttft", "tpot", "itl", "e2e")
@@ -178,6 +179,14 @@ def run_case(case: EstimateCase, catalog: Catalog) -> dict[str, Any]:
                                                                           for k, v in sorted(case.slo.items())}}
         if est is not None:
             out["at_max_rate"] = est.to_json()
+        else:
+            # Say which objectives even a trickle misses, and by what prediction, so the user knows what to relax.
+            low = estimate(dep, replace(wl, rate=TRICKLE_RPS), catalog).prediction
+            out["trickle_rps"] = TRICKLE_RPS
+            out["missed_at_trickle_ms"] = {
+                f"{m}_{p}": finite_ms(objective_value(low, m, p)) if low.stable else None
+                for (m, p), target in sorted(case.objectives().items())
+                if not low.stable or objective_value(low, m, p) > target}
         return out
     return estimate(dep, wl, catalog).to_json()
 

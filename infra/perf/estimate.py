@@ -7,6 +7,7 @@ this framework and device, and if not, where they were borrowed from and how far
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +74,12 @@ def shape_problems(model: ModelSpec, device: DeviceSpec, framework: FrameworkSpe
     return out
 
 
+def finite_ms(seconds: float) -> float | None:
+    """Milliseconds for JSON; None (null) where the load never settles and the metric has no finite value, since
+    JSON has no infinity."""
+    return round(seconds * 1000, 4) if math.isfinite(seconds) else None
+
+
 @dataclass(frozen=True)
 class Estimate:
     """Predicted metrics of a deployment under a workload, with everything needed to trust or doubt them."""
@@ -88,7 +95,7 @@ class Estimate:
 
     def to_json(self) -> dict[str, Any]:
         p = self.prediction
-        ms = {k: {q: round(v * 1000, 4) for q, v in getattr(p, k).items()} for k in ("ttft", "tpot", "itl", "e2e")}
+        ms = {k: {q: finite_ms(v) for q, v in getattr(p, k).items()} for k in ("ttft", "tpot", "itl", "e2e")}
         return {
             "model": self.deployment.model, "device": self.deployment.device, "framework": self.deployment.framework,
             "precision": self.deployment.precision, "mode": self.deployment.mode,
@@ -96,7 +103,8 @@ class Estimate:
                          "concurrency": self.workload.concurrency, "rate": self.workload.rate},
             **{f"{k}_ms": v for k, v in ms.items()},
             "throughput_rps": round(p.throughput_rps, 6), "output_tokens_per_s": round(p.output_tokens_per_s, 3),
-            "batch_per_group": round(p.batch, 3), "load": round(p.load, 4), "stable": p.stable,
+            "batch_per_group": round(p.batch, 3), "load": round(p.load, 4) if math.isfinite(p.load) else None,
+            "stable": p.stable,
             "workers": p.workers, "devices": self.devices,
             "memory": {r: {"weights_gb": round(m.weights_gb, 3), "kv_gb": round(m.kv_gb, 3),
                            "kv_tokens": m.kv_tokens} for r, m in self.memory.items()},
@@ -199,18 +207,23 @@ def estimate(dep: Deployment, wl: Workload, catalog: Catalog, *, device_memory_g
     return Estimate(dep, wl, pred, {name: w.memory for name, w in workers.items()}, cal, devices, notes)
 
 
+TRICKLE_RPS = 1e-3
+"""The lowest request rate `max_rate` probes: a deployment that misses the objectives there misses them at any."""
+
+
+def objective_value(pred: Prediction, metric: str, pct: str) -> float:
+    """Seconds the prediction gives a (metric, percentile) objective; a percentile it does not carry is read at the
+    next one above it (p99.5 at p99.9)."""
+    values = getattr(pred, metric)
+    value = values.get(pct)
+    if value is None:
+        value = values["p99.9"] if float(pct[1:]) > 99 else values["p99"]
+    return value
+
+
 def meets(pred: Prediction, slos: dict[tuple[str, str], float]) -> bool:
     """Whether every (metric, percentile) -> seconds objective holds."""
-    if not pred.stable:
-        return False
-    for (metric, pct), target in slos.items():
-        values = getattr(pred, metric)
-        value = values.get(pct)
-        if value is None:
-            value = values["p99.9"] if float(pct[1:]) > 99 else values["p99"]
-        if value > target:
-            return False
-    return True
+    return pred.stable and all(objective_value(pred, m, p) <= target for (m, p), target in slos.items())
 
 
 def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], catalog: Catalog,
@@ -232,7 +245,7 @@ def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], 
         devices = sum(w.parallel.devices * pred.workers.get(name, 1) for name, w in workers.items())
         return Estimate(dep, load, pred, {name: w.memory for name, w in workers.items()}, cal, devices, notes)
 
-    lo, hi = 0.0, 1e-3
+    lo, hi = 0.0, TRICKLE_RPS
     best: Estimate | None = None
     first = at(hi)
     if not meets(first.prediction, slos):
@@ -259,5 +272,5 @@ def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], 
     return lo, best
 
 
-__all__ = ["Estimate", "PERCENTILES", "ShapeError", "build_workers", "estimate", "max_rate", "meets", "predict",
-           "shape_problems"]
+__all__ = ["Estimate", "PERCENTILES", "ShapeError", "TRICKLE_RPS", "build_workers", "estimate", "finite_ms",
+           "max_rate", "meets", "objective_value", "predict", "shape_problems"]

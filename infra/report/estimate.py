@@ -10,9 +10,9 @@ from rich.table import Table
 _COLS = ("mean", "p50", "p90", "p99", "p99.9")
 
 
-def _fmt(ms: float) -> str:
-    if ms == float("inf"):
-        return "inf"
+def _fmt(ms: float | None) -> str:
+    if ms is None:
+        return "—"
     return f"{ms:,.1f}" if ms < 10_000 else f"{ms / 1000:,.1f}s"
 
 
@@ -29,8 +29,9 @@ def _metrics(console: Console, r: dict[str, Any], title: str) -> None:
         values = r[f"{metric}_ms"]
         t.add_row(metric.upper(), *(_fmt(values[c]) for c in _COLS))
     console.print(t)
+    load = "beyond any finite share" if r["load"] is None else f"{r['load']:.0%}"
     console.print(f"throughput {r['throughput_rps']:.3f} req/s, {r['output_tokens_per_s']:,.0f} output tok/s; "
-                  f"batch {r['batch_per_group']:.1f} per attention group, load {r['load']:.0%}; "
+                  f"batch {r['batch_per_group']:.1f} per attention group, load {load}; "
                   f"{r['devices']} device(s), workers {r['workers']}")
     for role, m in r["memory"].items():
         console.print(f"memory ({role}): {m['weights_gb']:.1f} GB weights per device, {m['kv_gb']:.1f} GB KV cache "
@@ -55,8 +56,13 @@ def _metrics(console: Console, r: dict[str, Any], title: str) -> None:
 def print_estimate(console: Console, r: dict[str, Any]) -> None:
     if "max_rate_rps" in r:
         slo = ", ".join(f"{k} {v:g}ms" for k, v in r["slo_ms"].items())
-        console.print(f"goodput capacity: {r['max_rate_rps']:.3f} req/s meets {slo}")
         if "at_max_rate" in r:
+            console.print(f"goodput capacity: {r['max_rate_rps']:.3f} req/s meets {slo}")
             _metrics(console, r["at_max_rate"], "at that rate")
+            return
+        missed = ", ".join(f"{k} {'unstable' if v is None else _with_unit(v)}"
+                           for k, v in r["missed_at_trickle_ms"].items())
+        console.print(f"[red]goodput capacity: no rate meets {slo}[/red]; even at {r['trickle_rps']:g} req/s the "
+                      f"prediction is {missed}: relax what it misses or change the deployment")
         return
     _metrics(console, r, f"{r['model']} {r['precision']} on {r['device']} with {r['framework']} ({r['mode']})")

@@ -33,6 +33,32 @@ def test_max_rate():
     assert r["at_max_rate"]["ttft_ms"]["p99"] <= 2000.5 and r["at_max_rate"]["tpot_ms"]["p99"] <= 60.01
 
 
+def _strict(text: str) -> dict:
+    """JSON as the standard has it: no Infinity or NaN, which jq and most parsers refuse."""
+    def refuse(constant: str) -> None:
+        raise ValueError(f"non-standard JSON constant {constant}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_an_overloaded_deployment_is_strict_json_with_null_metrics():
+    out = infra(*BASE, "--rate", "500/s", "--json")
+    assert out.returncode == 0, out.stderr
+    r = _strict(out.stdout)
+    assert r["stable"] is False and r["ttft_ms"]["mean"] is None and r["e2e_ms"]["p99"] is None
+    table = infra(*BASE, "--rate", "500/s")
+    assert "unstable" in table.stdout and "inf" not in table.stdout
+
+
+def test_max_rate_that_no_rate_meets_names_what_a_trickle_misses():
+    out = infra(*BASE, "--max-rate", "--slo", "ttft_p99=1ms,tpot_p99=1s", "--json")
+    assert out.returncode == 0, out.stderr
+    r = _strict(out.stdout)
+    assert r["max_rate_rps"] == 0 and "at_max_rate" not in r and r["trickle_rps"] > 0
+    assert list(r["missed_at_trickle_ms"]) == ["ttft_p99"] and r["missed_at_trickle_ms"]["ttft_p99"] > 1
+    table = infra(*BASE, "--max-rate", "--slo", "ttft_p99=1ms,tpot_p99=1s")
+    assert "no rate meets" in table.stdout and "ttft_p99" in table.stdout
+
+
 def test_cases_file(tmp_path):
     cases = tmp_path / "cases.jsonl"
     good = {"model": "Qwen/Qwen3-32B", "device": "H100-SXM", "framework": "sglang", "precision": "fp8", "tp": 2,
