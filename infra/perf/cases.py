@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 from pydantic import ValidationError as PydanticValidationError
@@ -41,7 +41,7 @@ class RoleCase(Strict):
     """Batch cap per attention group (max_num_seqs)."""
     workers: int | None = Field(default=None, ge=1)
     """Replicas of this role."""
-    max_num_tokens: Count = 8192
+    max_num_tokens: Annotated[Count, Field(ge=1)] = 8192
     """Tokens per step (chunked-prefill budget)."""
 
     def role(self, moe: bool) -> Role:

@@ -87,6 +87,7 @@ def test_refusals_are_one_line_with_a_fix():
         ([*BASE], "exactly one of concurrency"),
         ([*BASE, "--rate", "3/fortnight"], "unknown rate unit"),
         ([*BASE, "--max-rate", "--slo", "ttft_p99=2"], "no unit"),
+        ([*BASE, "--concurrency", "4", "--max-num-tokens", "0"], "max_num_tokens"),
         (["estimate", "--device", "H200"], "missing --model"),
     ):
         out = infra(*args)
