@@ -221,7 +221,8 @@ def estimate(
     arrival_cv: Annotated[float, typer.Option("--arrival-cv", help="Inter-arrival CV (1 = Poisson).")] = 1.0,
     prefix_hit: Annotated[str, typer.Option("--prefix-hit", help="Prefix-cache hit fraction.")] = "0",
     max_rate: Annotated[bool, typer.Option("--max-rate", help="Report the largest rate meeting --slo.")] = False,
-    slo: Annotated[Optional[str], typer.Option(help="Objectives, e.g. ttft_p99=300ms,tpot_p99=40ms.",
+    slo: Annotated[Optional[str], typer.Option(help="Objectives, e.g. ttft_p99=300ms,tpot_p99=40ms: what --max-rate "
+                                                    "must meet, else each is checked at the load given.",
                                                show_default=False)] = None,
     cases: Annotated[Optional[Path], typer.Option(help="JSONL file of cases (same keys as the flags); one JSON "
                                                        "result per line.", show_default=False)] = None,

@@ -90,13 +90,17 @@ class EstimateCase(RoleCase):
     max_rate: bool = False
     """Report the largest rate meeting `slo` instead of metrics at a given load."""
     slo: dict[str, Duration] = {}
-    """Objectives for max_rate, e.g. {ttft_p99: 300ms, tpot_p99: 40ms}."""
+    """Objectives, e.g. {ttft_p99: 300ms, tpot_p99: 40ms}: the ones max_rate must meet, else checked at the load
+    given."""
 
     @model_validator(mode="after")
     def _consistent(self) -> EstimateCase:
         if self.max_rate:
             if not self.slo:
                 raise ValueError("max_rate needs objectives; e.g. slo: ttft_p99=300ms,tpot_p99=40ms")
+            if self.concurrency is not None:
+                raise ValueError("max_rate searches open-loop request rates, so a concurrency does not apply; drop "
+                                 "concurrency, or drop max_rate to predict that closed loop")
         elif (self.concurrency is None) == (self.rate is None):
             raise ValueError("give exactly one of concurrency (closed loop) or rate (open loop)")
         for key in self.slo:
@@ -105,6 +109,9 @@ class EstimateCase(RoleCase):
                 raise ValueError(f"objective {key!r} is not metric_percentile; write e.g. ttft_p99 or tpot_p50")
         if self.mode == "disagg" and (self.prefill is None or self.decode is None):
             raise ValueError("a disaggregated deployment needs prefill and decode layouts; add both")
+        if self.mode == "agg" and (self.prefill is not None or self.decode is not None):
+            raise ValueError("prefill and decode layouts describe a disaggregated deployment; set mode disagg, or "
+                             "give the aggregated layout (tp, ep, dp ...) instead")
         return self
 
     def deployment(self, catalog: Catalog) -> Deployment:
@@ -188,7 +195,16 @@ def run_case(case: EstimateCase, catalog: Catalog) -> dict[str, Any]:
                 for (m, p), target in sorted(case.objectives().items())
                 if not low.stable or objective_value(low, m, p) > target}
         return out
-    return estimate(dep, wl, catalog).to_json()
+    est = estimate(dep, wl, catalog)
+    out = est.to_json()
+    if case.slo:
+        pred = est.prediction
+        out["slo_check"] = {
+            f"{m}_{p}": {"target_ms": finite_ms(target),
+                         "predicted_ms": finite_ms(objective_value(pred, m, p)) if pred.stable else None,
+                         "met": pred.stable and objective_value(pred, m, p) <= target}
+            for (m, p), target in sorted(case.objectives().items())}
+    return out
 
 
 def read_cases(path: Path) -> list[tuple[int, dict[str, Any]]]:

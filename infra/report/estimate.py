@@ -66,3 +66,7 @@ def print_estimate(console: Console, r: dict[str, Any]) -> None:
                       f"prediction is {missed}: relax what it misses or change the deployment")
         return
     _metrics(console, r, f"{r['model']} {r['precision']} on {r['device']} with {r['framework']} ({r['mode']})")
+    for key, o in r.get("slo_check", {}).items():
+        got = "unstable" if o["predicted_ms"] is None else _with_unit(o["predicted_ms"])
+        verdict = "[green]met[/green]" if o["met"] else "[red]missed[/red]"
+        console.print(f"objective {key} {_with_unit(o['target_ms'])}: predicted {got}, {verdict}")

@@ -93,7 +93,7 @@ def parse(words: list[str], fw: FrameworkSpec) -> EngineArgs | None:
             seen.add(flag)
             out.settings[negated[flag]] = False
             continue
-        takes_value = not (by_flag.get(flag) in switches)
+        takes_value = by_flag.get(flag) not in switches
         value: str | None = inline if eq else None
         if takes_value and value is None:
             if i < len(rest) and not rest[i].startswith("--"):

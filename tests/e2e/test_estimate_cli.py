@@ -59,6 +59,16 @@ def test_max_rate_that_no_rate_meets_names_what_a_trickle_misses():
     assert "no rate meets" in table.stdout and "ttft_p99" in table.stdout
 
 
+def test_objectives_without_max_rate_are_checked_at_the_load_given():
+    out = infra(*BASE, "--concurrency", "32", "--slo", "ttft_p99=60s,tpot_p50=1ms", "--json")
+    assert out.returncode == 0, out.stderr
+    check = json.loads(out.stdout)["slo_check"]
+    assert check["ttft_p99"]["met"] is True and check["ttft_p99"]["predicted_ms"] < 60_000
+    assert check["tpot_p50"]["met"] is False and check["tpot_p50"]["predicted_ms"] > 1
+    table = infra(*BASE, "--concurrency", "32", "--slo", "ttft_p99=60s,tpot_p50=1ms")
+    assert "objective tpot_p50 1.0 ms" in table.stdout and "missed" in table.stdout
+
+
 def test_cases_file(tmp_path):
     cases = tmp_path / "cases.jsonl"
     good = {"model": "Qwen/Qwen3-32B", "device": "H100-SXM", "framework": "sglang", "precision": "fp8", "tp": 2,
@@ -88,6 +98,8 @@ def test_refusals_are_one_line_with_a_fix():
         ([*BASE, "--rate", "3/fortnight"], "unknown rate unit"),
         ([*BASE, "--max-rate", "--slo", "ttft_p99=2"], "no unit"),
         ([*BASE, "--concurrency", "4", "--max-num-tokens", "0"], "max_num_tokens"),
+        ([*BASE, "--concurrency", "4", "--max-rate", "--slo", "ttft_p99=2s"], "drop concurrency"),
+        ([*BASE, "--concurrency", "4", "--prefill", "tp=4"], "set mode disagg"),
         (["estimate", "--device", "H200"], "missing --model"),
     ):
         out = infra(*args)
