@@ -17,7 +17,7 @@ from infra.errors import InfraError, Location, Problem
 from infra.files import read_jsonl
 from infra.intent.base import Strict
 from infra.intent.units import Count, Duration, Fraction, Rate, parse_duration
-from infra.perf.estimate import TRICKLE_RPS, estimate, finite_ms, max_rate, objective_value
+from infra.perf.estimate import TRICKLE_RPS, estimate, finite_ms, max_rate, missed, objective_value
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 
 _SLO_METRICS = ("ttft", "tpot", "itl", "e2e")
@@ -190,10 +190,8 @@ def run_case(case: EstimateCase, catalog: Catalog) -> dict[str, Any]:
             # Say which objectives even a trickle misses, and by what prediction, so the user knows what to relax.
             low = estimate(dep, replace(wl, rate=TRICKLE_RPS), catalog).prediction
             out["trickle_rps"] = TRICKLE_RPS
-            out["missed_at_trickle_ms"] = {
-                f"{m}_{p}": finite_ms(objective_value(low, m, p)) if low.stable else None
-                for (m, p), target in sorted(case.objectives().items())
-                if not low.stable or objective_value(low, m, p) > target}
+            out["missed_at_trickle_ms"] = {k: None if v is None else finite_ms(v)
+                                           for k, v in missed(low, case.objectives()).items()}
         return out
     est = estimate(dep, wl, catalog)
     out = est.to_json()

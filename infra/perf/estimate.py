@@ -226,6 +226,13 @@ def meets(pred: Prediction, slos: dict[tuple[str, str], float]) -> bool:
     return pred.stable and all(objective_value(pred, m, p) <= target for (m, p), target in slos.items())
 
 
+def missed(pred: Prediction, slos: dict[tuple[str, str], float]) -> dict[str, float | None]:
+    """The objectives a prediction misses, as `ttft_p99` -> its predicted seconds (None where the load never
+    settles, which misses them all)."""
+    return {f"{m}_{p}": objective_value(pred, m, p) if pred.stable else None
+            for (m, p), target in sorted(slos.items()) if not pred.stable or objective_value(pred, m, p) > target}
+
+
 def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], catalog: Catalog,
              *, device_memory_gb: float | None = None, device_spec: DeviceSpec | None = None,
              decode_memory_gb: float | None = None, link_gbs: float | None = None) -> tuple[float, Estimate | None]:
@@ -273,4 +280,4 @@ def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], 
 
 
 __all__ = ["Estimate", "PERCENTILES", "ShapeError", "TRICKLE_RPS", "build_workers", "estimate", "finite_ms",
-           "max_rate", "meets", "objective_value", "predict", "shape_problems"]
+           "max_rate", "meets", "missed", "objective_value", "predict", "shape_problems"]

@@ -22,7 +22,7 @@ from infra.intent.profile import Pool
 from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
 from infra.perf.arch import kv_precision_for
 from infra.perf.calibration import error_band, lookup
-from infra.perf.estimate import Estimate, build_workers, max_rate, meets, predict, shape_problems
+from infra.perf.estimate import TRICKLE_RPS, Estimate, build_workers, max_rate, meets, missed, predict, shape_problems
 from infra.perf.serving import PERCENTILES, z_of
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 from infra.perf.stages import StageEstimate
@@ -270,7 +270,9 @@ def tp_refusal(device: DeviceSpec, fw: FrameworkSpec, par: Parallel) -> str:
 
 def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], resolved: ResolvedIntent,
               pool: Pool, device: DeviceSpec, memory_gb: float | None = None,
-              decode_pool: Pool | None = None) -> tuple[float, Estimate | None]:
+              decode_pool: Pool | None = None) -> tuple[float, Estimate]:
+    """(the most load one replica serves within the objectives, the estimate there); (0, the estimate at the
+    lightest load) when even that misses them."""
     catalog = resolved.catalog
     assert catalog is not None
     mem = memory_gb if memory_gb is not None else pool_device_memory_gb(pool, device)
@@ -279,22 +281,28 @@ def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], 
         cross = {"decode_memory_gb": pool_device_memory_gb(decode_pool, resolved.pools[decode_pool.name]),
                  "link_gbs": network_gbs(pool, decode_pool)}
     if wl.rate is not None:
-        return max_rate(dep, wl, slo, catalog, device_memory_gb=mem, device_spec=device, **cross)
-    # Closed loop: the most clients one replica serves within the objectives (bisection over integers), with
-    # the workers compiled once.
+        rate, best = max_rate(dep, wl, slo, catalog, device_memory_gb=mem, device_spec=device, **cross)
+        if best is not None:
+            return rate, best
+    # The lightest load, when even the lightest rate misses; else the closed loop: the most clients one replica
+    # serves within the objectives (bisection over integers), with the workers compiled once.
     workers, cal, link = build_workers(dep, catalog, device_memory_gb=mem, device_spec=device, **cross)
 
-    def ok(n: int) -> Estimate | None:
-        load = replace(wl, concurrency=n)
+    def at(load: Workload) -> Estimate:
         pred = predict(dep, load, workers, link)
-        if not meets(pred, slo):
-            return None
         devices = sum(w.parallel.devices * pred.workers.get(name, 1) for name, w in workers.items())
         return Estimate(dep, load, pred, {name: w.memory for name, w in workers.items()}, cal, devices)
 
-    first = ok(1)
-    if first is None:
-        return 0.0, None
+    if wl.rate is not None:
+        return 0.0, at(replace(wl, rate=TRICKLE_RPS))
+
+    def ok(n: int) -> Estimate | None:
+        e = at(replace(wl, concurrency=n))
+        return e if meets(e.prediction, slo) else None
+
+    first = at(replace(wl, concurrency=1))
+    if not meets(first.prediction, slo):
+        return 0.0, first
     lo, hi, best = 1, 2, first
     while hi <= 1 << 16:
         e = ok(hi)
@@ -539,6 +547,10 @@ def confident(slo: dict[tuple[str, str], float], dep: Deployment, confidence: fl
     return {(metric, pct): target / ratio[metric] for (metric, pct), target in slo.items()}
 
 
+def _millis(seconds: float) -> str:
+    return f"{seconds * 1000:,.1f} ms"
+
+
 def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float],
            resolved: ResolvedIntent, pool: Pool, device: DeviceSpec, seen: list[Considered],
            memory_gb: float | None = None, longest: int | None = None,
@@ -546,6 +558,7 @@ def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[st
     """(capacity, estimate) of one deployment, or None; either way the outcome is recorded in `seen`. A shape
     whose KV cache cannot hold the longest request is dropped too. With a `confidence`, the objectives are
     tightened by the deployment's error band first."""
+    asked = slo
     if confidence is not None:
         slo = confident(slo, dep, confidence, lookup(dep.framework, device).calibrated)
     try:
@@ -553,8 +566,15 @@ def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[st
     except InfraError as exc:
         seen.append(dataclasses.replace(record, outcome=exc.problems[0].message))
         return None
-    if cap <= 0 or est is None:
-        seen.append(dataclasses.replace(record, outcome="misses the objectives even at the lightest load"))
+    if cap <= 0:
+        targets = {f"{m}_{p}": t for (m, p), t in slo.items()}
+        misses = tuple((k, v, targets[k]) for k, v in missed(est.prediction, slo).items())
+        light = "1 client" if est.workload.concurrency is not None else f"{TRICKLE_RPS:g} requests/s"
+        what = "; ".join(f"{k} {_millis(t)} (predicted {'unstable' if v is None else _millis(v)})"
+                         for k, v, t in misses)
+        margin = "; targets narrowed by the error band for the attainment asked" if slo != asked else ""
+        seen.append(dataclasses.replace(record, outcome=f"misses {what} even at the lightest load ({light}){margin}",
+                                        misses=misses))
         return None
     if longest:
         for role, mem in est.memory.items():
@@ -579,6 +599,9 @@ class Considered:
     parallel: str
     outcome: str
     """`candidate`, or why it was dropped."""
+    misses: tuple[tuple[str, float | None, float], ...] = ()
+    """For a shape that misses its objectives even at the lightest load: (objective, predicted seconds or None
+    when that load never settles, target seconds) of each it misses."""
 
 
 @dataclass(frozen=True)

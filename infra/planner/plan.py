@@ -721,10 +721,11 @@ def _core_problems(resolved: ResolvedIntent, core: list[str], relax: list[Proble
                     continue
                 target = f"{owner} (stage {stage})"
             elif kind == "demand" and not any(c.service == target for c in cands):
+                tried = sum(1 for c in considered if c.service == target)
                 problems.append(Problem(f"no replica shape of service {target} meets its objectives at any load "
-                                        f"({sum(1 for c in considered if c.service == target)} shapes tried; with -o DIR, "
-                                        "DIR/report.md lists each and why)", doc.locate(("spec", "services", si, "slo")),
-                                        fix))
+                                        f"({tried} shapes tried; with -o DIR, DIR/report.md lists each and why)"
+                                        f"{_closest_miss(considered, target)}",
+                                        doc.locate(("spec", "services", si, "slo")), fix))
                 continue
             if kind == "demand":
                 wl = svc.workload
@@ -734,6 +735,24 @@ def _core_problems(resolved: ResolvedIntent, core: list[str], relax: list[Proble
             problems.append(Problem(f"service {target} cannot {words} together with the other constraints",
                                     doc.locate(("spec", "services", si) + path), fix))
     return problems
+
+
+def _closest_miss(considered: list[Considered], service: str) -> str:
+    """What the shape that came closest to a service's objectives predicts for them at its lightest load: how far
+    the objectives would have to move for any shape to serve it."""
+    def worst(c: Considered) -> float:
+        return max(math.inf if v is None else v / t for _, v, t in c.misses)
+
+    near = [c for c in considered if c.service == service and c.misses]
+    if not near:
+        return ""
+    best = min(near, key=worst)
+    what = ", ".join(f"{k} {v * 1000:,.1f} ms against {t * 1000:,.1f} ms" for k, v, t in best.misses
+                     if v is not None)
+    if not what:
+        return ""
+    return (f"; the closest, {best.parallel} with {best.framework} {best.precision} on pool {best.pool}, predicts "
+            f"{what} at its lightest load")
 
 
 def _less_cpu(limits: Limits, cpu: dict[str, CpuPlacement], pipelines: dict[str, list[Unit]]) -> Limits:

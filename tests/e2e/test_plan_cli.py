@@ -72,6 +72,20 @@ def test_pipeline_stages_are_planned_each_on_its_own(tmp_path):
     assert "bubble" in out.stdout and "| code2wav | codec |" in (tmp_path / "report.md").read_text()
 
 
+def test_objectives_no_shape_meets_name_the_closest_prediction(tmp_path):
+    text = (ROOT / "examples" / "chat-mixed-fleet.yaml").read_text()
+    bad = tmp_path / "fast.yaml"
+    bad.write_text(text.replace("ttft: {p50: 300ms, p99: 1.5s}", "ttft: {p50: 10ms, p99: 20ms}").replace(
+        "profiles/", str(ROOT / "examples" / "profiles") + "/"))
+    out = infra("plan", str(bad), "-o", str(tmp_path / "out"))
+    assert out.returncode == 2, out.stdout
+    # What to relax: the closest shape's prediction for each objective it misses, against the target.
+    assert "fast.yaml:" in out.stderr and "no replica shape of service chat" in out.stderr
+    assert "the closest," in out.stderr and "predicts ttft_p50 " in out.stderr and "against 10.0 ms" in out.stderr
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "misses ttft_p50 10.0 ms (predicted " in report and "even at the lightest load (0.001 requests/s)" in report
+
+
 def test_a_pipeline_stage_without_its_work_is_located(tmp_path):
     text = (ROOT / "examples" / "vision-language.yaml").read_text()
     bad = tmp_path / "vl.yaml"
