@@ -235,9 +235,10 @@ def missed(pred: Prediction, slos: dict[tuple[str, str], float]) -> dict[str, fl
 
 def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], catalog: Catalog,
              *, device_memory_gb: float | None = None, device_spec: DeviceSpec | None = None,
-             decode_memory_gb: float | None = None, link_gbs: float | None = None) -> tuple[float, Estimate | None]:
-    """Largest open-loop request rate whose prediction meets every objective (goodput capacity), by bisection;
-    (0, None) when even a trickle misses them."""
+             decode_memory_gb: float | None = None, link_gbs: float | None = None) -> tuple[float, Estimate]:
+    """Largest open-loop request rate whose prediction meets every objective (goodput capacity) and the estimate
+    there, by bisection; (0, the estimate at `TRICKLE_RPS`) when even a trickle misses them, which says by how
+    much."""
 
     # Compile the workers once; only the load changes between probes.
     workers, cal, link = build_workers(dep, catalog, device_memory_gb=device_memory_gb, device_spec=device_spec,
@@ -253,11 +254,9 @@ def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], 
         return Estimate(dep, load, pred, {name: w.memory for name, w in workers.items()}, cal, devices, notes)
 
     lo, hi = 0.0, TRICKLE_RPS
-    best: Estimate | None = None
-    first = at(hi)
-    if not meets(first.prediction, slos):
-        return 0.0, None
-    best = first
+    best = at(hi)
+    if not meets(best.prediction, slos):
+        return 0.0, best
     # Grow by 8x to bracket the capacity, then bisect to 0.2%: a planner sizes replicas, it does not need more.
     while True:
         e = at(hi * 8)

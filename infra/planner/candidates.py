@@ -22,7 +22,7 @@ from infra.intent.profile import Pool
 from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
 from infra.perf.arch import kv_precision_for
 from infra.perf.calibration import error_band, lookup
-from infra.perf.estimate import TRICKLE_RPS, Estimate, build_workers, max_rate, meets, missed, predict, shape_problems
+from infra.perf.estimate import Estimate, build_workers, max_rate, meets, missed, predict, shape_problems
 from infra.perf.serving import PERCENTILES, z_of
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 from infra.perf.stages import StageEstimate
@@ -281,20 +281,15 @@ def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], 
         cross = {"decode_memory_gb": pool_device_memory_gb(decode_pool, resolved.pools[decode_pool.name]),
                  "link_gbs": network_gbs(pool, decode_pool)}
     if wl.rate is not None:
-        rate, best = max_rate(dep, wl, slo, catalog, device_memory_gb=mem, device_spec=device, **cross)
-        if best is not None:
-            return rate, best
-    # The lightest load, when even the lightest rate misses; else the closed loop: the most clients one replica
-    # serves within the objectives (bisection over integers), with the workers compiled once.
+        return max_rate(dep, wl, slo, catalog, device_memory_gb=mem, device_spec=device, **cross)
+    # Closed loop: the most clients one replica serves within the objectives (bisection over integers), with
+    # the workers compiled once.
     workers, cal, link = build_workers(dep, catalog, device_memory_gb=mem, device_spec=device, **cross)
 
     def at(load: Workload) -> Estimate:
         pred = predict(dep, load, workers, link)
         devices = sum(w.parallel.devices * pred.workers.get(name, 1) for name, w in workers.items())
         return Estimate(dep, load, pred, {name: w.memory for name, w in workers.items()}, cal, devices)
-
-    if wl.rate is not None:
-        return 0.0, at(replace(wl, rate=TRICKLE_RPS))
 
     def ok(n: int) -> Estimate | None:
         e = at(replace(wl, concurrency=n))
@@ -547,7 +542,8 @@ def confident(slo: dict[tuple[str, str], float], dep: Deployment, confidence: fl
     return {(metric, pct): target / ratio[metric] for (metric, pct), target in slo.items()}
 
 
-def _millis(seconds: float) -> str:
+def millis(seconds: float) -> str:
+    """Seconds as milliseconds for a message, e.g. `72.6 ms`."""
     return f"{seconds * 1000:,.1f} ms"
 
 
@@ -569,8 +565,8 @@ def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[st
     if cap <= 0:
         targets = {f"{m}_{p}": t for (m, p), t in slo.items()}
         misses = tuple((k, v, targets[k]) for k, v in missed(est.prediction, slo).items())
-        light = "1 client" if est.workload.concurrency is not None else f"{TRICKLE_RPS:g} requests/s"
-        what = "; ".join(f"{k} {_millis(t)} (predicted {'unstable' if v is None else _millis(v)})"
+        light = "1 client" if est.workload.concurrency is not None else f"{est.workload.rate:g} requests/s"
+        what = "; ".join(f"{k} {millis(t)} (predicted {'unstable' if v is None else millis(v)})"
                          for k, v, t in misses)
         margin = "; targets narrowed by the error band for the attainment asked" if slo != asked else ""
         seen.append(dataclasses.replace(record, outcome=f"misses {what} even at the lightest load ({light}){margin}",

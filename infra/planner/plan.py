@@ -26,7 +26,7 @@ from infra.perf.handoff import ASSUMPTIONS as HANDOFF_ASSUMPTIONS
 from infra.perf.handoff import Site, Transfer, device_link, network_link, node_link, slowest, transfer
 from infra.perf.serving import z_of
 from infra.perf.stages import StageEstimate, stage_latency
-from infra.planner.candidates import Candidate, Considered, Corrections, objectives, service_workload
+from infra.planner.candidates import Candidate, Considered, Corrections, millis, objectives, service_workload
 from infra.planner.colocate import Bundle, member_nodes, unbundle
 from infra.planner.pipeline import ANY_NODE, CpuPlacement, Unit, paths, place_cpu, search, site, solved_units
 from infra.planner.placement import Placement, PlacementError, place, workers_of
@@ -747,8 +747,7 @@ def _closest_miss(considered: list[Considered], service: str) -> str:
     if not near:
         return ""
     best = min(near, key=worst)
-    what = ", ".join(f"{k} {v * 1000:,.1f} ms against {t * 1000:,.1f} ms" for k, v, t in best.misses
-                     if v is not None)
+    what = ", ".join(f"{k} {millis(v)} against {millis(t)}" for k, v, t in best.misses if v is not None)
     if not what:
         return ""
     return (f"; the closest, {best.parallel} with {best.framework} {best.precision} on pool {best.pool}, predicts "

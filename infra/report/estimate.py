@@ -29,7 +29,7 @@ def _metrics(console: Console, r: dict[str, Any], title: str) -> None:
         values = r[f"{metric}_ms"]
         t.add_row(metric.upper(), *(_fmt(values[c]) for c in _COLS))
     console.print(t)
-    load = "beyond any finite share" if r["load"] is None else f"{r['load']:.0%}"
+    load = "—" if r["load"] is None else f"{r['load']:.0%}"
     console.print(f"throughput {r['throughput_rps']:.3f} req/s, {r['output_tokens_per_s']:,.0f} output tok/s; "
                   f"batch {r['batch_per_group']:.1f} per attention group, load {load}; "
                   f"{r['devices']} device(s), workers {r['workers']}")
