@@ -38,6 +38,7 @@ prediction says when it assumed them.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from infra.perf.arch import Worker
@@ -120,18 +121,28 @@ def _wave_mixture(steady: float, share: float, lo: float, hi: float) -> dict[str
     """TTFT of a closed loop whose clients all start at once: a `share` of the requests belongs to that first wave
     and finds its prefill done anywhere between `lo` and `hi` (uniformly, in the order the prefills run), the rest
     see the steady state. Percentiles invert the mixture's distribution, so with a minority in the wave the median
-    is the steady state and the tail is the wave's."""
-    out = {"mean": (1 - share) * steady + share * (lo + hi) / 2}
+    is the steady state and the tail is the wave's.
+
+    When the steady state is the slower on average (a queue for batch slots, a backlog of prompts), the wave's
+    early finishers count as steady: the mean does not drop below the steady state, while the wave's tail past
+    it still shows, so neither moves down as clients are added."""
     span = max(hi - lo, 0.0)
-    # Share of all requests in the wave that finish before the steady state's TTFT.
-    below = share * (min(max((steady - lo) / span, 0.0), 1.0) if span > 0 else float(lo < steady))
+    if (lo + hi) / 2 <= steady:
+        s = min(max(steady, lo), hi)
+        above = (s * (s - lo) + (hi * hi - s * s) / 2) / span if span > 0 else s
+        out = {"mean": (1 - share) * steady + share * max(above, steady)}
+        below = 0.0
+    else:
+        out = {"mean": (1 - share) * steady + share * (lo + hi) / 2}
+        # Share of all requests in the wave that finish before the steady state's TTFT.
+        below = share * (min(max((steady - lo) / span, 0.0), 1.0) if span > 0 else float(lo < steady))
     for p in PERCENTILES:
         q = float(p[1:]) / 100
         if share <= 0 or below < q <= below + (1 - share):
             out[p] = steady
         else:
             wave_q = (q if q <= below else q - (1 - share)) / share
-            out[p] = lo + wave_q * span
+            out[p] = lo + wave_q * span if below else max(lo + wave_q * span, steady)
     return out
 
 
@@ -224,38 +235,70 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
         own = w.step(b, ctx, per, isl / 2) * chunks
         # A group of c clients has c - 1 others decoding while one waits for its first token.
         ttft = req + own + rho / (1 - rho) * occupy / 2 + base / 2 + _balance_hold(w, base, c - 1)
-        return tpot, ttft, min(cap, x * decode_steps * tpot), own
+        return tpot, ttft, min(cap, c, x * decode_steps * tpot), own
+
+    def consistent(x: float, b: float) -> tuple[float, float, float, float]:
+        """`at` with the decoding count that throughput x sustains, b = x (osl - 1) TPOT(b): a secant step on
+        that fixed point from the count of the previous x (TPOT is nearly linear in b, so a few evaluations)."""
+        b0, (tpot, ttft, g0, own) = b, at(x, b)
+        if abs(g0 - b0) <= 1e-4 * max(b0, 1.0):
+            return tpot, ttft, g0, own
+        b1 = g0
+        for _ in range(8):
+            tpot, ttft, g1, own = at(x, b1)
+            if abs(g1 - b1) <= 1e-4 * max(b1, 1.0):
+                break
+            slope = (g1 - b1) - (g0 - b0)
+            b2 = b1 - (g1 - b1) * (b1 - b0) / slope if slope else g1
+            b0, g0, b1 = b1, g1, min(max(b2, 0.0), min(c, cap))
+        return tpot, ttft, g1, own
 
     # Little's law over the whole loop: c = x (TTFT + (osl - 1) TPOT); the right side grows with x without
-    # bound (the prefill queue and the stretched decode steps), so bisection on x finds the one solution. The
-    # decoding count b follows x along the way.
-    lo, hi = 0.0, 1.0 / occupy if occupy > 0 else 1e9
+    # bound (the prefill queue and the stretched decode steps), so bisection on x finds the one solution, with
+    # the decoding count consistent with each x.
+    top = 1.0 / occupy if occupy > 0 else 1e9
     b = min(c, cap)
-    tpot = ttft = own = 0.0
-    for _ in range(40):
-        x = (lo + hi) / 2
-        tpot, ttft, b, own = at(x, b)
-        if x * (ttft + decode_steps * tpot) > c:
-            hi = x
-        else:
-            lo = x
-        if hi - lo < 1e-4 * hi:
-            break
+
+    def loop_holds(x: float) -> bool:
+        nonlocal b
+        tpot, ttft, b, _ = consistent(x, b)
+        return x * (ttft + decode_steps * tpot) <= c
+
+    # Every request spends at least the fixed latency and its decode steps at the lightest batch in the loop.
+    lo, hi = bisect_holds(loop_holds, min(top, c / (req + decode_steps * w.step(0.0, ctx) / f.accept)), 1e-4)
     x = lo if lo > 0 else hi
-    tpot, ttft_ss, b, own = at(x, b)
-    # When the KV cache or batch cap holds fewer sequences than there are clients, the rest queue for a slot.
-    x_cap = cap / (own + decode_steps * tpot)
-    if c > cap and x > x_cap:
-        x = x_cap
+    tpot, ttft_ss, b, own = consistent(x, b)
+    if c > cap and x * (own + decode_steps * tpot) > cap:
+        # The KV cache or batch cap holds fewer sequences than there are clients: the loop runs at the rate that
+        # keeps every slot in a prefill or a decode, with the steps slowed by the prompts arriving at that rate
+        # (the same curve, so more clients never buy throughput), and the other clients queue for a slot.
+        def slots_hold(x: float) -> bool:
+            tpot, _, _, own = at(x, cap)
+            return x * (own + decode_steps * tpot) <= cap
+
+        x, _ = bisect_holds(slots_hold, top, 1e-9)
+        tpot, ttft_ss, b, own = at(x, cap)
         ttft_ss = max(ttft_ss, c / x - decode_steps * tpot)
-    first, burst, last = _burst_ttft(w, min(c, cap), isl_eff, isl, chunk, 0.5)
-    # Benchmarks start every client at once; that first wave's queue of prefills weighs on TTFT when it is slower
-    # than the steady state (`burst` is its mean, halfway from the first prefill to the last).
-    wave = f.queue if req + burst > ttft_ss else 0.0
-    ttft = _wave_mixture(ttft_ss, wave, req + first, req + last)
+    first, _, last = _burst_ttft(w, min(c, cap), isl_eff, isl, chunk, 0.5)
+    # Benchmarks start every client at once; that first wave's queue of prefills weighs on TTFT.
+    ttft = _wave_mixture(ttft_ss, f.queue, req + first, req + last)
     tp = _flat(tpot)
     e2e_d = {k: ttft[k] + (osl - 1) * tpot for k in ttft}
     return Prediction(ttft, tp, tp, e2e_d, x * groups, x * groups * osl, b, b / cap, True, {"agg": workers})
+
+
+def bisect_holds(holds: Callable[[float], bool], hi: float, rel: float) -> tuple[float, float]:
+    """(lo, hi) bracketing, to `rel` of hi, where `holds` (true at 0, false from some x on) turns false."""
+    lo = 0.0
+    for _ in range(64):
+        x = (lo + hi) / 2
+        if holds(x):
+            lo = x
+        else:
+            hi = x
+        if hi - lo < rel * hi:
+            break
+    return lo, hi
 
 
 def _kingman_wait(rho: float, service: float, ca: float, cs: float) -> float:
@@ -369,10 +412,15 @@ def _batch_spread(lam: float, b: float, slope: float, osl: float) -> float:
     makes the batch larger still: the loop gain g = rate x (osl - 1) x slope amplifies the fluctuation by
     1 / (1 - g), and at g = 1 the load tips over. A request decodes for about as long as the batch takes to
     change, so its TPOT keeps this spread rather than averaging it away."""
+    return slope * _batch_sd(lam, b, slope, osl)
+
+
+def _batch_sd(lam: float, b: float, slope: float, osl: float) -> float:
+    """Standard deviation of the decode batch in sequences (see `_batch_spread`), or inf past the tipping point."""
     gain = lam * max(osl - 1, 0.0) * slope
     if gain >= 1:
         return math.inf
-    return slope * math.sqrt(max(b, 0.0)) / (1 - gain)
+    return math.sqrt(max(b, 0.0)) / (1 - gain)
 
 
 def _step_percentiles(t_mean: float, t_decode: float, steps: list[tuple[float, float]], osl: float, osl_cv: float,
@@ -589,17 +637,19 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
     wait = _kingman_wait(rho_pf, service, wl.arrival_cv, wl.isl_cv)
     ttft = _queue_percentiles(service, wait, rho_pf, wl.isl_cv, req + transfer, ratios=wl.isl_quantiles)
     gaps = max(_lognormal_q(osl, wl.osl_cv, 0.0) - 1, 1.0)
-    batch_sd = _batch_spread(lam / d_groups, b, wd.token_time(b + 1, ctx) - tpot_mean, osl)
+    batch_sd = _batch_sd(lam / d_groups, b, wd.token_time(b + 1, ctx) - tpot_mean, osl)
     if not math.isfinite(batch_sd):
         return _unstable({"prefill": n_p, "decode": n_d}, b / cap, "arrival rate is past the point where the "
                          "decode batch keeps growing")
+    # A percentile's token time is the step at that percentile of the batch, not a straight line through the
+    # mean: decode steps of MoE models grow ever more slowly with the batch (experts already loaded), and a
+    # line's slope taken at a larger mean batch would shrink the tail as the load grows.
+    itl = {"mean": tpot_mean, **{p: wd.token_time(min(b + max(z_of(p), 0.0) * batch_sd, cap), ctx)
+                                 for p in PERCENTILES}}
     tpot = {"mean": tpot_mean + slot.mean / max(osl - 1, 1.0),
-            **{p: tpot_mean + max(z_of(p), 0.0) * batch_sd + slot.quantile(float(p[1:]) / 100) / gaps
-               for p in PERCENTILES}}
-    e2e = _e2e(ttft, {"mean": tpot_mean, **{p: tpot_mean + max(z_of(p), 0.0) * batch_sd for p in PERCENTILES}},
-               osl, wl.osl_cv, slot)
+            **{p: itl[p] + slot.quantile(float(p[1:]) / 100) / gaps for p in PERCENTILES}}
+    e2e = _e2e(ttft, itl, osl, wl.osl_cv, slot)
     if prefill.workers is None or decode.workers is None:
         notes.append(f"worker counts not given: sized {n_p} prefill and {n_d} decode workers for the rate")
-    itl = {"mean": tpot_mean, **{p: tpot_mean + max(z_of(p), 0.0) * batch_sd for p in PERCENTILES}}
     return Prediction(ttft, tpot, itl, e2e, lam, lam * osl, b, max(rho_pf, b / cap), True,
                       {"prefill": n_p, "decode": n_d}, notes)

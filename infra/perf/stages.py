@@ -25,7 +25,7 @@ from infra.errors import InfraError, Location, Problem
 from infra.intent.models import StageWork
 from infra.perf.arch import GIB_PER_GB
 from infra.perf.calibration import Calibration, Factors
-from infra.perf.serving import PERCENTILES, _kingman_wait
+from infra.perf.serving import PERCENTILES, _kingman_wait, bisect_holds
 
 FIRST_CHUNK_S = 1.0
 """Audio seconds a streaming codec produces before its first output is handed on."""
@@ -193,14 +193,7 @@ def stage_capacity(timing: StageTiming, arrival_cv: float, first_targets: dict[s
     hi = 1 / timing.service_s
     if not ok(hi * 1e-6):
         return 0.0
-    lo = hi * 1e-6
-    for _ in range(50):
-        mid = (lo + hi) / 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return bisect_holds(ok, hi, 1e-12)[0]
 
 
 @dataclass(frozen=True)

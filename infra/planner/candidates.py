@@ -67,6 +67,12 @@ class Candidate:
         return "disagg" if self.decode_workers else "agg"
 
     @property
+    def calibrated(self) -> bool:
+        """Whether its prediction rests on factors fitted to measurements of its framework on its device."""
+        calibration = getattr(self.estimate, "calibration", None)
+        return bool(calibration and calibration.calibrated)
+
+    @property
     def frameworks(self) -> set[str]:
         """Frameworks the replica runs (several for a bundle of co-located stages)."""
         return {self.framework}

@@ -183,8 +183,9 @@ def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 
         m.add(all_cost <= int(limits.total_budget_hour * COST_SCALE)).only_enforce_if(lit("budget:total"))
     m.add_assumptions([lits[k] for k in sorted(lits) if active is None or k in active])
     # Lexicographic. Cost objective: least cost first; then, at that cost, the most capacity above demand (each
-    # replica's capacity in thousandths of its service's demand), which is the SLO margin. Goodput objective: the
-    # most demand served first; then the least cost for it.
+    # replica's capacity in thousandths of its service's demand), which is the SLO margin, and between shapes of
+    # equal margin the one whose prediction is calibrated (a borrowed one has no measured error band). Goodput
+    # objective: the most demand served first; then the least cost for it.
     goodput = sum(served.values())
     if objective == "goodput":
         m.maximize(goodput)
@@ -199,7 +200,8 @@ def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 
                if status == cp_model.FEASIBLE else 0.0)
         bound = solver.best_objective_bound
         first = {c.key: int(solver.value(n[c.key])) for c in cands}
-        coef = {c.key: int(round(1000 * c.capacity / max(limits.demand[c.service], 1e-9))) for c in cands}
+        coef = {c.key: 2 * int(round(1000 * c.capacity / max(limits.demand[c.service], 1e-9))) + c.calibrated
+                for c in cands}
         m.clear_objective()
         if objective == "goodput":
             m.add(goodput >= best)

@@ -134,6 +134,40 @@ def test_more_rate_never_lowers_latency(r1, r2, isl):
             assert getattr(b, metric)[k] >= getattr(a, metric)[k] * (1 - 1e-6), (metric, k)
 
 
+def _never_lower(loads, dep, make):
+    """Predictions at increasing loads: no latency percentile and no throughput goes down."""
+    keys = [(m, k) for m in ("ttft", "tpot", "e2e") for k in ("mean", "p50", "p90", "p99")]
+    prev = None
+    for load in loads:
+        p = estimate(dep, make(load), CAT).prediction
+        assert p.stable, load
+        if prev is not None:
+            for m, k in keys:
+                assert getattr(p, m)[k] >= getattr(prev, m)[k] * (1 - 1e-6), (load, m, k)
+            assert p.throughput_rps >= prev.throughput_rps * (1 - 1e-6), load
+        prev = p
+
+
+@pytest.mark.parametrize("dep, isl, osl, clients", [
+    # Past what the KV cache holds (about 150 sequences of 9k tokens), the clients added queue for a slot.
+    (Deployment("DeepSeek-V3", "H200", "sglang", "fp8", agg=Role(Parallel(tp=8, ep=8))), 8192, 1024,
+     (96, 128, 160, 192, 256, 384)),
+    # Up to and past the KV cache's 214 sequences: the decoding count never exceeds the clients.
+    (Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16", agg=Role(Parallel())), 1024, 1024,
+     (128, 160, 192, 224, 256, 384)),
+])
+def test_more_clients_past_the_batch_slots_never_lower_latency_or_throughput(dep, isl, osl, clients):
+    _never_lower(clients, dep, lambda c: Workload(isl=isl, osl=osl, concurrency=c))
+
+
+def test_more_rate_never_lowers_disaggregated_moe_tails():
+    # Decode steps of a MoE model grow ever more slowly with the batch: the tail must still rise with the load.
+    dep = Deployment("DeepSeek-V3", "B200", "trtllm", "fp4", "disagg", prefill=Role(Parallel(tp=4, ep=4), workers=2),
+                     decode=Role(Parallel(ep=8, attention_dp=8), workers=1))
+    _never_lower((40, 56, 65, 75, 86, 99, 114, 131, 151, 174), dep, lambda r: Workload(isl=128, osl=64, rate=r))
+    _never_lower((3.0, 3.9, 4.5, 5.2, 6.0, 6.9, 7.9), dep, lambda r: Workload(isl=1024, osl=1024, rate=r))
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.floats(1, 512), st.floats(1, 512), st.floats(100, 32000), st.floats(1.0, 3.0))
 def test_step_time_monotone_in_batch_context_and_bandwidth(b1, b2, ctx, scale):
@@ -232,3 +266,4 @@ def test_estimate_cases_shard_experts_as_the_engines_do_unless_told():
     assert moe_tp("DeepSeek-R1", tp=8, ep=4) == 2
     assert moe_tp("DeepSeek-R1", tp=8, moe_tp=1) == 1  # as told
     assert moe_tp("Llama-3.1-70B", tp=8) == 1  # no experts
+

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
+import types
 
 import pytest
 
@@ -84,6 +85,20 @@ def test_zone_spread_is_enforced():
     one = solve(cands, Limits({"a": 5.0}, {"a": 1}, {"a": 1}, {"a": None}, {"p1": 4, "p2": 4}))
     two = solve(cands, Limits({"a": 5.0}, {"a": 1}, {"a": 2}, {"a": None}, {"p1": 4, "p2": 4}))
     assert one.cost_per_hour == 1.0 and two.cost_per_hour == 6.0
+
+
+@pytest.mark.parametrize("calibrated_first", [True, False])
+def test_at_equal_cost_and_margin_the_calibrated_prediction_wins(calibrated_first):
+    # A framework that borrows another's factors predicts the same numbers, but without a measured error band.
+    def cand(tag, calibrated):
+        est = types.SimpleNamespace(calibration=types.SimpleNamespace(calibrated=calibrated))
+        return dataclasses.replace(_cand("a", "p1", 1, 2.0, 1.0, tag=tag), estimate=est)
+
+    cands = [cand("vllm", True), cand("lmdeploy", False)]
+    sol = solve(cands if calibrated_first else cands[::-1],
+                Limits({"a": 3.0}, {"a": 1}, {"a": 1}, {"a": None}, {"p1": 4}))
+    assert sol.status == "OPTIMAL" and sol.cost_per_hour == 2.0
+    assert list(sol.replicas) == [cands[0].key]
 
 
 def test_length_stats():
