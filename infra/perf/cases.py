@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
+from infra.catalog.hfids import checkpoint_precision
 from infra.catalog.loader import Catalog
 from infra.errors import InfraError, Location, Problem
 from infra.files import read_jsonl
@@ -61,7 +62,8 @@ class EstimateCase(RoleCase):
     framework: str = "vllm"
     """Serving framework."""
     precision: str | None = None
-    """Weight precision; defaults to the model's published one when the device supports it, else bf16."""
+    """Weight precision; defaults to the one the model reference publishes (a quantized re-upload's format, else
+    the model's) when the device supports it, else bf16."""
     mode: Literal["agg", "disagg"] = "agg"
     """Aggregated, or prefill/decode disaggregated (then give prefill and decode)."""
     prefill: RoleCase | None = None
@@ -116,8 +118,9 @@ class EstimateCase(RoleCase):
     def deployment(self, catalog: Catalog) -> Deployment:
         model = catalog.model(self.model)
         device = catalog.device(self.device)
-        precision = self.precision or (model.native_precision if model.native_precision in device.precisions
-                                       else "bf16")
+        # A quantized re-upload (`...-FP8`, `nvidia/...-NVFP4`) publishes its weights in the format its id names.
+        published = checkpoint_precision(self.model, model.hf_id) or model.native_precision
+        precision = self.precision or (published if published in device.precisions else "bf16")
         # A model given as a config.json is not in the catalog under its name: later stages look it up by path.
         ref = self.model if self.model.endswith(".json") else model.name
         moe = model.moe is not None

@@ -267,3 +267,15 @@ def test_estimate_cases_shard_experts_as_the_engines_do_unless_told():
     assert moe_tp("DeepSeek-R1", tp=8, moe_tp=1) == 1  # as told
     assert moe_tp("Llama-3.1-70B", tp=8) == 1  # no experts
 
+
+def test_estimate_cases_run_a_quantized_re_upload_in_the_format_its_id_names():
+    from infra.perf.cases import EstimateCase
+
+    def precision(model: str, device: str = "H200", **given) -> str:
+        case = EstimateCase(model=model, device=device, isl=1000, osl=100, concurrency=8, **given)
+        return case.deployment(CAT).precision
+
+    assert precision("nvidia/Llama-3_3-Nemotron-Super-49B-v1_5-FP8") == "fp8"
+    assert precision("nvidia/Llama-3_3-Nemotron-Super-49B-v1_5") == "bf16"  # the original checkpoint
+    assert precision("nvidia/Qwen3-235B-A22B-NVFP4", device="B200") == "fp4"
+    assert precision("Qwen/Qwen3-32B-FP8", precision="bf16") == "bf16"  # as told
