@@ -16,6 +16,7 @@ from typing import Any
 
 from infra.catalog.loader import Catalog
 from infra.errors import InfeasibleError, InfraError, Location, Problem
+from infra.intent.models import Service
 from infra.intent.profile import Pool
 from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
 from infra.perf.arch import kv_precision_for
@@ -559,10 +560,69 @@ def _alternatives(cands: list[Candidate], sol: Solution, limits: Limits, top: in
     return out
 
 
-def _relaxations(resolved: ResolvedIntent, cands: list[Candidate], limits: Limits,
-                 core: list[str]) -> list[Problem]:
+def _span(seconds: float) -> str:
+    """A target as an intent writes it: `450ms`, `7.5s`."""
+    return f"{seconds * 1000:.0f}ms" if seconds < 1 else f"{seconds:.3g}s"
+
+
+def _loosen_alone(resolved: ResolvedIntent, service: str, svc: Service, others: list[Candidate], limits: Limits,
+                  considered: list[Considered]) -> list[str]:
+    """For each objective of `service` on its own, the smallest step of SLO_STEPS that makes the intent feasible
+    with every other objective and limit as written, checked by a search and a solve (feasibility only grows with
+    the step, so a bisection over the steps). Where shapes miss objectives even at their lightest load, only those
+    the closest shape misses are tried: loosening any other cannot bring it in."""
+    near = [c for c in considered if c.service == service and c.misses]
+    closest = min(near, key=lambda c: max(math.inf if v is None else v / t for _, v, t in c.misses)) if near else None
+    missed = {k for k, _, _ in closest.misses} if closest else set()
+    out = []
+    for metric, pct, target in svc.slo.targets():
+        if missed and f"{metric}_{pct}" not in missed:
+            continue
+
+        def cost_at(scale: float, key: str = f"{metric}_{pct}") -> float | None:
+            fix = Corrections({service: {key: scale}})
+            mine = [c for c in search(resolved, corrections=fix)[0] if c.service == service]
+            trial = solve(others + mine, limits, time_limit_s=5.0) if mine else None
+            return trial.cost_per_hour if trial and trial.status in ("OPTIMAL", "FEASIBLE") else None
+
+        lo, hi = -1, len(SLO_STEPS) - 1
+        cost = cost_at(SLO_STEPS[hi])
+        if cost is None:
+            continue
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            trial_cost = cost_at(SLO_STEPS[mid])
+            if trial_cost is None:
+                lo = mid
+            else:
+                hi, cost = mid, trial_cost
+        # Then between the two steps, to a target as one would write it (two significant figures, rounded up).
+        below, scale = (SLO_STEPS[lo] if lo >= 0 else 1.0), SLO_STEPS[hi]
+        for _ in range(3):
+            mid = _round_up(target * math.sqrt(below * scale)) / target
+            if not below < mid < scale:
+                break
+            trial_cost = cost_at(mid)
+            if trial_cost is None:
+                below = mid
+            else:
+                scale, cost = mid, trial_cost
+        out.append(f"feasible with service {service}'s {metric} {pct} at {_span(target * scale)} instead of "
+                   f"{_span(target)}, the other objectives as written (${cost:.2f}/h)")
+    return out
+
+
+def _round_up(seconds: float) -> float:
+    """Up to two significant figures: 0.2345 -> 0.24."""
+    step = 10 ** (math.floor(math.log10(seconds)) - 1)
+    return math.ceil(seconds / step - 1e-9) * step
+
+
+def _relaxations(resolved: ResolvedIntent, cands: list[Candidate], limits: Limits, core: list[str],
+                 considered: list[Considered]) -> list[Problem]:
     """The cheapest change to each conflicting limit that makes the intent feasible, each checked by a solve and
-    placed at the line it would change."""
+    placed at the line it would change. For objectives: each one alone where loosening it alone is enough, else
+    all of a service's together."""
     doc = resolved.loaded.document
     names = [r.service.name for r in resolved.services]
     out: list[Problem] = []
@@ -603,15 +663,18 @@ def _relaxations(resolved: ResolvedIntent, cands: list[Candidate], limits: Limit
         if f"demand:{s}" in core or not any(c.service == s for c in cands):
             owner = limits.parent.get(s, s)
             svc = next(r.service for r in resolved.services if r.service.name == owner)
+            where = doc.locate(("spec", "services", names.index(owner), "slo"))
+            alone = _loosen_alone(resolved, s, svc, [c for c in cands if c.service != s], limits, considered)
+            if alone:
+                out += [Problem(text, where, "loosen that objective; each line alone is enough") for text in alone]
+                continue
             fallback: Problem | None = None
             for scale in SLO_STEPS:
                 relaxed = search(resolved, slo_scale=scale)[0]
                 relaxed = [c for c in relaxed if c.service == s]
                 if not relaxed:
                     continue
-                parts = "; ".join(f"{m} {p} {v * scale * 1000:.0f}ms instead of {v * 1000:.0f}ms"
-                                  for m, p, v in svc.slo.targets())
-                where = doc.locate(("spec", "services", names.index(owner), "slo"))
+                parts = "; ".join(f"{m} {p} {_span(v * scale)} instead of {_span(v)}" for m, p, v in svc.slo.targets())
                 # Checked jointly: the other services keep their candidates and every limit stays as written.
                 pool = [c for c in cands if c.service != s] + relaxed
                 trial = solve(pool, limits, time_limit_s=5.0)
@@ -788,7 +851,7 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost
         core = sorted(set(minimal_conflict(cands, limits, core)) | {f"demand:{s}" for s in no_cands})
         # A service with no usable shape at all is the whole story for that service.
         core = [k for k in core if k.partition(":")[2] not in no_cands or k.startswith("demand:")]
-        relax = _relaxations(resolved, cands, limits, core)
+        relax = _relaxations(resolved, cands, limits, core, considered)
         conflict = _core_problems(resolved, core, relax, cands, considered, limits) or [
             Problem("no deployment satisfies the intent", Location(str(resolved.loaded.document.path), 1, 1),
                     "loosen the objectives, raise the budget or add devices")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from ruamel.yaml import YAML
 
@@ -84,6 +85,26 @@ def test_objectives_no_shape_meets_name_the_closest_prediction(tmp_path):
     assert "the closest," in out.stderr and "predicts ttft_p50 " in out.stderr and "against 10.0 ms" in out.stderr
     report = (tmp_path / "out" / "report.md").read_text()
     assert "misses ttft_p50 10.0 ms (predicted " in report and "even at the lightest load (0.001 requests/s)" in report
+
+
+def test_the_objective_to_loosen_alone_is_named_and_loosening_it_plans(tmp_path):
+    text = (ROOT / "examples" / "chat-mixed-fleet.yaml").read_text().replace(
+        "profiles/", str(ROOT / "examples" / "profiles") + "/")
+
+    def intent(p50: str):
+        path = tmp_path / f"ttft-{p50}.yaml"
+        path.write_text(text.replace("ttft: {p50: 300ms, p99: 1.5s}", f"ttft: {{p50: {p50}, p99: 1.5s}}"))
+        return str(path)
+
+    out = infra("plan", intent("60ms"))
+    assert out.returncode == 2, out.stdout
+    # Only the objective the closest shape misses is loosened, to the tightest target that plans, not every
+    # objective by the same factor.
+    found = re.search(r"feasible with service chat's ttft p50 at (\d+)ms instead of 60ms, the other objectives "
+                      r"as written \(\$[\d.]+/h\)", out.stderr)
+    assert found, out.stderr
+    assert "tpot" not in found.group(0) and "loosened x" not in out.stderr
+    assert infra("plan", intent(f"{found.group(1)}ms")).returncode == 0
 
 
 def test_a_pipeline_stage_without_its_work_is_located(tmp_path):
