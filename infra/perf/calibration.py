@@ -189,6 +189,11 @@ class ErrorBand:
         return float(np.interp(ratio, [v for v, _ in points], [q for _, q in points]))
 
 
+def measured_models() -> list[str]:
+    """Models whose measurements the factors were fitted to (each has its own in-sample band)."""
+    return sorted(_table().get("fitted_bands") or {})
+
+
 def error_band(mode: str, model: str | None = None) -> ErrorBand | None:
     """The committed error band for a serving mode: the model's own in-sample band when the calibration fitted
     enough of its measurements in that mode, else the held-out band of the leave-one-model-out fit; None when

@@ -15,7 +15,7 @@ from infra.catalog.loader import Catalog
 from infra.catalog.schema import DeviceSpec, FrameworkSpec, ModelSpec
 from infra.errors import InfraError, Location, Problem
 from infra.perf.arch import GB, NIC_GBS, MemoryFit, Worker, compile_worker, kv_precision_for
-from infra.perf.calibration import Calibration, Factors, error_band, lookup
+from infra.perf.calibration import Calibration, Factors, error_band, lookup, measured_models
 from infra.perf.serving import (
     PERCENTILES,
     Prediction,
@@ -192,16 +192,38 @@ def predict(dep: Deployment, wl: Workload, workers: dict[str, Worker], link: flo
     return disagg(workers["prefill"], workers["decode"], dep.prefill, dep.decode, wl, link)
 
 
+LAYER_KINDS = (
+    ("linear-attention or state-space layers", lambda m: m.attention.linear_attention_layers > 0),
+    ("sparse attention", lambda m: m.attention.sparse_topk is not None),
+    ("sliding-window layers", lambda m: m.attention.sliding_window_layers > 0),
+    ("latent attention (MLA)", lambda m: m.mla is not None),
+    ("routed experts", lambda m: m.moe is not None),
+)
+"""Kinds of layer the step times price with their own terms, and how to tell a model has them."""
+
+
+def _notes(dep: Deployment, cal: Calibration, catalog: Catalog) -> list[str]:
+    """What an estimate extrapolates: factors borrowed from another framework or device, and layers of a kind no
+    measured model has (priced by the roofline at factors fitted on other layers; the error band does not cover
+    them)."""
+    notes = [] if cal.calibrated else [f"not calibrated for {dep.framework} on {dep.device}: efficiency factors "
+                                       f"{cal.source} (device distance {cal.distance:g})"]
+    model = catalog.model(dep.model)
+    measured = [catalog.models[name] for name in measured_models() if name in catalog.models]
+    new = [kind for kind, has in LAYER_KINDS if has(model) and measured and not any(has(m) for m in measured)]
+    if new:
+        notes.append(f"{model.name} has {' and '.join(new)}, which no measured model has: their time is the "
+                     "roofline at efficiency factors fitted on other layers, outside the error band's evidence")
+    return notes
+
+
 def estimate(dep: Deployment, wl: Workload, catalog: Catalog, *, device_memory_gb: float | None = None,
              factors: Factors | None = None, device_spec: DeviceSpec | None = None) -> Estimate:
     """Predict the metrics of `dep` under `wl`; raises ShapeError when the deployment cannot run. `factors`
     replaces the calibrated efficiency factors (for fitting them); `device_spec` the device's figures."""
     workers, cal, link = build_workers(dep, catalog, device_memory_gb=device_memory_gb, factors=factors,
                                        device_spec=device_spec)
-    notes = []
-    if not cal.calibrated:
-        notes.append(f"not calibrated for {dep.framework} on {dep.device}: efficiency factors {cal.source} "
-                     f"(device distance {cal.distance:g})")
+    notes = _notes(dep, cal, catalog)
     pred = predict(dep, wl, workers, link)
     devices = sum(w.parallel.devices * pred.workers.get(name, 1) for name, w in workers.items())
     return Estimate(dep, wl, pred, {name: w.memory for name, w in workers.items()}, cal, devices, notes)
@@ -243,8 +265,7 @@ def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], 
     # Compile the workers once; only the load changes between probes.
     workers, cal, link = build_workers(dep, catalog, device_memory_gb=device_memory_gb, device_spec=device_spec,
                                        decode_memory_gb=decode_memory_gb, link_gbs=link_gbs)
-    notes = [] if cal.calibrated else [f"not calibrated for {dep.framework} on {dep.device}: efficiency factors "
-                                        f"{cal.source} (device distance {cal.distance:g})"]
+    notes = _notes(dep, cal, catalog)
 
     def at(rate: float) -> Estimate:
         load = Workload(isl=wl.isl, osl=wl.osl, rate=rate, arrival_cv=wl.arrival_cv, isl_cv=wl.isl_cv,

@@ -108,6 +108,17 @@ def test_calibration_lookup_says_when_it_borrows():
     assert not est.to_json()["calibrated"] and "not calibrated" in est.notes[0]
 
 
+def test_estimates_say_which_layers_no_measured_model_has():
+    def notes(model, tp=8):
+        dep = Deployment(model, "H200", "vllm", "fp8", agg=Role(Parallel(tp=tp, ep=tp if CAT.model(model).moe else 1)))
+        return " ".join(estimate(dep, Workload(isl=1000, osl=100, concurrency=4), CAT).notes)
+
+    assert "state-space layers, which no measured model has" in notes("Nemotron-H-56B")
+    assert "sparse attention, which no measured model has" in notes("DeepSeek-V3.2")
+    # Latent attention, routed experts and sliding windows were all measured (DeepSeek-R1, gpt-oss).
+    assert notes("Qwen3-32B") == notes("Kimi-K2") == notes("gpt-oss-20b", tp=1) == ""
+
+
 def _agg(model="Llama-3.1-70B", device="H200", precision="fp8", tp=4, batch=None):
     return Deployment(model, device, "vllm", precision, agg=Role(Parallel(tp=tp), batch_cap=batch))
 
