@@ -565,23 +565,31 @@ def _span(seconds: float) -> str:
     return f"{seconds * 1000:.0f}ms" if seconds < 1 else f"{seconds:.3g}s"
 
 
-def _loosen_alone(resolved: ResolvedIntent, service: str, svc: Service, others: list[Candidate], limits: Limits,
+STAGE_METRICS = {"e2e": "latency", "ttft": "first_output"}
+"""The names a pipeline stage's budgets give the service's objectives: its whole latency, its first output."""
+
+
+def _loosen_alone(resolved: ResolvedIntent, service: str, svc: Service, cands: list[Candidate], limits: Limits,
                   considered: list[Considered]) -> list[str]:
-    """For each objective of `service` on its own, the smallest step of SLO_STEPS that makes the intent feasible
+    """For each objective of `svc` on its own, the smallest step of SLO_STEPS that makes the intent feasible
     with every other objective and limit as written, checked by a search and a solve (feasibility only grows with
-    the step, so a bisection over the steps). Where shapes miss objectives even at their lightest load, only those
-    the closest shape misses are tried: loosening any other cannot bring it in."""
+    the step, so a bisection over the steps); a pipeline's objective moves every stage's budget with it. Where
+    shapes of `service` (the service or the stage in conflict) miss objectives even at their lightest load, only
+    those the closest shape misses are tried: loosening any other cannot bring it in."""
+    units = sorted(u for u in limits.demand if limits.parent.get(u, u) == svc.name)
+    others = [c for c in cands if c.service not in units]
     near = [c for c in considered if c.service == service and c.misses]
     closest = min(near, key=lambda c: max(math.inf if v is None else v / t for _, v, t in c.misses)) if near else None
     missed = {k for k, _, _ in closest.misses} if closest else set()
     out = []
     for metric, pct, target in svc.slo.targets():
-        if missed and f"{metric}_{pct}" not in missed:
+        keys = frozenset({f"{metric}_{pct}", f"{STAGE_METRICS.get(metric, metric)}_{pct}"})
+        if missed and not keys & missed:
             continue
 
-        def cost_at(scale: float, key: str = f"{metric}_{pct}") -> float | None:
-            fix = Corrections({service: {key: scale}})
-            mine = [c for c in search(resolved, corrections=fix)[0] if c.service == service]
+        def cost_at(scale: float, keys: frozenset[str] = keys) -> float | None:
+            fix = Corrections({u: {k: scale for k in sorted(keys)} for u in units})
+            mine = [c for c in search(resolved, corrections=fix)[0] if c.service in units]
             trial = solve(others + mine, limits, time_limit_s=5.0) if mine else None
             return trial.cost_per_hour if trial and trial.status in ("OPTIMAL", "FEASIBLE") else None
 
@@ -607,7 +615,7 @@ def _loosen_alone(resolved: ResolvedIntent, service: str, svc: Service, others: 
                 below = mid
             else:
                 scale, cost = mid, trial_cost
-        out.append(f"feasible with service {service}'s {metric} {pct} at {_span(target * scale)} instead of "
+        out.append(f"feasible with service {svc.name}'s {metric} {pct} at {_span(target * scale)} instead of "
                    f"{_span(target)}, the other objectives as written (${cost:.2f}/h)")
     return out
 
@@ -664,7 +672,7 @@ def _relaxations(resolved: ResolvedIntent, cands: list[Candidate], limits: Limit
             owner = limits.parent.get(s, s)
             svc = next(r.service for r in resolved.services if r.service.name == owner)
             where = doc.locate(("spec", "services", names.index(owner), "slo"))
-            alone = _loosen_alone(resolved, s, svc, [c for c in cands if c.service != s], limits, considered)
+            alone = _loosen_alone(resolved, s, svc, cands, limits, considered)
             if alone:
                 out += [Problem(text, where, "loosen that objective; each line alone is enough") for text in alone]
                 continue
