@@ -121,8 +121,8 @@ def test_a_confidence_plan_is_explained_with_its_confidence(tmp_path):
         (ROOT / "examples" / "profiles" / "mixed-h100-ascend.yaml").read_text())
     path = tmp_path / "intent.yaml"
     path.write_text((ROOT / "examples" / "chat-mixed-fleet.yaml").read_text().replace("zones: 2", "zones: 1")
-                    .replace("attainment: 99%", "attainment: 99%\n        confidence: 65%"))
+                    .replace("attainment: 99%", "attainment: 99%\n        confidence: 55%"))
     plan = DeploymentPlan.model_validate(api.plan(path, top=0).plan)
     text = template_explanation(plan)
-    assert "objectives planned to hold with 65% confidence" in text
+    assert "objectives planned to hold with 55% confidence" in text
     assert unsupported_numbers(text, plan_facts(plan)) == []

@@ -3,6 +3,8 @@ with the LLM starting when the slower encoder has handed on, and rendered with b
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -29,8 +31,10 @@ def test_each_path_into_the_llm_gets_the_whole_objective(plan):
     budget = {st.name: st.budget_ms for st in pipe.stages}
     hop = {st.name: st.handoff.total_ms for st in pipe.stages if st.handoff}
     for encoder in ("vision", "audio"):
-        # The encoder's latency, its hand-off and the LLM's first token share the 2 s objective on their path.
-        assert budget[encoder]["latency_p99"] + hop[encoder] + budget["llm"]["first_output_p99"] <= 2000 + 0.5
+        # The encoder's latency, its hand-off and the LLM's first token share the 2 s objective on their path
+        # (the plan shows each budget to four significant figures: up to half a millisecond off at 1-10 s).
+        parts = (budget[encoder]["latency_p99"], hop[encoder], budget["llm"]["first_output_p99"])
+        assert sum(parts) <= 2000 + sum(0.5 * 10.0 ** (math.floor(math.log10(v)) - 3) for v in parts)
     by = {s.stage: s for s in plan.spec.services if s.pipeline == "ask"}
 
     def predicted(stage: str, key: str) -> float:
