@@ -259,24 +259,23 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     top = 1.0 / occupy if occupy > 0 else 1e9
     b = min(c, cap)
 
-    def loop_holds(x: float) -> bool:
+    def loop_gap(x: float) -> float:
         nonlocal b
         tpot, ttft, b, _ = consistent(x, b)
-        return x * (ttft + decode_steps * tpot) <= c
+        return x * (ttft + decode_steps * tpot) - c
 
     # Every request spends at least the fixed latency and its decode steps at the lightest batch in the loop.
-    lo, hi = bisect_holds(loop_holds, min(top, c / (req + decode_steps * w.step(0.0, ctx) / f.accept)), 1e-4)
-    x = lo if lo > 0 else hi
+    x = root_below(loop_gap, min(top, c / (req + decode_steps * w.step(0.0, ctx) / f.accept)))
     tpot, ttft_ss, b, own = consistent(x, b)
     if c > cap and x * (own + decode_steps * tpot) > cap:
         # The KV cache or batch cap holds fewer sequences than there are clients: the loop runs at the rate that
         # keeps every slot in a prefill or a decode, with the steps slowed by the prompts arriving at that rate
         # (the same curve, so more clients never buy throughput), and the other clients queue for a slot.
-        def slots_hold(x: float) -> bool:
+        def slots_gap(x: float) -> float:
             tpot, _, _, own = at(x, cap)
-            return x * (own + decode_steps * tpot) <= cap
+            return x * (own + decode_steps * tpot) - cap
 
-        x, _ = bisect_holds(slots_hold, top, 1e-9)
+        x = root_below(slots_gap, top)
         tpot, ttft_ss, b, own = at(x, cap)
         ttft_ss = max(ttft_ss, c / x - decode_steps * tpot)
     first, _, last = _burst_ttft(w, min(c, cap), isl_eff, isl, chunk, 0.5)
@@ -285,6 +284,33 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     tp = _flat(tpot)
     e2e_d = {k: ttft[k] + (osl - 1) * tpot for k in ttft}
     return Prediction(ttft, tp, tp, e2e_d, x * groups, x * groups * osl, b, b / cap, True, {"agg": workers})
+
+
+def root_below(gap: Callable[[float], float], hi: float) -> float:
+    """The root of an increasing `gap` (negative at 0) in (0, hi], from below: bisection to a 1e-4 bracket, then
+    regula falsi (Illinois) inside it, where the curve is smooth, to 1e-10. Both regimes of the closed loop are
+    solved this finely so that where one hands over to the other the predictions do not step back."""
+    lo, hi = bisect_holds(lambda x: gap(x) <= 0, hi, 1e-4)
+    g_lo, g_hi = gap(lo), gap(hi)
+    side = 0
+    for _ in range(12):
+        if hi - lo <= 1e-10 * hi or g_hi <= g_lo:
+            break
+        x = (lo * g_hi - hi * g_lo) / (g_hi - g_lo)
+        if not lo < x < hi:
+            break
+        g = gap(x)
+        if g <= 0:
+            lo, g_lo = x, g
+            if side < 0:
+                g_hi /= 2
+            side = -1
+        else:
+            hi, g_hi = x, g
+            if side > 0:
+                g_lo /= 2
+            side = 1
+    return lo if lo > 0 else hi
 
 
 def bisect_holds(holds: Callable[[float], bool], hi: float, rel: float) -> tuple[float, float]:
@@ -644,7 +670,7 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
     # A percentile's token time is the step at that percentile of the batch, not a straight line through the
     # mean: decode steps of MoE models grow ever more slowly with the batch (experts already loaded), and a
     # line's slope taken at a larger mean batch would shrink the tail as the load grows.
-    itl = {"mean": tpot_mean, **{p: wd.token_time(min(b + max(z_of(p), 0.0) * batch_sd, cap), ctx)
+    itl = {"mean": tpot_mean, **{p: wd.token_time(b + max(z_of(p), 0.0) * batch_sd, ctx)
                                  for p in PERCENTILES}}
     tpot = {"mean": tpot_mean + slot.mean / max(osl - 1, 1.0),
             **{p: itl[p] + slot.quantile(float(p[1:]) / 100) / gaps for p in PERCENTILES}}
