@@ -578,8 +578,7 @@ def _loosen_alone(resolved: ResolvedIntent, service: str, svc: Service, cands: l
     those the closest shape misses are tried: loosening any other cannot bring it in."""
     units = sorted(u for u in limits.demand if limits.parent.get(u, u) == svc.name)
     others = [c for c in cands if c.service not in units]
-    near = [c for c in considered if c.service == service and c.misses]
-    closest = min(near, key=lambda c: max(math.inf if v is None else v / t for _, v, t in c.misses)) if near else None
+    closest = _closest(considered, service)
     missed = {k for k, _, _ in closest.misses} if closest else set()
     out = []
     for metric, pct, target in svc.slo.targets():
@@ -808,16 +807,19 @@ def _core_problems(resolved: ResolvedIntent, core: list[str], relax: list[Proble
     return problems
 
 
+def _closest(considered: list[Considered], service: str) -> Considered | None:
+    """Of a service's shapes that miss its objectives even at their lightest load, the one whose worst miss
+    (prediction over target) is smallest."""
+    near = [c for c in considered if c.service == service and c.misses]
+    return min(near, key=lambda c: max(math.inf if v is None else v / t for _, v, t in c.misses)) if near else None
+
+
 def _closest_miss(considered: list[Considered], service: str) -> str:
     """What the shape that came closest to a service's objectives predicts for them at its lightest load: how far
     the objectives would have to move for any shape to serve it."""
-    def worst(c: Considered) -> float:
-        return max(math.inf if v is None else v / t for _, v, t in c.misses)
-
-    near = [c for c in considered if c.service == service and c.misses]
-    if not near:
+    best = _closest(considered, service)
+    if best is None:
         return ""
-    best = min(near, key=worst)
     what = ", ".join(f"{k} {millis(v)} against {millis(t)}" for k, v, t in best.misses if v is not None)
     if not what:
         return ""
