@@ -185,28 +185,44 @@ def _balance_hold(w: Worker, step: float, busy: float) -> float:
 
 def _mixed_step(w: Worker, b: float, ctx: float, rate: float, isl_eff: float, isl: float, chunk: int) -> float:
     """Mean seconds per engine step of a group decoding `b` sequences while prompts arrive at `rate` per second.
-    Prompts ride in the decode steps in chunks of at most the step budget. When fewer than one chunk arrives per
-    step, a share of the steps carry a whole chunk and the rest decode alone: with `extra` the time a chunk adds
-    to a step, t = base + rate x t x chunks x extra, solved in closed form. Past that, every step carries the
-    prompt tokens that arrived during it, t = step(rate x prompt x t), a fixed point started from the same line."""
+    A step's token budget (`chunk`: vLLM's max_num_batched_tokens, TRT-LLM's max_num_tokens) counts the decoding
+    sequences' own tokens first; prompts ride in what is left, in chunks of at most that. When fewer than one
+    chunk arrives per step, a share of the steps carry a whole chunk and the rest decode alone: with `extra` the
+    time a chunk adds to a step, t = base + rate x t x chunks x extra, solved in closed form. Past that, every
+    step carries the prompt tokens that arrived during it, t = step(rate x prompt x t), a fixed point started
+    from the same line. Infinite when the prompts arrive faster than full steps take them: the backlog of
+    prompts then grows without bound, however the other queues look."""
     base = w.step(b, ctx)
     if rate <= 0:
         return base
-    chunks = max(1.0, isl_eff / chunk)
-    per = min(isl_eff, chunk)
+    room = max(chunk - b, 1.0)
+    chunks = max(1.0, isl_eff / room)
+    per = min(isl_eff, room)
     extra = w.step(b, ctx, per, isl / 2) - base
     load = rate * chunks * extra
     if load < 1:
         t = base / (1 - load)
         if rate * t * chunks <= 1:
             return t
+    full = w.step(b, ctx, room, isl / 2)
+    if rate * isl_eff * full > room:
+        return math.inf
+
+    def excess(t: float) -> float:
+        """How far a step of t seconds is longer than the step carrying the prompt tokens that arrive during it."""
+        return t - w.step(b, ctx, min(rate * isl_eff * t, room), isl / 2)
+
+    # The step grows with its prompt tokens along a roofline (flat, then steeper), so the fixed point is found
+    # inside its bracket [base, full] by regula falsi, started from the line through a whole chunk: a few plain
+    # iterations from there stop short where the line overshoots, and leave a kink in TPOT(b).
+    e_base, e_full = excess(base), excess(full)
+    if e_base >= 0:
+        return base
+    if e_full <= 0:
+        return full
     slope = rate * isl_eff * extra / per
-    if slope >= 1:
-        return w.step(b, ctx, chunk, isl / 2)
-    t = base / (1 - slope)
-    for _ in range(4):
-        t = w.step(b, ctx, min(rate * isl_eff * t, chunk), isl / 2)
-    return t
+    start = min(max(base / (1 - slope), base), full) if slope < 1 else full
+    return regula_falsi(excess, base, e_base, full, e_full, 1e-9, start)[0]
 
 
 def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
@@ -251,6 +267,15 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
             slope = (g1 - b1) - (g0 - b0)
             b2 = b1 - (g1 - b1) * (b1 - b0) / slope if slope else g1
             b0, g0, b1 = b1, g1, min(max(b2, 0.0), min(c, cap))
+        if not math.isfinite(tpot):
+            # A count past the token budget's wall is a spurious fixed point (its steps never end, so every
+            # client counts as decoding); from an empty batch the count climbs to the smallest consistent one.
+            b1 = 0.0
+            for _ in range(64):
+                tpot, ttft, g1, own = at(x, b1)
+                if not math.isfinite(tpot) or abs(g1 - b1) <= 1e-4 * max(b1, 1.0):
+                    break
+                b1 = g1
         return tpot, ttft, g1, own
 
     # Little's law over the whole loop: c = x (TTFT + (osl - 1) TPOT); the right side grows with x without
@@ -265,8 +290,26 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
         return x * (ttft + decode_steps * tpot) - c
 
     # Every request spends at least the fixed latency and its decode steps at the lightest batch in the loop.
-    x = root_below(loop_gap, min(top, c / (req + decode_steps * w.step(0.0, ctx) / f.accept)))
-    tpot, ttft_ss, b, own = consistent(x, b)
+    hi = min(top, c / (req + decode_steps * w.step(0.0, ctx) / f.accept))
+    # The steps' token budget: once prompts wait for it, every step is full, its decoding sequences' tokens and
+    # the rest prompt tokens, which keeps `held` = chunk (osl - 1) / (accept x prompt + osl - 1) sequences
+    # decoding at x = (chunk - held) / (prompt x full step) requests/s. When that rate leaves clients over, no
+    # more of them raise it: they wait to be prefilled, in their TTFT.
+    held = chunk * decode_steps / (f.accept * isl_eff + decode_steps) if isl_eff > 0 else math.inf
+    saturated = False
+    if held < min(c, cap):
+        full_step = w.step(held, ctx, chunk - held, isl / 2)
+        x = (chunk - held) / (isl_eff * full_step)
+        _, ttft_ss, _, own = at(x, held)
+        tpot = full_step / f.accept
+        saturated = x < hi and x * (ttft_ss + decode_steps * tpot) <= c
+        hi = min(hi, x)
+    if saturated:
+        b = held
+        ttft_ss = c / x - decode_steps * tpot
+    else:
+        x = root_below(loop_gap, hi)
+        tpot, ttft_ss, b, own = consistent(x, b)
     if c > cap and x * (own + decode_steps * tpot) > cap:
         # The KV cache or batch cap holds fewer sequences than there are clients: the loop runs at the rate that
         # keeps every slot in a prefill or a decode, with the steps slowed by the prompts arriving at that rate
@@ -288,29 +331,43 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
 
 def root_below(gap: Callable[[float], float], hi: float) -> float:
     """The root of an increasing `gap` (negative at 0) in (0, hi], from below: bisection to a 1e-4 bracket, then
-    regula falsi (Illinois) inside it, where the curve is smooth, to 1e-10. Both regimes of the closed loop are
-    solved this finely so that where one hands over to the other the predictions do not step back."""
+    regula falsi inside it, where the curve is smooth, to 1e-10. Both regimes of the closed loop are solved this
+    finely so that where one hands over to the other the predictions do not step back."""
     lo, hi = bisect_holds(lambda x: gap(x) <= 0, hi, 1e-4)
-    g_lo, g_hi = gap(lo), gap(hi)
+    lo, hi = regula_falsi(gap, lo, gap(lo), hi, gap(hi), 1e-10, steps=12)
+    return lo if lo > 0 else hi
+
+
+def regula_falsi(g: Callable[[float], float], lo: float, g_lo: float, hi: float, g_hi: float, rel: float,
+                 start: float | None = None, steps: int = 40) -> tuple[float, float]:
+    """[lo, hi] around the root of an increasing g (g(lo) <= 0 < g(hi)), narrowed to `rel` of hi by regula falsi
+    with the Illinois rule (an end kept twice in a row has its value halved, so neither end sticks), from `start`
+    when given; it bisects where an end's value is not finite."""
     side = 0
-    for _ in range(12):
-        if hi - lo <= 1e-10 * hi or g_hi <= g_lo:
+    x = start
+    for _ in range(steps):
+        if hi - lo <= rel * hi:
             break
-        x = (lo * g_hi - hi * g_lo) / (g_hi - g_lo)
-        if not lo < x < hi:
-            break
-        g = gap(x)
-        if g <= 0:
-            lo, g_lo = x, g
+        if x is None or not lo < x < hi:
+            finite = math.isfinite(g_lo) and math.isfinite(g_hi) and g_hi > g_lo
+            x = (lo * g_hi - hi * g_lo) / (g_hi - g_lo) if finite else (lo + hi) / 2
+            if not lo < x < hi:
+                x = (lo + hi) / 2
+        g_x = g(x)
+        if g_x == 0:
+            return x, x
+        if g_x < 0:
+            lo, g_lo = x, g_x
             if side < 0:
                 g_hi /= 2
             side = -1
         else:
-            hi, g_hi = x, g
+            hi, g_hi = x, g_x
             if side > 0:
                 g_lo /= 2
             side = 1
-    return lo if lo > 0 else hi
+        x = None
+    return lo, hi
 
 
 def bisect_holds(holds: Callable[[float], bool], hi: float, rel: float) -> tuple[float, float]:
@@ -430,60 +487,92 @@ def _chunk_steps(w: Worker, b: float, ctx: float, lam: float, wl: Workload, chun
     return out
 
 
-def _batch_spread(lam: float, b: float, slope: float, osl: float) -> float:
-    """Standard deviation of the per-token time from the batch's fluctuation, or inf past the tipping point.
+def _batch_sd(lam: float, b: float, slope: float, osl: float) -> float:
+    """Standard deviation of the decode batch in sequences, or inf past the tipping point.
 
     The batch is the number of requests in decode, Poisson around its mean b (variance b). A larger batch makes
     each step slower (`slope` seconds per token per extra sequence), which keeps every request longer and
     makes the batch larger still: the loop gain g = rate x (osl - 1) x slope amplifies the fluctuation by
     1 / (1 - g), and at g = 1 the load tips over. A request decodes for about as long as the batch takes to
-    change, so its TPOT keeps this spread rather than averaging it away."""
-    return slope * _batch_sd(lam, b, slope, osl)
-
-
-def _batch_sd(lam: float, b: float, slope: float, osl: float) -> float:
-    """Standard deviation of the decode batch in sequences (see `_batch_spread`), or inf past the tipping point."""
+    change, so its TPOT keeps the token time of the batch it decodes in rather than averaging it away."""
     gain = lam * max(osl - 1, 0.0) * slope
     if gain >= 1:
         return math.inf
     return math.sqrt(max(b, 0.0)) / (1 - gain)
 
 
+def _wandering_sd(token_time: Callable[[float], float], lam: float, b: float, osl: float) -> float:
+    """`_batch_sd` with the slope taken over the span the batch wanders, one standard deviation each side, that
+    span found together with it: the smallest sd with sd = sqrt(b) / (1 - gain over [b - sd, b + sd]). The
+    token time has kinks in the batch (where prompt chunks start riding every step), and a slope over one
+    sequence on either side of one would make the spread jump as the rate crosses it; over the span the batch
+    really covers, a kink weighs in gradually. Infinite when no span holds (the batch keeps growing)."""
+
+    def excess(sd: float) -> float:
+        """sd less the spread the slope over [b - sd, b + sd] implies: negative while sd is too small."""
+        lo, hi = max(b - sd, 0.0), b + sd
+        return sd - _batch_sd(lam, b, (token_time(hi) - token_time(lo)) / (hi - lo), osl)
+
+    lo = math.sqrt(max(b, 1.0))
+    g_lo = excess(lo)
+    if g_lo >= 0:
+        return lo
+    hi, g_hi = lo, g_lo
+    for _ in range(12):
+        hi *= 2
+        g_hi = excess(hi)
+        if g_hi >= 0:
+            break
+        lo, g_lo = hi, g_hi
+    else:
+        return math.inf
+    return regula_falsi(excess, lo, g_lo, hi, g_hi, 1e-3)[1]
+
+
+def _count_quantile(share: float, z: float, m: float) -> float:
+    """Quantile at z of the share of a request's m gaps that land in prompt-carrying steps, each gap one with
+    chance `share` (a binomial count): the normal quantile with the Cornish-Fisher term (z^2 - 1) / 6 for the
+    count's skew, no higher than every gap. The approximation turns down as the share nears 1, where the true
+    quantile never falls, so past the share where it peaks it holds that peak."""
+    k = max(z * z - 1, 0.0) / 6
+    a = 1 - 2 * k / m
+    peak = 0.5 if a <= 0 else (1 + a * math.sqrt(m) / math.sqrt(z * z + a * a * m)) / 2
+    s = min(share, peak)
+    return min(s + z * math.sqrt(s * (1 - s) / m) + k * (1 - 2 * s) / m, 1.0)
+
+
 def _step_percentiles(t_mean: float, t_decode: float, steps: list[tuple[float, float]], osl: float, osl_cv: float,
-                      accept: float, batch_sd: float = 0.0) -> tuple[dict[str, float], dict[str, float]]:
+                      accept: float, batch: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
     """(ITL, TPOT) percentiles of a group whose decode steps take `t_decode` seconds except the `steps` that
-    carry prompt chunks, with `batch_sd` the per-token spread from the batch's fluctuation. A gap is one step,
-    so the ITL's tail is the slowest steps' share of all steps. A request's TPOT averages its gaps: over
-    m = osl - 1 of them the number that land in chunk steps is binomial, which spreads TPOT around its mean by
-    sqrt(s (1 - s) delta^2 + s var) / sqrt(m), on top of the batch's own spread."""
-    busy = sum(d * r for d, r in steps)
+    carry prompt chunks (their durations, and their relative frequencies), with `batch` the token time a
+    percentile of the batch's fluctuation adds to the mean. The share of steps that carry chunks is the one that gives the mean step
+    `t_mean`. A gap is one step, so the ITL's tail is the slowest steps' share of all steps. A request's TPOT
+    averages its gaps: over m = osl - 1 of them the number that land in chunk steps is binomial, and the sizes
+    of those chunks vary, both on top of the batch's own spread."""
     chunk_rate = sum(r for _, r in steps)
-    total = chunk_rate + max(1.0 - busy, 0.0) / t_decode
-    ordered = sorted(steps, reverse=True)
-    itl = {"mean": t_mean}
-    tpot = {"mean": t_mean}
-    share = chunk_rate / total if total > 0 else 0.0
-    mean_d = busy / chunk_rate if chunk_rate > 0 else t_decode
+    mean_d = sum(d * r for d, r in steps) / chunk_rate if chunk_rate > 0 else t_decode
+    delta = max(mean_d - t_decode, 0.0)
+    share = min(max((t_mean * accept - t_decode) / delta, 0.0), 1.0) if delta > 0 else 0.0
     var_d = sum(r * (d - mean_d) ** 2 for d, r in steps) / chunk_rate if chunk_rate > 0 else 0.0
     # Short answers have the fewest gaps to average over: E[1/m] of a lognormal output is (1 + cv^2) / mean.
     m = max(osl / (1 + osl_cv * osl_cv) - 1, 1.0)
-    delta = max(mean_d - t_decode, 0.0)
-    chunks_sd = math.sqrt(share * (1 - share) * delta ** 2 + share * var_d) / math.sqrt(m) / accept
-    spread = math.hypot(chunks_sd, batch_sd)
+    sizes_sd = math.sqrt(share * var_d / m) / accept
+    ordered = sorted(steps, reverse=True)
+    itl = {"mean": t_mean}
+    tpot = {"mean": t_mean}
+    floor = 0.0
     for p in PERCENTILES:
         z = max(z_of(p), 0.0)
-        # Few chunk steps land in one request, so their count is skewed to the right (Poisson-like): the
-        # Cornish-Fisher term (z^2 - 1) / 6 of a binomial count adds to the normal quantile.
-        skew = max(z * z - 1, 0.0) / 6 * (1 - 2 * share) * delta / m / accept
         tail = 1 - float(p[1:]) / 100
-        value, seen = t_decode / accept + z * batch_sd, 0.0
+        value, seen = t_decode / accept + batch[p], 0.0
         for d, r in ordered:
-            seen += r / total
+            seen += share * r / chunk_rate
             if seen >= tail:
                 value = max(d, value)
                 break
         itl[p] = value
-        tpot[p] = t_mean + z * spread + skew
+        count = max(_count_quantile(share, z, m) - share, 0.0) * delta / accept
+        floor = tpot[p] = max(t_mean + math.hypot(count, z * sizes_sd, batch[p]), floor)
     return itl, tpot
 
 
@@ -530,6 +619,9 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
         if rho >= 1 or b > 4 * cap:
             return _unstable({"agg": workers}, max(rho, b / cap), "arrival rate exceeds what the replicas sustain")
         step_new = _mixed_step(w, b, ctx, lam, isl_eff, isl, chunk)
+        if not math.isfinite(step_new):
+            return _unstable({"agg": workers}, max(b / cap, rho, 1.0), "prompts arrive faster than full steps "
+                             f"(max_num_tokens {chunk}, less the decoding sequences' tokens) take them")
         b_new = lam * ((osl - 1) * step_new / f.accept + own)
         done = abs(step_new - step) < 1e-6 * step and abs(b_new - b) < 1e-5 * max(b, 1)
         step, b = 0.5 * (step + step_new), 0.5 * (b + b_new)
@@ -550,11 +642,19 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
                               phase=t, ratios=wl.isl_quantiles)
     ttft = {k: v + (slot.mean if k == "mean" else slot.quantile(float(k[1:]) / 100)) for k, v in ttft.items()}
     steps = _chunk_steps(w, b, ctx, lam, wl, chunk, rho)
-    slope = (_mixed_step(w, b + 1, ctx, lam, isl_eff, isl, chunk) - t) / f.accept
-    batch_sd = _batch_spread(lam, b, slope, osl)
-    if not math.isfinite(batch_sd):
+    def token_time(n: float) -> float:
+        """Mean token time at a batch of n: past the point where prompts outrun full steps, every step is full."""
+        t_n = _mixed_step(w, n, ctx, lam, isl_eff, isl, chunk)
+        return (t_n if math.isfinite(t_n) else w.step(n, ctx, max(chunk - n, 1.0), isl / 2)) / f.accept
+
+    sd = _wandering_sd(token_time, lam, b, osl)
+    if not math.isfinite(sd):
         return _unstable({"agg": workers}, load, "arrival rate is past the point where the batch keeps growing")
-    itl, tpot = _step_percentiles(t / f.accept, w.step(b, ctx), steps, osl, wl.osl_cv, f.accept, batch_sd)
+    # A percentile's token time is the one at that percentile of the batch (no further than the slots allow),
+    # not a line through the mean: the token time bends with the batch.
+    mid = token_time(b)
+    batch = {p: token_time(min(b + max(z_of(p), 0.0) * sd, max(cap, b))) - mid for p in PERCENTILES}
+    itl, tpot = _step_percentiles(t / f.accept, w.step(b, ctx), steps, osl, wl.osl_cv, f.accept, batch)
     e2e = _e2e(ttft, tpot, osl, wl.osl_cv)
     return Prediction(ttft, tpot, itl, e2e, wl.rate, wl.rate * osl, b, load, True, {"agg": workers})
 

@@ -123,10 +123,7 @@ def _agg(model="Llama-3.1-70B", device="H200", precision="fp8", tp=4, batch=None
     return Deployment(model, device, "vllm", precision, agg=Role(Parallel(tp=tp), batch_cap=batch))
 
 
-# The same examples every run (CI starts without the example database): near the prefill's capacity with short
-# answers (1024/64 at 160-170 clients) the decode batch sits at its tipping point and the solved count can step
-# back by a few percent, which a random draw finds about once in a thousand pairs.
-@settings(max_examples=40, deadline=None, derandomize=True)
+@settings(max_examples=40, deadline=None)
 @given(st.integers(1, 200), st.integers(1, 200), st.sampled_from([256, 1024, 4096]), st.sampled_from([64, 512]))
 def test_more_clients_never_lower_latency(c1, c2, isl, osl):
     lo, hi = sorted((c1, c2))
@@ -137,10 +134,7 @@ def test_more_clients_never_lower_latency(c1, c2, isl, osl):
     assert b.throughput_rps >= a.throughput_rps * (1 - 1e-6)
 
 
-# The same examples every run: near 7 requests/s with 2048-token prompts the batch-growth gain is taken from a
-# one-sequence difference of the mixed step, which jumps where chunks start riding every step, so a draw there can
-# find the open loop unstable just below a rate it holds.
-@settings(max_examples=40, deadline=None, derandomize=True)
+@settings(max_examples=40, deadline=None)
 @given(st.floats(0.05, 20), st.floats(0.05, 20), st.sampled_from([512, 2048]))
 def test_more_rate_never_lowers_latency(r1, r2, isl):
     lo, hi = sorted((r1, r2))
@@ -151,9 +145,9 @@ def test_more_rate_never_lowers_latency(r1, r2, isl):
             assert getattr(b, metric)[k] >= getattr(a, metric)[k] * (1 - 1e-6), (metric, k)
 
 
-def _never_lower(loads, dep, make):
+def _never_lower(loads, dep, make, percentiles=("p50", "p90", "p99"), metrics=("ttft", "tpot", "e2e")):
     """Predictions at increasing loads: no latency percentile and no throughput goes down."""
-    keys = [(m, k) for m in ("ttft", "tpot", "e2e") for k in ("mean", "p50", "p90", "p99")]
+    keys = [(m, k) for m in metrics for k in ("mean", *percentiles)]
     prev = None
     for load in loads:
         p = estimate(dep, make(load), CAT).prediction
@@ -175,6 +169,30 @@ def _never_lower(loads, dep, make):
 ])
 def test_more_clients_past_the_batch_slots_never_lower_latency_or_throughput(dep, isl, osl, clients):
     _never_lower(clients, dep, lambda c: Workload(isl=isl, osl=osl, concurrency=c))
+
+
+@pytest.mark.parametrize("dep, lengths, low, capacity", [
+    # Where prompt chunks start riding every step the mean step has a kink, and the batch's loop gain taken from
+    # a one-sequence slope on either side of it halved the TPOT tail as the rate rose (-30% at p99.9 here).
+    (Deployment("Llama-3.1-70B", "H200", "vllm", "bf16", agg=Role(Parallel(tp=4))),
+     {"isl": 4096, "osl": 64, "isl_cv": 0.2, "osl_cv": 0.2}, 1.4, 1.8),
+    # Near the step budget: rates it holds either side of a rate predicted unstable, and the tail then falling 36%.
+    (Deployment("gpt-oss-120b", "H100-SXM", "vllm", "fp4", agg=Role(Parallel(tp=2, moe_tp=2))),
+     {"isl": 2048, "osl": 256}, 29.0, 29.4),
+    (Deployment("Qwen3-235B-A22B", "H200", "sglang", "fp8", agg=Role(Parallel(tp=8, ep=8))),
+     {"isl": 2048, "osl": 256}, 9.5, 10.4),
+])
+def test_more_rate_never_lowers_open_loop_tails(dep, lengths, low, capacity):
+    rates = [low + (capacity - low) * k / 40 for k in range(41)]
+    _never_lower(rates, dep, lambda r: Workload(rate=r, **lengths), percentiles=("p50", "p90", "p99", "p99.9"),
+                 metrics=("ttft", "tpot", "itl", "e2e"))
+
+
+def test_the_open_loop_has_one_capacity():
+    # Every rate below the first one predicted unstable is held: the planner's capacity search bisects on that.
+    dep = Deployment("gpt-oss-120b", "H100-SXM", "vllm", "fp4", agg=Role(Parallel(tp=2, moe_tp=2)))
+    held = [estimate(dep, Workload(isl=2048, osl=256, rate=29 + k / 40), CAT).prediction.stable for k in range(81)]
+    assert held.index(False) > 0 and not any(held[held.index(False):])
 
 
 def test_more_rate_never_lowers_disaggregated_moe_tails():
