@@ -314,12 +314,21 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
         # The KV cache or batch cap holds fewer sequences than there are clients: the loop runs at the rate that
         # keeps every slot in a prefill or a decode, with the steps slowed by the prompts arriving at that rate
         # (the same curve, so more clients never buy throughput), and the other clients queue for a slot.
+        # The slots a prefill holds are not decoding: the decode batch is what the others leave.
+        def slotted(x: float) -> tuple[float, float, float, float]:
+            n = cap
+            for _ in range(3):
+                tpot, ttft, _, own = at(x, n)
+                n = max(cap - x * own, 0.0)
+            tpot, ttft, _, own = at(x, n)
+            return tpot, ttft, n, own
+
         def slots_gap(x: float) -> float:
-            tpot, _, _, own = at(x, cap)
+            tpot, _, _, own = slotted(x)
             return x * (own + decode_steps * tpot) - cap
 
         x = root_below(slots_gap, top)
-        tpot, ttft_ss, b, own = at(x, cap)
+        tpot, ttft_ss, b, own = slotted(x)
         ttft_ss = max(ttft_ss, c / x - decode_steps * tpot)
     first, _, last = _burst_ttft(w, min(c, cap), isl_eff, isl, chunk, 0.5)
     # Benchmarks start every client at once; that first wave's queue of prefills weighs on TTFT.

@@ -166,6 +166,9 @@ def _never_lower(loads, dep, make, percentiles=("p50", "p90", "p99"), metrics=("
     # Up to and past the KV cache's 214 sequences: the decoding count never exceeds the clients.
     (Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16", agg=Role(Parallel())), 1024, 1024,
      (128, 160, 192, 224, 256, 384)),
+    # Across the KV cache's 22 sequences: a slot that holds a prefill is not decoding, in either regime.
+    (Deployment("Llama-3.1-8B", "L40S", "vllm", "bf16", agg=Role(Parallel(), batch_cap=32, max_num_tokens=4096)),
+     8192, 1024, (20, 21, 22, 23, 24, 26)),
 ])
 def test_more_clients_past_the_batch_slots_never_lower_latency_or_throughput(dep, isl, osl, clients):
     _never_lower(clients, dep, lambda c: Workload(isl=isl, osl=osl, concurrency=c))
