@@ -11,6 +11,8 @@ run), solved as a fixed point of throughput X = N / (TTFT + (osl - 1) TPOT):
 - when the KV cache or the batch cap holds fewer sequences than there are clients, the rest queue: throughput is
   cap / (prefill + decode time of one request), and by Little's law E2E = N / throughput. Clients with fixed
   lengths stay in step, so the cache must hold each at its full length (prompt + output) at once;
+- a step's token budget counts its decodes first: once prompts wait for the rest of it, every step is full and
+  the throughput stops there, whatever the clients; the clients over it wait to be prefilled;
 - attention-DP engines that balance prompts across ranks (TRT-LLM's `enable_balance`) hold a new prompt for some
   decode steps while every rank is busy (`balance_steps`; off in the engines this product renders).
 
@@ -23,7 +25,9 @@ TTFT percentiles. Tails beyond the means:
   ITL percentiles (a gap is one step) and, binomially over a request's gaps, TPOT percentiles;
 - the batch fluctuates around its mean (Poisson), and since a bigger batch steps slower and so holds requests
   longer, the fluctuation is amplified by 1 / (1 - loop gain); near the gain of 1 the load tips over, which is
-  where capacity ends before the mean batch reaches the cap;
+  where capacity ends before the mean batch reaches the cap. A TPOT percentile takes the token time at that
+  percentile of the batch;
+- prompts that arrive faster than full steps take them (the budget less the decodes) never settle either;
 - batch slots (max_num_seqs, or the KV cache at the mean resident context, which counts long answers more since
   they stay longer) form an M/G/c queue: Erlang C gives the wait of a request that finds the batch full.
 E2E percentiles combine TTFT, output length and TPOT as independent parts.
@@ -313,8 +317,8 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     if c > cap and x * (own + decode_steps * tpot) > cap:
         # The KV cache or batch cap holds fewer sequences than there are clients: the loop runs at the rate that
         # keeps every slot in a prefill or a decode, with the steps slowed by the prompts arriving at that rate
-        # (the same curve, so more clients never buy throughput), and the other clients queue for a slot.
-        # The slots a prefill holds are not decoding: the decode batch is what the others leave.
+        # (the same curve, so more clients never buy throughput), and the other clients queue for a slot. The
+        # slots that hold a prefill are not decoding: the decode batch is what the others leave.
         def slotted(x: float) -> tuple[float, float, float, float]:
             n = cap
             for _ in range(3):
@@ -554,10 +558,10 @@ def _step_percentiles(t_mean: float, t_decode: float, steps: list[tuple[float, f
                       accept: float, batch: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
     """(ITL, TPOT) percentiles of a group whose decode steps take `t_decode` seconds except the `steps` that
     carry prompt chunks (their durations, and their relative frequencies), with `batch` the token time a
-    percentile of the batch's fluctuation adds to the mean. The share of steps that carry chunks is the one that gives the mean step
-    `t_mean`. A gap is one step, so the ITL's tail is the slowest steps' share of all steps. A request's TPOT
-    averages its gaps: over m = osl - 1 of them the number that land in chunk steps is binomial, and the sizes
-    of those chunks vary, both on top of the batch's own spread."""
+    percentile of the batch's fluctuation adds to the mean. The share of steps that carry chunks is the one that
+    gives the mean step `t_mean`. A gap is one step, so the ITL's tail is the slowest steps' share of all steps.
+    A request's TPOT averages its gaps: over m = osl - 1 of them the number that land in chunk steps is binomial,
+    and the sizes of those chunks vary, both on top of the batch's own spread."""
     chunk_rate = sum(r for _, r in steps)
     mean_d = sum(d * r for d, r in steps) / chunk_rate if chunk_rate > 0 else t_decode
     delta = max(mean_d - t_decode, 0.0)
@@ -651,6 +655,7 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
                               phase=t, ratios=wl.isl_quantiles)
     ttft = {k: v + (slot.mean if k == "mean" else slot.quantile(float(k[1:]) / 100)) for k, v in ttft.items()}
     steps = _chunk_steps(w, b, ctx, lam, wl, chunk, rho)
+
     def token_time(n: float) -> float:
         """Mean token time at a batch of n: past the point where prompts outrun full steps, every step is full."""
         t_n = _mixed_step(w, n, ctx, lam, isl_eff, isl, chunk)
