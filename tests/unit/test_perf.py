@@ -191,6 +191,15 @@ def test_more_rate_never_lowers_open_loop_tails(dep, lengths, low, capacity):
                  metrics=("ttft", "tpot", "itl", "e2e"))
 
 
+def test_a_closed_loop_past_the_step_budget_queues_for_its_prefills():
+    # Past about 141 clients of 4096/64, prompts wait for the step budget: every step is full, the decodes keep
+    # chunk (osl - 1) / (prompt + osl - 1) of it, the throughput holds and the clients over it wait longer.
+    a, b = (estimate(_agg(), Workload(isl=4096, osl=64, concurrency=c), CAT).prediction for c in (160, 200))
+    assert a.throughput_rps == pytest.approx(b.throughput_rps, rel=1e-9) and b.ttft["mean"] > a.ttft["mean"] + 1
+    assert a.batch == pytest.approx(8192 * 63 / (4096 + 63), rel=1e-9) and a.tpot["mean"] < float("inf")
+    assert a.load == 1.0 and "token budget" in a.assumptions[0]
+
+
 def test_the_open_loop_has_one_capacity():
     # Every rate below the first one predicted unstable is held: the planner's capacity search bisects on that.
     dep = Deployment("gpt-oss-120b", "H100-SXM", "vllm", "fp4", agg=Role(Parallel(tp=2, moe_tp=2)))
