@@ -187,6 +187,11 @@ def _balance_hold(w: Worker, step: float, busy: float) -> float:
     return w.factors.balance_steps * step * min(max(busy, 0.0), 1.0)
 
 
+def _full_step(w: Worker, b: float, ctx: float, isl: float, chunk: int) -> float:
+    """Seconds of a step full to its token budget: `b` decodes, and prompt tokens in the rest of the budget."""
+    return w.step(b, ctx, max(chunk - b, 1.0), isl / 2)
+
+
 def _mixed_step(w: Worker, b: float, ctx: float, rate: float, isl_eff: float, isl: float, chunk: int) -> float:
     """Mean seconds per engine step of a group decoding `b` sequences while prompts arrive at `rate` per second.
     A step's token budget (`chunk`: vLLM's max_num_batched_tokens, TRT-LLM's max_num_tokens) counts the decoding
@@ -208,7 +213,7 @@ def _mixed_step(w: Worker, b: float, ctx: float, rate: float, isl_eff: float, is
         t = base / (1 - load)
         if rate * t * chunks <= 1:
             return t
-    full = w.step(b, ctx, room, isl / 2)
+    full = _full_step(w, b, ctx, isl, chunk)
     if rate * isl_eff * full > room:
         return math.inf
 
@@ -302,7 +307,7 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     held = chunk * decode_steps / (f.accept * isl_eff + decode_steps) if isl_eff > 0 else math.inf
     saturated = False
     if held < min(c, cap):
-        full_step = w.step(held, ctx, chunk - held, isl / 2)
+        full_step = _full_step(w, held, ctx, isl, chunk)
         x = (chunk - held) / (isl_eff * full_step)
         _, ttft_ss, _, own = at(x, held)
         tpot = full_step / f.accept
@@ -334,6 +339,7 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
         x = root_below(slots_gap, top)
         tpot, ttft_ss, b, own = slotted(x)
         ttft_ss = max(ttft_ss, c / x - decode_steps * tpot)
+        saturated = False
     first, _, last = _burst_ttft(w, min(c, cap), isl_eff, isl, chunk, 0.5)
     # Benchmarks start every client at once; that first wave's queue of prefills weighs on TTFT.
     ttft = _wave_mixture(ttft_ss, f.queue, req + first, req + last)
@@ -665,7 +671,7 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     def token_time(n: float) -> float:
         """Mean token time at a batch of n: past the point where prompts outrun full steps, every step is full."""
         t_n = _mixed_step(w, n, ctx, lam, isl_eff, isl, chunk)
-        return (t_n if math.isfinite(t_n) else w.step(n, ctx, max(chunk - n, 1.0), isl / 2)) / f.accept
+        return (t_n if math.isfinite(t_n) else _full_step(w, n, ctx, isl, chunk)) / f.accept
 
     sd = _wandering_sd(token_time, lam, b, osl)
     if not math.isfinite(sd):
