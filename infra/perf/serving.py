@@ -192,6 +192,14 @@ def _full_step(w: Worker, b: float, ctx: float, isl: float, chunk: int) -> float
     return w.step(b, ctx, max(chunk - b, 1.0), isl / 2)
 
 
+def _chunk_cost(w: Worker, b: float, ctx: float, isl_eff: float, isl: float, chunk: int) -> tuple[float, float, float]:
+    """(seconds of a decode step of b sequences, chunks per prompt, seconds a chunk adds to such a step): a prompt
+    rides in the room the decoding sequences leave in the step's token budget."""
+    base = w.step(b, ctx)
+    room = max(chunk - b, 1.0)
+    return base, max(1.0, isl_eff / room), w.step(b, ctx, min(isl_eff, room), isl / 2) - base
+
+
 def _mixed_step(w: Worker, b: float, ctx: float, rate: float, isl_eff: float, isl: float, chunk: int) -> float:
     """Mean seconds per engine step of a group decoding `b` sequences while prompts arrive at `rate` per second.
     A step's token budget (`chunk`: vLLM's max_num_batched_tokens, TRT-LLM's max_num_tokens) counts the decoding
@@ -201,13 +209,11 @@ def _mixed_step(w: Worker, b: float, ctx: float, rate: float, isl_eff: float, is
     step carries the prompt tokens that arrived during it, t = step(rate x prompt x t), a fixed point started
     from the same line. Infinite when the prompts arrive faster than full steps take them: the backlog of
     prompts then grows without bound, however the other queues look."""
-    base = w.step(b, ctx)
     if rate <= 0:
-        return base
+        return w.step(b, ctx)
+    base, chunks, extra = _chunk_cost(w, b, ctx, isl_eff, isl, chunk)
     room = max(chunk - b, 1.0)
-    chunks = max(1.0, isl_eff / room)
     per = min(isl_eff, room)
-    extra = w.step(b, ctx, per, isl / 2) - base
     load = rate * chunks * extra
     if load < 1:
         t = base / (1 - load)
@@ -252,52 +258,42 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     occupy = (w.step(0.0, 0.0, per, isl / 2) - f.step_ms * 1e-3) * chunks
     decode_steps = max(osl - 1, 1e-9)
 
-    def at(x: float, b: float) -> tuple[float, float, float, float]:
-        """(TPOT, TTFT, decoding sequences, prompt steps) at throughput x per group with b sequences decoding."""
+    def at(x: float, b: float) -> tuple[float, float, float]:
+        """(TPOT, TTFT, seconds of a prompt's own steps) at throughput x per group with b sequences decoding."""
         rho = min(x * occupy, 0.999)
         base = w.step(b, ctx)
         tpot = _mixed_step(w, b, ctx, x, isl_eff, isl, chunk) / f.accept
         own = w.step(b, ctx, per, isl / 2) * chunks
         # A group of c clients has c - 1 others decoding while one waits for its first token.
         ttft = req + own + rho / (1 - rho) * occupy / 2 + base / 2 + _balance_hold(w, base, c - 1)
-        return tpot, ttft, min(cap, c, x * decode_steps * tpot), own
+        return tpot, ttft, own
 
-    def consistent(x: float, b: float) -> tuple[float, float, float, float]:
-        """`at` with the decoding count that throughput x sustains, b = x (osl - 1) TPOT(b): a secant step on
-        that fixed point from the count of the previous x (TPOT is nearly linear in b, so a few evaluations)."""
-        b0, (tpot, ttft, g0, own) = b, at(x, b)
-        if abs(g0 - b0) <= 1e-4 * max(b0, 1.0):
-            return tpot, ttft, g0, own
-        b1 = g0
-        for _ in range(8):
-            tpot, ttft, g1, own = at(x, b1)
-            if abs(g1 - b1) <= 1e-4 * max(b1, 1.0):
-                break
-            slope = (g1 - b1) - (g0 - b0)
-            b2 = b1 - (g1 - b1) * (b1 - b0) / slope if slope else g1
-            b0, g0, b1 = b1, g1, min(max(b2, 0.0), min(c, cap))
-        if not math.isfinite(tpot):
-            # A count past the token budget's wall is a spurious fixed point (its steps never end, so every
-            # client counts as decoding); from an empty batch the count climbs to the smallest consistent one.
-            b1 = 0.0
-            for _ in range(64):
-                tpot, ttft, g1, own = at(x, b1)
-                if not math.isfinite(tpot) or abs(g1 - b1) <= 1e-4 * max(b1, 1.0):
-                    break
-                b1 = g1
-        return tpot, ttft, g1, own
+    def sustained(b: float) -> float:
+        """The throughput that keeps b sequences decoding, x (osl - 1) TPOT(b, x) = b. Prompts that arrive
+        faster lengthen the steps, so one x does; it lies below the rate of steps that carry no prompts."""
+        if b <= 0:
+            return 0.0
 
-    # Little's law over the whole loop: c = x (TTFT + (osl - 1) TPOT); the right side grows with x without
-    # bound (the prefill queue and the stretched decode steps), so bisection on x finds the one solution, with
-    # the decoding count consistent with each x.
+        def over(x: float) -> float:
+            tpot = at(x, b)[0]
+            return x * decode_steps * tpot - b if math.isfinite(tpot) else math.inf
+
+        # While fewer than one chunk arrives per step, t = base / (1 - x chunks extra) (see _mixed_step), and
+        # x (osl - 1) t / accept = b has a closed form; past that it is the start of the search.
+        base, k, extra = _chunk_cost(w, b, ctx, isl_eff, isl, chunk)
+        x_hi = b * f.accept / (decode_steps * base)
+        guess = b * f.accept / (decode_steps * base + b * f.accept * k * extra)
+        o_guess = over(guess)
+        if abs(o_guess) <= 1e-12 * b:
+            return guess
+        o_hi = over(x_hi)
+        return x_hi if o_hi <= 0 else regula_falsi(over, 0.0, -b, x_hi, o_hi, 1e-12, start=guess)[0]
+
+    def loop_gap(b: float) -> float:
+        x = sustained(b)
+        return b + x * at(x, b)[1] - c
+
     top = 1.0 / occupy if occupy > 0 else 1e9
-    b = min(c, cap)
-
-    def loop_gap(x: float) -> float:
-        nonlocal b
-        tpot, ttft, b, _ = consistent(x, b)
-        return x * (ttft + decode_steps * tpot) - c
-
     # Every request spends at least the fixed latency and its decode steps at the lightest batch in the loop.
     hi = min(top, c / (req + decode_steps * w.step(0.0, ctx) / f.accept))
     # The steps' token budget: once prompts wait for it, every step is full, its decoding sequences' tokens and
@@ -309,16 +305,23 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     if held < min(c, cap):
         full_step = _full_step(w, held, ctx, isl, chunk)
         x = (chunk - held) / (isl_eff * full_step)
-        _, ttft_ss, _, own = at(x, held)
+        _, ttft_ss, own = at(x, held)
         tpot = full_step / f.accept
         saturated = x < hi and x * (ttft_ss + decode_steps * tpot) <= c
-        hi = min(hi, x)
     if saturated:
         b = held
         ttft_ss = c / x - decode_steps * tpot
     else:
-        x = root_below(loop_gap, hi)
-        tpot, ttft_ss, b, own = consistent(x, b)
+        # Little's law over the whole loop, c = x (TTFT + (osl - 1) TPOT) = b + x TTFT, solved for the decoding
+        # count b, the throughput following from it. Solved for the throughput instead, the count is
+        # ill-conditioned where the batch is compute-bound (x barely moves as b does), and it jumps where the count
+        # a throughput sustains stops existing.
+        b = min(c, cap)
+        g_b = loop_gap(b)
+        if g_b > 0:
+            b = regula_falsi(loop_gap, 0.0, -c, b, g_b, 1e-10)[0]
+        x = sustained(b)
+        tpot, ttft_ss, own = at(x, b)
     if c > cap and x * (own + decode_steps * tpot) > cap:
         # The KV cache or batch cap holds fewer sequences than there are clients: the loop runs at the rate that
         # keeps every slot in a prefill or a decode, with the steps slowed by the prompts arriving at that rate
@@ -327,9 +330,9 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
         def slotted(x: float) -> tuple[float, float, float, float]:
             n = cap
             for _ in range(3):
-                tpot, ttft, _, own = at(x, n)
+                tpot, ttft, own = at(x, n)
                 n = max(cap - x * own, 0.0)
-            tpot, ttft, _, own = at(x, n)
+            tpot, ttft, own = at(x, n)
             return tpot, ttft, n, own
 
         def slots_gap(x: float) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 from hypothesis import given, settings
@@ -159,6 +160,15 @@ def _never_lower(loads, dep, make, percentiles=("p50", "p90", "p99"), metrics=("
         prev = p
 
 
+def test_more_clients_never_lower_a_compute_bound_batch():
+    # Short prompts, long answers: the decode batch is compute-bound, so the throughput barely moves as the batch
+    # grows, and solved for the throughput the batch once jumped between neighbouring client counts (TPOT down
+    # by up to 1% from one client more).
+    dep = Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16", agg=Role(Parallel()))
+    _never_lower(range(230, 320), dep, lambda c: Workload(isl=128, osl=2048, isl_cv=0.5, osl_cv=0.5, concurrency=c),
+                 percentiles=())
+
+
 @pytest.mark.parametrize("dep, isl, osl, clients", [
     # Past what the KV cache holds (about 150 sequences of 9k tokens), the clients added queue for a slot.
     (Deployment("DeepSeek-V3", "H200", "sglang", "fp8", agg=Role(Parallel(tp=8, ep=8))), 8192, 1024,
@@ -214,6 +224,19 @@ def test_a_closed_loop_past_the_step_budget_queues_for_its_prefills():
     assert a.throughput_rps == pytest.approx(b.throughput_rps, rel=1e-9) and b.ttft["mean"] > a.ttft["mean"] + 1
     assert a.batch == pytest.approx(8192 * 63 / (4096 + 63), rel=1e-9) and a.tpot["mean"] < float("inf")
     assert a.load == 1.0 and "token budget" in a.assumptions[0]
+
+
+def test_a_closed_loop_near_its_batch_cap_solves_for_the_load_alone():
+    # Where the batch cap nearly meets the clients, the decoding count consistent with a throughput depends on
+    # that throughput alone: once it was carried over from the previous trial and a stable estimate said TPOT
+    # infinite (a count past the token budget's wall taken for a solution).
+    dep = Deployment("DeepSeek-R1", "GB200", "trtllm", "fp4", agg=Role(Parallel(tp=64, moe_tp=64), batch_cap=538))
+    tpots = []
+    for c in (400, 450, 500, 520, 530, 538):
+        p = estimate(dep, Workload(isl=7372.8, osl=921.6, concurrency=c), CAT).prediction
+        assert p.stable and math.isfinite(p.tpot["mean"]) and math.isfinite(p.ttft["mean"]), c
+        tpots.append(p.tpot["mean"])
+    assert tpots == sorted(tpots)
 
 
 def test_the_open_loop_has_one_capacity():
