@@ -30,12 +30,16 @@ class ShapeError(InfraError):
     """A deployment that cannot run as described."""
 
 
+def runs_on(framework: FrameworkSpec, device: DeviceSpec) -> bool:
+    return device.vendor in framework.vendors and (not framework.devices or device.name in framework.devices)
+
+
 def shape_problems(model: ModelSpec, device: DeviceSpec, framework: FrameworkSpec, precision: str,
                    parallel: Parallel, role: str = "agg") -> list[str]:
     """Why this layout of this model cannot run on this device with this framework (empty when it can)."""
     out: list[str] = []
     where = "" if role == "agg" else f"{role}: "
-    if device.vendor not in framework.vendors or (framework.devices and device.name not in framework.devices):
+    if not runs_on(framework, device):
         out.append(f"{framework.name} does not run on {device.name}")
     if precision not in device.precisions:
         out.append(f"{device.name} does not support {precision} (it supports {', '.join(device.precisions)})")
@@ -164,6 +168,12 @@ def build_workers(dep: Deployment, catalog: Catalog, *, device_memory_gb: float 
     if dep.mode != "agg" and "pd_disaggregation" not in fw.features:
         raise ShapeError(Problem(f"{fw.name} does not support prefill/decode disaggregation",
                                  fix="use mode agg or another framework"))
+    for dev in (device, *([catalog.device(dep.decode_device)] if dep.decode_device and dep.mode != "agg" else [])):
+        if not runs_on(fw, dev):
+            there = sorted(name for name, f in catalog.frameworks.items() if runs_on(f, dev))
+            raise ShapeError(Problem(f"{fw.name} does not run on {dev.name}", Location(path="deployment.framework"),
+                                     f"use a framework that does: {', '.join(there)}" if there else
+                                     "no catalog framework runs on it; add one with --catalog DIR"))
     if dep.decode_device is None or dep.mode == "agg":
         workers = {name: _role_worker(model, device, fw, dep, name, role, cal, device_memory_gb)
                    for name, role in dep.roles().items()}

@@ -100,6 +100,14 @@ def test_impossible_shapes_are_explained(dep, fragment):
         estimate(dep, Workload(isl=100, osl=10, concurrency=1), CAT)
 
 
+def test_a_framework_that_does_not_run_on_the_device_names_those_that_do():
+    dep = Deployment("Llama-3.1-8B", "Ascend-910B3", "trtllm", "bf16", agg=Role(Parallel()))
+    with pytest.raises(ShapeError) as err:
+        estimate(dep, Workload(isl=100, osl=10, concurrency=1), CAT)
+    fix = err.value.problems[0].fix
+    assert "vllm-ascend" in fix and "mindie" in fix and "trtllm" not in fix
+
+
 def test_calibration_lookup_says_when_it_borrows():
     assert lookup("trtllm", CAT.device("H200")).calibrated
     borrowed = lookup("vllm-ascend", CAT.device("Ascend-910B3"))
