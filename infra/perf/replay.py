@@ -184,6 +184,11 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
             # No expert degrees recorded (vLLM rows write 0): the engine shards the experts over every device of the
             # role, by tensor parallelism alone or as expert parallelism across its data-parallel ranks.
             ep, moe_tp = (tp * dp, 1) if dp > 1 else (1, tp)
+        if model.moe is not None and not prefix and dp == 1 and ep == 1 and moe_tp == tp > WIDE_EP_DEVICES:
+            # An aggregated MoE layout recorded as tensor parallelism over more than a node's worth of devices
+            # (tp 32 and tp 64 on NVL72 racks, beside the tp 36 and tp 48 of the same sweeps) ran as the wide-EP
+            # recipes do: data-parallel attention with the experts spread over every device.
+            tp, dp, ep, moe_tp = 1, tp, tp, 1
         if model.moe is not None and model.attention_heads % tp:
             # Wide deployments (tp 12..72 on NVL72 racks) record the device count as tp; for a MoE model a tp that
             # does not divide the heads can only run as data-parallel attention with the experts spread over the

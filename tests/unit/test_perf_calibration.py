@@ -188,6 +188,18 @@ def test_replay_runs_a_wide_moe_role_whose_tp_cannot_split_the_heads_as_attentio
     build_workers(case.deployment, CAT)
 
 
+def test_replay_runs_an_aggregated_moe_layout_wider_than_a_node_as_wide_ep():
+    from infra.perf.replay import to_case
+
+    # 128 heads divide by 64, but the sweeps that record tp 36 and tp 48 as data-parallel attention ran tp 64 so too.
+    row = _row(system="gb200", batch_size="538", tp_size="64", moe_tp_size="64", moe_ep_size="1",
+               attention_dp_size="1", silicon_data_source="silicon_concurrency=538")
+    p = to_case(row, CAT).deployment.agg.parallel
+    assert (p.tp, p.attention_dp, p.ep, p.moe_tp) == (1, 64, 64, 1)
+    p = to_case({**row, "tp_size": "8", "moe_tp_size": "8"}, CAT).deployment.agg.parallel
+    assert (p.tp, p.attention_dp, p.moe_tp) == (8, 1, 8)
+
+
 def test_replay_runs_attention_data_parallel_over_expert_devices_when_no_degree_is_recorded():
     from infra.perf.replay import to_case
 
