@@ -42,6 +42,7 @@ prediction says when it assumed them.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -51,6 +52,7 @@ from infra.perf.shape import Role, Workload
 PERCENTILES = ("p50", "p90", "p95", "p99", "p99.9")
 _Z = {"p50": 0.0, "p90": 1.2816, "p95": 1.6449, "p99": 2.3263, "p99.9": 3.0902}
 PREFILL_TARGET_LOAD = 0.8
+_PHI = statistics.NormalDist()
 
 
 def z_of(percentile: str) -> float:
@@ -557,34 +559,53 @@ def _wandering_sd(token_time: Callable[[float], float], lam: float, b: float, os
     return regula_falsi(excess, lo, g_lo, hi, g_hi, 1e-3)[1]
 
 
-def _count_quantile(share: float, z: float, m: float) -> float:
-    """Quantile at z of the share of a request's m gaps that land in prompt-carrying steps, each gap one with
-    chance `share` (a binomial count): the normal quantile with the Cornish-Fisher term (z^2 - 1) / 6 for the
-    count's skew, no higher than every gap. The approximation turns down as the share nears 1, where the true
-    quantile never falls, so past the share where it peaks it holds that peak."""
-    k = max(z * z - 1, 0.0) / 6
-    a = 1 - 2 * k / m
-    peak = 0.5 if a <= 0 else (1 + a * math.sqrt(m) / math.sqrt(z * z + a * a * m)) / 2
-    s = min(share, peak)
-    return min(s + z * math.sqrt(s * (1 - s) / m) + k * (1 - 2 * s) / m, 1.0)
+def _arrivals_quantile(n: float, cv: float, z: float, arrival_cv: float) -> float:
+    """Quantile at z of the prompt tokens that arrive in a window where n prompts arrive on average, in mean
+    prompts; prompt lengths lognormal with coefficient of variation cv, arrivals a renewal process whose gaps have
+    coefficient of variation `arrival_cv` (1: Poisson), so that the tokens' variance is n (arrival_cv^2 + cv^2).
+    The larger of two approximations: a gamma matched to that mean, variance and skew (Wilson-Hilferty), which
+    holds where many prompts arrive, and one prompt's length at the quantile left once the windows with no
+    arrival are set aside, which holds where few do and a single long prompt makes the tail."""
+    spread = arrival_cv * arrival_cv + cv * cv
+    if spread <= 0 or n <= 0:
+        return n
+    sd = math.sqrt(n * spread)
+    skew = spread ** 1.5 / math.sqrt(n)
+    base = 1 - skew * skew / 36 + skew * z / 6
+    gamma = max(n + sd * 2 / skew * (base ** 3 - 1), 0.0) if base > 0 else 0.0
+    tail = 1 - _PHI.cdf(z)
+    some = -math.expm1(-n)
+    if tail >= some:
+        return gamma
+    s2 = math.log1p(cv * cv)
+    one = math.exp(math.sqrt(s2) * _PHI.inv_cdf(1 - tail / some) - s2 / 2) if cv > 0 else 1.0
+    return max(gamma, one)
 
 
 def _step_percentiles(t_mean: float, t_decode: float, steps: list[tuple[float, float]], osl: float, osl_cv: float,
-                      accept: float, batch: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+                      accept: float, batch: dict[str, float], lam: float, isl_cv: float, t_lone: float,
+                      arrival_cv: float) -> tuple[dict[str, float], dict[str, float]]:
     """(ITL, TPOT) percentiles of a group whose decode steps take `t_decode` seconds except the `steps` that
     carry prompt chunks (their durations, and their relative frequencies), with `batch` the token time a
-    percentile of the batch's fluctuation adds to the mean. The share of steps that carry chunks is the one that
-    gives the mean step `t_mean`. A gap is one step, so the ITL's tail is the slowest steps' share of all steps.
-    A request's TPOT averages its gaps: over m = osl - 1 of them the number that land in chunk steps is binomial,
-    and the sizes of those chunks vary, both on top of the batch's own spread."""
+    percentile of the batch's fluctuation adds to the mean. A gap is one step, so the ITL's tail is the slowest
+    steps' share of all steps.
+    A request's TPOT averages its gaps: it is slow when more requests than usual arrive while it decodes, since
+    their prompt tokens ride in its steps and they join its batch. They arrive at `lam` per second (gaps of CV
+    `arrival_cv`) with lognormal prompt lengths, and what they add is the step time beyond a lone sequence's step
+    `t_lone`, a share rho of the mean step; the window stretches with what it meets (a window that meets more
+    arrivals lasts longer and meets more still, by 1 / (1 - rho)). Over m gaps of t_mean, n = lam m t_mean
+    requests arrive on average, and TPOT at a quantile exceeds the mean by t_mean rho / (1 - rho) (S_q - n) / n,
+    with S_q the quantile of their prompt tokens in mean prompts."""
     chunk_rate = sum(r for _, r in steps)
     mean_d = sum(d * r for d, r in steps) / chunk_rate if chunk_rate > 0 else t_decode
     delta = max(mean_d - t_decode, 0.0)
+    # The share of steps that carry chunks is the one that gives the mean step.
     share = min(max((t_mean * accept - t_decode) / delta, 0.0), 1.0) if delta > 0 else 0.0
-    var_d = sum(r * (d - mean_d) ** 2 for d, r in steps) / chunk_rate if chunk_rate > 0 else 0.0
+    step_mean = t_mean * accept
+    rho = min(max((step_mean - t_lone) / step_mean, 0.0), 0.999) if step_mean > 0 else 0.0
     # Short answers have the fewest gaps to average over: E[1/m] of a lognormal output is (1 + cv^2) / mean.
     m = max(osl / (1 + osl_cv * osl_cv) - 1, 1.0)
-    sizes_sd = math.sqrt(share * var_d / m) / accept
+    n = lam * m * t_mean
     ordered = sorted(steps, reverse=True)
     itl = {"mean": t_mean}
     tpot = {"mean": t_mean}
@@ -599,8 +620,9 @@ def _step_percentiles(t_mean: float, t_decode: float, steps: list[tuple[float, f
                 value = max(d, value)
                 break
         itl[p] = value
-        count = max(_count_quantile(share, z, m) - share, 0.0) * delta / accept
-        floor = tpot[p] = max(t_mean + math.hypot(count, z * sizes_sd, batch[p]), floor)
+        more = max(_arrivals_quantile(n, isl_cv, z, arrival_cv) - n, 0.0) / n if n > 0 else 0.0
+        excess = t_mean * rho / (1 - rho) * more
+        floor = tpot[p] = max(t_mean + math.hypot(excess, batch[p]), floor)
     return itl, tpot
 
 
@@ -683,7 +705,8 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     # not a line through the mean: the token time bends with the batch.
     mid = token_time(b)
     batch = {p: token_time(min(b + max(z_of(p), 0.0) * sd, max(cap, b))) - mid for p in PERCENTILES}
-    itl, tpot = _step_percentiles(t / f.accept, w.step(b, ctx), steps, osl, wl.osl_cv, f.accept, batch)
+    itl, tpot = _step_percentiles(t / f.accept, w.step(b, ctx), steps, osl, wl.osl_cv, f.accept, batch, lam,
+                                   wl.isl_cv, w.step(1.0, ctx), wl.arrival_cv)
     e2e = _e2e(ttft, tpot, osl, wl.osl_cv)
     return Prediction(ttft, tpot, itl, e2e, wl.rate, wl.rate * osl, b, load, True, {"agg": workers})
 

@@ -169,7 +169,8 @@ def test_multi_node_sglang_is_a_leaderworkerset_with_the_engines_own_flags():
     assert arg(leader["args"], "--nnodes") == "$(LWS_GROUP_SIZE)" and arg(leader["args"], "--node-rank") == "0"
     assert arg(worker["args"], "--node-rank") == "$(LWS_WORKER_INDEX)"
     assert arg(worker["args"], "--dist-init-addr") == "$(LWS_LEADER_ADDRESS):20000"
-    assert arg(leader["args"], "--pp-size") == "2" and arg(leader["args"], "--tp-size") == "8"
+    tp = plan_of("rag-long-context").spec.services[0].allocations[0].parallel.tp
+    assert arg(leader["args"], "--pp-size") == "2" and arg(leader["args"], "--tp-size") == str(tp)
     assert "readinessProbe" in leader and "readinessProbe" not in worker and "ports" not in worker
     assert t["leaderTemplate"]["metadata"]["labels"]["infra.dev/serves"] == "true"
     assert t["workerTemplate"]["metadata"]["labels"]["infra.dev/serves"] == "false"
@@ -273,7 +274,8 @@ def test_dra_claim_pairs_gpus_with_nics_on_one_pcie_root():
     claim = o["resourceclaimtemplate-rag-a0.yaml"]
     assert claim["apiVersion"] == "resource.k8s.io/v1"
     devices = claim["spec"]["spec"]["devices"]
-    assert sum(r["exactly"]["count"] for r in devices["requests"] if r["name"].startswith("gpu")) == 8
+    per_worker = plan_of("rag-long-context").spec.services[0].allocations[0].devices_per_worker
+    assert sum(r["exactly"]["count"] for r in devices["requests"] if r["name"].startswith("gpu")) == per_worker
     assert {tuple(c["requests"]) for c in devices["constraints"]} == {("gpu-0", "nic-0"), ("gpu-1", "nic-1")}
     assert all(c["matchAttribute"] == "resource.kubernetes.io/pcieRoot" for c in devices["constraints"])
     spec = pod_spec(o["deployment-rag-a0.yaml"])

@@ -3,6 +3,7 @@ example that renders validates with no errors against its plan."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -60,7 +61,7 @@ DEFECTS = [
      "      calibrated: false\n      calibration_source: none\n    - pool: rtx4090"),
     ("PLN002", DEPLOYMENT, "  name: summarise-a0\n", "  name: summarise-a7\n"),
     ("PLN003", DEPLOYMENT, "  replicas: 2\n", "  replicas: 3\n"),
-    ("PLN004", DEPLOYMENT, "- --max-num-seqs\n        - '40'", "- --max-num-seqs\n        - '64'"),
+    ("PLN004", DEPLOYMENT, "- --max-num-seqs\n        - '24'", "- --max-num-seqs\n        - '64'"),
     ("PLN004", DEPLOYMENT, "        - --enable-prefix-caching\n", ""),
     ("PLN004", DEPLOYMENT, "        - --quantization\n        - fp8\n", ""),
     ("PLN004", DEPLOYMENT, "        - Qwen/Qwen3-8B\n", "        - Qwen/Qwen3-32B\n"),
@@ -132,9 +133,9 @@ def test_multi_node_worker_renders_a_leaderworkerset_that_validates(tmp_path: Pa
     it validates against the plan, and a group size that disagrees is caught twice (plan and layout)."""
     text = (ROOT / "tests" / "golden" / "rag-long-context" / "plan.yaml").read_text()
     plan = tmp_path / "plan.yaml"
-    plan.write_text(text.replace("        tp: 8\n", "        tp: 16\n", 1).replace(
-        "      devices_per_worker: 8\n      nodes_per_worker: 1\n", "      devices_per_worker: 16\n"
-        "      nodes_per_worker: 2\n", 1))
+    text = re.sub(r"\n        tp: \d+\n", "\n        tp: 16\n", text, count=1)
+    plan.write_text(re.sub(r"\n      devices_per_worker: \d+\n      nodes_per_worker: 1\n",
+                           "\n      devices_per_worker: 16\n      nodes_per_worker: 2\n", text, count=1))
     tree = write_files(render_plan(load_plan(plan)), tmp_path / "m")
     lws = next(tree.glob("*/base/leaderworkerset-*.yaml"))
     assert validate_tree(tree, plan=plan).findings == []
