@@ -1,7 +1,8 @@
 """From step times to request latencies: continuous batching under a closed or an open loop.
 
 Closed loop (N clients, each sending when its last reply is done; how benchmarks such as the calibration set are
-run), solved as a fixed point of throughput X = N / (TTFT + (osl - 1) TPOT):
+run), solved by Little's law N = B + X TTFT for the decoding count B, with X the throughput that keeps B decoding
+(B = X (osl - 1) TPOT):
 - TPOT: the mean engine step of the per-group batch at the mean context (prompt + half the output), the prompts
   riding in the same steps as the decodes (chunked prefill): the tokens that arrive during a step (X x prompt x
   step time) share it, so they cost what they add to a mixed step, not a step of their own;
@@ -22,7 +23,9 @@ approximation with the arrival and length variability), its waiting-time tail ta
 TTFT percentiles. Tails beyond the means:
 - chunked prefill: prompts ride in decode steps in chunks of the step budget, so a share of the steps are slow;
   from the prompt-length distribution, the rate of whole-chunk and partial-chunk steps and their durations give
-  ITL percentiles (a gap is one step) and, binomially over a request's gaps, TPOT percentiles;
+  ITL percentiles (a gap is one step); a request's TPOT is slow when more requests than usual arrive while it
+  decodes (their prompts ride in its steps, they join its batch, and the longer window meets more of them), which
+  gives TPOT percentiles from the compound-Poisson quantiles of the prompt tokens a window meets;
 - the batch fluctuates around its mean (Poisson), and since a bigger batch steps slower and so holds requests
   longer, the fluctuation is amplified by 1 / (1 - loop gain); near the gain of 1 the load tips over, which is
   where capacity ends before the mean batch reaches the cap. A TPOT percentile takes the token time at that
