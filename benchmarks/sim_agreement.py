@@ -1,6 +1,6 @@
 """Where the simulator and the analytic model agree, and where queueing and batching make them part.
 
-    python benchmarks/sim_agreement.py [--requests 600] [--json]
+    python benchmarks/sim_agreement.py [--requests 4000] [--json]
 
 Both price engine steps with the same `Worker.step`; they differ in how requests share those steps. For a few
 deployments (vLLM on H100, fixed 1000-token prompts and 200-token answers) the script runs open loops (Poisson) at
@@ -137,7 +137,8 @@ def tails(catalog, requests: int) -> list[dict]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--requests", type=int, default=600)
+    ap.add_argument("--requests", type=int, default=4000,
+                    help="simulated requests per load (near capacity the batch takes thousands to settle)")
     ap.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
     args = ap.parse_args()
     catalog = load_catalog()
