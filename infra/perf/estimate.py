@@ -22,6 +22,7 @@ from infra.perf.serving import (
     closed_loop_agg,
     disagg,
     open_loop_agg,
+    regula_falsi,
 )
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 
@@ -284,29 +285,37 @@ def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], 
         devices = sum(w.parallel.devices * pred.workers.get(name, 1) for name, w in workers.items())
         return Estimate(dep, load, pred, {name: w.memory for name, w in workers.items()}, cal, devices, notes)
 
-    lo, hi = 0.0, TRICKLE_RPS
-    best = at(hi)
-    if not meets(best.prediction, slos):
-        return 0.0, best
-    # Grow by 8x to bracket the capacity, then bisect to 0.2%: a planner sizes replicas, it does not need more.
+    probes: dict[float, Estimate] = {}
+
+    def over(rate: float) -> float:
+        """How far the worst objective runs over its target at `rate`, as the log of their ratio (at most 0 while
+        every one holds; inf where the load never settles): near saturation a queue's tail grows by orders of
+        magnitude, and the log keeps the interpolation that closes in on the capacity on its feet."""
+        e = probes[rate] = at(rate)
+        if not e.prediction.stable:
+            return math.inf
+        return max((math.log(max(objective_value(e.prediction, m, p), 1e-12) / t) for (m, p), t in slos.items()),
+                   default=-1.0)
+
+    lo = TRICKLE_RPS
+    o_lo = over(lo)
+    if o_lo > 0:
+        return 0.0, probes[lo]
+    # The trickle's load, carried on in proportion, says where the deployment saturates: the capacity lies below
+    # that (latency only grows on the way), and past it doubling finds it otherwise. Then close in to 0.2% (a
+    # planner sizes replicas, it does not need more) by regula falsi on the worst objective's overrun, which
+    # bisects where the load never settles.
+    load = probes[lo].prediction.load
+    hi = max(lo / load if load > 0 else 0.0, lo * 8)
     while True:
-        e = at(hi * 8)
-        if not meets(e.prediction, slos) or hi > 1e6:
+        o_hi = over(hi)
+        if o_hi > 0 or hi > 1e7:
             break
-        hi *= 8
-        best = e
-    lo = hi
-    hi = hi * 8
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        e = at(mid)
-        if meets(e.prediction, slos):
-            lo, best = mid, e
-        else:
-            hi = mid
-        if hi - lo < 2e-3 * hi:
-            break
-    return lo, best
+        lo, o_lo, hi = hi, o_hi, hi * 2
+    if o_hi <= 0:
+        return hi, probes[hi]
+    lo, _ = regula_falsi(over, lo, o_lo, hi, o_hi, 2e-3)
+    return lo, probes[lo]
 
 
 __all__ = ["Estimate", "PERCENTILES", "ShapeError", "TRICKLE_RPS", "build_workers", "estimate", "finite_ms",

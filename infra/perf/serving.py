@@ -403,6 +403,38 @@ def regula_falsi(g: Callable[[float], float], lo: float, g_lo: float, hi: float,
     return lo, hi
 
 
+def least_fixed_point(g: Callable[[float], float], top: float, rel: float = 1e-9) -> float:
+    """The smallest b in [0, top] with g(b) = b, for an increasing g with g(0) > 0 that may turn infinite past a
+    wall; inf when there is none. Plain steps from 0 climb towards it from below, secant steps through them jump
+    ahead, and the first step that lands at or past it (or past the wall) brackets it for regula falsi."""
+    def over(b: float) -> float:
+        v = g(b)
+        return b - v if math.isfinite(v) else math.inf
+
+    lo, o_lo = 0.0, over(0.0)
+    if o_lo >= 0:
+        return 0.0 if math.isfinite(o_lo) else math.inf
+    b = min(-o_lo, top)
+    for _ in range(100):
+        o = over(b)
+        if o >= 0:
+            if o == 0:
+                return b
+            left, right = regula_falsi(over, lo, o_lo, b, o, rel)
+            # A bracket that closed on the wall holds no point: the count climbs into it.
+            return left if math.isfinite(over(right)) else math.inf
+        if b >= top:
+            return math.inf
+        # Below the point: step to g(b), or further along the secant through the last two points.
+        ahead = b - o
+        if o > o_lo:
+            ahead = max(ahead, b - o * (b - lo) / (o - o_lo))
+        lo, o_lo, b = b, o, min(ahead, top)
+        if b - lo <= rel * b:
+            return b
+    return b
+
+
 def bisect_holds(holds: Callable[[float], bool], hi: float, rel: float) -> tuple[float, float]:
     """(lo, hi) bracketing, to `rel` of hi, where `holds` (true at 0, false from some x on) turns false."""
     lo = 0.0
@@ -659,27 +691,32 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     lam = wl.rate / groups
     isl, osl = wl.isl, wl.osl
     chunk = role.max_num_tokens
-    b = max(lam * osl * w.step(1.0, ctx) / f.accept, 1e-9)
-    step = w.step(b, ctx)
     per = min(isl_eff, chunk)
     chunks = max(1.0, isl_eff / chunk)
     inc = (w.step(0.0, 0.0, per, isl / 2) - f.step_ms * 1e-3) * chunks
     # Attention-DP groups prefill in the same steps (see closed_loop_agg): each stalls for its own prompts.
     rho = lam * inc
-    own = 0.0
-    for _ in range(80):
-        own = w.step(b, ctx, per, isl / 2) * chunks
-        if rho >= 1 or b > 4 * cap:
-            return _unstable({"agg": workers}, max(rho, b / cap), "arrival rate exceeds what the replicas sustain")
-        step_new = _mixed_step(w, b, ctx, lam, isl_eff, isl, chunk)
-        if not math.isfinite(step_new):
-            return _unstable({"agg": workers}, max(b / cap, rho, 1.0), "prompts arrive faster than full steps "
+    if rho >= 1:
+        return _unstable({"agg": workers}, rho, "arrival rate exceeds what the replicas sustain")
+    walled = False
+
+    def held(n: float) -> float:
+        """Sequences in the batch when n are: the rate times each one's time in it (its prefill and decode)."""
+        nonlocal walled
+        t_n = _mixed_step(w, n, ctx, lam, isl_eff, isl, chunk)
+        walled = walled or not math.isfinite(t_n)
+        return lam * ((osl - 1) * t_n / f.accept + w.step(n, ctx, per, isl / 2) * chunks)
+
+    # The batch is the smallest count that holds itself (above it the loop runs away); past four times the slots
+    # it is not there to find.
+    b = least_fixed_point(held, 4 * cap)
+    if not math.isfinite(b):
+        if walled:
+            return _unstable({"agg": workers}, max(rho, 1.0), "prompts arrive faster than full steps "
                              f"(max_num_tokens {chunk}, less the decoding sequences' tokens) take them")
-        b_new = lam * ((osl - 1) * step_new / f.accept + own)
-        done = abs(step_new - step) < 1e-6 * step and abs(b_new - b) < 1e-5 * max(b, 1)
-        step, b = 0.5 * (step + step_new), 0.5 * (b + b_new)
-        if done:
-            break
+        return _unstable({"agg": workers}, max(rho, 4.0), "arrival rate exceeds what the replicas sustain")
+    step = _mixed_step(w, b, ctx, lam, isl_eff, isl, chunk)
+    own = w.step(b, ctx, per, isl / 2) * chunks
     load = max(b / cap, rho)
     if b > cap:
         return _unstable({"agg": workers}, load, "arrival rate exceeds what the replicas sustain")
@@ -797,13 +834,7 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
                                               / wp.parallel.attention_dp))
     p_groups = n_p * wp.parallel.attention_dp
     rho_pf = lam / p_groups / per_prefill_group
-    b = lam / d_groups * osl * wd.step(1.0, ctx)
-    for _ in range(60):
-        b_new = 0.5 * b + 0.5 * lam / d_groups * osl * wd.token_time(b, ctx)
-        if abs(b_new - b) < 1e-6 * max(b, 1e-3):
-            b = b_new
-            break
-        b = b_new
+    b = least_fixed_point(lambda n: lam / d_groups * osl * wd.token_time(n, ctx), cap)
     if rho_pf >= 1 or b > cap:
         return _unstable({"prefill": n_p, "decode": n_d}, max(rho_pf, b / cap),
                          "arrival rate exceeds what the workers sustain")
