@@ -247,6 +247,17 @@ def test_a_closed_loop_near_its_batch_cap_solves_for_the_load_alone():
     assert tpots == sorted(tpots)
 
 
+def test_an_open_loop_batch_that_never_settles_is_unstable():
+    # Short prompts, answers of 256: past about 150 sequences the step is compute-bound and the tokens asked for
+    # (60.9 x 256 per second) outrun the tokens the batch emits, however large it grows. A damped iteration that
+    # stopped after 80 steps once called this stable at load 0.66.
+    dep = Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16", agg=Role(Parallel()))
+    lengths = {"isl": 128, "osl": 256, "osl_cv": 0.5}
+    assert not estimate(dep, Workload(rate=60.87, **lengths), CAT).prediction.stable
+    held = estimate(dep, Workload(rate=50.0, **lengths), CAT).prediction
+    assert held.stable and held.load < 1
+
+
 def test_the_open_loop_has_one_capacity():
     # No rate above one predicted unstable is held: the planner's capacity search bisects on that. Near the step
     # budget a one-sequence slope of the mixed step once held rates either side of an unstable one.
