@@ -8,7 +8,7 @@ this framework and device, and if not, where they were borrowed from and how far
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from infra.catalog.loader import Catalog
@@ -268,10 +268,11 @@ def missed(pred: Prediction, slos: dict[tuple[str, str], float]) -> dict[str, fl
 
 def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], catalog: Catalog,
              *, device_memory_gb: float | None = None, device_spec: DeviceSpec | None = None,
-             decode_memory_gb: float | None = None, link_gbs: float | None = None) -> tuple[float, Estimate]:
+             decode_memory_gb: float | None = None, link_gbs: float | None = None,
+             meeting: float | None = None) -> tuple[float, Estimate]:
     """Largest open-loop request rate whose prediction meets every objective (goodput capacity) and the estimate
     there, by bisection; (0, the estimate at `TRICKLE_RPS`) when even a trickle misses them, which says by how
-    much."""
+    much. `meeting`: a rate known to meet them (the capacity of a burstier load), where the search starts."""
 
     # Compile the workers once; only the load changes between probes.
     workers, cal, link = build_workers(dep, catalog, device_memory_gb=device_memory_gb, device_spec=device_spec,
@@ -279,8 +280,7 @@ def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], 
     notes = _notes(dep, cal, catalog)
 
     def at(rate: float) -> Estimate:
-        load = Workload(isl=wl.isl, osl=wl.osl, rate=rate, arrival_cv=wl.arrival_cv, isl_cv=wl.isl_cv,
-                        osl_cv=wl.osl_cv, prefix_hit=wl.prefix_hit, isl_quantiles=wl.isl_quantiles)
+        load = replace(wl, rate=rate, concurrency=None)
         pred = predict(dep, load, workers, link)
         devices = sum(w.parallel.devices * pred.workers.get(name, 1) for name, w in workers.items())
         return Estimate(dep, load, pred, {name: w.memory for name, w in workers.items()}, cal, devices, notes)
@@ -297,21 +297,25 @@ def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], 
         return max((math.log(max(objective_value(e.prediction, m, p), 1e-12) / t) for (m, p), t in slos.items()),
                    default=-1.0)
 
-    lo = TRICKLE_RPS
+    lo = meeting or TRICKLE_RPS
     o_lo = over(lo)
     if o_lo > 0:
+        if meeting:
+            return max_rate(dep, wl, slos, catalog, device_memory_gb=device_memory_gb, device_spec=device_spec,
+                            decode_memory_gb=decode_memory_gb, link_gbs=link_gbs)
         return 0.0, probes[lo]
     # The trickle's load, carried on in proportion, says where the deployment saturates: the capacity lies below
-    # that (latency only grows on the way), and past it doubling finds it otherwise. Then close in to 0.2% (a
-    # planner sizes replicas, it does not need more) by regula falsi on the worst objective's overrun, which
-    # bisects where the load never settles.
+    # that (latency only grows on the way), and past it doubling finds it otherwise; from a rate known to meet
+    # the objectives, steps of a quarter. Then close in to 0.2% (a planner sizes replicas, it does not need more)
+    # by regula falsi on the worst objective's overrun, which bisects where the load never settles.
     load = probes[lo].prediction.load
-    hi = max(lo / load if load > 0 else 0.0, lo * 8)
+    grow = 1.25 if meeting else 2.0
+    hi = lo * grow if meeting else max(lo / load if load > 0 else 0.0, lo * 8)
     while True:
         o_hi = over(hi)
         if o_hi > 0 or hi > 1e7:
             break
-        lo, o_lo, hi = hi, o_hi, hi * 2
+        lo, o_lo, hi = hi, o_hi, hi * grow
     if o_hi <= 0:
         return hi, probes[hi]
     lo, _ = regula_falsi(over, lo, o_lo, hi, o_hi, 2e-3)

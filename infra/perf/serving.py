@@ -746,7 +746,7 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     mid = token_time(b)
     batch = {p: token_time(min(b + max(z_of(p), 0.0) * sd, max(cap, b))) - mid for p in PERCENTILES}
     itl, tpot = _step_percentiles(t / f.accept, w.step(b, ctx), steps, osl, wl.osl_cv, f.accept, batch, lam,
-                                   wl.isl_cv, w.step(1.0, ctx), wl.arrival_cv)
+                                   wl.isl_cv, w.step(1.0, ctx), wl.arrival_cv / math.sqrt(max(wl.peers, 1)))
     e2e = _e2e(ttft, tpot, osl, wl.osl_cv)
     return Prediction(ttft, tpot, itl, e2e, wl.rate, wl.rate * osl, b, load, True, {"agg": workers})
 

@@ -102,6 +102,10 @@ class Workload:
     isl_quantiles: tuple[tuple[str, float], ...] = ()
     """Known prompt-length percentiles as multiples of the mean, e.g. (("p90", 2.7),), from a histogram or a
     trace; percentiles not given follow a lognormal with `isl_cv`."""
+    peers: int = 1
+    """Replicas that share the stream behind a load-aware router, this one among them: over a decode window a
+    replica meets the stream's variance in count over them (round robin's Erlang gaps), while its prefill queue
+    still meets the stream's bursts."""
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.rate is None):

@@ -27,7 +27,15 @@ from infra.perf.handoff import ASSUMPTIONS as HANDOFF_ASSUMPTIONS
 from infra.perf.handoff import Site, Transfer, device_link, network_link, node_link, slowest, transfer
 from infra.perf.serving import z_of
 from infra.perf.stages import StageEstimate, stage_latency
-from infra.planner.candidates import Candidate, Considered, Corrections, millis, objectives, service_workload
+from infra.planner.candidates import (
+    Candidate,
+    Considered,
+    Corrections,
+    behind_router,
+    millis,
+    objectives,
+    service_workload,
+)
 from infra.planner.colocate import Bundle, member_nodes, unbundle
 from infra.planner.pipeline import ANY_NODE, CpuPlacement, Unit, paths, place_cpu, search, site, solved_units
 from infra.planner.placement import Placement, PlacementError, place, workers_of
@@ -74,11 +82,13 @@ def _tokens_per_request(resolved: ResolvedIntent) -> dict[str, float]:
     return out
 
 
-def _predicted(resolved: ResolvedIntent, rs: ResolvedService, cand: Candidate, load: float) -> dict[str, Any]:
-    """Metrics of one replica at its share of the load, against the service's objectives."""
+def _predicted(resolved: ResolvedIntent, rs: ResolvedService, cand: Candidate, load: float,
+               replicas: int) -> dict[str, Any]:
+    """Metrics of one replica at its share of the load (behind the router, among the service's `replicas`),
+    against the service's objectives."""
     assert isinstance(cand.estimate, Estimate)
     base = resolved.loaded.document.path.parent
-    wl = service_workload(rs.service, base)
+    wl = behind_router(service_workload(rs.service, base), replicas)
     wl = dataclasses.replace(wl, rate=load) if wl.rate is not None else dataclasses.replace(
         wl, concurrency=max(1, int(round(load))))
     est = estimate(cand.estimate.deployment, wl, _catalog(resolved), device_memory_gb=cand.memory_gb,
@@ -217,10 +227,11 @@ def _llm_entry(resolved: ResolvedIntent, rs: ResolvedService, cands: list[Candid
     demand = float(wl.rate.peak_rps if wl.rate is not None else wl.concurrency)
     served = min(demand, capacity)
     allocs = []
+    replicas = sum(sol.replicas[c.key] for c in mine)
     for c in mine:
         load = served * c.capacity / capacity if capacity else 0.0
         allocs.append(_allocation(resolved, c, sol.replicas[c.key], load, placed, _engines(resolved, rs, c),
-                                  _predicted(resolved, rs, c, max(load, 1e-6))))
+                                  _predicted(resolved, rs, c, max(load, 1e-6), replicas)))
     assert rs.model is not None
     return _entry(resolved, rs, s, mine, sol, limits, allocs, capacity,
                   {f"{m}_{q}": _r(v * 1000, 6) for (m, q), v in sorted(objectives(rs.service).items())},

@@ -3,6 +3,7 @@ the batch's own fluctuation; checked against their definitions and against the s
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -102,6 +103,34 @@ def test_itl_and_tpot_tails_follow_the_simulator_under_chunked_prefill(rate, isl
     assert pred.itl["p99"] * 1e3 == pytest.approx(got["itl"].get("p99"), rel=0.35)
     for p in ("p90", "p99"):
         assert pred.tpot[p] * 1e3 == pytest.approx(got["tpot"].get(p), rel=0.12), p
+
+
+@pytest.mark.parametrize("peers, rate, rel", [(4, 3.0, 0.12), (4, 6.0, 0.25)])
+def test_replicas_behind_a_load_aware_router_meet_a_smoother_stream(peers, rate, rel):
+    # The simulator's least-loaded router (the plans' endpoint picker) deals requests out evenly: a replica's
+    # decode window meets fewer surprises than a Poisson stream of its share brings, so TPOT tails are shorter.
+    dep = Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16",
+                     agg=Role(Parallel(tp=1), batch_cap=256, max_num_tokens=2048))
+    workers, _, link = build_workers(dep, CAT)
+    w = workers["agg"]
+    model = EngineModel.from_worker(w, max_num_seqs=256, max_num_batched_tokens=2048, kv_tokens=w.memory.kv_tokens)
+    rng = np.random.default_rng(1)
+    n = 20000
+
+    def lognormal(mean: float, cv: float) -> np.ndarray:
+        s = math.sqrt(math.log1p(cv * cv))
+        return np.maximum(1, np.ceil(rng.lognormal(math.log(mean) - s * s / 2, s, n))).astype(int)
+
+    isl, osl = lognormal(2000, 1.0), lognormal(200, 0.7)
+    t = np.concatenate(([0.0], np.cumsum(rng.exponential(1 / (rate * peers), n - 1))))
+    specs = [RequestSpec(i, float(t[i]), int(isl[i]), int(osl[i]), -1, 0) for i in range(n)]
+    sim = simulate([Group([Engine(model) for _ in range(peers)])], Load(specs, rate * peers, None, "poisson"))
+    got = summarize(sim.records, itl_pool=sim.itl_pool).metrics["tpot"].get("p99")
+    wl = Workload(isl=2000, osl=200, rate=rate, isl_cv=1.0, osl_cv=0.7)
+    alone = predict(dep, wl, workers, link).tpot["p99"]
+    behind = predict(dep, dataclasses.replace(wl, peers=peers), workers, link)
+    assert behind.tpot["p99"] < alone and behind.tpot["p99"] * 1e3 == pytest.approx(got, rel=rel)
+    assert behind.ttft == predict(dep, wl, workers, link).ttft  # its prefill queue still meets the stream's bursts
 
 
 def test_the_prompt_tokens_a_window_meets_follow_their_compound_poisson_quantiles():
