@@ -74,16 +74,14 @@ def test_decode_tpot_tail_rises_before_the_batch_cap():
     assert len(spreads) >= 2 and spreads == sorted(spreads) and spreads[-1] > 1.05
 
 
-@pytest.mark.parametrize("rate, isl_cv, osl_cv", [(1.0, 1.0, 0.7), (4.0, 1.0, 0.7), (6.0, 1.0, 0.7),
-                                                   (5.0, 0.0, 0.0)])
-def test_itl_and_tpot_tails_follow_the_simulator_under_chunked_prefill(rate, isl_cv, osl_cv):
-    # A request's TPOT is slow when more prompt tokens than usual arrive while it decodes, and a window that meets
-    # more of them lasts longer and meets more still: counted as independent chunk steps, the tail came out at
-    # 60% of the simulated one at 6 requests/s.
-    dep = Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16",
+CHUNKED = Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16",
                      agg=Role(Parallel(tp=1), batch_cap=256, max_num_tokens=2048))
-    workers, _, link = build_workers(dep, CAT)
-    w = workers["agg"]
+
+
+def _simulated_tails(rate: float, isl_cv: float, osl_cv: float, replicas: int = 1) -> dict:
+    """Metrics of 20,000 Poisson requests (prompts of 2000 tokens, answers of 200, lognormal) at `rate` in all,
+    simulated on `replicas` engines of `CHUNKED` behind the simulator's least-loaded router."""
+    w = build_workers(CHUNKED, CAT)[0]["agg"]
     model = EngineModel.from_worker(w, max_num_seqs=256, max_num_batched_tokens=2048, kv_tokens=w.memory.kv_tokens)
     rng = np.random.default_rng(1)
     n = 20000
@@ -97,9 +95,19 @@ def test_itl_and_tpot_tails_follow_the_simulator_under_chunked_prefill(rate, isl
     isl, osl = lognormal(2000, isl_cv), lognormal(200, osl_cv)
     t = np.concatenate(([0.0], np.cumsum(rng.exponential(1 / rate, n - 1))))
     specs = [RequestSpec(i, float(t[i]), int(isl[i]), int(osl[i]), -1, 0) for i in range(n)]
-    sim = simulate([Group([Engine(model)])], Load(specs, rate, None, "poisson"))
-    got = summarize(sim.records, itl_pool=sim.itl_pool).metrics
-    pred = predict(dep, Workload(isl=2000, osl=200, rate=rate, isl_cv=isl_cv, osl_cv=osl_cv), workers, link)
+    sim = simulate([Group([Engine(model) for _ in range(replicas)])], Load(specs, rate, None, "poisson"))
+    return summarize(sim.records, itl_pool=sim.itl_pool).metrics
+
+
+@pytest.mark.parametrize("rate, isl_cv, osl_cv", [(1.0, 1.0, 0.7), (4.0, 1.0, 0.7), (6.0, 1.0, 0.7),
+                                                   (5.0, 0.0, 0.0)])
+def test_itl_and_tpot_tails_follow_the_simulator_under_chunked_prefill(rate, isl_cv, osl_cv):
+    # A request's TPOT is slow when more prompt tokens than usual arrive while it decodes, and a window that meets
+    # more of them lasts longer and meets more still: counted as independent chunk steps, the tail came out at
+    # 60% of the simulated one at 6 requests/s.
+    got = _simulated_tails(rate, isl_cv, osl_cv)
+    workers, _, link = build_workers(CHUNKED, CAT)
+    pred = predict(CHUNKED, Workload(isl=2000, osl=200, rate=rate, isl_cv=isl_cv, osl_cv=osl_cv), workers, link)
     assert pred.itl["p99"] * 1e3 == pytest.approx(got["itl"].get("p99"), rel=0.35)
     for p in ("p90", "p99"):
         assert pred.tpot[p] * 1e3 == pytest.approx(got["tpot"].get(p), rel=0.12), p
@@ -109,28 +117,13 @@ def test_itl_and_tpot_tails_follow_the_simulator_under_chunked_prefill(rate, isl
 def test_replicas_behind_a_load_aware_router_meet_a_smoother_stream(peers, rate, rel):
     # The simulator's least-loaded router (the plans' endpoint picker) deals requests out evenly: a replica's
     # decode window meets fewer surprises than a Poisson stream of its share brings, so TPOT tails are shorter.
-    dep = Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16",
-                     agg=Role(Parallel(tp=1), batch_cap=256, max_num_tokens=2048))
-    workers, _, link = build_workers(dep, CAT)
-    w = workers["agg"]
-    model = EngineModel.from_worker(w, max_num_seqs=256, max_num_batched_tokens=2048, kv_tokens=w.memory.kv_tokens)
-    rng = np.random.default_rng(1)
-    n = 20000
-
-    def lognormal(mean: float, cv: float) -> np.ndarray:
-        s = math.sqrt(math.log1p(cv * cv))
-        return np.maximum(1, np.ceil(rng.lognormal(math.log(mean) - s * s / 2, s, n))).astype(int)
-
-    isl, osl = lognormal(2000, 1.0), lognormal(200, 0.7)
-    t = np.concatenate(([0.0], np.cumsum(rng.exponential(1 / (rate * peers), n - 1))))
-    specs = [RequestSpec(i, float(t[i]), int(isl[i]), int(osl[i]), -1, 0) for i in range(n)]
-    sim = simulate([Group([Engine(model) for _ in range(peers)])], Load(specs, rate * peers, None, "poisson"))
-    got = summarize(sim.records, itl_pool=sim.itl_pool).metrics["tpot"].get("p99")
+    got = _simulated_tails(rate * peers, 1.0, 0.7, replicas=peers)["tpot"].get("p99")
+    workers, _, link = build_workers(CHUNKED, CAT)
     wl = Workload(isl=2000, osl=200, rate=rate, isl_cv=1.0, osl_cv=0.7)
-    alone = predict(dep, wl, workers, link).tpot["p99"]
-    behind = predict(dep, dataclasses.replace(wl, peers=peers), workers, link)
-    assert behind.tpot["p99"] < alone and behind.tpot["p99"] * 1e3 == pytest.approx(got, rel=rel)
-    assert behind.ttft == predict(dep, wl, workers, link).ttft  # its prefill queue still meets the stream's bursts
+    alone = predict(CHUNKED, wl, workers, link)
+    behind = predict(CHUNKED, dataclasses.replace(wl, peers=peers), workers, link)
+    assert behind.tpot["p99"] < alone.tpot["p99"] and behind.tpot["p99"] * 1e3 == pytest.approx(got, rel=rel)
+    assert behind.ttft == alone.ttft  # its prefill queue still meets the stream's bursts
 
 
 def test_the_prompt_tokens_a_window_meets_follow_their_compound_poisson_quantiles():
