@@ -745,8 +745,9 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     # not a line through the mean: the token time bends with the batch.
     mid = token_time(b)
     batch = {p: token_time(min(b + max(z_of(p), 0.0) * sd, max(cap, b))) - mid for p in PERCENTILES}
+    # The deployment's own replicas share the rate behind the router as the planner's peers do.
     itl, tpot = _step_percentiles(t / f.accept, w.step(b, ctx), steps, osl, wl.osl_cv, f.accept, batch, lam,
-                                   wl.isl_cv, w.step(1.0, ctx), wl.arrival_cv / math.sqrt(max(wl.peers, 1)))
+                                   wl.isl_cv, w.step(1.0, ctx), wl.arrival_cv / math.sqrt(max(wl.peers, workers)))
     e2e = _e2e(ttft, tpot, osl, wl.osl_cv)
     return Prediction(ttft, tpot, itl, e2e, wl.rate, wl.rate * osl, b, load, True, {"agg": workers})
 

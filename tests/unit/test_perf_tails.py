@@ -126,6 +126,13 @@ def test_replicas_behind_a_load_aware_router_meet_a_smoother_stream(peers, rate,
     assert behind.ttft == alone.ttft  # its prefill queue still meets the stream's bursts
 
 
+def test_a_deployments_own_replicas_share_its_rate_behind_the_router():
+    wl = Workload(isl=2000, osl=200, rate=24.0, isl_cv=1.0, osl_cv=0.7)
+    four = estimate(dataclasses.replace(CHUNKED, agg=dataclasses.replace(CHUNKED.agg, workers=4)), wl, CAT)
+    one = estimate(CHUNKED, dataclasses.replace(wl, rate=6.0, peers=4), CAT)
+    assert four.prediction.tpot == pytest.approx(one.prediction.tpot, rel=1e-12)
+
+
 def test_the_prompt_tokens_a_window_meets_follow_their_compound_poisson_quantiles():
     rng = np.random.default_rng(0)
     for n, cv in ((0.3, 1.0), (2.0, 1.0), (12.0, 1.0), (12.0, 0.0), (50.0, 0.5)):
