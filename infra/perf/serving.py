@@ -722,8 +722,14 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
         return _unstable({"agg": workers}, load, "arrival rate exceeds what the replicas sustain")
     t = step
     # A request holds a batch slot from admission to its last token; when the batch is full it waits before its
-    # prefill, which lands in its TTFT.
-    slot = _slot_wait(lam, cap, own + (osl - 1) * t / f.accept, wl.osl_cv)
+    # prefill, which lands in its TTFT. It waits only while every slot is taken, and then the steps are those of a
+    # full batch: slots free at the rate a full batch drains them, not at the mean batch's.
+    hold = own + (osl - 1) * t / f.accept
+    if cap < 1 << 29:
+        full = _mixed_step(w, cap, ctx, lam, isl_eff, isl, chunk)
+        if math.isfinite(full):
+            hold = max(hold, w.step(cap, ctx, per, isl / 2) * chunks + (osl - 1) * full / f.accept)
+    slot = _slot_wait(lam, cap, hold, wl.osl_cv)
     if not math.isfinite(slot.mean):
         return _unstable({"agg": workers}, load, "arrival rate exceeds what the batch slots sustain")
     wait = _kingman_wait(rho, own, wl.arrival_cv, wl.isl_cv)

@@ -49,6 +49,17 @@ def test_slot_wait_grows_towards_the_cap_and_is_none_far_below_it():
     assert math.isinf(_slot_wait(300 / hold, 256, hold, 0.5).mean)
 
 
+def test_a_full_batch_frees_its_slots_at_a_full_batchs_pace():
+    # 8 requests/s of 1000/200 hold about 226 of 256 slots on average, but a request waits only while all 256 are
+    # taken, and a full batch steps slower: it frees about 8.04 slots' worth a second, so the queue for a slot
+    # runs at 99.5%. Priced at the mean batch's pace, TTFT came out at 0.47 s; the simulator's grows past 10 s.
+    dep = Deployment("Llama-3.1-70B", "H100-SXM", "vllm", "bf16", agg=Role(Parallel(tp=4), batch_cap=256))
+    near = estimate(dep, Workload(isl=1000, osl=200, rate=8.0), CAT).prediction
+    assert near.stable and near.ttft["mean"] > 2.0 and near.ttft["p99"] > 10.0
+    calm = estimate(dep, Workload(isl=1000, osl=200, rate=6.0), CAT).prediction
+    assert calm.ttft["mean"] < 0.3  # far from the cap nobody waits for a slot
+
+
 def test_long_prompts_put_full_chunk_steps_in_the_itl_tail():
     # Prompts of 6000 tokens on average with a 2048-token budget: every prompt spans several steps, and at this
     # rate more than 1% of steps carry a whole chunk, so ITL p99 is such a step, several decode steps long.
