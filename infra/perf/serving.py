@@ -432,7 +432,8 @@ def least_fixed_point(g: Callable[[float], float], top: float, rel: float = 1e-9
         lo, o_lo, b = b, o, min(ahead, top)
         if b - lo <= rel * b:
             return b
-    return b
+    # Still climbing after that many steps: the count creeps up with no point to settle at (a tangent, in effect).
+    return math.inf
 
 
 def bisect_holds(holds: Callable[[float], bool], hi: float, rel: float) -> tuple[float, float]:

@@ -209,13 +209,6 @@ def service_workload(svc: Service, base: Path) -> Workload:
                     isl_quantiles=length_quantiles(w.input_tokens, base, "input_tokens"))
 
 
-def behind_router(wl: Workload, replicas: int) -> Workload:
-    """The load one of `replicas` replicas meets behind the load-aware router a plan renders (the inference
-    gateway's endpoint picker; the simulator's least-loaded router): the service's requests dealt out evenly
-    (`Workload.peers`)."""
-    return replace(wl, peers=max(replicas, 1))
-
-
 def objectives(svc: Service) -> dict[tuple[str, str], float]:
     return {(metric, pct): seconds for metric, pct, seconds in svc.slo.targets()}
 
@@ -295,18 +288,19 @@ def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], 
                  "link_gbs": network_gbs(pool, decode_pool)}
     if wl.rate is not None:
         cap, est = max_rate(dep, wl, slo, catalog, device_memory_gb=mem, device_spec=device, **cross)
-        # The service's requests reach n replicas through the load-aware router: each meets a smoother stream
+        # The service's requests reach n replicas through the load-aware router a plan renders (the inference
+        # gateway's endpoint picker; the simulator's least-loaded router): each meets a smoother stream
         # than the whole, and holds more of it. Sized at the replicas the smoother capacity needs (fewer, so
         # less smoothing) and the pool can hold; a plan that ends with fewer (sharing the service with another
         # shape) says so in its predictions, which take the replicas it has.
         room = pool.node_count * pool.devices_per_node // max(est.devices, 1)
         n = min(math.ceil(wl.rate / cap), room) if cap > 0 else 0
         if n > 1 and wl.arrival_cv > 0:
-            smooth, e = max_rate(dep, behind_router(wl, n), slo, catalog, device_memory_gb=mem, device_spec=device,
+            smooth, e = max_rate(dep, replace(wl, peers=n), slo, catalog, device_memory_gb=mem, device_spec=device,
                                  meeting=cap, **cross)
             m = min(math.ceil(wl.rate / smooth), room)
             if m < n:
-                smooth, e = max_rate(dep, behind_router(wl, m), slo, catalog, device_memory_gb=mem,
+                smooth, e = max_rate(dep, replace(wl, peers=m), slo, catalog, device_memory_gb=mem,
                                      device_spec=device, meeting=cap, **cross)
             if smooth > cap:
                 cap, est = smooth, e

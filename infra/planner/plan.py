@@ -31,7 +31,6 @@ from infra.planner.candidates import (
     Candidate,
     Considered,
     Corrections,
-    behind_router,
     millis,
     objectives,
     service_workload,
@@ -88,7 +87,7 @@ def _predicted(resolved: ResolvedIntent, rs: ResolvedService, cand: Candidate, l
     against the service's objectives."""
     assert isinstance(cand.estimate, Estimate)
     base = resolved.loaded.document.path.parent
-    wl = behind_router(service_workload(rs.service, base), replicas)
+    wl = dataclasses.replace(service_workload(rs.service, base), peers=max(replicas, 1))
     wl = dataclasses.replace(wl, rate=load) if wl.rate is not None else dataclasses.replace(
         wl, concurrency=max(1, int(round(load))))
     est = estimate(cand.estimate.deployment, wl, _catalog(resolved), device_memory_gb=cand.memory_gb,
