@@ -7,7 +7,9 @@ Fits, in log space with robust losses (Cauchy on TTFT, soft L1 on TPOT):
 1. pooled factors over every row (the fallback for unmeasured pairs);
 2. per framework (or per framework/device pair with --group-by pair), shrunk towards the pooled factors so thin
    groups stay sensible; the routed-expert costs (`SHARED_FACTORS`) stay pooled, as no framework has enough MoE
-   models to tell its own from theirs.
+   models to tell its own from theirs;
+3. per device architecture (hopper, blackwell...), multipliers of the GEMM efficiency (`ARCH_FACTORS`) shared by
+   every framework on it, pulled towards 1.
 Among them `collective_us` (the fixed latency of each collective, which is what makes a tensor-parallel step dearer
 than its share of the work) and `recipe_accept` (tokens per decode step of the measured disaggregated recipes,
 which run speculative decoding the rows do not record; applied when replaying such rows, never to a plan).
@@ -27,6 +29,7 @@ import math
 import multiprocessing
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -136,19 +139,62 @@ def group_key(case: Case) -> str:
     return {"pair": case.group, "framework": fw, "none": "all"}[GROUP_BY]
 
 
-def fit_all(items: Prepared) -> tuple[Factors, dict[str, Factors]]:
+ARCH_FACTORS = ("gemm",)
+"""Factors a device architecture scales for every framework on it, fitted after the frameworks' own: how much of
+the spec sheet's peak the GEMM kernels of a generation reach (Blackwell's doubled peaks are further from what the
+engines' kernels reach than Hopper's). Per-framework factors alone cannot hold it, as each framework was measured
+on its own mix of devices; per device or per framework/device pair the multipliers would learn the few models each
+was measured with instead (a GB200's rows are nearly all one model's disaggregated recipes)."""
+ARCHITECTURE: dict[str, str] = {}
+"""Device name -> its catalog architecture, filled from the catalog before fitting."""
+
+
+def _scaled(f: Factors, scale: dict[str, float]) -> Factors:
+    return replace(f, **{n: min(Factors.BOUNDS[n][1], getattr(f, n) * scale[n]) for n in ARCH_FACTORS})
+
+
+def fit_architectures(items: Prepared, groups: dict[str, Factors]) -> dict[str, dict[str, float]]:
+    """Per device architecture, the multipliers of `ARCH_FACTORS` over the fitted groups' values, pulled towards 1
+    so an architecture with few rows keeps its frameworks' factors."""
+    by_arch: dict[str, Prepared] = {}
+    for item in items:
+        by_arch.setdefault(ARCHITECTURE[item[0].group.split("/")[1]], []).append(item)
+    scales = {}
+    for arch, rows in sorted(by_arch.items()):
+        def res(x: np.ndarray, rows: Prepared = rows) -> np.ndarray:
+            scale = dict(zip(ARCH_FACTORS, np.exp(x)))
+            out = []
+            for case, run in rows:
+                ttft, tpot = run(_scaled(groups[case.group], scale))
+                for pred, meas in ((ttft, case.ttft_ms), (tpot, case.tpot_ms)):
+                    out.append(math.log(pred / meas) if math.isfinite(pred) and pred > 0 else 5.0)
+            r = np.asarray(out)
+            r[0::2] = _robust(r[0::2], TTFT_LOSS)
+            r[1::2] = _robust(r[1::2], TPOT_LOSS)
+            return np.concatenate([r, _robust(PRIOR_STRENGTH * x, "soft_l1")])
+
+        sol = least_squares(res, np.zeros(len(ARCH_FACTORS)), max_nfev=30, diff_step=1e-3)
+        scales[arch] = {n: round(float(v), 5) for n, v in zip(ARCH_FACTORS, np.exp(sol.x))}
+    return scales
+
+
+def fit_all(items: Prepared) -> tuple[Factors, dict[str, Factors], dict[str, dict[str, float]]]:
+    """Pooled factors, the factors of every framework/device pair measured, and the architecture multipliers in
+    them."""
     pooled = fit(items, Factors(), max_nfev=80)
     if GROUP_BY == "none":
-        return pooled, {}
+        return pooled, {}, {}
     prior = to_x(np.array([getattr(pooled, n) for n in NAMES]))
     groups: dict[str, Prepared] = {}
     for item in items:
         groups.setdefault(group_key(item[0]), []).append(item)
     fitted = {g: fit(rows, pooled, prior, fixed=SHARED_FACTORS) for g, rows in sorted(groups.items())}
-    if GROUP_BY == "framework":
-        # Expand to every framework/device pair seen, so lookups stay by pair.
-        fitted = {c.group: fitted[group_key(c)] for c, _ in items}
-    return pooled, fitted
+    if GROUP_BY == "pair":
+        return pooled, fitted, {}
+    # Expand to every framework/device pair seen, so lookups stay by pair, each with its architecture's multipliers.
+    fitted = {c.group: fitted[group_key(c)] for c, _ in items}
+    scales = fit_architectures(items, fitted)
+    return pooled, {g: _scaled(f, scales[ARCHITECTURE[g.split("/")[1]]]) for g, f in fitted.items()}, scales
 
 
 def score(items: Prepared, pooled: Factors, groups: dict[str, Factors]) -> list[tuple[Case, float, float]]:
@@ -164,7 +210,7 @@ _ITEMS: Prepared = []
 
 def _fold(model: str) -> list[tuple[int, float, float]]:
     """Fit without `model` and predict its rows: (index into the cases, TTFT, TPOT)."""
-    p, g = fit_all([it for it in _ITEMS if it[0].model != model])
+    p, g, _ = fit_all([it for it in _ITEMS if it[0].model != model])
     held = [i for i, (case, _) in enumerate(_ITEMS) if case.model == model]
     return [(i, ttft, tpot) for i, (_, ttft, tpot) in zip(held, score([_ITEMS[i] for i in held], p, g))]
 
@@ -195,6 +241,7 @@ def main() -> int:
     globals()["PRIOR_STRENGTH"] = args.prior
 
     catalog = load_catalog()
+    ARCHITECTURE.update({d.name: d.architecture for d in catalog.devices.values()})
     try:
         rows = load_rows(args.csv)
     except InfraError as exc:
@@ -212,10 +259,12 @@ def main() -> int:
         print(f"error: {args.csv}: no row can be replayed ({len(skipped)} skipped) — To fix: give measurements of "
               "catalog models in the silicon_calibration.csv format", file=sys.stderr)
         return 1
-    pooled, groups = fit_all(items)
+    pooled, groups, arch_scales = fit_all(items)
     fitted = [r for r in score(items, pooled, groups) if math.isfinite(r[1])]
     in_sample = summarize(fitted, skipped)
     print(f"rows {len(rows)}, used {len(items)}, skipped {len(skipped)}")
+    for arch, scale in arch_scales.items():
+        print(f"architecture {arch:16s}", ", ".join(f"{n} x{v:.3f}" for n, v in scale.items()))
     print("in-sample        ", fmt(in_sample))
     figures: dict = {"in_sample": {k: in_sample[k] for k in ("n", "ttft_median_ape", "ttft_p90_ape",
                                                             "tpot_median_ape", "tpot_p90_ape")},
@@ -259,6 +308,7 @@ def main() -> int:
             "rows_used": len(items),
             "fit": figures,
             "pooled": pooled.as_dict(),
+            "architecture_scales": arch_scales,
             "devices": dict(sorted(devices.items())),
             "groups": {g: {"factors": f.as_dict(), "rows": sum(1 for c, _ in items if c.group == g)}
                        for g, f in sorted(groups.items())},

@@ -15,6 +15,8 @@ from infra.perf.calibration import Factors, lookup
 from infra.perf.estimate import ShapeError, estimate, max_rate, meets
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 
+from ..conftest import VLLM_H100
+
 CAT = load_catalog()
 
 
@@ -253,8 +255,8 @@ def test_an_open_loop_batch_that_never_settles_is_unstable():
     # stopped after 80 steps once called this stable at load 0.66.
     dep = Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16", agg=Role(Parallel()))
     lengths = {"isl": 128, "osl": 256, "osl_cv": 0.5}
-    assert not estimate(dep, Workload(rate=60.87, **lengths), CAT).prediction.stable
-    held = estimate(dep, Workload(rate=50.0, **lengths), CAT).prediction
+    assert not estimate(dep, Workload(rate=60.87, **lengths), CAT, factors=VLLM_H100).prediction.stable
+    held = estimate(dep, Workload(rate=50.0, **lengths), CAT, factors=VLLM_H100).prediction
     assert held.stable and held.load < 1
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -17,6 +18,8 @@ from infra.catalog.loader import load_catalog
 from infra.perf.estimate import build_workers, estimate, predict
 from infra.perf.serving import _arrivals_quantile, _erlang_c, _slot_wait, _wave_mixture
 from infra.perf.shape import Deployment, Parallel, Role, Workload
+
+from ..conftest import VLLM_H100
 
 CAT = load_catalog()
 
@@ -54,9 +57,9 @@ def test_a_full_batch_frees_its_slots_at_a_full_batchs_pace():
     # taken, and a full batch steps slower: it frees about 8.04 slots' worth a second, so the queue for a slot
     # runs at 99.5%. Priced at the mean batch's pace, TTFT came out at 0.47 s; the simulator's grows past 10 s.
     dep = Deployment("Llama-3.1-70B", "H100-SXM", "vllm", "bf16", agg=Role(Parallel(tp=4), batch_cap=256))
-    near = estimate(dep, Workload(isl=1000, osl=200, rate=8.0), CAT).prediction
+    near = estimate(dep, Workload(isl=1000, osl=200, rate=8.0), CAT, factors=VLLM_H100).prediction
     assert near.stable and near.ttft["mean"] > 2.0 and near.ttft["p99"] > 10.0
-    calm = estimate(dep, Workload(isl=1000, osl=200, rate=6.0), CAT).prediction
+    calm = estimate(dep, Workload(isl=1000, osl=200, rate=6.0), CAT, factors=VLLM_H100).prediction
     assert calm.ttft["mean"] < 0.3  # far from the cap nobody waits for a slot
 
 
@@ -89,9 +92,10 @@ CHUNKED = Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16",
                      agg=Role(Parallel(tp=1), batch_cap=256, max_num_tokens=2048))
 
 
-def _simulated_tails(rate: float, isl_cv: float, osl_cv: float, replicas: int = 1) -> dict:
+def _simulated_tails(rate: float, isl_cv: float, osl_cv: float, replicas: int = 1) -> tuple[dict, Callable]:
     """Metrics of 20,000 Poisson requests (prompts of 2000 tokens, answers of 200, lognormal) at `rate` in all,
-    simulated on `replicas` engines of `CHUNKED` behind the simulator's least-loaded router."""
+    simulated on `replicas` engines of `CHUNKED` behind the simulator's least-loaded router, and the share of
+    their inter-token gaps at most a given number of seconds."""
     w = build_workers(CHUNKED, CAT)[0]["agg"]
     model = EngineModel.from_worker(w, max_num_seqs=256, max_num_batched_tokens=2048, kv_tokens=w.memory.kv_tokens)
     rng = np.random.default_rng(1)
@@ -107,7 +111,12 @@ def _simulated_tails(rate: float, isl_cv: float, osl_cv: float, replicas: int = 
     t = np.concatenate(([0.0], np.cumsum(rng.exponential(1 / rate, n - 1))))
     specs = [RequestSpec(i, float(t[i]), int(isl[i]), int(osl[i]), -1, 0) for i in range(n)]
     sim = simulate([Group([Engine(model) for _ in range(replicas)])], Load(specs, rate, None, "poisson"))
-    return summarize(sim.records, itl_pool=sim.itl_pool).metrics
+    gaps, counts = sim.itl_pool
+
+    def share_at_most(seconds: float) -> float:
+        return float(counts[gaps <= seconds].sum() / counts.sum())
+
+    return summarize(sim.records, itl_pool=sim.itl_pool).metrics, share_at_most
 
 
 @pytest.mark.parametrize("rate, isl_cv, osl_cv", [(1.0, 1.0, 0.7), (4.0, 1.0, 0.7), (6.0, 1.0, 0.7),
@@ -116,10 +125,14 @@ def test_itl_and_tpot_tails_follow_the_simulator_under_chunked_prefill(rate, isl
     # A request's TPOT is slow when more prompt tokens than usual arrive while it decodes, and a window that meets
     # more of them lasts longer and meets more still: counted as independent chunk steps, the tail came out at
     # 60% of the simulated one at 6 requests/s.
-    got = _simulated_tails(rate, isl_cv, osl_cv)
+    got, share_at_most = _simulated_tails(rate, isl_cv, osl_cv)
     workers, _, link = build_workers(CHUNKED, CAT)
     pred = predict(CHUNKED, Workload(isl=2000, osl=200, rate=rate, isl_cv=isl_cv, osl_cv=osl_cv), workers, link)
-    assert pred.itl["p99"] * 1e3 == pytest.approx(got["itl"].get("p99"), rel=0.35)
+    # Where about 1% of the steps carry a prompt chunk, the gap at p99 swings from a decode step to a chunk step
+    # several times longer as the rate barely moves: on that cliff the predicted p99 is held to its place among
+    # the simulated gaps (between their p98.5 and p99.5); on a plateau of chunk steps, to their value.
+    itl = pred.itl["p99"]
+    assert 0.985 <= share_at_most(itl) <= 0.995 or itl * 1e3 == pytest.approx(got["itl"].get("p99"), rel=0.35)
     for p in ("p90", "p99"):
         assert pred.tpot[p] * 1e3 == pytest.approx(got["tpot"].get(p), rel=0.12), p
 
@@ -128,7 +141,7 @@ def test_itl_and_tpot_tails_follow_the_simulator_under_chunked_prefill(rate, isl
 def test_replicas_behind_a_load_aware_router_meet_a_smoother_stream(peers, rate, rel):
     # The simulator's least-loaded router (the plans' endpoint picker) deals requests out evenly: a replica's
     # decode window meets fewer surprises than a Poisson stream of its share brings, so TPOT tails are shorter.
-    got = _simulated_tails(rate * peers, 1.0, 0.7, replicas=peers)["tpot"].get("p99")
+    got = _simulated_tails(rate * peers, 1.0, 0.7, replicas=peers)[0]["tpot"].get("p99")
     workers, _, link = build_workers(CHUNKED, CAT)
     wl = Workload(isl=2000, osl=200, rate=rate, isl_cv=1.0, osl_cv=0.7)
     alone = predict(CHUNKED, wl, workers, link)
