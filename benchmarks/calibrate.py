@@ -29,6 +29,7 @@ import math
 import multiprocessing
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -99,14 +100,17 @@ def factors_of(x: np.ndarray) -> Factors:
     return Factors(**dict(zip(NAMES, (float(v) for v in to_params(x)))))
 
 
-def residuals(x: np.ndarray, items: Prepared) -> np.ndarray:
-    f = factors_of(x)
+def robust_residuals(items: Prepared, factors: Callable[[Case], Factors]) -> np.ndarray:
+    """Robust log residuals of every row, TTFT then TPOT, each row run with `factors(case)`."""
     res = []
     for case, run in items:
-        ttft, tpot = run(f)
+        ttft, tpot = run(factors(case))
         for pred, meas in ((ttft, case.ttft_ms), (tpot, case.tpot_ms)):
             res.append(math.log(pred / meas) if math.isfinite(pred) and pred > 0 else 5.0)
-    return np.asarray(res)
+    out = np.asarray(res)
+    out[0::2] = _robust(out[0::2], TTFT_LOSS)
+    out[1::2] = _robust(out[1::2], TPOT_LOSS)
+    return out
 
 
 def fit(items: Prepared, start: Factors, prior: np.ndarray | None = None, max_nfev: int = 60,
@@ -119,9 +123,8 @@ def fit(items: Prepared, start: Factors, prior: np.ndarray | None = None, max_nf
     def res(x: np.ndarray) -> np.ndarray:
         full = x_all.copy()
         full[free] = x
-        out = residuals(full, items)
-        out[0::2] = _robust(out[0::2], TTFT_LOSS)
-        out[1::2] = _robust(out[1::2], TPOT_LOSS)
+        f = factors_of(full)
+        out = robust_residuals(items, lambda case: f)
         if prior is None:
             return out
         return np.concatenate([out, _robust(PRIOR_STRENGTH * (x - prior[free]), "soft_l1")])
@@ -149,8 +152,11 @@ the spec sheet's peak the GEMM kernels of a generation reach (Blackwell's double
 engines' kernels reach than Hopper's). Per-framework factors alone cannot hold it, as each framework was measured
 on its own mix of devices; per device or per framework/device pair the multipliers would learn the few models each
 was measured with instead (a GB200's rows are nearly all one model's disaggregated recipes)."""
-ARCHITECTURE: dict[str, str] = {}
-"""Device name -> its catalog architecture, filled from the catalog before fitting."""
+
+
+def _architecture(group: str) -> str:
+    """The catalog architecture of a framework/device group's device."""
+    return load_catalog().device(group.split("/")[1]).architecture
 
 
 def _scaled(f: Factors, scale: dict[str, float]) -> Factors:
@@ -162,20 +168,13 @@ def fit_architectures(items: Prepared, groups: dict[str, Factors]) -> dict[str, 
     so an architecture with few rows keeps its frameworks' factors."""
     by_arch: dict[str, Prepared] = {}
     for item in items:
-        by_arch.setdefault(ARCHITECTURE[item[0].group.split("/")[1]], []).append(item)
+        by_arch.setdefault(_architecture(item[0].group), []).append(item)
     scales = {}
     for arch, rows in sorted(by_arch.items()):
         def res(x: np.ndarray, rows: Prepared = rows) -> np.ndarray:
             scale = dict(zip(ARCH_FACTORS, np.exp(x)))
-            out = []
-            for case, run in rows:
-                ttft, tpot = run(_scaled(groups[case.group], scale))
-                for pred, meas in ((ttft, case.ttft_ms), (tpot, case.tpot_ms)):
-                    out.append(math.log(pred / meas) if math.isfinite(pred) and pred > 0 else 5.0)
-            r = np.asarray(out)
-            r[0::2] = _robust(r[0::2], TTFT_LOSS)
-            r[1::2] = _robust(r[1::2], TPOT_LOSS)
-            return np.concatenate([r, _robust(PRIOR_STRENGTH * x, "soft_l1")])
+            out = robust_residuals(rows, lambda case: _scaled(groups[case.group], scale))
+            return np.concatenate([out, _robust(PRIOR_STRENGTH * x, "soft_l1")])
 
         sol = least_squares(res, np.zeros(len(ARCH_FACTORS)), max_nfev=30, diff_step=1e-3)
         scales[arch] = {n: round(float(v), 5) for n, v in zip(ARCH_FACTORS, np.exp(sol.x))}
@@ -198,7 +197,7 @@ def fit_all(items: Prepared) -> tuple[Factors, dict[str, Factors], dict[str, dic
     # Expand to every framework/device pair seen, so lookups stay by pair, each with its architecture's multipliers.
     fitted = {c.group: fitted[group_key(c)] for c, _ in items}
     scales = fit_architectures(items, fitted)
-    return pooled, {g: _scaled(f, scales[ARCHITECTURE[g.split("/")[1]]]) for g, f in fitted.items()}, scales
+    return pooled, {g: _scaled(f, scales[_architecture(g)]) for g, f in fitted.items()}, scales
 
 
 def score(items: Prepared, pooled: Factors, groups: dict[str, Factors]) -> list[tuple[Case, float, float]]:
@@ -245,7 +244,6 @@ def main() -> int:
     globals()["PRIOR_STRENGTH"] = args.prior
 
     catalog = load_catalog()
-    ARCHITECTURE.update({d.name: d.architecture for d in catalog.devices.values()})
     try:
         rows = load_rows(args.csv)
     except InfraError as exc:

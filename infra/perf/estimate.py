@@ -271,7 +271,8 @@ def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], 
              decode_memory_gb: float | None = None, link_gbs: float | None = None,
              meeting: float | None = None) -> tuple[float, Estimate]:
     """Largest open-loop request rate whose prediction meets every objective (goodput capacity) and the estimate
-    there, to 0.2%; (0, the estimate at `TRICKLE_RPS`) when even a trickle misses them, which says by how much. `meeting`: a rate known to meet them (the capacity of a burstier load), where the search starts."""
+    there, to 0.2%; (0, the estimate at `TRICKLE_RPS`) when even a trickle misses them, which says by how much.
+    `meeting`: a rate known to meet them (the capacity of a burstier load), where the search starts."""
 
     # Compile the workers once; only the load changes between probes.
     workers, cal, link = build_workers(dep, catalog, device_memory_gb=device_memory_gb, device_spec=device_spec,
