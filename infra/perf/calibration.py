@@ -69,6 +69,15 @@ class Factors:
     """`balance_steps` of the measured TRT-LLM deployments with attention data parallelism: their TTFT carries it
     (none where a rank is idle, as the balancer releases prompts then) though the rows do not record it. Used only
     when replaying such measurements (`infra.perf.replay`); starts from TRT-LLM's `timeout_iters`."""
+    poll_steps: float = 0.0
+    """Decode steps a new request waits, while others decode, before the scheduler takes it in: an engine that polls
+    for requests only every N steps (SGLang's `--scheduler-recv-interval N`) leaves a request that arrives at a
+    random phase of that interval unseen for N/2 steps on average. 0 for engines that poll every step, as this
+    product renders them."""
+    recipe_poll: float = 0.5
+    """Share of the receive interval a request waited in the measured SGLang deployments that poll every 10 or 30
+    decode steps (the B200 recipes of the sweeps; `Case.recv_interval`): `poll_steps` = recipe_poll x interval
+    when replaying them. Half the interval for arrivals at a random phase of it."""
     collective_us: float = 8.0
     """Fixed latency of one collective (all-reduce, or each half of an all-to-all) inside a scale-up domain, in
     microseconds: kernel launch, synchronisation and the small-message latency of NCCL or a custom all-reduce."""
@@ -83,6 +92,7 @@ class Factors:
         "accept": (1.0, 3.0), "moe_ns": (0.0, 500.0), "collective_us": (1.0, 80.0), "a2a_peer_us": (0.0, 20.0),
         "expert_latency_ms": (0.0, 100.0), "expert_step_us": (0.0, 100.0),
         "recipe_accept": (1.0, 3.0), "balance_steps": (0.0, 200.0), "recipe_balance_steps": (0.0, 200.0),
+        "poll_steps": (0.0, 500.0), "recipe_poll": (0.0, 3.0),
     }
 
     @classmethod

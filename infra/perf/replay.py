@@ -35,6 +35,10 @@ _SWEEP = re.compile(r"source_file=\d{4}-\d{2}-\d{2}\.csv")
 row's L) and `--num-prompts` ten times `--max-concurrency`."""
 SWEEP_RANGE_RATIO = 0.8
 SWEEP_PROMPTS_PER_CLIENT = 10
+SWEEP_RECV_INTERVAL = {"B200": (10, 30, 16)}
+"""`--scheduler-recv-interval` of the sweeps' aggregated SGLang recipes by device: the B200 scripts (DeepSeek-R1,
+fp8 and fp4) poll for new requests every 10 decode steps, every 30 from 16 clients on (the fp8 tensor-parallel-4
+script keeps 10); the H200 scripts poll every step."""
 WIDE_EP_DEVICES = 8
 """Devices of a disaggregated role beyond which the published recipes run data-parallel attention over
 expert-parallel MoE (TRT-LLM's and SGLang's wide-EP "dep" layouts: dep16 .. dep72); up to it they run
@@ -59,6 +63,8 @@ class Case:
     wave: float | None = None
     """Share of the requests that belong to the first wave, sent by every client at once, where the measuring
     client's request count is known."""
+    recv_interval: int = 1
+    """Decode steps between the measured scheduler's polls for new requests (`SWEEP_RECV_INTERVAL`)."""
 
 
 def _int(value: str, default: int = 1) -> int:
@@ -233,8 +239,13 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
         # (1 - r) / (1 + r) / sqrt(3) (6.4% at r = 0.8) that is left out.
         isl, osl = isl * (1 + SWEEP_RANGE_RATIO) / 2, osl * (1 + SWEEP_RANGE_RATIO) / 2
         wave = 1 / SWEEP_PROMPTS_PER_CLIENT
+    recv = 1
+    if wave is not None and framework.name == "sglang" and dep.mode == "agg" and device.name in SWEEP_RECV_INTERVAL:
+        low, high, relaxed_from = SWEEP_RECV_INTERVAL[device.name]
+        tp4_fp8 = precision == "fp8" and dep.agg.parallel.tp == 4
+        recv = high if clients >= relaxed_from and not tp4_fp8 else low
     return Case(row, f"{framework.name}/{device.name}", model.name, dep,
-                Workload(isl=isl, osl=osl, concurrency=clients), ttft, tpot, wave=wave)
+                Workload(isl=isl, osl=osl, concurrency=clients), ttft, tpot, wave=wave, recv_interval=recv)
 
 
 def measured_cases(path: str | Path, catalog: Catalog) -> list[Case]:
@@ -252,8 +263,9 @@ def measured_cases(path: str | Path, catalog: Catalog) -> list[Case]:
 def as_measured(case: Case, role: str, factors: Factors) -> Factors:
     """The factors a measured worker ran with: disaggregated decode workers of the published recipes emit
     `recipe_accept` tokens per step (speculative decoding the rows do not record), their TRT-LLM engines with
-    attention data parallelism balance prompts across the ranks (`recipe_balance_steps`), and a client whose
-    request count is known puts its own share of them in the first wave (`Case.wave` as `queue`)."""
+    attention data parallelism balance prompts across the ranks (`recipe_balance_steps`), SGLang engines that poll
+    for requests every few steps leave them unseen meanwhile (`recipe_poll` of `Case.recv_interval`), and a client
+    whose request count is known puts its own share of them in the first wave (`Case.wave` as `queue`)."""
     if not case.recipe:
         return factors
     if role == "decode" and factors.recipe_accept != 1.0:
@@ -265,6 +277,8 @@ def as_measured(case: Case, role: str, factors: Factors) -> Factors:
         changes["queue"] = case.wave
     if case.deployment.framework == "trtllm" and factors.recipe_balance_steps:
         changes["balance_steps"] = factors.recipe_balance_steps
+    if case.recv_interval > 1:
+        changes["poll_steps"] = factors.recipe_poll * case.recv_interval
     return replace(factors, **changes) if changes else factors
 
 

@@ -15,7 +15,9 @@ run), solved by Little's law N = B + X TTFT for the decoding count B, with X the
 - a step's token budget counts its decodes first: once prompts wait for the rest of it, every step is full and
   the throughput stops there, whatever the clients; the clients over it wait to be prefilled;
 - attention-DP engines that balance prompts across ranks (TRT-LLM's `enable_balance`) hold a new prompt for some
-  decode steps while every rank is busy (`balance_steps`; off in the engines this product renders).
+  decode steps while every rank is busy (`balance_steps`), and a scheduler that polls for new requests only every
+  N decode steps (SGLang's `--scheduler-recv-interval`) leaves one unseen for N/2 of them (`poll_steps`); both
+  are off in the engines this product renders.
 
 Open loop (Poisson or gamma arrivals at a rate): the decode batch B solves B = rate x time in system; each step
 also prefills the tokens that arrived during it. The prefill queue is a G/G/1 queue per attention group (Kingman's
@@ -184,12 +186,12 @@ def _agg_basics(w: Worker, role: Role, wl: Workload) -> tuple[int, int, float, f
     return workers, workers * w.parallel.attention_dp, isl_eff, ctx, cap
 
 
-def _balance_hold(w: Worker, step: float, busy: float) -> float:
-    """Seconds an attention-DP balancer holds a new prompt (`balance_steps` decode steps), weighted by `busy`, the
-    chance that every rank is decoding: the balancer releases prompts at once when a rank is idle."""
-    if w.parallel.attention_dp <= 1 or not w.factors.balance_steps:
-        return 0.0
-    return w.factors.balance_steps * step * min(max(busy, 0.0), 1.0)
+def _scheduler_hold(w: Worker, step: float, busy: float) -> float:
+    """Seconds the scheduler leaves a new prompt waiting while other sequences decode, weighted by `busy`, the
+    chance that they do (an idle engine takes a prompt at once): an attention-DP balancer holds it `balance_steps`
+    decode steps, and a scheduler that polls for requests only every few steps does not see it for `poll_steps`."""
+    steps = w.factors.poll_steps + (w.factors.balance_steps if w.parallel.attention_dp > 1 else 0.0)
+    return steps * step * min(max(busy, 0.0), 1.0)
 
 
 def _full_step(w: Worker, b: float, ctx: float, isl: float, chunk: int) -> float:
@@ -270,7 +272,7 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
         tpot = _mixed_step(w, b, ctx, x, isl_eff, isl, chunk) / f.accept
         own = w.step(b, ctx, per, isl / 2) * chunks
         # A group of c clients has c - 1 others decoding while one waits for its first token.
-        ttft = req + own + rho / (1 - rho) * occupy / 2 + base / 2 + _balance_hold(w, base, c - 1)
+        ttft = req + own + rho / (1 - rho) * occupy / 2 + base / 2 + _scheduler_hold(w, base, c - 1)
         return tpot, ttft, own
 
     def sustained(b: float) -> float:
@@ -735,7 +737,7 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
         return _unstable({"agg": workers}, load, "arrival rate exceeds what the batch slots sustain")
     wait = _kingman_wait(rho, own, wl.arrival_cv, wl.isl_cv)
     # With Poisson arrivals a group is decoding with probability 1 - exp(-b).
-    ttft = _queue_percentiles(own, wait, rho, wl.isl_cv, w.request_s() + _balance_hold(w, t, -math.expm1(-b)),
+    ttft = _queue_percentiles(own, wait, rho, wl.isl_cv, w.request_s() + _scheduler_hold(w, t, -math.expm1(-b)),
                               phase=t, ratios=wl.isl_quantiles)
     ttft = {k: v + (slot.mean if k == "mean" else slot.quantile(float(k[1:]) / 100)) for k, v in ttft.items()}
     steps = _chunk_steps(w, b, ctx, lam, wl, chunk, rho)

@@ -447,6 +447,36 @@ def test_measured_trtllm_attention_dp_holds_prompts_only_while_every_rank_decode
     assert ttft(tp, f) == pytest.approx(ttft(tp, off))
 
 
+def test_measured_sglang_b200_sweeps_poll_for_requests_every_few_decode_steps():
+    from infra.perf.replay import to_case
+
+    def sweep(clients: int, **kw: str) -> Case:
+        row = {"backend": "sglang", "batch_size": str(clients), "tp_size": "8", "moe_ep_size": "8",
+               "silicon_data_source": f"source_file=2026-04-06.csv; silicon_concurrency={clients}", **kw}
+        case = to_case(_row(**row), CAT)
+        assert isinstance(case, Case)
+        return case
+
+    assert [sweep(c).recv_interval for c in (8, 16, 64)] == [10, 30, 30]
+    assert sweep(64, system="h200_sxm", precision="fp8").recv_interval == 1
+    assert sweep(64, tp_size="4", moe_ep_size="4", precision="fp8").recv_interval == 10
+    # Rows outside the sweeps, and TRT-LLM's, poll every step.
+    assert to_case(_row(backend="sglang", batch_size="64", tp_size="8", moe_ep_size="8"), CAT).recv_interval == 1
+    assert to_case(_row(silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=64", batch_size="64",
+                        tp_size="8", moe_ep_size="8"), CAT).recv_interval == 1
+
+    busy, off = sweep(64), Factors(recipe_poll=0.0)
+    assert as_measured(busy, "agg", Factors(recipe_poll=0.5)).poll_steps == 15.0
+    tpot = replay_predict(busy, CAT, factors=off)[1]
+    extra = replay_predict(busy, CAT, factors=Factors(recipe_poll=0.5))[0] - replay_predict(busy, CAT, factors=off)[0]
+    # Fifteen decode steps on average, each a little shorter than a TPOT (which carries the prompts' chunks too).
+    assert 10 * tpot < extra <= 15 * tpot
+    # A lone client finds the engine idle, and the scheduler takes its request at once.
+    lone = dataclasses.replace(busy, workload=dataclasses.replace(busy.workload, concurrency=1))
+    assert replay_predict(lone, CAT, factors=Factors(recipe_poll=0.5))[0] == pytest.approx(
+        replay_predict(lone, CAT, factors=off)[0])
+
+
 def test_closed_loop_clients_in_step_need_the_kv_cache_of_their_full_length():
     dep = Deployment("Llama-3.1-70B", "H200", "vllm", "fp8", "agg", agg=Role(Parallel(tp=1)))
     workers, _, link = build_workers(dep, CAT)
