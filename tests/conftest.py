@@ -13,7 +13,7 @@ EXAMPLES = ROOT / "examples"
 
 
 VLLM_H100 = Factors(gemm=0.48493, mem=0.62394, attn=0.71381, comm=0.73459, step_ms=0.65816, request_ms=22.00665,
-                    collective_us=28.31972, queue=0.19299)
+                    collective_us=28.31972, queue=0.19299, layer_us=0.0)
 """vLLM's factors on H100 from one fit, held fixed for tests that probe a deployment at the edge of a regime (the
 rate where a batch stops settling, where its slot queue fills): a refit moves that edge, not the physics tested."""
 

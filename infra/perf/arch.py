@@ -178,8 +178,12 @@ class Worker:
             "_a2a_fixed": self.a2a_per_step * 2 * (f.collective_us * 1e-6 * self.collective_hops
                                                    + self.a2a_peers * f.a2a_peer_us * 1e-6),
             "_a2a_token": self.a2a_per_step * self.a2a_s_per_token / f.comm,
-            "_step_fixed": f.step_ms * 1e-3,
+            "_step_fixed": f.step_ms * 1e-3 + self.pp * self.stage_layers * f.layer_us * 1e-6,
         })
+
+    def fixed_step_s(self) -> float:
+        """Seconds of a step that do not depend on its tokens: the engine's per-step overhead and every layer's."""
+        return self._step_fixed
 
     def kv_bytes(self, context: float) -> float:
         """KV cache and linear-attention state of one sequence of `context` tokens on one device."""

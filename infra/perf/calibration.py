@@ -36,6 +36,9 @@ class Factors:
     """Achieved fraction of link bandwidth in collectives."""
     step_ms: float = 2.0
     """Fixed engine overhead per step (scheduler, sampling, launches)."""
+    layer_us: float = 20.0
+    """Fixed time every layer adds to a step, in microseconds: the launches and minimum durations of its dozen or so
+    kernels, which a model with twice the layers pays twice however small the batch."""
     request_ms: float = 20.0
     """Fixed per-request latency before the first token (HTTP, tokenisation, admission)."""
     transfer_ms: float = 20.0
@@ -87,7 +90,7 @@ class Factors:
     wide expert parallelism (32-72 devices) pays several times the latency of 4-8 devices at small batches."""
 
     BOUNDS = {
-        "gemm": (0.05, 1.0), "mem": (0.1, 1.0), "attn": (0.02, 1.0), "comm": (0.05, 1.0), "step_ms": (0.0, 40.0),
+        "gemm": (0.05, 1.0), "mem": (0.1, 1.0), "attn": (0.02, 1.0), "comm": (0.05, 1.0), "step_ms": (0.0, 40.0), "layer_us": (0.0, 500.0),
         "request_ms": (0.0, 500.0), "transfer_ms": (0.0, 2000.0), "queue": (0.0, 1.0),
         "accept": (1.0, 3.0), "moe_ns": (0.0, 500.0), "collective_us": (1.0, 80.0), "a2a_peer_us": (0.0, 20.0),
         "expert_latency_ms": (0.0, 100.0), "expert_step_us": (0.0, 100.0),

@@ -262,7 +262,7 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     # group's in turn.
     per = min(isl_eff, chunk)
     chunks = max(1.0, isl_eff / chunk)
-    occupy = (w.step(0.0, 0.0, per, isl / 2) - f.step_ms * 1e-3) * chunks
+    occupy = (w.step(0.0, 0.0, per, isl / 2) - w.fixed_step_s()) * chunks
     decode_steps = max(osl - 1, 1e-9)
 
     def at(x: float, b: float) -> tuple[float, float, float]:
@@ -696,7 +696,7 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     chunk = role.max_num_tokens
     per = min(isl_eff, chunk)
     chunks = max(1.0, isl_eff / chunk)
-    inc = (w.step(0.0, 0.0, per, isl / 2) - f.step_ms * 1e-3) * chunks
+    inc = (w.step(0.0, 0.0, per, isl / 2) - w.fixed_step_s()) * chunks
     # Attention-DP groups prefill in the same steps (see closed_loop_agg): each stalls for its own prompts.
     rho = lam * inc
     if rho >= 1:

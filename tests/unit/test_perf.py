@@ -390,3 +390,16 @@ def test_estimate_cases_run_a_quantized_re_upload_in_the_format_its_id_names():
     assert precision("nvidia/Llama-3_3-Nemotron-Super-49B-v1_5") == "bf16"  # the original checkpoint
     assert precision("nvidia/Qwen3-235B-A22B-NVFP4", device="B200") == "fp4"
     assert precision("Qwen/Qwen3-32B-FP8", precision="bf16") == "bf16"  # as told
+
+
+def test_every_layer_adds_its_fixed_time_to_a_step_whatever_the_batch():
+    def step(model: str, layer_us: float, pp: int = 1) -> float:
+        w = compile_worker(CAT.model(model), CAT.device("H200"), "fp8", Parallel(tp=8 // pp, pp=pp),
+                           Factors(layer_us=layer_us), kv_precision="fp8")
+        return w.step(4, 1000)
+
+    deep = step("Llama-3.1-70B", 50.0) - step("Llama-3.1-70B", 0.0)
+    assert deep == pytest.approx(80 * 50e-6)
+    # Pipeline stages split the layers, and a step still passes through all of them.
+    assert step("Llama-3.1-70B", 50.0, pp=2) - step("Llama-3.1-70B", 0.0, pp=2) == pytest.approx(deep)
+    assert step("Llama-3.1-8B", 50.0) - step("Llama-3.1-8B", 0.0) == pytest.approx(32 * 50e-6)
