@@ -55,8 +55,9 @@ from infra.perf.replay import (  # noqa: E402
 OUT = ROOT / "infra" / "perf" / "data" / "calibration.json"
 NAMES = [n for n in Factors.names() if n not in ("accept", "balance_steps", "poll_steps")]
 """Speculative-decoding acceptance is not identifiable from TTFT/TPOT alone (it trades against step overhead and
-bandwidth), so it stays at 1 unless a user states it; attention-DP balancing is off in the engines this product
-renders, and what the measured ones did is fitted as `recipe_balance_steps`."""
+bandwidth), so it stays at 1 unless a user states it; attention-DP balancing and polling for requests every few
+steps are off in the engines this product renders, and what the measured ones did is fitted as
+`recipe_balance_steps` and `recipe_poll`."""
 LO = np.array([Factors.BOUNDS[n][0] for n in NAMES])
 HI = np.array([Factors.BOUNDS[n][1] for n in NAMES])
 # Parameters are optimised as logs of a positive offset so that 0-valued overheads stay reachable.

@@ -90,8 +90,8 @@ class Factors:
     wide expert parallelism (32-72 devices) pays several times the latency of 4-8 devices at small batches."""
 
     BOUNDS = {
-        "gemm": (0.05, 1.0), "mem": (0.1, 1.0), "attn": (0.02, 1.0), "comm": (0.05, 1.0), "step_ms": (0.0, 40.0), "layer_us": (0.0, 500.0),
-        "request_ms": (0.0, 500.0), "transfer_ms": (0.0, 2000.0), "queue": (0.0, 1.0),
+        "gemm": (0.05, 1.0), "mem": (0.1, 1.0), "attn": (0.02, 1.0), "comm": (0.05, 1.0), "step_ms": (0.0, 40.0),
+        "layer_us": (0.0, 500.0), "request_ms": (0.0, 500.0), "transfer_ms": (0.0, 2000.0), "queue": (0.0, 1.0),
         "accept": (1.0, 3.0), "moe_ns": (0.0, 500.0), "collective_us": (1.0, 80.0), "a2a_peer_us": (0.0, 20.0),
         "expert_latency_ms": (0.0, 100.0), "expert_step_us": (0.0, 100.0),
         "recipe_accept": (1.0, 3.0), "balance_steps": (0.0, 200.0), "recipe_balance_steps": (0.0, 200.0),
