@@ -11,8 +11,8 @@ Fits, in log space with robust losses (Cauchy on TTFT, soft L1 on TPOT):
 3. per device architecture (hopper, blackwell...), multipliers of the GEMM efficiency (`ARCH_FACTORS`) shared by
    every framework on it, pulled towards 1.
 Among them `collective_us` (the fixed latency of each collective, which is what makes a tensor-parallel step dearer
-than its share of the work) and `recipe_accept` (tokens per decode step of the measured disaggregated recipes,
-which run speculative decoding the rows do not record; applied when replaying such rows, never to a plan).
+than its share of the work) and `recipe_accept` (tokens per decode step of the measured disaggregated recipes
+that decode speculatively, which the rows do not record; applied when replaying such rows, never to a plan).
 `--write` commits them to infra/perf/data/calibration.json with the date and the data's fingerprint.
 `--lomo` refits with each model held out and scores the held-out rows: the figure that says how the model does
 on models it has never seen. With `--write` their spread (quantiles of measured / predicted per mode) is committed
@@ -53,11 +53,11 @@ from infra.perf.replay import (  # noqa: E402
 )
 
 OUT = ROOT / "infra" / "perf" / "data" / "calibration.json"
-NAMES = [n for n in Factors.names() if n not in ("accept", "balance_steps", "poll_steps")]
+NAMES = [n for n in Factors.names() if n not in ("accept", "draft_tokens", "balance_steps", "poll_steps")]
 """Speculative-decoding acceptance is not identifiable from TTFT/TPOT alone (it trades against step overhead and
-bandwidth), so it stays at 1 unless a user states it; attention-DP balancing and polling for requests every few
-steps are off in the engines this product renders, and what the measured ones did is fitted as
-`recipe_balance_steps` and `recipe_poll`."""
+bandwidth), so it stays at 1 unless a user states it, as do the draft tokens a step verifies; attention-DP
+balancing and polling for requests every few steps are off in the engines this product renders, and what the
+measured ones did is fitted as `recipe_balance_steps` and `recipe_poll`."""
 LO = np.array([Factors.BOUNDS[n][0] for n in NAMES])
 HI = np.array([Factors.BOUNDS[n][1] for n in NAMES])
 # Parameters are optimised as logs of a positive offset so that 0-valued overheads stay reachable.

@@ -22,6 +22,9 @@ Rows are read as their engines ran them (`infra.perf.replay`):
   tp cannot split the heads;
 - data-parallel attention over the expert devices when a MoE row records experts over more devices than
   attention and no attention-DP degree (vLLM's tp 1 with moe_tp 2);
+- a disaggregated row of the dated sweeps that records no workers runs the published recipe that ran at its
+  client count (`infra/perf/data/sweep_recipes.json`: workers, layouts, decode batches, speculative decoding);
+  where recipes of several layouts did, the geometric mean of their predictions;
 - a row without `silicon_concurrency` runs as many clients as its batches hold (a disaggregated one: its decode
   batches, workers and attention-DP ranks), and a MoE role with no expert degrees recorded shards its experts
   over all of its devices;

@@ -179,6 +179,7 @@ class Worker:
                                                    + self.a2a_peers * f.a2a_peer_us * 1e-6),
             "_a2a_token": self.a2a_per_step * self.a2a_s_per_token / f.comm,
             "_step_fixed": f.step_ms * 1e-3 + self.pp * self.stage_layers * f.layer_us * 1e-6,
+            "_width": 1.0 + f.draft_tokens,
         })
 
     def fixed_step_s(self) -> float:
@@ -219,10 +220,12 @@ class Worker:
 
     def step(self, decode: float, context: float, prefill: float = 0.0, prefill_context: float = 0.0) -> float:
         """Seconds for one engine step of one attention group: `decode` sequences at mean `context` tokens,
-        plus `prefill` new tokens whose queries see `prefill_context` tokens on average."""
-        tokens = decode + prefill
+        plus `prefill` new tokens whose queries see `prefill_context` tokens on average. Under speculative
+        decoding each decoding sequence carries its draft tokens through the step too."""
+        width = decode * self._width
+        tokens = width + prefill
         group_tokens = tokens * self.parallel.attention_dp
-        lin = max((tokens * self.dense_flops_per_token + decode * self.logit_flops_per_token) / self._gemm_s,
+        lin = max((tokens * self.dense_flops_per_token + width * self.logit_flops_per_token) / self._gemm_s,
                   self._dense_read)
         moe = 0.0
         if self.experts:
@@ -237,9 +240,9 @@ class Worker:
                 moe += self._expert_step
         pf = prefill * self.prefill_qk_scale
         topk = self.sparse_topk
-        qk = decode * min(context, topk) + pf * min(prefill_context, topk)
-        qk_swa = decode * min(context, self.window) + pf * min(prefill_context, self.window)
-        qk_index = (decode * context + prefill * prefill_context) * self.indexer_flops_per_qk
+        qk = width * min(context, topk) + pf * min(prefill_context, topk)
+        qk_swa = width * min(context, self.window) + pf * min(prefill_context, self.window)
+        qk_index = (width * context + prefill * prefill_context) * self.indexer_flops_per_qk
         # Decoding reads each sequence's KV and linear-attention state, and writes that state back.
         attn = ((qk * self.attn_flops_per_qk + qk_swa * self.swa_flops_per_qk + qk_index) / self.attn_flops_s
                 + decode * (self.read_bytes(context) + self.state_bytes) / self.bw_bytes_s) / self.factors.attn

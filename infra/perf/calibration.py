@@ -50,10 +50,19 @@ class Factors:
     of a MoE layer that grows with tokens x experts rather than with FLOPs or weight bytes."""
     accept: float = 1.0
     """Tokens emitted per decode step (above 1 when the framework runs speculative decoding such as MTP)."""
+    draft_tokens: float = 0.0
+    """Draft tokens each decoding sequence verifies in a step beside its own under speculative decoding (MTP's
+    layers, EAGLE's steps): the step computes them all, while reading the sequence's KV cache once."""
     recipe_accept: float = 1.0
-    """Tokens per decode step of the disaggregated deployments in the measurements (their published recipes
-    run multi-token prediction or draft-model speculation on decode workers). Used only when replaying such
-    measurements (`infra.perf.replay`); a plan's own engines decode one token a step unless `accept` says so."""
+    """Tokens per decode step of the measured disaggregated recipes that decode speculatively (multi-token
+    prediction on their decode workers; `infra.perf.replay.RECIPES` says which); a row whose recipe the
+    published configurations leave open takes its square root. Used only when replaying such measurements; a
+    plan's own engines decode one token a step unless `accept` says so."""
+    recipe_decode: float = 1.0
+    """Speed of the measured disaggregated recipes' decode steps against the model's, whether or not they decode
+    speculatively: what their engines do each step that the rows do not record (KV-transfer bookkeeping, their
+    schedulers' settings) and that would otherwise bend the factors the aggregated rows share with them. Used only
+    when replaying such measurements."""
     expert_latency_ms: float = 7.0
     """Fixed latency a request's prompt adds before its first token, in milliseconds per billion routed-expert
     parameters a token passes through (top-k experts x expert size x MoE layers: 20.4B for DeepSeek-R1, 14.2B for
@@ -92,10 +101,10 @@ class Factors:
     BOUNDS = {
         "gemm": (0.05, 1.0), "mem": (0.1, 1.0), "attn": (0.02, 1.0), "comm": (0.05, 1.0), "step_ms": (0.0, 40.0),
         "layer_us": (0.0, 500.0), "request_ms": (0.0, 500.0), "transfer_ms": (0.0, 2000.0), "queue": (0.0, 1.0),
-        "accept": (1.0, 3.0), "moe_ns": (0.0, 500.0), "collective_us": (1.0, 80.0), "a2a_peer_us": (0.0, 20.0),
-        "expert_latency_ms": (0.0, 100.0), "expert_step_us": (0.0, 100.0),
-        "recipe_accept": (1.0, 3.0), "balance_steps": (0.0, 200.0), "recipe_balance_steps": (0.0, 200.0),
-        "poll_steps": (0.0, 500.0), "recipe_poll": (0.0, 3.0),
+        "accept": (1.0, 3.0), "draft_tokens": (0.0, 8.0), "moe_ns": (0.0, 500.0), "collective_us": (1.0, 80.0),
+        "a2a_peer_us": (0.0, 20.0), "expert_latency_ms": (0.0, 100.0), "expert_step_us": (0.0, 100.0),
+        "recipe_accept": (1.0, 3.0), "recipe_decode": (0.3, 2.0), "balance_steps": (0.0, 200.0),
+        "recipe_balance_steps": (0.0, 200.0), "poll_steps": (0.0, 500.0), "recipe_poll": (0.0, 3.0),
     }
 
     @classmethod

@@ -7,6 +7,8 @@ concurrency with fixed input/output lengths, mean TTFT and TPOT.
 from __future__ import annotations
 
 import csv
+import functools
+import json
 import math
 import re
 import statistics
@@ -39,6 +41,9 @@ SWEEP_RECV_INTERVAL = {"B200": (10, 30, 16)}
 """`--scheduler-recv-interval` of the sweeps' aggregated SGLang recipes by device: the B200 scripts (DeepSeek-R1,
 fp8 and fp4) poll for new requests every 10 decode steps, every 30 from 16 clients on (the fp8 tensor-parallel-4
 script keeps 10); the H200 scripts poll every step."""
+RECIPES = Path(__file__).parent / "data" / "sweep_recipes.json"
+"""The disaggregated recipes the sweeps ran (InferenceX `nvidia-master.yaml`): workers, layouts, decode batches and
+speculative decoding per client count, none of which the rows record."""
 WIDE_EP_DEVICES = 8
 """Devices of a disaggregated role beyond which the published recipes run data-parallel attention over
 expert-parallel MoE (TRT-LLM's and SGLang's wide-EP "dep" layouts: dep16 .. dep72); up to it they run
@@ -65,6 +70,14 @@ class Case:
     client's request count is known."""
     recv_interval: int = 1
     """Decode steps between the measured scheduler's polls for new requests (`SWEEP_RECV_INTERVAL`)."""
+    speculative: bool | None = None
+    """Whether the measured disaggregated recipe decoded speculatively (`RECIPES`); None when the rows do not say,
+    as where a recipe with and one without ran at the same client count."""
+    draft: float = 0.0
+    """Draft tokens each sequence of the measured recipe's speculative decoding verifies a step (its MTP layers)."""
+    alternatives: tuple[tuple[Deployment, bool | None, float], ...] = ()
+    """Other recipes of other layouts that ran at the row's client count (the rows do not say which one a row
+    measured): the row is predicted as the geometric mean over them and `deployment`."""
 
 
 def _int(value: str, default: int = 1) -> int:
@@ -129,6 +142,57 @@ def _unrecorded_layout(dep: Deployment, catalog: Catalog, moe: bool, heads: int,
                 pass
         n *= 2
     return dep
+
+
+@functools.cache
+def _recipes() -> dict[tuple[str, str, str, str, int, int, int], list[dict[str, Any]]]:
+    index: dict[tuple[str, str, str, str, int, int, int], list[dict[str, Any]]] = {}
+    for r in json.loads(RECIPES.read_text())["recipes"]:
+        for c in r["concurrency"]:
+            key = (r["model"], r["framework"], r["device"], r["precision"], r["isl"], r["osl"], c)
+            index.setdefault(key, []).append(r)
+    return index
+
+
+def _recipe_role(spec: dict[str, Any], dense: bool) -> Role:
+    """A recipe's role as the engines lay it out: `tp` devices, the experts over `ep` of them and tensor-parallel
+    over the rest, attention data-parallel over all of them or tensor-parallel."""
+    tp, ep = spec["tp"], 1 if dense else spec["ep"]
+    moe_tp = 1 if dense else max(1, tp // ep)
+    par = (Parallel(tp=1, attention_dp=tp, ep=ep, moe_tp=moe_tp) if spec["dp_attention"]
+           else Parallel(tp=tp, ep=ep, moe_tp=moe_tp))
+    return Role(parallel=par, batch_cap=spec.get("batch"), workers=spec["workers"],
+                max_num_tokens=spec.get("max_num_tokens", Role.max_num_tokens))
+
+
+def sweep_recipes(row: dict[str, str], model: str, framework: str, device: str, precision: str, clients: int,
+                  dense: bool) -> list[tuple[Role, Role, bool | None, float]]:
+    """(prefill, decode, speculative, draft tokens) of each layout of the recipes that ran at a disaggregated sweep
+    row's client count, speculative None where one with and one without ran on that layout. A device count the
+    row records (above 1) must match."""
+    try:
+        key = (model, framework, device, precision, int(float(row["isl"])), int(float(row["osl"])))
+    except (KeyError, ValueError):
+        return []
+
+    def recorded(r: dict[str, Any]) -> bool:
+        return all(_int(row.get(f"{role}_tp_size", "")) in (1, r[role]["tp"]) for role in ("prefill", "decode"))
+
+    found = [r for r in _recipes().get((*key, clients), []) if recorded(r)]
+    if not found:
+        # Some sweeps list the clients per decode worker (the H200 ones: 36 clients for 4 on each of 9 workers).
+        found = [r for c in range(1, clients + 1) if clients % c == 0 for r in _recipes().get((*key, c), [])
+                 if recorded(r) and c * r["decode"]["workers"] == clients]
+    layouts: dict[str, list[dict[str, Any]]] = {}
+    for r in found:
+        layouts.setdefault(json.dumps([r["prefill"], r["decode"]], sort_keys=True), []).append(r)
+    out = []
+    for same in layouts.values():
+        speculative = {r["speculative"] for r in same}
+        out.append((_recipe_role(same[0]["prefill"], dense), _recipe_role(same[0]["decode"], dense),
+                    speculative.pop() if len(speculative) == 1 else None,
+                    max(r["decode"].get("draft_tokens", 0) for r in same)))
+    return out
 
 
 def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
@@ -226,7 +290,16 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
             workers = str(clients // cap)
         return Role(parallel=par, batch_cap=cap, workers=_int(workers) if workers else None)
 
-    if row.get("mode") == "disagg":
+    recipes: list[tuple[Deployment, bool | None, float]] = []
+    if (row.get("mode") == "disagg" and _SWEEP.search(row.get("silicon_data_source", ""))
+            and not row.get("prefill_num_workers") and not row.get("decode_num_workers")):
+        found = sweep_recipes(row, model.name, framework.name, device.name, precision, clients, dense)
+        recipes = [(Deployment(model.name, device.name, framework.name, precision, "disagg", prefill=p, decode=d,
+                               memory_utilization=REPLAY_MEMORY), speculative, draft)
+                   for p, d, speculative, draft in found]
+    if recipes:
+        dep = recipes[0][0]
+    elif row.get("mode") == "disagg":
         dep = Deployment(model.name, device.name, framework.name, precision, "disagg",
                          prefill=role("prefill_"), decode=role("decode_"), memory_utilization=REPLAY_MEMORY)
     else:
@@ -245,7 +318,9 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
         tp4_fp8 = precision == "fp8" and dep.agg.parallel.tp == 4
         recv = high if clients >= relaxed_from and not tp4_fp8 else low
     return Case(row, f"{framework.name}/{device.name}", model.name, dep,
-                Workload(isl=isl, osl=osl, concurrency=clients), ttft, tpot, wave=wave, recv_interval=recv)
+                Workload(isl=isl, osl=osl, concurrency=clients), ttft, tpot, wave=wave, recv_interval=recv,
+                speculative=recipes[0][1] if recipes else None, draft=recipes[0][2] if recipes else 0.0,
+                alternatives=tuple(recipes[1:]))
 
 
 def measured_cases(path: str | Path, catalog: Catalog) -> list[Case]:
@@ -261,15 +336,19 @@ def measured_cases(path: str | Path, catalog: Catalog) -> list[Case]:
 
 
 def as_measured(case: Case, role: str, factors: Factors) -> Factors:
-    """The factors a measured worker ran with: disaggregated decode workers of the published recipes emit
-    `recipe_accept` tokens per step (speculative decoding the rows do not record), their TRT-LLM engines with
+    """The factors a measured worker ran with: disaggregated decode workers of the published recipes step at
+    `recipe_decode` of the model's pace and, where they decode speculatively, emit `recipe_accept` tokens a step
+    (`Case.speculative`, verifying `Case.draft` tokens), their TRT-LLM engines with
     attention data parallelism balance prompts across the ranks (`recipe_balance_steps`), SGLang engines that poll
     for requests every few steps leave them unseen meanwhile (`recipe_poll` of `Case.recv_interval`), and a client
     whose request count is known puts its own share of them in the first wave (`Case.wave` as `queue`)."""
     if not case.recipe:
         return factors
-    if role == "decode" and factors.recipe_accept != 1.0:
-        return replace(factors, accept=factors.accept * factors.recipe_accept)
+    if role == "decode":
+        # A row whose recipe is not known to be either is taken halfway between the two (in log space).
+        share = 0.0 if case.speculative is False else 1.0 if case.speculative else 0.5
+        return replace(factors, accept=factors.accept * factors.recipe_decode * factors.recipe_accept ** share,
+                       draft_tokens=factors.draft_tokens + case.draft * share)
     if role != "agg":
         return factors
     changes: dict[str, float] = {}
@@ -282,33 +361,52 @@ def as_measured(case: Case, role: str, factors: Factors) -> Factors:
     return replace(factors, **changes) if changes else factors
 
 
+def _variants(case: Case) -> list[Case]:
+    return [case] + [replace(case, deployment=d, speculative=s, draft=k, alternatives=())
+                     for d, s, k in case.alternatives]
+
+
+def _geomean(values: list[tuple[float, float]]) -> tuple[float, float]:
+    return (math.exp(statistics.fmean(math.log(t) for t, _ in values)),
+            math.exp(statistics.fmean(math.log(p) for _, p in values)))
+
+
 def predict(case: Case, catalog: Catalog, factors: Factors | None = None) -> tuple[float, float] | str:
     """(TTFT ms, TPOT ms) predicted for a case, or why not."""
-    try:
-        workers, _, link = build_workers(case.deployment, catalog, factors=factors)
-        ws = {k: replace(w, factors=as_measured(case, k, w.factors)) for k, w in workers.items()}
-        p = serving_predict(case.deployment, case.workload, ws, link)
-    except InfraError as exc:
-        return exc.problems[0].message
-    if not p.stable:
-        return "prediction unstable: " + "; ".join(p.assumptions)
-    return p.ttft["mean"] * 1000, p.tpot["mean"] * 1000
+    got = []
+    for one in _variants(case):
+        try:
+            workers, _, link = build_workers(one.deployment, catalog, factors=factors)
+            ws = {k: replace(w, factors=as_measured(one, k, w.factors)) for k, w in workers.items()}
+            p = serving_predict(one.deployment, one.workload, ws, link)
+        except InfraError as exc:
+            return exc.problems[0].message
+        if not p.stable:
+            return "prediction unstable: " + "; ".join(p.assumptions)
+        got.append((p.ttft["mean"] * 1000, p.tpot["mean"] * 1000))
+    return _geomean(got)
 
 
 def compiled(case: Case, catalog: Catalog) -> Callable[[Factors], tuple[float, float]] | str:
     """A fast predictor for refitting: the workers are compiled once and only their factors change."""
-    try:
-        workers, _, link = build_workers(case.deployment, catalog, factors=Factors())
-        serving_predict(case.deployment, case.workload, workers, link)
-    except InfraError as exc:
-        return exc.problems[0].message
+    built = []
+    for one in _variants(case):
+        try:
+            workers, _, link = build_workers(one.deployment, catalog, factors=Factors())
+            serving_predict(one.deployment, one.workload, workers, link)
+        except InfraError as exc:
+            return exc.problems[0].message
+        built.append((one, workers, link))
 
     def run(factors: Factors) -> tuple[float, float]:
-        ws = {k: replace(w, factors=as_measured(case, k, factors)) for k, w in workers.items()}
-        p = serving_predict(case.deployment, case.workload, ws, link)
-        if not p.stable:
-            return float("inf"), float("inf")
-        return p.ttft["mean"] * 1000, p.tpot["mean"] * 1000
+        got = []
+        for one, workers, link in built:
+            ws = {k: replace(w, factors=as_measured(one, k, factors)) for k, w in workers.items()}
+            p = serving_predict(one.deployment, one.workload, ws, link)
+            if not p.stable:
+                return float("inf"), float("inf")
+            got.append((p.ttft["mean"] * 1000, p.tpot["mean"] * 1000))
+        return _geomean(got)
 
     return run
 

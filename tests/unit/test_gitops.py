@@ -97,7 +97,7 @@ def test_first_run_commits_on_a_new_branch_and_leaves_the_checkout_alone(planned
     assert ".git" in str(result.body_file) and any("push origin infra/summariser" in s for s in result.next_steps)
     body = result.body
     assert "| summarise | Qwen/Qwen3-8B | 1 x RTX-4090 per worker (2 in all, pool rtx4090) |" in body
-    assert "438.3 of 2000 ms (78%)" in body and "15.85 of 80 ms (80%)" in body
+    assert "426.8 of 2000 ms (79%)" in body and "15.95 of 80 ms (80%)" in body
     assert "verification: not verified" in body and "First deployment" in body
     assert "status OPTIMAL" in body and planned.spec.provenance.catalog in body
     summary = re.search(r"(\d+) added, 0 changed, 0 removed \(\+(\d+) / -0 lines\)", body)
@@ -136,7 +136,7 @@ def test_plan_diff_against_the_base_branch(planned, repos):
     assert "- Cost: $0.58/h → $0.87/h (+$0.29/h, +50.0%)" in body
     assert "| summarise | RTX-4090 agg | 2 | 3 | +1 |" in body
     assert "| summarise | RTX-4090 | 2 | 3 | +1 |" in body
-    assert "| summarise | TTFT p99 | 78% | 85% | +7 pts |" in body
+    assert "| summarise | TTFT p99 | 79% | 85% | +6 pts |" in body
     assert "-        rate: 0.5/s\n+        rate: 0.8/s" in body
     assert "0 added, 3 changed, 0 removed" in body
     assert "| `deploy/summarise/base/configmap-summarise-a0.yaml` | changed | 1 | 1 |" in body

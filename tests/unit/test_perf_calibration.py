@@ -62,9 +62,17 @@ def _disagg_case(recipe: bool) -> Case:
 
 def test_recipe_speculation_applies_to_measured_decode_workers_only():
     f = Factors(recipe_accept=1.5)
-    case = _disagg_case(recipe=True)
+    case = dataclasses.replace(_disagg_case(recipe=True), speculative=True)
     assert as_measured(case, "decode", f).accept == pytest.approx(1.5)
     assert as_measured(case, "prefill", f).accept == 1.0
+    # A recipe known to decode one token a step, and one the rows leave open (halfway, in log space).
+    assert as_measured(dataclasses.replace(case, speculative=False), "decode", f).accept == 1.0
+    assert as_measured(dataclasses.replace(case, speculative=None), "decode", f).accept == pytest.approx(1.5 ** 0.5)
+    # The recipe's draft tokens go with its speculation, half of them where the rows leave it open.
+    drafted = dataclasses.replace(case, draft=3.0)
+    assert as_measured(drafted, "decode", f).draft_tokens == 3.0
+    assert as_measured(dataclasses.replace(drafted, speculative=None), "decode", f).draft_tokens == 1.5
+    assert as_measured(dataclasses.replace(drafted, speculative=False), "decode", f).draft_tokens == 0.0
     assert as_measured(_disagg_case(recipe=False), "decode", f).accept == 1.0
     measured = replay_predict(case, CAT, factors=f)
     own = replay_predict(_disagg_case(recipe=False), CAT, factors=f)
@@ -72,6 +80,15 @@ def test_recipe_speculation_applies_to_measured_decode_workers_only():
     # A plan's estimate never assumes the recipes' speculation.
     workers, _, link = build_workers(case.deployment, CAT, factors=f)
     assert predict(case.deployment, case.workload, workers, link).tpot["mean"] * 1e3 == pytest.approx(own[1])
+
+
+def test_speculative_decoding_computes_the_draft_tokens_but_reads_the_kv_cache_once():
+    plain, drafted = _worker(8), _worker(8, Factors(draft_tokens=3.0))
+    # Memory-bound at one sequence: four tokens cost little more than one.
+    assert plain.step(1, 2000) < drafted.step(1, 2000) < 1.2 * plain.step(1, 2000)
+    # Compute-bound at 512: as much as 2048 sequences' GEMMs, with 512 sequences' cache reads.
+    assert drafted.step(512, 2000) > 2 * plain.step(512, 2000)
+    assert drafted.step(512, 2000) < plain.step(2048, 2000)
 
 
 def test_closed_loop_decode_batch_holds_only_clients_past_their_first_token():
@@ -286,6 +303,49 @@ def test_rows_of_the_dated_sweeps_replay_their_clients_lengths_and_first_wave():
     assert as_measured(sweep, "agg", f).queue == pytest.approx(0.1)
     assert as_measured(other, "agg", f).queue == 0.4
     assert as_measured(dataclasses.replace(sweep, recipe=False), "agg", f).queue == 0.4
+
+
+def test_disaggregated_sweep_rows_replay_the_recipe_that_ran_at_their_client_count():
+    from infra.perf.replay import to_case
+
+    def sweep(clients: int, **kw: str) -> Case:
+        row = {"mode": "disagg", "precision": "fp8", "prefill_tp_size": "8", "decode_tp_size": "8",
+               "silicon_data_source": f"source_file=2026-03-25.csv; silicon_concurrency={clients}", **kw}
+        case = to_case(_row(**row), CAT)
+        assert isinstance(case, Case)
+        return case
+
+    # 1024 clients: one prefill worker and four decode workers of eight data-parallel attention ranks, 256
+    # sequences a rank at most, decoding with MTP (ctx1_gen4_dep8_batch256_eplb0_mtp3).
+    busy = sweep(1024)
+    prefill, decode = busy.deployment.prefill, busy.deployment.decode
+    assert (prefill.workers, prefill.parallel.attention_dp, prefill.parallel.ep) == (1, 8, 8)
+    assert (decode.workers, decode.parallel.attention_dp, decode.parallel.ep, decode.batch_cap) == (4, 8, 8, 256)
+    assert (busy.speculative, busy.draft) == (True, 3)
+    # Four clients: three tensor-parallel decode workers, no speculation.
+    lone = sweep(4)
+    assert (lone.deployment.decode.workers, lone.deployment.decode.parallel.tp, lone.speculative) == (3, 8, False)
+    # 32 clients ran on two recipes of different layouts, eight MTP workers of batch 4 and three without of batch
+    # 1024: the row is predicted as the geometric mean of the two.
+    both = sweep(32)
+    layouts = [(both.deployment, both.speculative, both.draft), *both.alternatives]
+    assert sorted((d.decode.workers, d.decode.batch_cap, s, k) for d, s, k in layouts) == [(3, 1024, False, 0),
+                                                                                          (8, 4, True, 3)]
+    alone = [replay_predict(dataclasses.replace(both, deployment=d, speculative=s, draft=k, alternatives=()), CAT)
+             for d, s, k in layouts]
+    mixed = replay_predict(both, CAT)
+    assert isinstance(mixed, tuple) and all(isinstance(a, tuple) for a in alone)
+    assert mixed[1] == pytest.approx((alone[0][1] * alone[1][1]) ** 0.5)
+    # A row that records another device count, or its workers, ran none of them: the recorded columns stand.
+    for case in (sweep(1024, decode_tp_size="16"), sweep(1024, prefill_num_workers="2", decode_num_workers="2")):
+        assert case.speculative is None and not case.alternatives and case.deployment.decode.workers in (None, 2)
+    # The H200 sweeps count clients over all decode workers: 36 are 4 on each of nine.
+    h200 = sweep(36, system="h200_sxm", precision="fp8")
+    assert (h200.deployment.decode.workers, h200.speculative) == (9, False)
+    # Rows outside the sweeps keep the recorded columns.
+    other = to_case(_row(mode="disagg", precision="fp8", prefill_tp_size="8", decode_tp_size="8",
+                         silicon_data_source="source_file=/data/x.csv; silicon_concurrency=1024"), CAT)
+    assert isinstance(other, Case) and other.deployment.decode.workers is None
 
 
 def test_a_measurements_file_without_the_columns_is_an_error_naming_them(tmp_path):

@@ -70,19 +70,19 @@ def test_vllm_omni_stage_serves_the_repository_of_its_model_and_says_what_is_mis
 
 def test_dit_stage_runs_sequence_parallel_on_its_devices():
     plan = plan_of("video-dit")
-    a = plan.spec.services[0].allocations[0]
+    i, a = next((i, a) for i, a in enumerate(plan.spec.services[0].allocations) if a.parallel.sp == 8)
     files = render_tree(plan).files
-    dep = objs(files)["deployment-t2v-dit-a0.yaml"]
+    dep = objs(files)[f"deployment-t2v-dit-a{i}.yaml"]
     c = pod_spec(dep)["containers"][0]
     assert c["args"][0] == "Wan-AI/Wan2.1-T2V-14B-Diffusers"  # the catalog's Diffusers conversion
     assert arg(c["args"], "--usp") == str(a.parallel.sp) == "8"
     assert dep["spec"]["replicas"] == a.replicas
-    claim = objs(files)["resourceclaimtemplate-t2v-dit-a0.yaml"]
+    claim = objs(files)[f"resourceclaimtemplate-t2v-dit-a{i}.yaml"]
     devices = sum(r["exactly"]["count"] for r in claim["spec"]["spec"]["devices"]["requests"]
                   if r["exactly"]["deviceClassName"] == "gpu.nvidia.com")
     assert devices == a.devices_per_worker == 8
     cfg = stage_config(files, "t2v-dit")
-    assert cfg["allocations"][0]["parallel"]["sp"] == 8 and cfg["final_output"] is True
+    assert cfg["allocations"][i]["parallel"]["sp"] == 8 and cfg["final_output"] is True
     assert cfg["inputs"] == [] and cfg["output"] is None
 
 
