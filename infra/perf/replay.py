@@ -63,8 +63,8 @@ class Case:
     ttft_ms: float
     tpot_ms: float
     recipe: bool = True
-    """A row of the published measurements (their disaggregated recipes decode speculatively), not a run of
-    this product's own engines (`infra bench --save`)."""
+    """A row of the published measurements (their engines ran the published recipes, `as_measured`), not a run
+    of this product's own engines (`infra bench --save`)."""
     wave: float | None = None
     """Share of the requests that belong to the first wave, sent by every client at once, where the measuring
     client's request count is known."""

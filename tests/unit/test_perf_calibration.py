@@ -348,6 +348,22 @@ def test_disaggregated_sweep_rows_replay_the_recipe_that_ran_at_their_client_cou
     assert isinstance(other, Case) and other.deployment.decode.workers is None
 
 
+def test_every_sweep_recipe_names_the_catalogs_model_device_and_framework_and_a_whole_layout():
+    import json
+
+    from infra.perf.replay import RECIPES
+
+    recipes = json.loads(RECIPES.read_text())["recipes"]
+    assert len(recipes) > 400
+    for r in recipes:
+        assert CAT.model(r["model"]).name == r["model"] and CAT.device(r["device"]).name == r["device"]
+        assert CAT.framework(r["framework"]).name == r["framework"]
+        assert r["concurrency"] and all(isinstance(c, int) and c > 0 for c in r["concurrency"])
+        for role in (r["prefill"], r["decode"]):
+            assert role["workers"] >= 1 and role["tp"] >= 1 and role["tp"] % role["ep"] == 0
+        assert r["speculative"] == ("draft_tokens" in r["decode"])
+
+
 def test_a_measurements_file_without_the_columns_is_an_error_naming_them(tmp_path):
     from infra.errors import InfraError
     from infra.perf.replay import load_rows
