@@ -145,12 +145,11 @@ def _unrecorded_layout(dep: Deployment, catalog: Catalog, moe: bool, heads: int,
 
 
 @functools.cache
-def _recipes() -> dict[tuple[str, str, str, str, int, int, int], list[dict[str, Any]]]:
-    index: dict[tuple[str, str, str, str, int, int, int], list[dict[str, Any]]] = {}
+def _recipes() -> dict[tuple[str, str, str, str, int, int], list[dict[str, Any]]]:
+    """The recipes by model, framework, device, precision and lengths."""
+    index: dict[tuple[str, str, str, str, int, int], list[dict[str, Any]]] = {}
     for r in json.loads(RECIPES.read_text())["recipes"]:
-        for c in r["concurrency"]:
-            key = (r["model"], r["framework"], r["device"], r["precision"], r["isl"], r["osl"], c)
-            index.setdefault(key, []).append(r)
+        index.setdefault((r["model"], r["framework"], r["device"], r["precision"], r["isl"], r["osl"]), []).append(r)
     return index
 
 
@@ -175,14 +174,12 @@ def sweep_recipes(row: dict[str, str], model: str, framework: str, device: str, 
     except (KeyError, ValueError):
         return []
 
-    def recorded(r: dict[str, Any]) -> bool:
-        return all(_int(row.get(f"{role}_tp_size", "")) in (1, r[role]["tp"]) for role in ("prefill", "decode"))
-
-    found = [r for r in _recipes().get((*key, clients), []) if recorded(r)]
+    candidates = [r for r in _recipes().get(key, [])
+                  if all(_int(row.get(f"{role}_tp_size", "")) in (1, r[role]["tp"]) for role in ("prefill", "decode"))]
+    found = [r for r in candidates if clients in r["concurrency"]]
     if not found:
         # Some sweeps list the clients per decode worker (the H200 ones: 36 clients for 4 on each of 9 workers).
-        found = [r for c in range(1, clients + 1) if clients % c == 0 for r in _recipes().get((*key, c), [])
-                 if recorded(r) and c * r["decode"]["workers"] == clients]
+        found = [r for r in candidates if clients in (c * r["decode"]["workers"] for c in r["concurrency"])]
     layouts: dict[str, list[dict[str, Any]]] = {}
     for r in found:
         layouts.setdefault(json.dumps([r["prefill"], r["decode"]], sort_keys=True), []).append(r)
