@@ -300,35 +300,24 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
         x = sustained(b)
         return b + x * at(x, b)[1] - c
 
-    top = 1.0 / occupy if occupy > 0 else 1e9
-    # Every request spends at least the fixed latency and its decode steps at the lightest batch in the loop.
-    hi = min(top, c / (req + decode_steps * w.step(0.0, ctx) / f.accept))
     # The steps' token budget: once prompts wait for it, every step is full, its decoding sequences' tokens and
-    # the rest prompt tokens, which keeps `held` = chunk (osl - 1) / (accept x prompt + osl - 1) sequences
-    # decoding at x = (chunk - held) / (prompt x full step) requests/s. When that rate leaves clients over, no
-    # more of them raise it: they wait to be prefilled, in their TTFT.
+    # the rest prompt tokens, which keeps at most `held` = chunk (osl - 1) / (accept x prompt + osl - 1) sequences
+    # decoding: more would finish faster than the prompts left room for could replace them, so no throughput
+    # sustains them. Little's law over the whole loop, c = x (TTFT + (osl - 1) TPOT) = b + x TTFT, is solved for
+    # the decoding count b up to there, the throughput following from it (solved for the throughput instead, the
+    # count is ill-conditioned where the batch is compute-bound, and it jumps where the count a throughput
+    # sustains stops existing). When even that count leaves clients over, no more of them raise the throughput:
+    # they wait to be prefilled, in their TTFT.
     held = chunk * decode_steps / (f.accept * isl_eff + decode_steps) if isl_eff > 0 else math.inf
-    saturated = False
-    if held < min(c, cap):
-        full_step = _full_step(w, held, ctx, isl, chunk)
-        x = (chunk - held) / (isl_eff * full_step)
-        _, ttft_ss, own = at(x, held)
-        tpot = full_step / f.accept
-        saturated = x < hi and x * (ttft_ss + decode_steps * tpot) <= c
+    b = min(c, cap, held)
+    g_b = loop_gap(b)
+    saturated = b == held and g_b < 0
+    if g_b > 0:
+        b = regula_falsi(loop_gap, 0.0, -c, b, g_b, 1e-10)[0]
+    x = sustained(b)
+    tpot, ttft_ss, own = at(x, b)
     if saturated:
-        b = held
-        ttft_ss = c / x - decode_steps * tpot
-    else:
-        # Little's law over the whole loop, c = x (TTFT + (osl - 1) TPOT) = b + x TTFT, solved for the decoding
-        # count b, the throughput following from it. Solved for the throughput instead, the count is
-        # ill-conditioned where the batch is compute-bound (x barely moves as b does), and it jumps where the count
-        # a throughput sustains stops existing.
-        b = min(c, cap)
-        g_b = loop_gap(b)
-        if g_b > 0:
-            b = regula_falsi(loop_gap, 0.0, -c, b, g_b, 1e-10)[0]
-        x = sustained(b)
-        tpot, ttft_ss, own = at(x, b)
+        ttft_ss = max(ttft_ss, (c - b) / x)
     if c > cap and x * (own + decode_steps * tpot) > cap:
         # The KV cache or batch cap holds fewer sequences than there are clients: the loop runs at the rate that
         # keeps every slot in a prefill or a decode, with the steps slowed by the prompts arriving at that rate
@@ -346,7 +335,7 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
             tpot, _, _, own = slotted(x)
             return x * (own + decode_steps * tpot) - cap
 
-        x = root_below(slots_gap, top)
+        x = root_below(slots_gap, 1.0 / occupy if occupy > 0 else 1e9)
         tpot, ttft_ss, b, own = slotted(x)
         ttft_ss = max(ttft_ss, c / x - decode_steps * tpot)
         saturated = False

@@ -194,6 +194,20 @@ def test_more_clients_past_the_batch_slots_never_lower_latency_or_throughput(dep
     _never_lower(clients, dep, lambda c: Workload(isl=isl, osl=osl, concurrency=c))
 
 
+@pytest.mark.parametrize("dep, clients", [
+    # Long prompts, short answers: the prefills bound the loop well before the step budget does. Past about 124
+    # decoding sequences no throughput sustains the count (they finish faster than the budget's room for prompts
+    # replaces them), and a solve that searched past it once found a second count there: TTFT fell 75% from 280
+    # clients to 281.
+    (Deployment("Qwen3-235B-A22B", "H200", "sglang", "fp8", agg=Role(Parallel(tp=8, ep=8))),
+     (250, 280, 281, 300, 400, 600, 650, 700, 1000)),
+    (Deployment("gpt-oss-120b", "H100-SXM", "vllm", "fp4", agg=Role(Parallel(tp=2, moe_tp=2))),
+     (300, 340, 347, 348, 349, 400, 600, 1000)),
+])
+def test_more_clients_never_lower_a_prefill_bound_loop(dep, clients):
+    _never_lower(clients, dep, lambda c: Workload(isl=4096, osl=64, isl_cv=0.2, osl_cv=0.2, concurrency=c))
+
+
 def _capacity(dep, lengths):
     """The first rate predicted unstable, to 0.1% (found from below, so a rate held above it would not move it)."""
     hi = 1.0
