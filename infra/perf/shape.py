@@ -111,6 +111,9 @@ class Workload:
         if (self.concurrency is None) == (self.rate is None):
             raise InfraError(Problem("a workload needs either a concurrency or a rate",
                                      fix="give --concurrency N (closed loop) or --rate R (open loop)"))
+        if self.rate is not None and not 0 < self.rate < float("inf"):
+            raise InfraError(Problem(f"an open loop needs arriving requests: rate must be above 0 (got "
+                                     f"{self.rate:g}/s)", fix="give a rate above 0, e.g. 1/s, or a concurrency"))
         if self.isl < 1 or self.osl < 1:
             raise InfraError(Problem(f"input and output lengths must be at least 1 token (got {self.isl:g}, "
                                      f"{self.osl:g})", fix="give positive token counts"))

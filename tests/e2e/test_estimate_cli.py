@@ -96,6 +96,7 @@ def test_refusals_are_one_line_with_a_fix():
           "--concurrency", "1"], "did you mean"),
         ([*BASE], "exactly one of concurrency"),
         ([*BASE, "--rate", "3/fortnight"], "unknown rate unit"),
+        ([*BASE, "--rate", "0/s"], "rate must be above 0"),
         ([*BASE, "--max-rate", "--slo", "ttft_p99=2"], "no unit"),
         ([*BASE, "--concurrency", "4", "--max-num-tokens", "0"], "max_num_tokens"),
         ([*BASE, "--concurrency", "4", "--max-rate", "--slo", "ttft_p99=2s"], "drop concurrency"),
