@@ -21,6 +21,9 @@ from infra.perf.estimate import TRICKLE_RPS, estimate, finite_ms, max_rate, miss
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 
 _SLO_METRICS = ("ttft", "tpot", "itl", "e2e")
+MAX_CV = 100.0
+"""Largest coefficient of variation a case may state: past it a lognormal's quantiles overflow, and no measured
+length or arrival distribution comes near it."""
 
 
 class RoleCase(Strict):
@@ -74,15 +77,15 @@ class EstimateCase(RoleCase):
     """Input tokens per request (mean)."""
     osl: Count
     """Output tokens per request (mean)."""
-    isl_cv: float = Field(default=0.0, ge=0)
+    isl_cv: float = Field(default=0.0, ge=0, le=MAX_CV, allow_inf_nan=False)
     """Coefficient of variation of input lengths."""
-    osl_cv: float = Field(default=0.0, ge=0)
+    osl_cv: float = Field(default=0.0, ge=0, le=MAX_CV, allow_inf_nan=False)
     """Coefficient of variation of output lengths."""
     concurrency: int | None = Field(default=None, ge=1)
     """Closed loop: concurrent clients."""
     rate: Rate | None = None
     """Open loop: requests per second."""
-    arrival_cv: float = Field(default=1.0, ge=0)
+    arrival_cv: float = Field(default=1.0, ge=0, le=MAX_CV, allow_inf_nan=False)
     """Coefficient of variation of inter-arrival times (1 = Poisson)."""
     prefix_hit: Fraction = 0.0
     """Fraction of prompt tokens found in the prefix cache."""
@@ -168,7 +171,9 @@ def case_from(data: dict[str, Any], where: Location) -> EstimateCase:
             path = ".".join(str(p) for p in err["loc"])
             msg = str(err["msg"]).removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
-                msg = f"unknown field; fields are {', '.join(EstimateCase.model_fields)}"
+                # A prefill or decode layout takes only a role's fields.
+                known = RoleCase if len(err["loc"]) > 1 and err["loc"][0] in ("prefill", "decode") else EstimateCase
+                msg = f"unknown field; fields are {', '.join(known.model_fields)}"
             fix = None
             if "; " in msg:
                 msg, fix = msg.rsplit("; ", 1)

@@ -5,6 +5,7 @@ Plain frozen dataclasses (not pydantic) because the planner builds and scores th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -114,6 +115,9 @@ class Workload:
         if self.rate is not None and not 0 < self.rate < float("inf"):
             raise InfraError(Problem(f"an open loop needs arriving requests: rate must be above 0 (got "
                                      f"{self.rate:g}/s)", fix="give a rate above 0, e.g. 1/s, or a concurrency"))
+        if not all(math.isfinite(v) for v in (self.isl, self.osl, self.arrival_cv, self.isl_cv, self.osl_cv)):
+            raise InfraError(Problem("lengths and coefficients of variation must be finite numbers",
+                                     fix="give finite token counts and CVs"))
         if self.isl < 1 or self.osl < 1:
             raise InfraError(Problem(f"input and output lengths must be at least 1 token (got {self.isl:g}, "
                                      f"{self.osl:g})", fix="give positive token counts"))

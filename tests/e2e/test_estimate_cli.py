@@ -97,10 +97,14 @@ def test_refusals_are_one_line_with_a_fix():
         ([*BASE], "exactly one of concurrency"),
         ([*BASE, "--rate", "3/fortnight"], "unknown rate unit"),
         ([*BASE, "--rate", "0/s"], "rate must be above 0"),
+        ([*BASE, "--rate", "5/s", "--isl-cv", "1e308"], "isl_cv: Input should be less than or equal to 100"),
+        ([*BASE, "--rate", "5/s", "--arrival-cv", "inf"], "arrival_cv: Input should be a finite number"),
         ([*BASE, "--max-rate", "--slo", "ttft_p99=2"], "no unit"),
         ([*BASE, "--concurrency", "4", "--max-num-tokens", "0"], "max_num_tokens"),
         ([*BASE, "--concurrency", "4", "--max-rate", "--slo", "ttft_p99=2s"], "drop concurrency"),
         ([*BASE, "--concurrency", "4", "--prefill", "tp=4"], "set mode disagg"),
+        ([*BASE, "--concurrency", "4", "--mode", "disagg", "--prefill", "tpp=4", "--decode", "tp=4"],
+         "prefill.tpp: unknown field — To fix: fields are tp, pp, ep, moe_tp, dp, batch, workers, max_num_tokens\n"),
         (["estimate", "--device", "H200"], "missing --model"),
     ):
         out = infra(*args)
