@@ -31,16 +31,21 @@ REPLAY_MEMORY = 0.95
 of memory, TRT-LLM's KV fraction is set on top of weights); planning keeps the safer 0.9."""
 
 _CONC = re.compile(r"silicon_concurrency=(\d+)")
-_SWEEP = re.compile(r"source_file=\d{4}-\d{2}-\d{2}\.csv")
+_SWEEP = re.compile(r"source_file=\d{4}-\d{2}-\d{2}\.csv|db-dump/\d{4}-\d{2}-\d{2}")
 """Rows of the dated sweep files were measured with the `benchmark_serving` client of the InferenceMAX sweeps:
 `--random-range-ratio 0.8` (each request's input and output lengths drawn uniformly from [0.8 L, L] for the
-row's L) and `--num-prompts` ten times `--max-concurrency`."""
+row's L) and `--num-prompts` ten times `--max-concurrency`. The same runs also come as a database dump
+(`db-dump/DATE; config_id=N; ... workflow_run_id=M`): one measurement appears under both, e.g. DeepSeek-R1 on
+SGLang 0.5.9, B200, fp8, tp 8, 1024/1024 at 4 clients, 183.18 ms TTFT and 8.76 ms TPOT, as
+`source_file=2026-03-25.csv` and as `db-dump/2026-04-27; config_id=87`."""
 SWEEP_RANGE_RATIO = 0.8
 SWEEP_PROMPTS_PER_CLIENT = 10
 SWEEP_RECV_INTERVAL = {"B200": (10, 30, 16)}
 """`--scheduler-recv-interval` of the sweeps' aggregated SGLang recipes by device: the B200 scripts (DeepSeek-R1,
 fp8 and fp4) poll for new requests every 10 decode steps, every 30 from 16 clients on (the fp8 tensor-parallel-4
-script keeps 10); the H200 scripts poll every step."""
+script keeps 10); the H200 scripts poll every step. Known for those scripts only (`SWEEP_RECV_FAMILIES`): another
+model's sweep rows are replayed as polling every step."""
+SWEEP_RECV_FAMILIES = ("deepseek-v3",)
 RECIPES = Path(__file__).parent / "data" / "sweep_recipes.json"
 """The disaggregated recipes the sweeps ran (InferenceX `nvidia-master.yaml`): workers, layouts, decode batches and
 speculative decoding per client count, none of which the rows record."""
@@ -310,7 +315,8 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
         isl, osl = isl * (1 + SWEEP_RANGE_RATIO) / 2, osl * (1 + SWEEP_RANGE_RATIO) / 2
         wave = 1 / SWEEP_PROMPTS_PER_CLIENT
     recv = 1
-    if wave is not None and framework.name == "sglang" and dep.mode == "agg" and device.name in SWEEP_RECV_INTERVAL:
+    if (wave is not None and framework.name == "sglang" and dep.mode == "agg" and device.name in SWEEP_RECV_INTERVAL
+            and model.family in SWEEP_RECV_FAMILIES):
         low, high, relaxed_from = SWEEP_RECV_INTERVAL[device.name]
         tp4_fp8 = precision == "fp8" and dep.agg.parallel.tp == 4
         recv = high if clients >= relaxed_from and not tp4_fp8 else low

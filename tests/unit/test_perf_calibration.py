@@ -299,6 +299,11 @@ def test_rows_of_the_dated_sweeps_replay_their_clients_lengths_and_first_wave():
     assert (sweep.workload.isl, sweep.workload.osl, sweep.wave) == (pytest.approx(921.6), pytest.approx(921.6),
                                                                     pytest.approx(0.1))
     assert (other.workload.isl, other.wave) == (1024, None)
+    # The same runs exported from the sweeps' database.
+    dump = to_case(_row(silicon_data_source="db-dump/2026-04-27; config_id=87; silicon_concurrency=64; "
+                                            "measured=2026-03-25T00:00:00.000Z; workflow_run_id=337",
+                        batch_size="64", tp_size="8", moe_ep_size="8"), CAT)
+    assert isinstance(dump, Case) and (dump.workload.isl, dump.wave) == (pytest.approx(921.6), pytest.approx(0.1))
     f = Factors(queue=0.4)
     assert as_measured(sweep, "agg", f).queue == pytest.approx(0.1)
     assert as_measured(other, "agg", f).queue == 0.4
@@ -536,6 +541,9 @@ def test_measured_sglang_b200_sweeps_poll_for_requests_every_few_decode_steps():
     assert [sweep(c).recv_interval for c in (8, 16, 64)] == [10, 30, 30]
     assert sweep(64, system="h200_sxm", precision="fp8").recv_interval == 1
     assert sweep(64, tp_size="4", moe_ep_size="4", precision="fp8").recv_interval == 10
+    # Only the DeepSeek scripts' interval is known; another model's sweep rows poll every step.
+    assert sweep(64, model_path="Qwen/Qwen3-235B-A22B-FP8", precision="fp8", moe_ep_size="1",
+                 moe_tp_size="8").recv_interval == 1
     # Rows outside the sweeps, and TRT-LLM's, poll every step.
     assert to_case(_row(backend="sglang", batch_size="64", tp_size="8", moe_ep_size="8"), CAT).recv_interval == 1
     assert to_case(_row(silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=64", batch_size="64",
