@@ -20,7 +20,9 @@ import numpy as np
 
 from infra.catalog.hfids import precision_named
 from infra.catalog.loader import Catalog
+from infra.catalog.schema import ModelSpec
 from infra.errors import InfraError, Location, Problem
+from infra.perf.arch import model_terms
 from infra.perf.calibration import BAND_QUANTILES, Factors, band_key, error_band
 from infra.perf.estimate import build_workers
 from infra.perf.estimate import predict as serving_predict
@@ -158,6 +160,19 @@ def _recipes() -> dict[tuple[str, str, str, str, int, int], list[dict[str, Any]]
     return index
 
 
+def recipe_models(model: ModelSpec, catalog: Catalog) -> tuple[str, ...]:
+    """The models whose recipes a row of `model` may have run: itself and the catalog models of its exact
+    architecture (the sweeps' DeepSeek-R1 recipes, for rows that name the checkpoint DeepSeek-V3)."""
+    names = {r["model"] for recipes in _recipes().values() for r in recipes}
+    out = [model.name]
+    for name in sorted(names - {model.name}):
+        other = catalog.models.get(name)
+        if (other is not None and other.native_precision == model.native_precision
+                and model_terms(other) == model_terms(model)):
+            out.append(name)
+    return tuple(out)
+
+
 def _recipe_role(spec: dict[str, Any], dense: bool) -> Role:
     """A recipe's role as the engines lay it out: `tp` devices, the experts over `ep` of them and tensor-parallel
     over the rest, attention data-parallel over all of them or tensor-parallel."""
@@ -169,18 +184,26 @@ def _recipe_role(spec: dict[str, Any], dense: bool) -> Role:
                 max_num_tokens=spec.get("max_num_tokens", Role.max_num_tokens))
 
 
-def sweep_recipes(row: dict[str, str], model: str, framework: str, device: str, precision: str, clients: int,
-                  dense: bool) -> list[tuple[Role, Role, bool | None, float]]:
-    """(prefill, decode, speculative, draft tokens) of each layout of the recipes that ran at a disaggregated sweep
-    row's client count, speculative None where one with and one without ran on that layout. A device count the
-    row records (above 1) must match."""
+def _recorded(row: dict[str, str], role: str, recipe: dict[str, Any]) -> bool:
+    """Whether what a row records of one role (its workers; its devices per worker, tp x attention-DP ranks, where
+    above 1) agrees with a recipe's."""
+    workers = _int(row.get(f"{role}_num_workers", ""), 0)
+    devices = _int(row.get(f"{role}_tp_size", "")) * _int(row.get(f"{role}_attention_dp_size", ""))
+    return workers in (0, recipe[role]["workers"]) and devices in (1, recipe[role]["tp"])
+
+
+def sweep_recipes(row: dict[str, str], models: tuple[str, ...], framework: str, device: str, precision: str,
+                  clients: int, dense: bool) -> list[tuple[Role, Role, bool | None, float]]:
+    """(prefill, decode, speculative, draft tokens) of each layout of the recipes of `models` (the row's model and
+    its architecture twins) that ran at a disaggregated sweep row's client count, speculative None where one with
+    and one without ran on that layout. What the row records of each role (workers, devices) must match."""
     try:
-        key = (model, framework, device, precision, int(float(row["isl"])), int(float(row["osl"])))
+        lengths = (int(float(row["isl"])), int(float(row["osl"])))
     except (KeyError, ValueError):
         return []
 
-    candidates = [r for r in _recipes().get(key, [])
-                  if all(_int(row.get(f"{role}_tp_size", "")) in (1, r[role]["tp"]) for role in ("prefill", "decode"))]
+    candidates = [r for model in models for r in _recipes().get((model, framework, device, precision, *lengths), [])
+                  if all(_recorded(row, role, r) for role in ("prefill", "decode"))]
     found = [r for r in candidates if clients in r["concurrency"]]
     if not found:
         # Some sweeps list the clients per decode worker (the H200 ones: 36 clients for 4 on each of 9 workers).
@@ -293,9 +316,11 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
         return Role(parallel=par, batch_cap=cap, workers=_int(workers) if workers else None)
 
     recipes: list[tuple[Deployment, bool | None, float]] = []
-    if (row.get("mode") == "disagg" and _SWEEP.search(row.get("silicon_data_source", ""))
-            and not row.get("prefill_num_workers") and not row.get("decode_num_workers")):
-        found = sweep_recipes(row, model.name, framework.name, device.name, precision, clients, dense)
+    if row.get("mode") == "disagg" and _SWEEP.search(row.get("silicon_data_source", "")):
+        # Rows that record their workers still leave out whether the decode workers ran MTP (and, in the database
+        # export, their data-parallel attention): the recipe that ran that layout at those clients says.
+        found = sweep_recipes(row, recipe_models(model, catalog), framework.name, device.name, precision, clients,
+                              dense)
         recipes = [(Deployment(model.name, device.name, framework.name, precision, "disagg", prefill=p, decode=d,
                                memory_utilization=REPLAY_MEMORY), speculative, draft)
                    for p, d, speculative, draft in found]

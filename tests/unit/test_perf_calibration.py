@@ -344,6 +344,15 @@ def test_disaggregated_sweep_rows_replay_the_recipe_that_ran_at_their_client_cou
     # A row that records another device count, or its workers, ran none of them: the recorded columns stand.
     for case in (sweep(1024, decode_tp_size="16"), sweep(1024, prefill_num_workers="2", decode_num_workers="2")):
         assert case.speculative is None and not case.alternatives and case.deployment.decode.workers in (None, 2)
+    # A row that records the recipe's own workers (the database export: prefill tp 1 x 8 attention-DP ranks,
+    # decode tp 8 x 1) still takes its MTP and data-parallel attention from it, under the name of either checkpoint
+    # of that architecture.
+    for path in ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3"):
+        dump = sweep(1024, model_path=path, prefill_num_workers="1", decode_num_workers="4", prefill_tp_size="1",
+                     prefill_attention_dp_size="8", decode_tp_size="8", decode_attention_dp_size="1",
+                     silicon_data_source="db-dump/2026-04-27; config_id=1; silicon_concurrency=1024")
+        assert (dump.model, dump.speculative, dump.draft) == (path.split("/")[1], True, 3)
+        assert (dump.deployment.decode.workers, dump.deployment.decode.parallel.attention_dp) == (4, 8)
     # The H200 sweeps count clients over all decode workers: 36 are 4 on each of nine.
     h200 = sweep(36, system="h200_sxm", precision="fp8")
     assert (h200.deployment.decode.workers, h200.speculative) == (9, False)
