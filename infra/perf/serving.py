@@ -610,12 +610,12 @@ def _arrivals_quantile(n: float, cv: float, z: float, arrival_cv: float) -> floa
 
 
 def _step_percentiles(t_mean: float, t_decode: float, steps: list[tuple[float, float]], osl: float, osl_cv: float,
-                      accept: float, batch: dict[str, float], lam: float, isl_cv: float, t_lone: float,
-                      arrival_cv: float) -> tuple[dict[str, float], dict[str, float]]:
+                      accept: float, batch: dict[str, float], gap: dict[str, float], lam: float, isl_cv: float,
+                      t_lone: float, arrival_cv: float) -> tuple[dict[str, float], dict[str, float]]:
     """(ITL, TPOT) percentiles of a group whose decode steps take `t_decode` seconds except the `steps` that
-    carry prompt chunks (their durations, and their relative frequencies), with `batch` the token time a
-    percentile of the batch's fluctuation adds to the mean. A gap is one step, so the ITL's tail is the slowest
-    steps' share of all steps.
+    carry prompt chunks (their durations, and their relative frequencies), with `batch` the token time and `gap`
+    the decode-only gap a percentile of the batch's fluctuation adds to the mean's. A gap is one step, so the
+    ITL's tail is the slowest steps' share of all steps.
     A request's TPOT averages its gaps: it is slow when more requests than usual arrive while it decodes, since
     their prompt tokens ride in its steps and they join its batch. They arrive at `lam` per second (gaps of CV
     `arrival_cv`) with lognormal prompt lengths, and what they add is the step time beyond a lone sequence's step
@@ -640,7 +640,7 @@ def _step_percentiles(t_mean: float, t_decode: float, steps: list[tuple[float, f
     for p in PERCENTILES:
         z = max(z_of(p), 0.0)
         tail = 1 - float(p[1:]) / 100
-        value, seen = t_decode / accept + batch[p], 0.0
+        value, seen = t_decode / accept + gap[p], 0.0
         for d, r in ordered:
             seen += share * r / chunk_rate
             if seen >= tail:
@@ -741,10 +741,15 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
         return _unstable({"agg": workers}, load, "arrival rate is past the point where the batch keeps growing")
     # A percentile's token time is the one at that percentile of the batch (no further than the slots allow),
     # not a line through the mean: the token time bends with the batch.
-    mid = token_time(b)
-    batch = {p: token_time(min(b + max(z_of(p), 0.0) * sd, max(cap, b))) - mid for p in PERCENTILES}
+    mid, lone = token_time(b), w.step(b, ctx)
+    at = {p: min(b + max(z_of(p), 0.0) * sd, max(cap, b)) for p in PERCENTILES}
+    batch = {p: token_time(at[p]) - mid for p in PERCENTILES}
+    # A gap that carries no prompt chunk is a decode step of the batch at that percentile: what the batch adds
+    # to it is the decode step's own growth. The mean token time's growth also carries the prompts riding in the
+    # steps, and once the slots cap the batch it would shrink as the mean batch nears them.
+    gap = {p: (w.step(at[p], ctx) - lone) / f.accept for p in PERCENTILES}
     # The deployment's own replicas share the rate behind the router as the planner's peers do.
-    itl, tpot = _step_percentiles(t / f.accept, w.step(b, ctx), steps, osl, wl.osl_cv, f.accept, batch, lam,
+    itl, tpot = _step_percentiles(t / f.accept, lone, steps, osl, wl.osl_cv, f.accept, batch, gap, lam,
                                    wl.isl_cv, w.step(1.0, ctx), wl.arrival_cv / math.sqrt(max(wl.peers, workers)))
     e2e = _e2e(ttft, tpot, osl, wl.osl_cv)
     return Prediction(ttft, tpot, itl, e2e, wl.rate, wl.rate * osl, b, load, True, {"agg": workers})
