@@ -106,13 +106,18 @@ class LengthDistribution(Strict):
         return self
 
 
+MAX_CV = 100.0
+"""Largest coefficient of variation an arrival or length distribution may state: past it a lognormal's quantiles
+overflow, and no measured distribution comes near it."""
+
+
 class Arrival(Strict):
     """How requests arrive in an open loop."""
 
     process: Literal["poisson", "gamma", "constant"] = "poisson"
     """poisson: independent arrivals; gamma: burstier (cv > 1) or smoother (cv < 1) than Poisson; constant: evenly
     spaced."""
-    cv: float | None = Field(default=None, gt=0)
+    cv: float | None = Field(default=None, gt=0, le=MAX_CV, allow_inf_nan=False)
     """Coefficient of variation of inter-arrival times, for gamma (1 = Poisson)."""
 
     @model_validator(mode="before")

@@ -16,14 +16,12 @@ from infra.catalog.loader import Catalog
 from infra.errors import InfraError, Location, Problem
 from infra.files import read_jsonl
 from infra.intent.base import Strict
+from infra.intent.models import MAX_CV
 from infra.intent.units import Count, Duration, Fraction, Rate, parse_duration
 from infra.perf.estimate import TRICKLE_RPS, estimate, finite_ms, max_rate, missed, objective_value
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 
 _SLO_METRICS = ("ttft", "tpot", "itl", "e2e")
-MAX_CV = 100.0
-"""Largest coefficient of variation a case may state: past it a lognormal's quantiles overflow, and no measured
-length or arrival distribution comes near it."""
 
 
 class RoleCase(Strict):

@@ -567,6 +567,8 @@ CASES: list[Case] = [
     case("arrival-process-unknown-scalar", "        arrival:\n          process: gamma\n          cv: 1.5\n",
          "        arrival: poison\n", ("'poison' is not allowed here", "did you mean 'poisson'")),
     case("arrival-cv-zero", "          cv: 1.5", "          cv: 0", "greater than 0"),
+    case("arrival-cv-infinite", "          cv: 1.5", "          cv: .inf", "finite number"),
+    case("arrival-cv-huge", "          cv: 1.5", "          cv: 1e308", "less than or equal to 100"),
     # workload: lengths
     case("input-tokens-missing", "        input_tokens: {mean: 1800, p50: 1200, p99: 9k, max: 12k}\n", "",
          "needs input_tokens", ["- name: chat", "      workload:"]),
