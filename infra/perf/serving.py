@@ -776,6 +776,14 @@ def _size_decode(wd: Worker, role: Role, clients: float, ctx: float) -> tuple[in
     return max(1, math.ceil(groups_needed / wd.parallel.attention_dp)), cap, True
 
 
+def _sized_note(prefill_sized: bool, n_p: int, decode_sized: bool, n_d: int, how: str) -> str:
+    """Which worker counts the model chose, and which it kept as given."""
+    roles = [("prefill", prefill_sized, n_p), ("decode", decode_sized, n_d)]
+    chosen = " and ".join(f"{n} {name}" for name, sized, n in roles if sized)
+    given = " and ".join(f"{n} {name}" for name, sized, n in roles if not sized)
+    return f"worker counts not given: {chosen} worker(s) {how}" + (f" ({given} as given)" if given else "")
+
+
 def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, link_bytes_s: float) -> Prediction:
     f = wd.factors
     isl, osl = wl.isl, wl.osl
@@ -831,7 +839,7 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
         tp = _flat(tpot)
         e2e_d = {k: ttft[k] + (osl - 1) * tpot for k in ttft}
         if assumed_d or prefill.workers is None:
-            notes.append(f"worker counts not given: assumed {n_p} prefill and {n_d} decode workers")
+            notes.append(_sized_note(prefill.workers is None, n_p, assumed_d, n_d, "assumed"))
         return Prediction(ttft, tp, tp, e2e_d, x, x * osl, b, b / cap, True, {"prefill": n_p, "decode": n_d}, notes)
     lam = wl.rate
     n_p = prefill.workers or max(1, math.ceil(lam / (PREFILL_TARGET_LOAD * per_prefill_group)
@@ -866,6 +874,6 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
             **{p: itl[p] + slot.quantile(float(p[1:]) / 100) / gaps for p in PERCENTILES}}
     e2e = _e2e(ttft, itl, osl, wl.osl_cv, slot)
     if prefill.workers is None or decode.workers is None:
-        notes.append(f"worker counts not given: sized {n_p} prefill and {n_d} decode workers for the rate")
+        notes.append(_sized_note(prefill.workers is None, n_p, decode.workers is None, n_d, "sized for the rate"))
     return Prediction(ttft, tpot, itl, e2e, lam, lam * osl, b, max(rho_pf, b / cap), True,
                       {"prefill": n_p, "decode": n_d}, notes)

@@ -427,3 +427,15 @@ def test_every_layer_adds_its_fixed_time_to_a_step_whatever_the_batch():
     # Pipeline stages split the layers, and a step still passes through all of them.
     assert step("Llama-3.1-70B", 50.0, pp=2) - step("Llama-3.1-70B", 0.0, pp=2) == pytest.approx(deep)
     assert step("Llama-3.1-8B", 50.0) - step("Llama-3.1-8B", 0.0) == pytest.approx(32 * 50e-6)
+
+
+def test_a_disaggregated_estimate_says_which_worker_counts_it_chose_and_keeps_the_given_ones():
+    def notes(prefill: Role, decode: Role, **load) -> list[str]:
+        dep = Deployment("Llama-3.1-8B", "H200", "vllm", "bf16", "disagg", prefill=prefill, decode=decode)
+        return estimate(dep, Workload(isl=2048, osl=256, **load), CAT).prediction.assumptions
+
+    closed = notes(Role(Parallel(tp=1)), Role(Parallel(tp=1), workers=3), concurrency=4)
+    assert closed == ["worker counts not given: 1 prefill worker(s) assumed (3 decode as given)"]
+    opened = notes(Role(Parallel(tp=1), workers=2), Role(Parallel(tp=1)), rate=3.0)
+    assert opened == ["worker counts not given: 1 decode worker(s) sized for the rate (2 prefill as given)"]
+    assert notes(Role(Parallel(tp=1), workers=1), Role(Parallel(tp=1), workers=1), rate=3.0) == []
