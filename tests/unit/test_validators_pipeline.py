@@ -79,7 +79,7 @@ DEFECTS = [
      "            cpu: 500m\n            memory: 2Gi\n        securityContext"),
     ("PIP005", SPEECH, "voice-code2wav/base/service-voice-code2wav.yaml",
      "    infra.dev/service: voice-code2wav\n    infra.dev/role", "    infra.dev/service: voice-talker\n    infra.dev/role"),
-    ("PLN004", VIDEO, "t2v-dit/base/deployment-t2v-dit-a1.yaml", "        - --usp\n        - '8'\n",
+    ("PLN004", VIDEO, "t2v-dit/base/deployment-t2v-dit-a0.yaml", "        - --usp\n        - '8'\n",
      "        - --usp\n        - '4'\n"),
     ("PLN004", VIDEO, "t2v-dit/base/deployment-t2v-dit-a0.yaml", "        - Wan-AI/Wan2.1-T2V-14B-Diffusers\n",
      "        - Wan-AI/Wan2.1-T2V-14B\n"),
@@ -101,8 +101,8 @@ def test_planted_pipeline_defect_is_caught(tmp_path: Path, rule: str, plan, file
 
 
 def test_sequence_parallel_degree_counts_towards_the_devices(tmp_path: Path):
-    """The DiT pod of the second allocation holds sp=8 devices with TP 1: SEM006 accepts it only with --usp 8 read back."""
+    """The DiT pod of the allocation holds sp=8 devices with TP 1: SEM006 accepts it only with --usp 8 read back."""
     tree = _rendered(VIDEO, tmp_path / "m")
-    _edit(tree / "t2v-dit/base/deployment-t2v-dit-a1.yaml", "        - --usp\n        - '8'\n", "")
+    _edit(tree / "t2v-dit/base/deployment-t2v-dit-a0.yaml", "        - --usp\n        - '8'\n", "")
     rules = {f.rule for f in validate_tree(tree, plan=VIDEO).errors}
     assert {"SEM006", "PLN004"} <= rules
