@@ -15,7 +15,11 @@ than its share of the work) and `recipe_accept` (tokens per decode step of the m
 that decode speculatively, which the rows do not record; applied when replaying such rows, never to a plan).
 `--write` commits them to infra/perf/data/calibration.json with the date and the data's fingerprint.
 `--lomo` refits with each model held out and scores the held-out rows: the figure that says how the model does
-on models it has never seen. With `--write` their spread (quantiles of measured / predicted per mode) is committed
+on models it has never seen. A held-out model's rows on a framework/device pair no other model was measured on
+(DeepSeek-R1's on SGLang B200/GB200/GB300/H100 and TRT-LLM B300/GB300) take factors the way an estimate for an
+unmeasured pair does (`infra.perf.calibration.borrow`: the framework's closest measured device, with its
+architecture's multiplier traded for theirs), not the pooled ones: leave-one-model-out TTFT median 31.7% -> 31.1%,
+TPOT 20.2% -> 18.5% (held-out DeepSeek-R1 32.3/24.4% -> 31.4/21.9%). With `--write` their spread (quantiles of measured / predicted per mode) is committed
 too, as the error band every estimate reports. Requires scipy (in the `dev` extra).
 """
 
@@ -41,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from infra.catalog.loader import load_catalog  # noqa: E402
 from infra.errors import InfraError  # noqa: E402
-from infra.perf.calibration import SHARED_FACTORS, Factors  # noqa: E402
+from infra.perf.calibration import SHARED_FACTORS, Factors, borrow, device_point  # noqa: E402
 from infra.perf.replay import (  # noqa: E402
     Case,
     compiled,
@@ -215,10 +219,20 @@ def fit_all(items: Prepared) -> tuple[Factors, dict[str, Factors], dict[str, dic
     return pooled, {g: _scaled(f, scales[_architecture(g)]) for g, f in fitted.items()}, scales
 
 
-def score(items: Prepared, pooled: Factors, groups: dict[str, Factors]) -> list[tuple[Case, float, float]]:
+def score(items: Prepared, pooled: Factors, groups: dict[str, Factors],
+          scales: dict[str, dict[str, float]] | None = None) -> list[tuple[Case, float, float]]:
+    """Predictions with the fitted factors; a framework/device pair the fit did not see (a held-out model's
+    device) borrows them the way an estimate does (`infra.perf.calibration.borrow`)."""
+    catalog = load_catalog()
+    devices = {key.split("/")[1]: device_point(catalog.device(key.split("/")[1])) for key in groups}
     out = []
     for case, run in items:
-        ttft, tpot = run(groups.get(case.group, pooled))
+        factors = groups.get(case.group)
+        if factors is None:
+            fw, dev = case.group.split("/")
+            got = borrow(fw, catalog.device(dev), groups, devices, scales)
+            factors = got[1] if got is not None else pooled
+        ttft, tpot = run(factors)
         out.append((case, ttft, tpot))
     return out
 
@@ -228,9 +242,9 @@ _ITEMS: Prepared = []
 
 def _fold(model: str) -> list[tuple[int, float, float]]:
     """Fit without `model` and predict its rows: (index into the cases, TTFT, TPOT)."""
-    p, g, _ = fit_all([it for it in _ITEMS if it[0].model != model])
+    p, g, s = fit_all([it for it in _ITEMS if it[0].model != model])
     held = [i for i, (case, _) in enumerate(_ITEMS) if case.model == model]
-    return [(i, ttft, tpot) for i, (_, ttft, tpot) in zip(held, score([_ITEMS[i] for i in held], p, g))]
+    return [(i, ttft, tpot) for i, (_, ttft, tpot) in zip(held, score([_ITEMS[i] for i in held], p, g, s))]
 
 
 def fmt(block: dict) -> str:
@@ -313,11 +327,7 @@ def main() -> int:
                   f"{band['ttft']['p95']:.2f}, TPOT {band['tpot']['p5']:.2f}..{band['tpot']['p95']:.2f}; held for a "
                   f"model left out of it: TTFT {kept['ttft']}, TPOT {kept['tpot']}")
     if args.write:
-        devices = {}
-        for key in groups:
-            dev = catalog.device(key.split("/")[1])
-            bf16 = (dev.tflops.get("bf16") or dev.tflops.get("fp16")).value
-            devices[dev.name] = {"bw": dev.memory_bandwidth_tbps.value, "bf16": bf16}
+        devices = {key.split("/")[1]: device_point(catalog.device(key.split("/")[1])) for key in groups}
         data = {
             "fitted": dt.date.today().isoformat(),
             "data": Path(args.csv).name,

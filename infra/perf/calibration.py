@@ -161,6 +161,11 @@ def _table() -> dict[str, Any]:
         return {"groups": {}, "devices": {}, "pooled": {}}
 
 
+@lru_cache(maxsize=1)
+def _groups() -> dict[str, Factors]:
+    return {k: Factors(**g["factors"]) for k, g in _table().get("groups", {}).items()}
+
+
 def table() -> dict[str, Any]:
     """The committed calibration data (read-only)."""
     return _table()
@@ -240,36 +245,60 @@ def error_band(mode: str, model: str | None = None) -> ErrorBand | None:
     return ErrorBand(mode, band["n"], band["ttft"], band["tpot"], held.get("ttft"), held.get("tpot"), basis)
 
 
-def _device_distance(a: dict[str, float], b: DeviceSpec) -> float:
-    bw = b.memory_bandwidth_tbps.value
-    fl = (b.tflops.get("bf16") or b.tflops.get("fp16") or next(iter(b.tflops.values()))).value
-    return abs(math.log(a["bw"] / bw)) + abs(math.log(a["bf16"] / fl))
+def _device_distance(a: dict[str, Any], b: DeviceSpec) -> float:
+    p = device_point(b)
+    return abs(math.log(a["bw"] / p["bw"])) + abs(math.log(a["bf16"] / p["bf16"]))
+
+
+def device_point(device: DeviceSpec) -> dict[str, Any]:
+    """What `borrow` compares devices by (memory bandwidth and 16-bit peak) and their architecture."""
+    return {"bw": device.memory_bandwidth_tbps.value,
+            "bf16": (device.tflops.get("bf16") or device.tflops.get("fp16") or next(iter(device.tflops.values()))).value,
+            "architecture": device.architecture}
+
+
+def borrow(framework: str, device: DeviceSpec, groups: dict[str, Factors], devices: dict[str, dict[str, Any]],
+           scales: dict[str, dict[str, float]] | None = None) -> tuple[str, Factors, float] | None:
+    """Factors for a (framework, device) pair no measurement fitted, taken from the fitted `groups`: the same
+    framework (or the one it derives from) on the closest measured device, else any framework on this device, else
+    the closest of all; derated off NVIDIA. Where the fit found multipliers per device architecture (`scales`) for
+    both devices' architectures, the borrowed factors trade the lender's for the borrower's, as a framework's
+    kernels reach the share of peak of the generation they run on. Returns the group borrowed from, its factors
+    and the device distance; None when nothing was fitted."""
+    fw_eff = PARENT_FRAMEWORK.get(framework, framework)
+    candidates = [k for k in groups if k.split("/")[0] == fw_eff]
+    if not candidates:
+        candidates = [k for k in groups if k.split("/")[1] == device.name]
+    if not candidates:
+        candidates = list(groups)
+    if not candidates or not devices:
+        return None
+    best = min(candidates, key=lambda k: (_device_distance(devices[k.split("/")[1]], device), k))
+    dist = _device_distance(devices[best.split("/")[1]], device)
+    borrowed = groups[best]
+    lender = scales.get(devices[best.split("/")[1]].get("architecture", ""), {}) if scales else {}
+    mine = scales.get(device.architecture, {}) if scales else {}
+    trade = {n: min(Factors.BOUNDS[n][1], getattr(borrowed, n) * mine[n] / lender[n])
+             for n in mine if n in lender and lender[n] > 0}
+    if trade:
+        borrowed = replace(borrowed, **trade)
+    if device.vendor != "nvidia":
+        # Vendor stacks beyond CUDA reach a smaller share of peak in every public comparison; until measured,
+        # take the conservative side rather than the optimistic one.
+        borrowed = replace(borrowed, gemm=borrowed.gemm * 0.75, mem=borrowed.mem * 0.85, attn=borrowed.attn * 0.75)
+    return best, borrowed, dist
 
 
 def lookup(framework: str, device: DeviceSpec) -> Calibration:
     """Factors for a framework on a device, exact when fitted, otherwise borrowed and marked so."""
     data = _table()
-    groups: dict[str, dict[str, Any]] = data.get("groups", {})
-    devices: dict[str, dict[str, float]] = data.get("devices", {})
-    fw = framework
-    key = f"{fw}/{device.name}"
+    groups = _groups()
+    key = f"{framework}/{device.name}"
     if key in groups:
-        return Calibration(Factors(**groups[key]["factors"]), True, f"fit:{key}")
-    fw_eff = PARENT_FRAMEWORK.get(fw, fw)
-    candidates = [(k, g) for k, g in groups.items() if k.split("/")[0] == fw_eff]
-    if not candidates:
-        candidates = [(k, g) for k, g in groups.items() if k.split("/")[1] == device.name]
-    if not candidates:
-        candidates = list(groups.items())
-    if candidates and devices:
-        best = min(candidates, key=lambda kg: (_device_distance(devices[kg[0].split("/")[1]], device), kg[0]))
-        dist = _device_distance(devices[best[0].split("/")[1]], device)
-        borrowed = Factors(**best[1]["factors"])
-        if device.vendor != "nvidia":
-            # Vendor stacks beyond CUDA reach a smaller share of peak in every public comparison; until measured,
-            # take the conservative side rather than the optimistic one.
-            borrowed = replace(borrowed, gemm=borrowed.gemm * 0.75, mem=borrowed.mem * 0.85,
-                               attn=borrowed.attn * 0.75)
-        return Calibration(borrowed, False, f"borrowed:{best[0]}", round(dist, 3))
+        return Calibration(groups[key], True, f"fit:{key}")
+    got = borrow(framework, device, groups, data.get("devices", {}), data.get("architecture_scales"))
+    if got is not None:
+        best, borrowed, dist = got
+        return Calibration(borrowed, False, f"borrowed:{best}", round(dist, 3))
     pooled = data.get("pooled") or {}
     return Calibration(Factors(**pooled) if pooled else Factors(), False, "defaults", float("inf"))
