@@ -150,6 +150,8 @@ class Calibration:
     """`fit:<framework>/<device>`, or how the factors were borrowed."""
     distance: float = 0.0
     """How far the device is from the one the factors were fitted on (0 = same); log-ratio of bandwidth and FLOPs."""
+    architecture: str = ""
+    """The device architecture whose fitted multipliers replaced the lender's (`borrow`); empty when none did."""
 
 
 @lru_cache(maxsize=1)
@@ -258,13 +260,13 @@ def device_point(device: DeviceSpec) -> dict[str, Any]:
 
 
 def borrow(framework: str, device: DeviceSpec, groups: dict[str, Factors], devices: dict[str, dict[str, Any]],
-           scales: dict[str, dict[str, float]] | None = None) -> tuple[str, Factors, float] | None:
+           scales: dict[str, dict[str, float]] | None = None) -> tuple[str, Factors, float, str] | None:
     """Factors for a (framework, device) pair no measurement fitted, taken from the fitted `groups`: the same
     framework (or the one it derives from) on the closest measured device, else any framework on this device, else
     the closest of all; derated off NVIDIA. Where the fit found multipliers per device architecture (`scales`) for
     both devices' architectures, the borrowed factors trade the lender's for the borrower's, as a framework's
-    kernels reach the share of peak of the generation they run on. Returns the group borrowed from, its factors
-    and the device distance; None when nothing was fitted."""
+    kernels reach the share of peak of the generation they run on. Returns the group borrowed from, its factors,
+    the device distance and the architecture traded to (empty when none was); None when nothing was fitted."""
     fw_eff = PARENT_FRAMEWORK.get(framework, framework)
     candidates = [k for k in groups if k.split("/")[0] == fw_eff]
     if not candidates:
@@ -276,8 +278,9 @@ def borrow(framework: str, device: DeviceSpec, groups: dict[str, Factors], devic
     best = min(candidates, key=lambda k: (_device_distance(devices[k.split("/")[1]], device), k))
     dist = _device_distance(devices[best.split("/")[1]], device)
     borrowed = groups[best]
-    lender = scales.get(devices[best.split("/")[1]].get("architecture", ""), {}) if scales else {}
-    mine = scales.get(device.architecture, {}) if scales else {}
+    lender_arch = devices[best.split("/")[1]].get("architecture", "")
+    lender = scales.get(lender_arch, {}) if scales else {}
+    mine = scales.get(device.architecture, {}) if scales and lender_arch != device.architecture else {}
     trade = {n: min(Factors.BOUNDS[n][1], getattr(borrowed, n) * mine[n] / lender[n])
              for n in mine if n in lender and lender[n] > 0}
     if trade:
@@ -286,7 +289,7 @@ def borrow(framework: str, device: DeviceSpec, groups: dict[str, Factors], devic
         # Vendor stacks beyond CUDA reach a smaller share of peak in every public comparison; until measured,
         # take the conservative side rather than the optimistic one.
         borrowed = replace(borrowed, gemm=borrowed.gemm * 0.75, mem=borrowed.mem * 0.85, attn=borrowed.attn * 0.75)
-    return best, borrowed, dist
+    return best, borrowed, dist, device.architecture if trade else ""
 
 
 def lookup(framework: str, device: DeviceSpec) -> Calibration:
@@ -298,7 +301,7 @@ def lookup(framework: str, device: DeviceSpec) -> Calibration:
         return Calibration(groups[key], True, f"fit:{key}")
     got = borrow(framework, device, groups, data.get("devices", {}), data.get("architecture_scales"))
     if got is not None:
-        best, borrowed, dist = got
-        return Calibration(borrowed, False, f"borrowed:{best}", round(dist, 3))
+        best, borrowed, dist, arch = got
+        return Calibration(borrowed, False, f"borrowed:{best}", round(dist, 3), arch)
     pooled = data.get("pooled") or {}
     return Calibration(Factors(**pooled) if pooled else Factors(), False, "defaults", float("inf"))

@@ -217,8 +217,9 @@ def _notes(dep: Deployment, cal: Calibration, catalog: Catalog) -> list[str]:
     """What an estimate extrapolates: factors borrowed from another framework or device, and layers of a kind no
     measured model has (priced by the roofline at factors fitted on other layers; the error band does not cover
     them)."""
+    traded = f", at {cal.architecture}'s fitted share of peak" if cal.architecture else ""
     notes = [] if cal.calibrated else [f"not calibrated for {dep.framework} on {dep.device}: efficiency factors "
-                                       f"{cal.source} (device distance {cal.distance:g})"]
+                                       f"{cal.source} (device distance {cal.distance:g}){traded}"]
     model = catalog.model(dep.model)
     measured = [catalog.models[name] for name in measured_models() if name in catalog.models]
     new = [kind for kind, has in LAYER_KINDS if has(model) and measured and not any(has(m) for m in measured)]

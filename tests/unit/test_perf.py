@@ -117,23 +117,29 @@ def test_calibration_lookup_says_when_it_borrows():
     dep = Deployment("Qwen3-32B", "Ascend-910B3", "vllm-ascend", "bf16", agg=Role(Parallel(tp=4)))
     est = estimate(dep, Workload(isl=1000, osl=200, concurrency=8), CAT)
     assert not est.to_json()["calibrated"] and "not calibrated" in est.notes[0]
+    # Borrowed across device generations, an estimate says whose share of peak it took.
+    traded = lookup("vllm", CAT.device("B300"))
+    assert traded.source == "borrowed:vllm/B200" and traded.architecture == "blackwell-ultra"
+    dep = Deployment("Llama-3.1-70B", "B300", "vllm", "fp8", agg=Role(Parallel(tp=4)))
+    note = estimate(dep, Workload(isl=1000, osl=200, concurrency=8), CAT).notes[0]
+    assert note.endswith("at blackwell-ultra's fitted share of peak")
 
 
 def test_borrowed_factors_trade_the_lenders_architecture_for_the_borrowers():
     groups = {"trtllm/H200": Factors(gemm=0.66), "vllm/B200": Factors(gemm=0.3)}
     devices = {"H200": device_point(CAT.device("H200")), "B200": device_point(CAT.device("B200"))}
     scales = {"hopper": {"gemm": 1.1}, "blackwell": {"gemm": 0.7}}
-    key, got, dist = borrow("trtllm", CAT.device("B300"), groups, devices, scales)
+    key, got, dist, arch = borrow("trtllm", CAT.device("B300"), groups, devices, scales)
     # Same framework first, even on another generation; its Hopper multiplier is swapped for Blackwell's only
     # where the fit found one for the borrower's architecture (B300 is blackwell-ultra: none here).
-    assert key == "trtllm/H200" and got.gemm == pytest.approx(0.66) and dist > 0
-    _, got, _ = borrow("trtllm", CAT.device("B200"), groups, devices, scales)
-    assert got.gemm == pytest.approx(0.66 * 0.7 / 1.1)
-    _, got, _ = borrow("trtllm", CAT.device("B200"), groups, devices)
-    assert got.gemm == pytest.approx(0.66)
+    assert key == "trtllm/H200" and got.gemm == pytest.approx(0.66) and dist > 0 and arch == ""
+    _, got, _, arch = borrow("trtllm", CAT.device("B200"), groups, devices, scales)
+    assert got.gemm == pytest.approx(0.66 * 0.7 / 1.1) and arch == "blackwell"
+    _, got, _, arch = borrow("trtllm", CAT.device("B200"), groups, devices)
+    assert got.gemm == pytest.approx(0.66) and arch == ""
     # A framework never fitted borrows another framework's factors on the same device.
-    key, _, dist = borrow("sglang", CAT.device("B200"), groups, devices, scales)
-    assert key == "vllm/B200" and dist == 0
+    key, _, dist, arch = borrow("sglang", CAT.device("B200"), groups, devices, scales)
+    assert key == "vllm/B200" and dist == 0 and arch == ""
 
 
 def test_estimates_say_which_layers_no_measured_model_has():
