@@ -19,8 +19,9 @@ on models it has never seen. A held-out model's rows on a framework/device pair 
 (DeepSeek-R1's on SGLang B200/GB200/GB300/H100 and TRT-LLM B300/GB300) take factors the way an estimate for an
 unmeasured pair does (`infra.perf.calibration.borrow`: the framework's closest measured device, with its
 architecture's multiplier traded for theirs), not the pooled ones: leave-one-model-out TTFT median 31.7% -> 31.1%,
-TPOT 20.2% -> 18.5% (held-out DeepSeek-R1 32.3/24.4% -> 31.4/21.9%). With `--write` their spread (quantiles of measured / predicted per mode) is committed
-too, as the error band every estimate reports. Requires scipy (in the `dev` extra).
+TPOT 20.2% -> 18.5% (held-out DeepSeek-R1 32.3/24.4% -> 31.4/21.9%). With `--write` their spread (quantiles of
+measured / predicted per mode) is committed too, as the error band every estimate reports. Requires scipy (in
+the `dev` extra).
 """
 
 from __future__ import annotations
@@ -219,12 +220,18 @@ def fit_all(items: Prepared) -> tuple[Factors, dict[str, Factors], dict[str, dic
     return pooled, {g: _scaled(f, scales[_architecture(g)]) for g, f in fitted.items()}, scales
 
 
+def device_points(groups: dict[str, Factors]) -> dict[str, dict]:
+    """The fitted groups' devices as `borrow` compares them (committed as `devices`)."""
+    catalog = load_catalog()
+    return {dev: device_point(catalog.device(dev)) for dev in sorted({key.split("/")[1] for key in groups})}
+
+
 def score(items: Prepared, pooled: Factors, groups: dict[str, Factors],
           scales: dict[str, dict[str, float]] | None = None) -> list[tuple[Case, float, float]]:
     """Predictions with the fitted factors; a framework/device pair the fit did not see (a held-out model's
     device) borrows them the way an estimate does (`infra.perf.calibration.borrow`)."""
     catalog = load_catalog()
-    devices = {key.split("/")[1]: device_point(catalog.device(key.split("/")[1])) for key in groups}
+    devices = device_points(groups)
     out = []
     for case, run in items:
         factors = groups.get(case.group)
@@ -327,7 +334,7 @@ def main() -> int:
                   f"{band['ttft']['p95']:.2f}, TPOT {band['tpot']['p5']:.2f}..{band['tpot']['p95']:.2f}; held for a "
                   f"model left out of it: TTFT {kept['ttft']}, TPOT {kept['tpot']}")
     if args.write:
-        devices = {key.split("/")[1]: device_point(catalog.device(key.split("/")[1])) for key in groups}
+        devices = device_points(groups)
         data = {
             "fitted": dt.date.today().isoformat(),
             "data": Path(args.csv).name,

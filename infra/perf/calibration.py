@@ -254,9 +254,8 @@ def _device_distance(a: dict[str, Any], b: DeviceSpec) -> float:
 
 def device_point(device: DeviceSpec) -> dict[str, Any]:
     """What `borrow` compares devices by (memory bandwidth and 16-bit peak) and their architecture."""
-    return {"bw": device.memory_bandwidth_tbps.value,
-            "bf16": (device.tflops.get("bf16") or device.tflops.get("fp16") or next(iter(device.tflops.values()))).value,
-            "architecture": device.architecture}
+    peak = device.tflops.get("bf16") or device.tflops.get("fp16") or next(iter(device.tflops.values()))
+    return {"bw": device.memory_bandwidth_tbps.value, "bf16": peak.value, "architecture": device.architecture}
 
 
 def borrow(framework: str, device: DeviceSpec, groups: dict[str, Factors], devices: dict[str, dict[str, Any]],
