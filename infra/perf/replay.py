@@ -570,6 +570,12 @@ BATCH_COLUMNS = frozenset({"batch_size", "prefill_batch_size", "decode_batch_siz
 """Batch caps, which the sweeps raise with the clients: a load sweep is one deployment whatever they say."""
 
 
+def sweep_key(row: dict[str, str]) -> tuple[str, ...]:
+    """The deployment and workload a row measured, whatever its load: every column but `MEASURED_COLUMNS` (the
+    concurrency sits in the provenance) and `BATCH_COLUMNS`. Rows with one key form a load sweep."""
+    return _inputs(row, BATCH_COLUMNS)
+
+
 def within_sweeps(results: list[tuple[Case, float, float]]) -> dict[str, Any]:
     """How far predictions follow the load, apart from their level: rows that record the same deployment and
     workload (every column but `MEASURED_COLUMNS` and `BATCH_COLUMNS`), at least `MIN_SWEEP_ROWS` of them and so
@@ -579,7 +585,7 @@ def within_sweeps(results: list[tuple[Case, float, float]]) -> dict[str, Any]:
     load."""
     sweeps: dict[tuple[str, ...], list[tuple[Case, float, float]]] = {}
     for r in filter(_scored, results):
-        sweeps.setdefault(_inputs(r[0].row, BATCH_COLUMNS), []).append(r)
+        sweeps.setdefault(sweep_key(r[0].row), []).append(r)
     ttft: list[float] = []
     tpot: list[float] = []
     used = [rs for rs in sweeps.values() if len(rs) >= MIN_SWEEP_ROWS]
@@ -616,4 +622,4 @@ def replay(rows: list[dict[str, str]], catalog: Catalog) -> tuple[list[tuple[Cas
 
 
 __all__ = ["Case", "ape", "compiled", "load_rows", "measured_cases", "predict", "prepare", "repeatability", "replay",
-           "summarize", "to_case", "within_sweeps"]
+           "summarize", "sweep_key", "to_case", "within_sweeps"]
