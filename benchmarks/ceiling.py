@@ -15,7 +15,8 @@ counts, framework and version, system, precision, mode) and are scored on rows t
   withheld), the split the performance model's targets are set on.
 
 Next to them: the performance model replayed with the committed calibration (in-sample when PATH is the
-calibration set) and the committed leave-one-model-out figures (`benchmarks/calibrate.py --lomo`). A learner that
+calibration set) and, when PATH is the very file the calibration was fitted on (its SHA-256), the committed
+leave-one-model-out figures (`benchmarks/calibrate.py --lomo`). A learner that
 sees every model yet does no better than the model on held-out deployments says the error left is in what the
 rows do not record (hidden engine settings, the measuring harness), not in the model's form. Rows the model cannot
 replay are left out of every figure. With --json the last line is one JSON object of the figures.
@@ -24,6 +25,7 @@ replay are left out of every figure. With --json the last line is one JSON objec
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import sys
@@ -133,11 +135,14 @@ def main() -> int:
     figures = {
         "n": len(results), "skipped": len(skipped), "sweeps": len(sweeps), "models": len(models),
         "model_replayed": scores(cases, model),
-        "model_lomo": {k: table().get("fit", {}).get("lomo", {}).get(k) for k in KEYS},
         "learner_held_out_sweeps": scores(cases, np.exp(learned(x_all, cat_all, y, by_sweep, args.folds))),
         "learner_with_model_held_out_sweeps": scores(
             cases, np.exp(learned(corrected, cat_all + [False, False], y, by_sweep, args.folds))),
     }
+    fitted = table()
+    if fitted.get("data_sha256") == hashlib.sha256(Path(args.csv).read_bytes()).hexdigest():
+        # Held-out figures of the model itself exist only for the rows it was fitted on (a refit per model).
+        figures["model_lomo"] = {k: fitted.get("fit", {}).get("lomo", {}).get(k) for k in KEYS}
     if len(models) > 1:
         x_lomo, cat_lomo = features(cases, with_model=False)
         figures["learner_lomo"] = scores(cases, np.exp(learned(x_lomo, cat_lomo, y, [c.model for c in cases],
