@@ -18,9 +18,29 @@ __all__ = ["Catalog", "CheckResult", "PlanResult", "check", "estimate", "estimat
            "plan", "schema"]
 
 
-def load_intent(path: str | Path, catalog_dirs: tuple[Path, ...] = ()) -> ResolvedIntent:
-    """Read, validate and resolve an intent (and its cluster profile) against the catalog."""
-    return resolve(load_intent_file(Path(path)), load_catalog(catalog_dirs))
+def load_intent(path: str | Path, catalog_dirs: tuple[Path, ...] = (),
+                calibration: str | Path | None = None) -> ResolvedIntent:
+    """Read, validate and resolve an intent (and its cluster profile) against the catalog, with the user's
+    calibration: the file given, else the one the cluster profile names (`spec.calibration`), else none."""
+    import dataclasses
+
+    from infra.errors import IntentError, Problem
+    from infra.perf.correction import load_calibration
+
+    resolved = resolve(load_intent_file(Path(path)), load_catalog(catalog_dirs))
+    named = resolved.loaded.cluster.calibration
+    if calibration is None and named is not None:
+        doc = resolved.loaded.cluster_document()
+        ref = Path(named)
+        calibration = ref if ref.is_absolute() else doc.path.parent / ref
+        if not Path(calibration).is_file():
+            raise IntentError(Problem(f"calibration {named!r} not found (looked at {calibration})",
+                                      doc.locate(resolved.loaded.cluster_path() + ("calibration",)),
+                                      "give the path of a file written by `infra calibrate`, relative to this "
+                                      "profile"))
+    if calibration is None:
+        return resolved
+    return dataclasses.replace(resolved, calibration=load_calibration(calibration))
 
 
 @dataclass(frozen=True)
@@ -57,33 +77,42 @@ def check(path: str | Path, catalog_dirs: tuple[Path, ...] = ()) -> CheckResult:
     return CheckResult("ServingIntent", intent=load_intent(path, catalog_dirs))
 
 
-def schema() -> dict[str, Any]:
-    """JSON Schema of intent and cluster-profile files."""
+def schema(kind: str = "intent") -> dict[str, Any]:
+    """JSON Schema of intent and cluster-profile files (`kind` "intent") or of calibration files
+    ("calibration")."""
     from infra.intent.schema import intent_schema
+    from infra.perf.correction import schema as calibration_schema
 
-    return intent_schema()
+    return calibration_schema() if kind == "calibration" else intent_schema()
 
 
-def estimate(case: dict[str, Any], catalog_dirs: tuple[Path, ...] = ()) -> dict[str, Any]:
+def estimate(case: dict[str, Any], catalog_dirs: tuple[Path, ...] = (),
+             calibration: str | Path | None = None) -> dict[str, Any]:
     """Predicted metrics (or goodput capacity) of one deployment under one workload, as JSON-ready data.
 
-    `case` holds the fields of `infra.perf.cases.EstimateCase` (the same keys as `infra estimate --cases`)."""
+    `case` holds the fields of `infra.perf.cases.EstimateCase` (the same keys as `infra estimate --cases`);
+    `calibration` a file of `infra calibrate` whose corrections apply where they match the deployment."""
     from infra.errors import Location
     from infra.perf.cases import case_from, run_case
+    from infra.perf.correction import load_calibration
 
-    return run_case(case_from(case, Location(path="")), load_catalog(catalog_dirs))
+    cal = load_calibration(calibration) if calibration is not None else None
+    return run_case(case_from(case, Location(path="")), load_catalog(catalog_dirs), cal)
 
 
-def estimate_cases(path: str | Path, catalog_dirs: tuple[Path, ...] = ()) -> list[dict[str, Any]]:
+def estimate_cases(path: str | Path, catalog_dirs: tuple[Path, ...] = (),
+                   calibration: str | Path | None = None) -> list[dict[str, Any]]:
     """One result per line of a JSONL file of cases; a line that fails gives `{"line": n, "error": ...}`."""
     from infra.errors import InfraError, Location
     from infra.perf.cases import case_from, read_cases, run_case
+    from infra.perf.correction import load_calibration
 
     catalog = load_catalog(catalog_dirs)
+    cal = load_calibration(calibration) if calibration is not None else None
     out = []
     for n, obj in read_cases(Path(path)):
         try:
-            result = run_case(case_from(obj, Location(str(path), n, 1)), catalog)
+            result = run_case(case_from(obj, Location(str(path), n, 1)), catalog, cal)
             out.append({"line": n, **result})
         except InfraError as exc:
             out.append({"line": n, "error": "; ".join(str(p) for p in exc.problems)})
@@ -107,7 +136,8 @@ class PlanResult:
 def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
          catalog_dirs: tuple[Path, ...] = (), progress: Any = None, objective: str = "cost",
          verify: bool = False, verify_requests: int | None = None, seed: int = 0,
-         templates: str | Path | None = None, changes: list[dict[str, Any]] | None = None) -> PlanResult:
+         templates: str | Path | None = None, changes: list[dict[str, Any]] | None = None,
+         calibration: str | Path | None = None) -> PlanResult:
     """Plan an intent: the cheapest deployment that meets every objective, or InfeasibleError (exit 2) with the
     conflict and the relaxations that would fix it. With `output`, writes plan.yaml, report.md and the rendered
     manifests (`manifests/`, from `templates` over the packaged ones) there, all or nothing;
@@ -115,12 +145,13 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
     inventory: as much of the demand as fits, then the cheapest way to carry it. With `verify`, the plan is
     simulated and re-planned while objectives fail (`infra.bench.verify`); the result's `verification` says how
     it ended (`verdict` "fail" is exit 3 on the command line). `changes` (accepted edits of the intent,
-    `infra.planner.types.Change` as data) are recorded in the plan's provenance."""
+    `infra.planner.types.Change` as data) are recorded in the plan's provenance. `calibration` is a file of
+    `infra calibrate` whose corrections every estimate takes (else the cluster profile's, if it names one)."""
     from infra.errors import InfeasibleError
     from infra.planner.plan import build_plan
     from infra.report.plan import plan_markdown, plan_yaml
 
-    resolved = load_intent(path, catalog_dirs)
+    resolved = load_intent(path, catalog_dirs, calibration)
     try:
         data, considered = build_plan(resolved, top=top, objective=objective, progress=progress)
         verification = None
@@ -209,18 +240,21 @@ def _verify(resolved: ResolvedIntent, data: dict[str, Any], considered: list[Any
         return build_plan(resolved, top=top, objective=objective, corrections=corrections, explain=False)
 
     final, extra, section = verify_plan(data, replan, intent=str(resolved.loaded.document.path),
-                                        catalog=resolved.catalog, requests=requests or VERIFY_REQUESTS, seed=seed)
+                                        catalog=resolved.catalog, requests=requests or VERIFY_REQUESTS, seed=seed,
+                                        calibration=resolved.calibration)
     return final, extra if extra is not None else considered, section
 
 
 def bench(*, simulate: str | Path | None = None, service: str | None = None, concurrency: int | None = None,
           rate: float | None = None, requests: int | None = None, input_tokens: int | None = None,
           output_tokens: int | None = None, seed: int = 0, intent: str | Path | None = None,
-          save: str | Path | None = None, router: str = "least-loaded", catalog_dirs: tuple[Path, ...] = ()) -> Any:
+          save: str | Path | None = None, router: str = "least-loaded", catalog_dirs: tuple[Path, ...] = (),
+          calibration: str | Path | None = None) -> Any:
     """Drive one service of a plan and judge it against its objectives: a `infra.bench.run.BenchResult` (for a
     pipeline service, a `infra.bench.pipeline.PipelineBench`, stage by stage).
     `simulate` names the plan to simulate (the embedded default source); `save` writes the measurements as JSON
-    Lines that calibration reads back."""
+    Lines that calibration reads back; `calibration` (a file of `infra calibrate`) corrects the simulated
+    engines."""
     from infra.bench.run import DEFAULT_REQUESTS, check_load, simulate_service
     from infra.bench.run import save as save_run
     from infra.errors import IntentError, Location, Problem
@@ -229,7 +263,10 @@ def bench(*, simulate: str | Path | None = None, service: str | None = None, con
     if simulate is None:
         raise IntentError(Problem("nothing to benchmark", Location(path="--simulate"),
                                   "give --simulate PLAN (a plan.yaml from `infra plan`) or --endpoint URL"))
+    from infra.perf.correction import load_calibration
+
     plan_doc = load_plan(simulate)
+    cal = load_calibration(calibration) if calibration is not None else None
     pipelines = [p.service for p in plan_doc.spec.pipelines]
     if service is None and len(pipelines) == 1 and all(s.pipeline for s in plan_doc.spec.services):
         service = pipelines[0]
@@ -248,7 +285,7 @@ def bench(*, simulate: str | Path | None = None, service: str | None = None, con
     result = simulate_service(plan_doc, service=service, requests=DEFAULT_REQUESTS if requests is None else requests,
                               seed=seed, rate=rate, concurrency=concurrency, input_tokens=input_tokens,
                               output_tokens=output_tokens, intent=intent, plan_path=simulate, router=router,
-                              catalog=load_catalog(catalog_dirs))
+                              catalog=load_catalog(catalog_dirs), calibration=cal)
     if save is not None:
         save_run(result, save)
     return result
@@ -284,7 +321,7 @@ def open_pr(intent: str | Path, repo: str | Path, *, plan_path: str | Path | Non
             cluster: str | None = None, base: str = "main", branch: str | None = None, push: bool = False,
             github: str | None = None, github_api: str | None = None, allow_dirty: bool = False,
             sync: str | None = None, catalog_dirs: tuple[Path, ...] = (), body_file: str | Path | None = None,
-            progress: Any = None, verify: bool = True) -> Any:
+            progress: Any = None, verify: bool = True, calibration: str | Path | None = None) -> Any:
     """Turn an intent's plan into a pull request on a GitOps repository: plan (or take `plan_path`, whose
     fingerprint must match the intent), render into `<root>/<service>/{base,overlays/<cluster>}`, keep the plan
     and intent under `<root>/.infra/<plan name>/`, commit on the PR branch when anything changed, and with `push`
@@ -306,14 +343,14 @@ def open_pr(intent: str | Path, repo: str | Path, *, plan_path: str | Path | Non
                     token=token or None)
     req = dataclasses.replace(req, command=reproduce_command(str(intent), req, tuple(str(d) for d in catalog_dirs)))
     preflight(req)  # a dirty or missing repository is refused before planning, which takes seconds
-    resolved = load_intent(intent, catalog_dirs)
+    resolved = load_intent(intent, catalog_dirs, calibration)
     if plan_path is not None:
         typed = load_plan(plan_path)
         check_fingerprint(typed, fingerprint(resolved), plan_path, str(intent))
     else:
         # The same plan `infra plan` makes, verified by default, so that the PR body carries the verdict.
         typed = DeploymentPlan.model_validate(plan(intent, catalog_dirs=catalog_dirs, progress=progress,
-                                                   verify=verify).plan)
+                                                   verify=verify, calibration=calibration).plan)
 
     def render_files(p: DeploymentPlan) -> tuple[dict[str, str], list[str]]:
         from infra.render import render_tree
@@ -481,3 +518,135 @@ def review(plan_path: str | Path, *, console: Any, script: str | Path | None = N
     read = script_reader(Path(script), console) if script is not None else console_reader(console)
     return Review(Path(plan_path), console, read, intent_path=Path(intent_path) if intent_path else None,
                   catalog_dirs=catalog_dirs).run()
+
+
+__all__ += ["CalibrateResult", "calibrate"]
+
+
+@dataclass(frozen=True)
+class CalibrateResult:
+    """A calibration fitted to measurements: the file's content and text, and where it was written."""
+
+    doc: Any
+    """`infra.perf.correction.CalibrationFile`."""
+    text: str
+    written: Path | None
+
+
+def calibrate(measurements: list[str | Path], output: str | Path | None = None, *, name: str | None = None,
+              plan: str | Path | None = None, service: str | None = None,
+              deployment: dict[str, Any] | None = None, catalog_dirs: tuple[Path, ...] = ()) -> CalibrateResult:
+    """Fit corrections of the performance model to measured load points (`infra.perf.recalibrate`) and, with
+    `output`, write the calibration file there. Files that do not record the deployment they measured take it
+    from `plan` (its `service`) and the `deployment` fields given (an estimate case's: model, device, framework,
+    precision, tp ...), which override the plan's."""
+    from infra.bench.measurements import DEPLOYMENT_FIELDS, deployment_of_plan, read_measurements
+    from infra.errors import InfraError, Location, Problem
+    from infra.files import write_atomic
+    from infra.perf.correction import dump
+    from infra.perf.recalibrate import document, prepare
+    from infra.planner.types import load_plan
+
+    if not measurements:
+        raise InfraError(Problem("no measurement files given", Location(path="MEASUREMENTS"),
+                                 "give the files of `infra bench --save`, a benchmark's results or a silicon CSV"))
+    catalog = load_catalog(catalog_dirs)
+    given = {k: v for k, v in (deployment or {}).items() if v is not None}
+    unknown = sorted(set(given) - set(DEPLOYMENT_FIELDS))
+    if unknown:
+        raise InfraError(Problem(f"{', '.join(unknown)} do not describe a deployment", Location(path="deployment"),
+                                 f"use {', '.join(DEPLOYMENT_FIELDS)}"))
+    base = deployment_of_plan(load_plan(plan), service, str(plan)) if plan is not None else None
+    if base is not None or given:
+        base = {**(base or {}), **given}
+    sources = [read_measurements(p, base, catalog) for p in measurements]
+    points = [m for s in sources for m in s.points]
+    rows, skipped = prepare(points, catalog)
+    for where, why in skipped:
+        for s in sources:
+            if where.startswith(s.path):
+                s.skipped.append(f"{where}: {why}")
+    if not rows:
+        first = next((x for s in sources for x in s.skipped), "")
+        raise InfraError(Problem(f"no measured point the performance model can replay; {first}",
+                                 Location(str(measurements[0])), "give measurements of deployments that fit "
+                                 "their devices, at loads they sustain"))
+    label = name or (Path(output).stem if output is not None else "calibration")
+    doc = document(label, rows, [s.record() for s in sources])
+    text = dump(doc)
+    if output is not None:
+        write_atomic(output, text)
+    return CalibrateResult(doc, text, Path(output) if output is not None else None)
+
+
+__all__ += ["VerifyResult", "verify"]
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """A deployed plan measured, judged, calibrated on and planned again."""
+
+    service: str
+    runs: list[Any]
+    """`infra.bench.replan.Run` per load measured (peak, then baseline when the workload has one)."""
+    calibration: Any
+    """`infra.perf.correction.CalibrationFile` fitted to the runs, or None when the service cannot be calibrated
+    on (several allocations)."""
+    replanned: dict[str, Any] | None
+    """The plan made with that calibration (None when there is none, or the intent is infeasible with it)."""
+    changes: list[str]
+    """What re-planning changed and why, one line each."""
+    passed: bool
+    written: list[Path]
+
+
+def verify(plan_path: str | Path, url: str, *, service: str | None = None, intent: str | Path | None = None,
+           requests: int | None = None, duration_s: float | None = None, model: str | None = None,
+           api_kind: str = "chat", timeout_s: float = 60.0, warmup: int = 1, seed: int = 0,
+           write: str | Path | None = None, catalog_dirs: tuple[Path, ...] = (), progress: Any = None) -> VerifyResult:
+    """Measure a deployed plan's service at its planned load (the peak, and the baseline when the workload has
+    one), judge every objective on the measurements, calibrate on them (`calibrate`), plan the intent again with
+    that calibration and say what would change. With `write`, writes `measurements/*.jsonl`, `calibration.yaml`
+    and the new plan (`plan/`) there."""
+    import tempfile
+
+    from infra.bench.replan import Run, changes, plan_loads
+    from infra.bench.run import pick_service
+    from infra.bench.run import save as save_run
+    from infra.errors import InfeasibleError, InfraError
+    from infra.planner.types import load_plan
+
+    plan_doc = load_plan(plan_path)
+    name = pick_service(plan_doc, service, plan_path)
+    intent_path = Path(intent) if intent is not None else Path(plan_doc.spec.provenance.intent)
+    out = Path(write) if write is not None else None
+    with tempfile.TemporaryDirectory(prefix="infra-verify-") as tmp:
+        keep = out if out is not None else Path(tmp)
+        runs, files = [], []
+        for label, rate, clients in plan_loads(plan_doc, name):
+            result = bench_endpoint(url, model=model, api=api_kind, rate=rate, concurrency=clients,
+                                    requests=requests, duration_s=duration_s, plan=plan_path, service=name,
+                                    warmup=warmup, timeout_s=timeout_s, seed=seed, progress=progress)
+            path = keep / "measurements" / f"{label}.jsonl"
+            save_run(result.bench, path)
+            files.append(path)
+            runs.append(Run(label, rate, clients, result.bench))
+        cal, cal_path, replanned, notes = None, None, None, []
+        try:
+            fitted = calibrate(files, keep / "calibration.yaml", plan=plan_path, service=name,
+                               catalog_dirs=catalog_dirs)
+            cal, cal_path = fitted.doc, keep / "calibration.yaml"
+        except InfraError as exc:
+            notes.append(f"not calibrated: {exc.problems[0].message}")
+        if cal_path is not None:
+            try:
+                replanned = plan(intent_path, out / "plan" if out is not None else None, catalog_dirs=catalog_dirs,
+                                 verify=True, seed=seed, calibration=cal_path).plan
+            except InfeasibleError as exc:
+                notes.append(f"re-planned with the calibration: infeasible: {exc.problems[0].message}")
+    written = ([*files, out / "calibration.yaml"] if cal is not None else list(files)) if out is not None else []
+    if out is not None and replanned is not None:
+        written.append(out / "plan")
+    passed = all(r.bench.verdict.overall != "fail" for r in runs)
+    return VerifyResult(name, runs, cal, replanned, notes + changes(plan_doc, replanned, name, runs), passed,
+                        written)

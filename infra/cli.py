@@ -31,6 +31,12 @@ CatalogOpt = Annotated[
                  show_default=False),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+CalibrationOpt = Annotated[
+    Optional[Path],
+    typer.Option("--calibration", help="Calibration file from `infra calibrate`: correct the performance model "
+                 "with your own measurements where they match (overrides the cluster profile's).",
+                 show_default=False),
+]
 
 
 def _console():
@@ -72,6 +78,7 @@ def plan(
                                                 show_default=False)] = None,
     yes: Annotated[bool, typer.Option("--yes", help="With --agent: apply the model's recommended change without "
                                                     "asking (for scripts).")] = False,
+    calibration: CalibrationOpt = None,
 ) -> None:
     """Solve an intent: the cheapest deployment meeting every objective, or why none does and what to relax."""
     if objective not in ("cost", "goodput"):
@@ -95,7 +102,7 @@ def plan(
 
         try:
             result = api.plan(path, output, top=top, catalog_dirs=tuple(catalog or ()), progress=progress,
-                              objective=objective, verify=verify, templates=templates)
+                              objective=objective, verify=verify, templates=templates, calibration=calibration)
         except InfraError as exc:
             if not agent or exc.exit_code != EXIT_INFEASIBLE:
                 raise
@@ -140,11 +147,16 @@ def check(
 def schema(
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write to this file instead of stdout.",
                                                    show_default=False)] = None,
+    kind: Annotated[str, typer.Option(help="intent (intent and cluster-profile files) or calibration (files of "
+                                      "`infra calibrate`).")] = "intent",
 ) -> None:
-    """Print the JSON Schema of intent and cluster-profile files (for editors: yaml-language-server)."""
+    """Print the JSON Schema of intent and cluster-profile files, or of calibration files (for editors:
+    yaml-language-server)."""
     from infra import api
 
-    text = json.dumps(api.schema(), indent=2, sort_keys=True) + "\n"
+    if kind not in ("intent", "calibration"):
+        raise InfraError(f"--kind {kind!r} is not known — To fix: use --kind intent or --kind calibration")
+    text = json.dumps(api.schema(kind), indent=2, sort_keys=True) + "\n"
     if output is None:
         sys.stdout.write(text)
         return
@@ -228,13 +240,14 @@ def estimate(
                                                        "result per line.", show_default=False)] = None,
     catalog: CatalogOpt = None,
     as_json: JsonOpt = False,
+    calibration: CalibrationOpt = None,
 ) -> None:
     """Predict TTFT, TPOT, ITL, E2E and throughput of one deployment under one workload (or many, with --cases)."""
     from infra import api
 
     dirs = tuple(catalog or ())
     if cases is not None:
-        results = api.estimate_cases(cases, dirs)
+        results = api.estimate_cases(cases, dirs, calibration)
         for result in results:
             sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
         if any("error" in r for r in results):
@@ -254,13 +267,58 @@ def estimate(
                                       ("--osl", "osl")) if case[key] is None]
     if missing:
         raise InfraError(f"missing {', '.join(missing)} — To fix: give them, or --cases FILE.jsonl")
-    result = api.estimate({k: v for k, v in case.items() if v is not None}, dirs)
+    result = api.estimate({k: v for k, v in case.items() if v is not None}, dirs, calibration)
     if as_json:
         print(json.dumps(result, indent=2, sort_keys=True))
     else:
         from infra.report.estimate import print_estimate
 
         print_estimate(_console(), result)
+
+
+@app.command()
+def calibrate(
+    measurements: Annotated[list[Path], typer.Argument(help="Measurement files: `infra bench --save` runs, silicon "
+                                                       "CSVs, vLLM/SGLang bench results, GenAI-Perf/AIPerf "
+                                                       "exports, GuideLLM reports.", show_default=False)],
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the calibration file here.",
+                                                   show_default=False)] = None,
+    name: Annotated[Optional[str], typer.Option(help="Name of the calibration (default: the output file's stem).",
+                                                show_default=False)] = None,
+    plan_file: Annotated[Optional[Path], typer.Option("--plan", help="The plan whose service was measured, for files "
+                                                      "that do not record their deployment.",
+                                                      show_default=False)] = None,
+    service: Annotated[Optional[str], typer.Option(help="With --plan: the service measured (default: its only "
+                                                   "one).", show_default=False)] = None,
+    model: Annotated[Optional[str], typer.Option(help="Model measured (catalog name or Hugging Face id).",
+                                                 show_default=False)] = None,
+    device: Annotated[Optional[str], typer.Option(help="Device measured (catalog name).", show_default=False)] = None,
+    framework: Annotated[Optional[str], typer.Option(help="Serving framework measured.", show_default=False)] = None,
+    precision: Annotated[Optional[str], typer.Option(help="Weight precision measured.", show_default=False)] = None,
+    tp: Annotated[Optional[int], typer.Option(help="Tensor parallel size measured.", show_default=False)] = None,
+    pp: Annotated[Optional[int], typer.Option(help="Pipeline parallel size measured.", show_default=False)] = None,
+    ep: Annotated[Optional[int], typer.Option(help="Expert parallel size measured.", show_default=False)] = None,
+    dp: Annotated[Optional[int], typer.Option(help="Attention data-parallel groups measured.",
+                                              show_default=False)] = None,
+    batch: Annotated[Optional[int], typer.Option(help="Batch cap (max_num_seqs) measured.", show_default=False)] = None,
+    workers: Annotated[Optional[int], typer.Option(help="Replicas behind the measured endpoint.",
+                                                   show_default=False)] = None,
+    catalog: CatalogOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Fit corrections of the performance model to your measurements and write a calibration file for plan,
+    estimate, bench --simulate and pr (--calibration FILE, or spec.calibration in a cluster profile)."""
+    from infra import api
+    from infra.report.calibration import calibration_json, print_calibration
+
+    fields = {"model": model, "device": device, "framework": framework, "precision": precision, "tp": tp, "pp": pp,
+              "ep": ep, "dp": dp, "batch": batch, "workers": workers}
+    result = api.calibrate(list(measurements), output, name=name, plan=plan_file, service=service,
+                           deployment=fields, catalog_dirs=tuple(catalog or ()))
+    if as_json:
+        print(json.dumps(calibration_json(result.doc), indent=2, sort_keys=True))
+    else:
+        print_calibration(_console(), result.doc, result.written)
 
 
 @app.command()
@@ -313,6 +371,7 @@ def bench(
     markdown: Annotated[Optional[Path], typer.Option(help="With --endpoint: write a markdown report here (PNG "
                                                      "plots beside it when matplotlib is installed).",
                                                      show_default=False)] = None,
+    calibration: CalibrationOpt = None,
 ) -> None:
     """Drive load at a deployment, report TTFT/TPOT/ITL/E2E and goodput, and judge each objective (exit 3 on fail).
 
@@ -332,6 +391,9 @@ def bench(
     if endpoint is not None:
         if simulate is not None:
             raise InfraError("give --simulate PLAN or --endpoint URL, not both — To fix: drop one of them")
+        if calibration is not None:
+            raise InfraError("--calibration corrects the simulator; an endpoint is measured as it is — To fix: drop "
+                             "--calibration, or use --simulate PLAN")
         _bench_endpoint(endpoint, model=model, api_kind=api_kind, concurrency=concurrency,
                         rate=parsed(parse_rate, rate, "--rate", "20/s"), requests=requests, duration=duration,
                         input_tokens=parsed(parse_count, input_tokens, "--input-tokens", "2k"),
@@ -344,7 +406,8 @@ def bench(
                        rate=parsed(parse_rate, rate, "--rate", "20/s"), requests=requests,
                        input_tokens=parsed(parse_count, input_tokens, "--input-tokens", "2k"),
                        output_tokens=parsed(parse_count, output_tokens, "--output-tokens", "256"), seed=seed,
-                       intent=intent, save=save, router=router, catalog_dirs=tuple(catalog or ()))
+                       intent=intent, save=save, router=router, catalog_dirs=tuple(catalog or ()),
+                       calibration=calibration)
     data = result.to_json()
     if as_json:
         print(json.dumps(data, sort_keys=True))
@@ -420,6 +483,7 @@ def pr_cmd(
                                          "`infra plan` does), so that the PR body carries the verdict.")] = True,
     catalog: CatalogOpt = None,
     as_json: JsonOpt = False,
+    calibration: CalibrationOpt = None,
 ) -> None:
     """Turn the intent's plan into a pull request on a GitOps repository: manifests, plan and a reviewable body."""
     if argocd and flux:
@@ -429,13 +493,54 @@ def pr_cmd(
     result = api.open_pr(path, repo, plan_path=plan_file, root=root, cluster=cluster, base=base, branch=branch,
                          push=push, github=github, github_api=github_api, allow_dirty=allow_dirty,
                          sync="argocd" if argocd else "flux" if flux else None, catalog_dirs=tuple(catalog or ()),
-                         body_file=body_file, verify=verify)
+                         body_file=body_file, verify=verify, calibration=calibration)
     from infra.report.pr import pr_json, print_pr
 
     if as_json:
         print(json.dumps(pr_json(result), indent=2, sort_keys=True))
     else:
         print_pr(_console(), result)
+@app.command()
+def verify(
+    plan_file: Annotated[Path, typer.Argument(help="The plan (plan.yaml) deployed at the endpoint.",
+                                              show_default=False)],
+    endpoint: Annotated[str, typer.Option(help="The deployed service's OpenAI-compatible URL, e.g. "
+                                          "http://chat.example:8000/v1.", show_default=False)],
+    service: Annotated[Optional[str], typer.Option(help="Service of the plan deployed there (default: its only "
+                                                   "one).", show_default=False)] = None,
+    intent: Annotated[Optional[Path], typer.Option(help="The intent to re-plan (default: the one the plan records).",
+                                                   show_default=False)] = None,
+    requests: Annotated[Optional[int], typer.Option(help="Requests per load (default 100, or what --duration "
+                                                    "allows).", show_default=False)] = None,
+    duration: Annotated[Optional[float], typer.Option(help="Send no request after this many seconds per load.",
+                                                      show_default=False)] = None,
+    model: Annotated[Optional[str], typer.Option(help="Served model name (default: the first /v1/models lists).",
+                                                 show_default=False)] = None,
+    api_kind: Annotated[str, typer.Option("--api", help="chat or completions.")] = "chat",
+    timeout: Annotated[float, typer.Option(help="Seconds one request may take before it fails.")] = 60.0,
+    warmup: Annotated[int, typer.Option(help="Warm-up requests per load, not measured.")] = 1,
+    seed: Annotated[int, typer.Option(help="Seed of arrivals and lengths.")] = 0,
+    write: Annotated[Optional[Path], typer.Option("--write", help="Write measurements/, calibration.yaml and the "
+                                                  "new plan (plan/) here.", show_default=False)] = None,
+    catalog: CatalogOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure a deployed plan at its planned loads, judge its objectives, calibrate on the measurements and
+    re-plan: what would change and why (exit 3 when an objective fails)."""
+    from infra import api
+    from infra.report.verify import print_verify, verify_json
+
+    result = api.verify(plan_file, endpoint, service=service, intent=intent, requests=requests, duration_s=duration,
+                        model=model, api_kind=api_kind, timeout_s=timeout, warmup=warmup, seed=seed, write=write,
+                        catalog_dirs=tuple(catalog or ()))
+    if as_json:
+        print(json.dumps(verify_json(result), indent=2, sort_keys=True))
+    else:
+        print_verify(_console(), result)
+    if not result.passed:
+        sys.exit(EXIT_VERIFICATION_FAILED)
+
+
 def _bench_endpoint(endpoint: str, *, save: Path | None, markdown: Path | None, as_json: bool,
                     **kw: Any) -> None:
     from contextlib import nullcontext

@@ -9,6 +9,12 @@ from pathlib import Path
 from infra.errors import InfraError, Location, Problem
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str | Path, text: str | bytes) -> None:
     """Write `text` (or bytes) to `path` through a temporary file in the same directory, then rename over the
     target."""
@@ -17,6 +23,9 @@ def write_atomic(path: str | Path, text: str | bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         try:
+            # mkstemp makes the file private (0600); the file written keeps the mode of the one it replaces, or
+            # takes the one any new file gets under the umask, so that a repository's files stay readable.
+            os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())
             if isinstance(text, bytes):
                 with os.fdopen(fd, "wb") as fb:
                     fb.write(text)

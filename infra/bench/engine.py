@@ -487,9 +487,13 @@ class Engine:
         return self.finish(detail=True)
 
 
-def engine_model(plan: Any, service: str, allocation: int, role: str = "agg", catalog: Any = None) -> EngineModel:
+def engine_model(plan: Any, service: str, allocation: int, role: str = "agg", catalog: Any = None,
+                 calibration: Any = None, workload: Any = None) -> EngineModel:
     """The engine model of one role of a plan's allocation: the performance model's worker for that shape (on the
-    pool's memory, or a device slice) with the engine settings the plan records."""
+    pool's memory, or a device slice) with the engine settings the plan records. With the user's `calibration`
+    (`infra.perf.correction.UserCalibration`) its steps take the corrected time for this deployment under
+    `workload` (a `Workload` of the run's mean lengths), and the fixed latency before a request is scheduled
+    grows (or shrinks) so that a request alone sees the corrected TTFT."""
     from infra.catalog.loader import load_catalog
     from infra.perf.estimate import build_workers
     from infra.perf.shape import Deployment, Parallel, Role
@@ -524,12 +528,21 @@ def engine_model(plan: Any, service: str, allocation: int, role: str = "agg", ca
         # The KV cache crosses the slower of the two pools' fastest NICs (Gb/s in the plan, GB/s here).
         nics = [max((n.bandwidth_gbps for n in p.nics), default=0.0) for p in (pool, other)]
         cross = {"decode_memory_gb": other.device_memory_gb, "link_gbs": min(nics) / 8 if all(nics) else None}
-    workers, _, link = build_workers(dep, catalog, device_memory_gb=memory, device_spec=spec, **cross)
+    correction = calibration.correction(dep, workload) if calibration is not None else None
+    workers, cal, link = build_workers(dep, catalog, device_memory_gb=memory, device_spec=spec,
+                                       correction=correction, **cross)
     worker = workers[role]
     per_token = 0.0
     if role == "prefill":
         per_token = worker.memory.kv_bytes_per_token * worker.parallel.devices / max(link, 1.0)
-    return EngineModel.from_worker(worker, max_num_seqs=engine.max_num_seqs,
+    settings: dict[str, Any] = {}
+    if cal.ttft != 1.0 and role != "decode" and workload is not None:
+        # An unloaded request's first token: its fixed latency and its prompt's prefill, stretched by the TTFT
+        # correction; the stretch is carried by the fixed latency, as the prefill's own steps already run at the
+        # corrected step time.
+        prefill = worker.step(0.0, 0.0, workload.isl, workload.isl / 2)
+        settings["request_s"] = max(0.0, cal.ttft * (worker.request_s() + prefill) - prefill)
+    return EngineModel.from_worker(worker, **settings, max_num_seqs=engine.max_num_seqs,
                                    max_num_batched_tokens=engine.max_num_batched_tokens,
                                    kv_tokens=engine.kv_cache_tokens, max_model_len=engine.max_model_len,
                                    chunked_prefill=engine.chunked_prefill, prefix_caching=engine.prefix_caching,

@@ -7,6 +7,7 @@ calibration reads back (`infra.perf.cases.read_measured`).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,8 +152,9 @@ def simulate_service(plan: Any, *, service: str | None = None, requests: int = D
                      rate: float | None = None, concurrency: int | None = None, input_tokens: int | None = None,
                      output_tokens: int | None = None, intent: str | Path | None = None,
                      plan_path: str | Path | None = None, router: str = "least-loaded",
-                     catalog: Any = None) -> BenchResult:
-    """Simulate one service of a plan under its workload (or the given load) and judge it."""
+                     catalog: Any = None, calibration: Any = None) -> BenchResult:
+    """Simulate one service of a plan under its workload (or the given load) and judge it; with the user's
+    `calibration` (`infra.perf.correction.UserCalibration`), its engines corrected by it."""
     from infra.bench.simulate import simulate_plan
 
     check_load(rate=rate, concurrency=concurrency, input_tokens=input_tokens, output_tokens=output_tokens)
@@ -160,7 +162,7 @@ def simulate_service(plan: Any, *, service: str | None = None, requests: int = D
     svc, _ = plan_allocation(plan, name, 0)
     sim = simulate_plan(plan, name, requests=requests, seed=seed, router=router, catalog=catalog,  # type: ignore[arg-type]
                         rate=rate, concurrency=concurrency, input_tokens=input_tokens, output_tokens=output_tokens,
-                        intent=intent, plan_path=plan_path)
+                        intent=intent, plan_path=plan_path, calibration=calibration)
     judged, warm = sim.records, 0
     if sim.load.concurrency and len(sim.records) > 2 * sim.load.concurrency:
         # A closed loop's clients all send their first request at once, onto empty caches: that synchronized
@@ -194,12 +196,16 @@ def save(result: BenchResult, path: str | Path) -> None:
                       "e2e_ms": None if r.e2e is None else round(r.e2e * 1000, 4),
                       "tpot_ms": None if r.tpot is None else round(r.tpot * 1000, 4),
                       "input_tokens": r.input_tokens, "output_tokens": r.output_tokens, "error": r.error})
+    # A measured run says when it ran (what a calibration made from it is dated by); a simulation is the same
+    # whatever the day, and its file stays the same bytes.
+    when = {} if result.source == "simulation" else {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     for g in result.groups or []:
         if "case" in g:
             lines.append({"kind": "case", "source": result.source, "service": result.service, "label": g["label"],
                           "requests": g["completed"], "case": g["case"], "ttft_ms": g["ttft_ms"],
-                          "tpot_ms": g["tpot_ms"]})
-    lines.append({"kind": "summary", **result.to_json()})
+                          "tpot_ms": g["tpot_ms"], **when})
+    lines.append({"kind": "summary", **result.to_json(), **when})
     write_atomic(path, "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
 
 

@@ -25,6 +25,7 @@ from infra.bench.engine import Engine, SimRequest, engine_model
 from infra.bench.metrics import RequestRecord
 from infra.bench.workload import Load, RequestSpec, generate
 from infra.errors import IntentError, Location, Problem
+from infra.perf.shape import Workload as MeanLoad
 
 Policy = Literal["least-loaded", "round-robin"]
 POLICIES = ("least-loaded", "round-robin")
@@ -297,8 +298,10 @@ def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded"
                      sum(s.preemptions for s in stats), truncated)
 
 
-def plan_groups(plan: Any, service: str, catalog: Any = None) -> list[Group]:
-    """One group per allocation of the service: every attention group of every worker of every replica."""
+def plan_groups(plan: Any, service: str, catalog: Any = None, calibration: Any = None,
+                workload: Any = None) -> list[Group]:
+    """One group per allocation of the service: every attention group of every worker of every replica (their
+    engines corrected by the user's `calibration` for a run of `workload`, see `engine_model`)."""
     from infra.bench.engine import plan_allocation
 
     svc, _ = plan_allocation(plan, service, 0)
@@ -306,7 +309,7 @@ def plan_groups(plan: Any, service: str, catalog: Any = None) -> list[Group]:
     for a, alloc in enumerate(svc.allocations):
         dp = alloc.parallel.attention_dp
         roles = sorted(alloc.engines)
-        models = {role: engine_model(plan, service, a, role, catalog) for role in roles}
+        models = {role: engine_model(plan, service, a, role, catalog, calibration, workload) for role in roles}
         label = f"{alloc.device}/{alloc.framework}/{alloc.mode}#{a}"
         if alloc.mode == "disagg":
             per_p = (alloc.prefill_workers or 1) * dp
@@ -362,12 +365,20 @@ def _intent_dir(plan: Any, intent: str | Path | None, plan_path: str | Path | No
 
 
 def simulate_plan(plan: Any, service: str, *, requests: int = 2000, seed: int = 0, router: Policy = "least-loaded",
-                  catalog: Any = None, load: Load | None = None, **load_args: Any) -> SimResult:
+                  catalog: Any = None, load: Load | None = None, calibration: Any = None,
+                  **load_args: Any) -> SimResult:
     """Simulate a service of a DeploymentPlan under its workload (or `load`, or the overrides in `load_args`:
-    rate, concurrency, input_tokens, output_tokens, intent, plan_path)."""
+    rate, concurrency, input_tokens, output_tokens, intent, plan_path); with the user's `calibration`, its engines
+    corrected by it."""
     if load is None:
         load = service_load(plan, service, requests=requests, seed=seed, **load_args)
-    return simulate(plan_groups(plan, service, catalog), load, router=router)
+    mean = None
+    if calibration is not None and load.requests:
+        n = len(load.requests)
+        mean = MeanLoad(isl=max(1.0, sum(r.input_tokens for r in load.requests) / n),
+                        osl=max(1.0, sum(r.output_tokens for r in load.requests) / n),
+                        concurrency=load.concurrency, rate=None if load.concurrency else (load.rate or 1.0))
+    return simulate(plan_groups(plan, service, catalog, calibration, mean), load, router=router)
 
 
 __all__ = [

@@ -166,7 +166,7 @@ def _miss(verdicts: dict[str, Verdict], pipes: dict[str, PipelineVerdict]) -> tu
 
 def verify_plan(data: dict[str, Any], replan: Callable[[Corrections], tuple[dict[str, Any], Any]], *,
                 intent: str, catalog: Any = None, requests: int = VERIFY_REQUESTS, seed: int = 0,
-                max_rounds: int = MAX_ROUNDS) -> tuple[dict[str, Any], Any, dict[str, Any]]:
+                max_rounds: int = MAX_ROUNDS, calibration: Any = None) -> tuple[dict[str, Any], Any, dict[str, Any]]:
     """Verify a plan (as data), re-planning with `replan(corrections)` while objectives fail. Returns the plan
     kept (the first that passes, else the round that missed least) with its `verification` section, what
     `replan` returned beside that plan (None for the first one), and the section."""
@@ -200,12 +200,12 @@ def verify_plan(data: dict[str, Any], replan: Callable[[Corrections], tuple[dict
                 continue
             load = _served_load(svc)
             result = simulate_service(plan, service=svc.name, requests=requests, seed=seed, intent=intent,
-                                      catalog=catalog, **load)
+                                      catalog=catalog, calibration=calibration, **load)
             notes = list(result.notes or [])
             if result.verdict.overall == "inconclusive":
                 # Too few samples or a target inside the interval: more requests narrow it, once.
                 result = simulate_service(plan, service=svc.name, requests=requests * RETRY_FACTOR, seed=seed,
-                                          intent=intent, catalog=catalog, **load)
+                                          intent=intent, catalog=catalog, calibration=calibration, **load)
                 notes = [f"inconclusive at {requests} requests; judged on {requests * RETRY_FACTOR}",
                          *(result.notes or [])]
             verdicts[svc.name] = result.verdict

@@ -237,6 +237,10 @@ class ClusterProfileSpec(Strict):
     are requested on any node."""
     conventions: Conventions = Conventions()
     """Resource names, scheduler, installed CRDs."""
+    calibration: str | None = Field(default=None, min_length=1, max_length=4096)
+    """A calibration file (`infra calibrate ... -o FILE`, path relative to this profile) made from measurements of
+    this cluster's deployments: every plan on the profile corrects the performance model with it (`--calibration`
+    on the command line takes its place)."""
 
     @field_validator("pools")
     @classmethod

@@ -7,6 +7,7 @@ line of the intent or profile that caused it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import ValidationError as PydanticValidationError
 
@@ -41,6 +42,10 @@ class ResolvedIntent:
     device_resources: dict[str, DeviceResources] = field(default_factory=dict)
     catalog: Catalog | None = None
     """The catalog the names were resolved in (with the user's overlays); later stages use the same one."""
+    calibration: Any = None
+    """The user's calibration (`infra.perf.correction.UserCalibration`, loaded by the layer that plans: this layer
+    sits below the performance model), from `--calibration` or the profile's `spec.calibration`; None plans on the
+    packaged prior alone."""
 
 
 def pool_device_memory_gb(pool: Pool, device: DeviceSpec) -> float:

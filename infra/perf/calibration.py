@@ -152,6 +152,13 @@ class Calibration:
     """How far the device is from the one the factors were fitted on (0 = same); log-ratio of bandwidth and FLOPs."""
     architecture: str = ""
     """The device architecture whose fitted multipliers replaced the lender's (`borrow`); empty when none did."""
+    measured: str = ""
+    """The user's calibration that corrects these factors, in words (`infra.perf.correction.Correction.describe`);
+    empty where the figures rest on the packaged prior alone."""
+    ttft: float = 1.0
+    """Multiplier of predicted TTFT from the user's calibration (their step correction is already in `factors`)."""
+    measured_level: str = ""
+    """The level of the user's calibration that matched (`infra.perf.correction.LEVELS`), empty when none did."""
 
 
 @lru_cache(maxsize=1)

@@ -18,6 +18,7 @@ from infra.files import read_jsonl
 from infra.intent.base import Strict
 from infra.intent.models import MAX_CV
 from infra.intent.units import Count, Duration, Fraction, Rate, parse_duration
+from infra.perf.correction import UserCalibration
 from infra.perf.estimate import TRICKLE_RPS, estimate, finite_ms, max_rate, missed, objective_value
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 
@@ -181,12 +182,14 @@ def case_from(data: dict[str, Any], where: Location) -> EstimateCase:
         raise InfraError(problems) from None
 
 
-def run_case(case: EstimateCase, catalog: Catalog) -> dict[str, Any]:
-    """The JSON result of one case: metrics at a load, or the goodput capacity under objectives."""
+def run_case(case: EstimateCase, catalog: Catalog, calibration: UserCalibration | None = None) -> dict[str, Any]:
+    """The JSON result of one case: metrics at a load, or the goodput capacity under objectives; with the user's
+    `calibration`, corrected by what it says of this deployment."""
     dep = case.deployment(catalog)
     wl = case.workload()
+    measured = calibration.correction(dep, wl) if calibration is not None else None
     if case.max_rate:
-        rate, est = max_rate(dep, wl, case.objectives(), catalog)
+        rate, est = max_rate(dep, wl, case.objectives(), catalog, correction=measured)
         out: dict[str, Any] = {"max_rate_rps": round(rate, 6), "slo_ms": {k: round(v * 1000, 4)
                                                                           for k, v in sorted(case.slo.items())}}
         if rate > 0:
@@ -197,7 +200,7 @@ def run_case(case: EstimateCase, catalog: Catalog) -> dict[str, Any]:
             out["missed_at_trickle_ms"] = {k: None if v is None else finite_ms(v)
                                            for k, v in missed(est.prediction, case.objectives()).items()}
         return out
-    est = estimate(dep, wl, catalog)
+    est = estimate(dep, wl, catalog, correction=measured)
     out = est.to_json()
     if case.slo:
         pred = est.prediction

@@ -16,6 +16,7 @@ from infra.catalog.schema import DeviceSpec, FrameworkSpec, ModelSpec
 from infra.errors import InfraError, Location, Problem
 from infra.perf.arch import GB, NIC_GBS, MemoryFit, Worker, compile_worker, kv_precision_for
 from infra.perf.calibration import Calibration, Factors, error_band, lookup, measured_models
+from infra.perf.correction import Correction, scaled, with_ttft
 from infra.perf.serving import (
     PERCENTILES,
     Prediction,
@@ -115,6 +116,7 @@ class Estimate:
                            "kv_tokens": m.kv_tokens} for r, m in self.memory.items()},
             "calibrated": self.calibration.calibrated, "calibration_source": self.calibration.source,
             "extrapolation_distance": self.calibration.distance,
+            "measured_calibration": self.calibration.measured or None,
             "error_band": self.error_band(),
             "notes": self.notes + p.assumptions,
         }
@@ -155,17 +157,21 @@ def _role_worker(model: ModelSpec, device: DeviceSpec, fw: FrameworkSpec, dep: D
 
 def build_workers(dep: Deployment, catalog: Catalog, *, device_memory_gb: float | None = None,
                   factors: Factors | None = None, device_spec: DeviceSpec | None = None,
-                  decode_memory_gb: float | None = None,
-                  link_gbs: float | None = None) -> tuple[dict[str, Worker], Calibration, float]:
+                  decode_memory_gb: float | None = None, link_gbs: float | None = None,
+                  correction: Correction | None = None) -> tuple[dict[str, Worker], Calibration, float]:
     """Compile the workers of every role (checking shapes and memory), their calibration, and the bytes/s of the
     link that carries KV caches from prefill to decode workers. `device_spec` replaces the catalog's figures for
     the device (a slice of it, or a user's measured card). With a `decode_device`, decode workers run on it (with
     `decode_memory_gb` usable per device) and the KV cache crosses the network at `link_gbs` GB/s (a NIC's rate
-    when not given)."""
+    when not given). A `correction` from the user's measurements stretches every step (`infra.perf.correction`)
+    and is recorded in the calibration returned, with its TTFT multiplier for `predict`."""
     model = catalog.model(dep.model)
     device = device_spec or catalog.device(dep.device)
     fw = catalog.framework(dep.framework)
     cal = Calibration(factors, True, "given") if factors is not None else lookup(fw.name, device)
+    if correction is not None:
+        cal = replace(cal, factors=scaled(cal.factors, correction.step), measured=correction.describe(),
+                      ttft=correction.ttft, measured_level=correction.level)
     if dep.mode != "agg" and "pd_disaggregation" not in fw.features:
         raise ShapeError(Problem(f"{fw.name} does not support prefill/decode disaggregation",
                                  fix="use mode agg or another framework"))
@@ -183,15 +189,23 @@ def build_workers(dep: Deployment, catalog: Catalog, *, device_memory_gb: float 
         return workers, cal, link
     other = catalog.device(dep.decode_device)
     decode_cal = Calibration(factors, True, "given") if factors is not None else lookup(fw.name, other)
+    if correction is not None:
+        decode_cal = replace(decode_cal, factors=scaled(decode_cal.factors, correction.step))
     workers = {"prefill": _role_worker(model, device, fw, dep, "prefill", dep.prefill, cal, device_memory_gb),
                "decode": _role_worker(model, other, fw, dep, "decode", dep.decode, decode_cal, decode_memory_gb)}
     both = Calibration(cal.factors, cal.calibrated and decode_cal.calibrated,
-                       f"prefill {cal.source}, decode {decode_cal.source}", max(cal.distance, decode_cal.distance))
+                       f"prefill {cal.source}, decode {decode_cal.source}", max(cal.distance, decode_cal.distance),
+                       measured=cal.measured, ttft=cal.ttft, measured_level=cal.measured_level)
     return workers, both, (link_gbs or NIC_GBS) * GB
 
 
-def predict(dep: Deployment, wl: Workload, workers: dict[str, Worker], link: float) -> Prediction:
-    """Serving-layer prediction from compiled workers."""
+def predict(dep: Deployment, wl: Workload, workers: dict[str, Worker], link: float, ttft: float = 1.0) -> Prediction:
+    """Serving-layer prediction from compiled workers; `ttft` multiplies its time to first token (a user's
+    calibration, `Calibration.ttft`)."""
+    return with_ttft(_predict(dep, wl, workers, link), ttft)
+
+
+def _predict(dep: Deployment, wl: Workload, workers: dict[str, Worker], link: float) -> Prediction:
     if dep.mode == "agg":
         w = workers["agg"]
         if w.max_sequences(wl.isl + wl.osl) < 1:
@@ -220,6 +234,8 @@ def _notes(dep: Deployment, cal: Calibration, catalog: Catalog) -> list[str]:
     traded = f", at {cal.architecture}'s fitted share of peak" if cal.architecture else ""
     notes = [] if cal.calibrated else [f"not calibrated for {dep.framework} on {dep.device}: efficiency factors "
                                        f"{cal.source} (device distance {cal.distance:g}){traded}"]
+    if cal.measured:
+        notes.append(cal.measured)
     model = catalog.model(dep.model)
     measured = [catalog.models[name] for name in measured_models() if name in catalog.models]
     new = [kind for kind, has in LAYER_KINDS if has(model) and measured and not any(has(m) for m in measured)]
@@ -230,13 +246,15 @@ def _notes(dep: Deployment, cal: Calibration, catalog: Catalog) -> list[str]:
 
 
 def estimate(dep: Deployment, wl: Workload, catalog: Catalog, *, device_memory_gb: float | None = None,
-             factors: Factors | None = None, device_spec: DeviceSpec | None = None) -> Estimate:
+             factors: Factors | None = None, device_spec: DeviceSpec | None = None,
+             correction: Correction | None = None) -> Estimate:
     """Predict the metrics of `dep` under `wl`; raises ShapeError when the deployment cannot run. `factors`
-    replaces the calibrated efficiency factors (for fitting them); `device_spec` the device's figures."""
+    replaces the calibrated efficiency factors (for fitting them); `device_spec` the device's figures;
+    `correction` is what the user's measurements say of this deployment."""
     workers, cal, link = build_workers(dep, catalog, device_memory_gb=device_memory_gb, factors=factors,
-                                       device_spec=device_spec)
+                                       device_spec=device_spec, correction=correction)
     notes = _notes(dep, cal, catalog)
-    pred = predict(dep, wl, workers, link)
+    pred = predict(dep, wl, workers, link, cal.ttft)
     devices = sum(w.parallel.devices * pred.workers.get(name, 1) for name, w in workers.items())
     return Estimate(dep, wl, pred, {name: w.memory for name, w in workers.items()}, cal, devices, notes)
 
@@ -270,19 +288,19 @@ def missed(pred: Prediction, slos: dict[tuple[str, str], float]) -> dict[str, fl
 def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], catalog: Catalog,
              *, device_memory_gb: float | None = None, device_spec: DeviceSpec | None = None,
              decode_memory_gb: float | None = None, link_gbs: float | None = None,
-             meeting: float | None = None) -> tuple[float, Estimate]:
+             meeting: float | None = None, correction: Correction | None = None) -> tuple[float, Estimate]:
     """Largest open-loop request rate whose prediction meets every objective (goodput capacity) and the estimate
     there, to 0.2%; (0, the estimate at `TRICKLE_RPS`) when even a trickle misses them, which says by how much.
     `meeting`: a rate known to meet them (the capacity of a burstier load), where the search starts."""
 
     # Compile the workers once; only the load changes between probes.
     workers, cal, link = build_workers(dep, catalog, device_memory_gb=device_memory_gb, device_spec=device_spec,
-                                       decode_memory_gb=decode_memory_gb, link_gbs=link_gbs)
+                                       decode_memory_gb=decode_memory_gb, link_gbs=link_gbs, correction=correction)
     notes = _notes(dep, cal, catalog)
 
     def at(rate: float) -> Estimate:
         load = replace(wl, rate=rate, concurrency=None)
-        pred = predict(dep, load, workers, link)
+        pred = predict(dep, load, workers, link, cal.ttft)
         devices = sum(w.parallel.devices * pred.workers.get(name, 1) for name, w in workers.items())
         return Estimate(dep, load, pred, {name: w.memory for name, w in workers.items()}, cal, devices, notes)
 
@@ -303,7 +321,7 @@ def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], 
     if o_lo > 0:
         if meeting:
             return max_rate(dep, wl, slos, catalog, device_memory_gb=device_memory_gb, device_spec=device_spec,
-                            decode_memory_gb=decode_memory_gb, link_gbs=link_gbs)
+                            decode_memory_gb=decode_memory_gb, link_gbs=link_gbs, correction=correction)
         return 0.0, probes[lo]
     # The trickle's load, carried on in proportion, says where the deployment saturates: the capacity lies below
     # that (latency only grows on the way), and past it doubling finds it otherwise; from a rate known to meet

@@ -22,6 +22,7 @@ from infra.intent.profile import Pool
 from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
 from infra.perf.arch import kv_precision_for
 from infra.perf.calibration import error_band, lookup
+from infra.perf.correction import Correction, UserCalibration
 from infra.perf.estimate import Estimate, build_workers, max_rate, meets, missed, predict, shape_problems
 from infra.perf.serving import PERCENTILES, z_of
 from infra.perf.shape import Deployment, Parallel, Role, Workload
@@ -71,6 +72,13 @@ class Candidate:
         """Whether its prediction rests on factors fitted to measurements of its framework on its device."""
         calibration = getattr(self.estimate, "calibration", None)
         return bool(calibration and calibration.calibrated)
+
+    @property
+    def measured(self) -> bool:
+        """Whether its prediction rests on the user's own measurements of its model on its framework and device
+        (a calibration's model or deployment level), rather than on what they say of the device or framework."""
+        calibration = getattr(self.estimate, "calibration", None)
+        return bool(calibration and getattr(calibration, "measured_level", "") in ("model", "deployment"))
 
     @property
     def frameworks(self) -> set[str]:
@@ -274,6 +282,12 @@ def tp_refusal(device: DeviceSpec, fw: FrameworkSpec, par: Parallel) -> str:
     return f"{fw.name} on {device.name}: tp{par.tp} above the largest TP known to work, {q.max_tp} (quirk {q.id})"
 
 
+def correction_for(resolved: ResolvedIntent, dep: Deployment, wl: Workload) -> Correction | None:
+    """What the user's calibration (when the intent is planned with one) says of a deployment under a workload."""
+    cal: UserCalibration | None = resolved.calibration
+    return None if cal is None else cal.correction(dep, wl)
+
+
 def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], resolved: ResolvedIntent,
               pool: Pool, device: DeviceSpec, memory_gb: float | None = None,
               decode_pool: Pool | None = None) -> tuple[float, Estimate]:
@@ -286,8 +300,10 @@ def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], 
     if decode_pool is not None:
         cross = {"decode_memory_gb": pool_device_memory_gb(decode_pool, resolved.pools[decode_pool.name]),
                  "link_gbs": network_gbs(pool, decode_pool)}
+    measured = correction_for(resolved, dep, wl)
     if wl.rate is not None:
-        cap, est = max_rate(dep, wl, slo, catalog, device_memory_gb=mem, device_spec=device, **cross)
+        cap, est = max_rate(dep, wl, slo, catalog, device_memory_gb=mem, device_spec=device, correction=measured,
+                            **cross)
         # The service's requests reach n replicas through the load-aware router a plan renders (the inference
         # gateway's endpoint picker; the simulator's least-loaded router): each meets a smoother stream
         # than the whole, and holds more of it. Sized at the replicas the smoother capacity needs (fewer, so
@@ -297,20 +313,21 @@ def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], 
         n = min(math.ceil(wl.rate / cap), room) if cap > 0 else 0
         if n > 1 and wl.arrival_cv > 0:
             smooth, e = max_rate(dep, replace(wl, peers=n), slo, catalog, device_memory_gb=mem, device_spec=device,
-                                 meeting=cap, **cross)
+                                 meeting=cap, correction=measured, **cross)
             m = min(math.ceil(wl.rate / smooth), room)
             if m < n:
                 smooth, e = max_rate(dep, replace(wl, peers=m), slo, catalog, device_memory_gb=mem,
-                                     device_spec=device, meeting=cap, **cross)
+                                     device_spec=device, meeting=cap, correction=measured, **cross)
             if smooth > cap:
                 cap, est = smooth, e
         return cap, est
     # Closed loop: the most clients one replica serves within the objectives (bisection over integers), with
     # the workers compiled once.
-    workers, cal, link = build_workers(dep, catalog, device_memory_gb=mem, device_spec=device, **cross)
+    workers, cal, link = build_workers(dep, catalog, device_memory_gb=mem, device_spec=device, correction=measured,
+                                       **cross)
 
     def at(load: Workload) -> Estimate:
-        pred = predict(dep, load, workers, link)
+        pred = predict(dep, load, workers, link, cal.ttft)
         devices = sum(w.parallel.devices * pred.workers.get(name, 1) for name, w in workers.items())
         return Estimate(dep, load, pred, {name: w.memory for name, w in workers.items()}, cal, devices)
 

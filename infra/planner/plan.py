@@ -31,6 +31,7 @@ from infra.planner.candidates import (
     Candidate,
     Considered,
     Corrections,
+    correction_for,
     millis,
     objectives,
     service_workload,
@@ -63,13 +64,25 @@ def fingerprint(resolved: ResolvedIntent) -> str:
                                                     resolved.loaded.intent.spec.cluster.cpu_pools
                                                     else {"spec": {"cluster": {"cpu_pools"}}}),
         # A profile without CPU pools keeps the fingerprint it had before profiles could declare them.
+        # The calibration is fingerprinted by its content (`measured`), not its path.
         "cluster": resolved.loaded.cluster.model_dump(mode="json", by_alias=True,
-                                                      exclude=None if resolved.loaded.cluster.cpu_pools
-                                                      else {"cpu_pools"}),
+                                                      exclude={"calibration"} if resolved.loaded.cluster.cpu_pools
+                                                      else {"cpu_pools", "calibration"}),
         "catalog": _catalog(resolved).fingerprint(),
         "calibration": calibration_table().get("data_sha256", ""),
+        # Without a user's calibration the fingerprint stays what it was before plans could take one.
+        **({"measured": resolved.calibration.sha256} if resolved.calibration is not None else {}),
     }, sort_keys=True)
     return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _measured(resolved: ResolvedIntent) -> dict[str, Any]:
+    """The user's calibration behind a plan, for its provenance (nothing when it rests on the prior alone)."""
+    cal = resolved.calibration
+    if cal is None:
+        return {}
+    return {"measured": {"name": cal.doc.metadata.name, "path": cal.path, "sha256": cal.sha256,
+                         "points": len(cal.doc.points)}}
 
 
 def _tokens_per_request(resolved: ResolvedIntent) -> dict[str, float]:
@@ -91,7 +104,7 @@ def _predicted(resolved: ResolvedIntent, rs: ResolvedService, cand: Candidate, l
     wl = dataclasses.replace(wl, rate=load) if wl.rate is not None else dataclasses.replace(
         wl, concurrency=max(1, int(round(load))))
     est = estimate(cand.estimate.deployment, wl, _catalog(resolved), device_memory_gb=cand.memory_gb,
-                   device_spec=cand.device_spec)
+                   device_spec=cand.device_spec, correction=correction_for(resolved, cand.estimate.deployment, wl))
     out = {}
     # Borrowed factors add an error the held-out band never saw: no figure rather than a flattering one.
     band = error_band(est.deployment.mode) if est.calibration.calibrated else None
@@ -186,6 +199,7 @@ def _allocation(resolved: ResolvedIntent, c: Candidate, n: int, load: float, pla
         "predicted": predicted,
         "calibrated": c.estimate.calibration.calibrated,
         "calibration_source": c.estimate.calibration.source,
+        **({"measured": c.estimate.calibration.measured} if c.estimate.calibration.measured else {}),
     }
 
 
@@ -924,7 +938,8 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost
             ],
             "provenance": {"intent": str(resolved.loaded.document.path), "catalog": _catalog(resolved).fingerprint(),
                            "calibration": {"fitted": calibration_table().get("fitted"),
-                                           "data_sha256": calibration_table().get("data_sha256")}},
+                                           "data_sha256": calibration_table().get("data_sha256"),
+                                           **_measured(resolved)}},
         },
     }
     # The contract is checked before anything is written: a plan that does not fit DeploymentPlan is a bug here.

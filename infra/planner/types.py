@@ -108,6 +108,9 @@ class Allocation(PlanModel):
     """Objective key (`ttft_p99`) -> prediction at this allocation's share of the peak load."""
     calibrated: bool
     calibration_source: str
+    measured: str | None = None
+    """What the user's calibration corrected in these figures (the level matched, its measured points and their
+    dates); absent where they rest on the packaged prior alone."""
 
     def role_device(self, role: str) -> str:
         """The device a role's workers run on."""
@@ -391,9 +394,22 @@ class ClusterPlan(PlanModel):
     """The profile's pools of CPU-only nodes (for the CPU stages of pipelines)."""
 
 
+class MeasuredCalibration(PlanModel):
+    """The user's calibration a plan was made with (`infra calibrate`)."""
+
+    name: str
+    path: str
+    """The file as given."""
+    sha256: str
+    points: int
+    """Measured load points it learned from."""
+
+
 class Calibration(PlanModel):
     fitted: str | None
     data_sha256: str | None
+    measured: MeasuredCalibration | None = None
+    """The user's calibration on top of the packaged one, when the plan was made with one."""
 
 
 class Change(PlanModel):

@@ -12,6 +12,7 @@ from infra import api
 from infra.intent.models import ServingIntent
 from infra.intent.profile import ClusterProfile
 from infra.intent.schema import intent_schema
+from infra.perf.correction import schema as calibration_schema
 
 from ..conftest import ROOT, example_intents, example_profiles
 
@@ -63,6 +64,9 @@ def test_committed_schema_is_current():
     committed = json.loads((ROOT / "schema" / "intent.schema.json").read_text())
     assert committed == json.loads(json.dumps(intent_schema(), sort_keys=True)), \
         "regenerate with `infra schema -o schema/intent.schema.json`"
+    committed = json.loads((ROOT / "schema" / "calibration.schema.json").read_text())
+    assert committed == json.loads(json.dumps(calibration_schema(), sort_keys=True)), \
+        "regenerate with `infra schema --kind calibration -o schema/calibration.schema.json`"
 
 
 def test_every_field_is_documented():

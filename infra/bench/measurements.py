@@ -1,0 +1,224 @@
+"""Measurement files people already have, read as measured load points of known deployments for `infra calibrate`.
+
+Formats: `infra bench --save` runs (JSON Lines: `case` lines record their deployment; a run without a plan gives
+its summary and requests, and the deployment from the command line), the silicon CSV format of the calibration
+set (one row per deployment and load), and the result files of the common serving benchmarks
+(`infra.bench.results`: vLLM, SGLang, GenAI-Perf, AIPerf, GuideLLM), which record the load but seldom the
+deployment: that comes from `--plan PLAN [--service S]` or flags (`--model --device --framework --precision --tp
+...`). A file that cannot be read is a one-line error naming it and the format tried; entries that cannot be used
+are listed with their place and reason, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infra.bench.engine import plan_allocation
+from infra.bench.results import ResultPoint, read_results
+from infra.bench.run import pick_service
+from infra.catalog.loader import Catalog
+from infra.errors import InfraError, Location, Problem
+from infra.files import read_jsonl
+from infra.perf.cases import EstimateCase, case_from
+from infra.perf.recalibrate import Measured
+from infra.perf.replay import Case, REQUIRED_COLUMNS, load_rows, to_case
+
+MAX_BYTES = 256 << 20
+"""Largest measurement file read: these come from other teams and pull requests."""
+DEPLOYMENT_FIELDS = ("model", "device", "framework", "precision", "mode", "tp", "pp", "ep", "moe_tp", "dp", "batch",
+                     "workers", "max_num_tokens", "prefill", "decode", "memory_utilization")
+"""Fields of an estimate case that describe the deployment rather than its load."""
+
+
+@dataclass
+class Source:
+    """One file read: what it held and what of it was used."""
+
+    path: str
+    sha256: str
+    format: str
+    points: list[Measured] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    """`place: why` for every entry that could not be used."""
+
+    def record(self) -> dict[str, Any]:
+        return {"path": self.path, "sha256": self.sha256, "format": self.format, "points": len(self.points),
+                "skipped": list(self.skipped)}
+
+
+def deployment_of_plan(plan: Any, service: str | None, plan_path: str) -> dict[str, Any]:
+    """The deployment fields of a plan's service, as an estimate case spells them; a service with several
+    allocations is refused (a measurement of it cannot say which one served each request)."""
+    name = pick_service(plan, service, plan_path)
+    svc, alloc = plan_allocation(plan, name, 0)
+    if len(svc.allocations) != 1:
+        raise InfraError(Problem(f"service {name} has {len(svc.allocations)} allocations; a benchmark of it "
+                                 "cannot say which one served each request", Location(plan_path, path="spec.services"),
+                                 "give the deployment with --model/--device/--framework/--tp instead"))
+    par = alloc.parallel
+    layout = {"tp": par.tp, "pp": par.pp, "ep": par.ep, "moe_tp": par.moe_tp, "dp": par.attention_dp}
+    out: dict[str, Any] = {"model": svc.model, "device": alloc.device, "framework": alloc.framework,
+                           "precision": alloc.precision, "mode": alloc.mode}
+    if alloc.mode == "agg":
+        e = alloc.engines["agg"]
+        out.update(layout, batch=e.max_num_seqs, workers=alloc.replicas, max_num_tokens=e.max_num_batched_tokens,
+                   memory_utilization=e.memory_utilization)
+    else:
+        for role, workers in (("prefill", alloc.prefill_workers or 1), ("decode", alloc.decode_workers or 1)):
+            e = alloc.engines[role]
+            out[role] = {**layout, "batch": e.max_num_seqs, "workers": workers * alloc.replicas,
+                         "max_num_tokens": e.max_num_batched_tokens}
+    return out
+
+
+def _read(path: Path) -> bytes:
+    try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise InfraError(Problem(f"measurement file of {size / 2**20:.0f} MiB is over the {MAX_BYTES >> 20} MiB "
+                                     "limit", Location(str(path)), "split it, or give the summary results only"))
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise InfraError(Problem("measurement file not found", Location(str(path)), "check the path")) from None
+    except IsADirectoryError:
+        raise InfraError(Problem("measurement path is a directory", Location(str(path)),
+                                 "give the result files inside it")) from None
+    except OSError as exc:
+        raise InfraError(Problem(f"cannot read measurement file: {exc.strerror}", Location(str(path)),
+                                 "check the file's permissions")) from None
+
+
+def _kind(data: bytes) -> str:
+    """`silicon-csv`, `infra-bench` or `other` (left to `infra.bench.results`)."""
+    head = data[:4096].decode("utf-8", errors="replace")
+    first = head.splitlines()[0] if head else ""
+    if all(c in first.split(",") for c in REQUIRED_COLUMNS):
+        return "silicon-csv"
+    try:
+        obj = json.loads(first)
+    except ValueError:
+        return "other"
+    return "infra-bench" if isinstance(obj, dict) and obj.get("kind") in ("request", "case", "summary") else "other"
+
+
+def _case(fields: dict[str, Any], where: Location, catalog: Catalog, ttft: float, tpot: float, source: str,
+          date: str | None) -> Measured:
+    est: EstimateCase = case_from(fields, where)
+    dep = est.deployment(catalog)
+    return Measured(Case({"source": source}, f"{dep.framework}/{dep.device}", dep.model, dep, est.workload(), ttft,
+                         tpot, recipe=False), source, date)
+
+
+def _silicon(path: Path, data: bytes, catalog: Catalog, src: Source) -> None:
+    rows = load_rows(path)
+    for n, row in enumerate(rows, 2):
+        case = to_case(row, catalog)
+        if isinstance(case, str):
+            src.skipped.append(f"{path}:{n}: {case}")
+            continue
+        date = next((p.split("=", 1)[1] for p in row.get("silicon_data_source", "").split("; ")
+                     if p.startswith("measured=")), None)
+        src.points.append(Measured(case, f"{path}:{n}", date))
+
+
+def _infra_bench(path: Path, data: bytes, deployment: dict[str, Any] | None, catalog: Catalog, src: Source) -> None:
+    lines = read_jsonl(path, "measurements file", "give a file written by `infra bench --save`")
+    cases = [(n, o) for n, o in lines if o.get("kind") == "case"]
+    for n, obj in cases:
+        where = Location(str(path), n, 1, "case")
+        try:
+            ttft, tpot = float(obj["ttft_ms"]), float(obj["tpot_ms"])
+            if not (math.isfinite(ttft) and math.isfinite(tpot) and ttft > 0 and tpot > 0):
+                raise ValueError
+            if not isinstance(obj.get("case"), dict):
+                raise KeyError
+            src.points.append(_case(obj["case"], where, catalog, ttft, tpot, f"{path}:{n}", obj.get("date")))
+        except (KeyError, TypeError, ValueError):
+            src.skipped.append(f"{path}:{n}: a case line needs a `case` object and positive ttft_ms and tpot_ms")
+        except InfraError as exc:
+            src.skipped.append(f"{path}:{n}: {exc.problems[0].message}")
+    if cases:
+        return
+    summary = next(((n, o) for n, o in lines if o.get("kind") == "summary"), None)
+    if summary is None:
+        raise InfraError(Problem("infra-bench run: no case or summary line", Location(str(path), 1, 1),
+                                 "give a file written by `infra bench --save`"))
+    n, s = summary
+    requests = [o for _, o in lines if o.get("kind") == "request" and not o.get("error")]
+    if deployment is None:
+        raise InfraError(Problem("infra-bench run of an endpoint without a plan: it does not record the deployment",
+                                 Location(str(path), n, 1), "give --plan PLAN [--service S], or --model, --device, "
+                                 "--framework and the layout (--tp ...)"))
+    ins = [float(o["input_tokens"]) for o in requests if o.get("input_tokens")]
+    outs = [float(o["output_tokens"]) for o in requests if o.get("output_tokens")]
+    try:
+        ttft, tpot = float(s["ttft_ms"]["mean"]), float(s["tpot_ms"]["mean"])
+        load = s.get("load") or {}
+        if not (ins and outs and ttft > 0 and tpot > 0):
+            raise ValueError
+    except (KeyError, TypeError, ValueError):
+        raise InfraError(Problem("infra-bench run: the summary has no mean ttft_ms and tpot_ms, or no request "
+                                 "completed", Location(str(path), n, 1),
+                                 "give a run with completed requests")) from None
+    point = ResultPoint(f"{path}:{n}", "infra-bench", ttft, tpot, sum(ins) / len(ins), sum(outs) / len(outs),
+                        load.get("concurrency"), load.get("rate_rps"), len(requests), s.get("date"), None, None)
+    _from_point(point, deployment, catalog, src)
+
+
+def _from_point(p: ResultPoint, deployment: dict[str, Any] | None, catalog: Catalog, src: Source) -> None:
+    fields = dict(deployment or {})
+    if "model" not in fields and p.model:
+        fields["model"] = p.model
+    if "framework" not in fields and p.framework:
+        fields["framework"] = p.framework
+    missing = [f for f in ("model", "device") if f not in fields]
+    if missing:
+        raise InfraError(Problem(f"{p.format} result does not record the {' or '.join(missing)} it measured",
+                                 Location(p.source), "give --plan PLAN [--service S], or --model, --device, "
+                                 "--framework and the layout (--tp ...)"))
+    concurrency = p.concurrency
+    if concurrency is None and p.rate is None:
+        # Every request sent at once: one wave of that many clients.
+        concurrency = p.requests
+    fields.update(isl=max(1, round(p.isl)), osl=max(1, round(p.osl)), isl_cv=round(p.isl_cv, 4),
+                  osl_cv=round(p.osl_cv, 4))
+    if concurrency is not None:
+        fields["concurrency"] = int(concurrency)
+    else:
+        fields["rate"] = f"{p.rate:.6g}/s"
+    try:
+        src.points.append(_case(fields, Location(p.source), catalog, p.ttft_ms, p.tpot_ms, p.source, p.date))
+    except InfraError as exc:
+        src.skipped.append(f"{p.source}: {exc.problems[0].message}")
+
+
+def read_measurements(path: str | Path, deployment: dict[str, Any] | None, catalog: Catalog) -> Source:
+    """The measured points of one file, with the deployment given (from a plan or flags) where the file does not
+    record it."""
+    path = Path(path)
+    data = _read(path)
+    src = Source(str(path), hashlib.sha256(data).hexdigest(), _kind(data))
+    if src.format == "silicon-csv":
+        _silicon(path, data, catalog, src)
+    elif src.format == "infra-bench":
+        _infra_bench(path, data, deployment, catalog, src)
+    else:
+        results = read_results(path)
+        src.format = results.format
+        src.skipped += [f"{where}: {why}" for where, why in results.bad]
+        for p in results.points:
+            _from_point(p, deployment, catalog, src)
+    if not src.points:
+        why = f"; {src.skipped[0]}" + (f" (and {len(src.skipped) - 1} more)" if len(src.skipped) > 1 else "") \
+            if src.skipped else ""
+        raise InfraError(Problem(f"{src.format}: no usable measurement{why}", Location(str(path)),
+                                 "give measurements of catalog models and devices"))
+    return src
+
+
+__all__ = ["DEPLOYMENT_FIELDS", "MAX_BYTES", "Source", "deployment_of_plan", "read_measurements"]

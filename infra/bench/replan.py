@@ -1,0 +1,109 @@
+"""Closing the loop on a deployed plan: the loads to measure it at, and what planning again on the measurements
+changed, in words a reviewer reads (`chat: 8 x H100 tp4 -> 10 x H100 tp4, +$24.00/h: TTFT p99 measured 1.31x
+predicted at 40/s`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError as PydanticValidationError
+
+from infra.bench.engine import plan_allocation
+from infra.bench.run import BenchResult
+from infra.errors import IntentError, Location, Problem
+from infra.intent.models import Workload
+from infra.planner.types import DeploymentPlan
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured load of the service."""
+
+    label: str
+    """`peak` or `baseline`."""
+    rate: float | None
+    concurrency: int | None
+    bench: BenchResult
+
+    def load(self) -> str:
+        return f"{self.rate:g}/s" if self.rate is not None else f"{self.concurrency} clients"
+
+
+def plan_loads(plan: DeploymentPlan, service: str) -> list[tuple[str, float | None, int | None]]:
+    """(label, rate, concurrency) of each load the service is planned for: its peak, and its baseline when the
+    workload's rate has one below the peak."""
+    svc, _ = plan_allocation(plan, service, 0)
+    try:
+        wl = Workload.model_validate(svc.workload)
+    except PydanticValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        raise IntentError(Problem(f"the plan's workload does not validate: {first['msg']}",
+                                  Location(path=f"spec.services.{service}.workload"), "re-plan the intent")) from None
+    if wl.rate is None:
+        return [("peak", None, int(wl.concurrency or 1))]
+    peak, base = wl.rate.peak_rps, wl.rate.baseline_rps
+    return [("peak", peak, None)] + ([("baseline", base, None)] if 0 < base < peak else [])
+
+
+def _layout(p: Any) -> str:
+    parts = [f"tp{p.tp}"] + [f"{k}{v}" for k, v in (("pp", p.pp), ("ep", p.ep), ("dp", p.attention_dp),
+                                                        ("sp", p.sp)) if v > 1]
+    return "-".join(parts)
+
+
+def _allocations(svc: Any) -> str:
+    return " + ".join(f"{a.replicas} x {a.device} {_layout(a.parallel)} ({a.framework} {a.precision}"
+                      f"{', ' + a.mode if a.mode != 'agg' else ''})" for a in svc.allocations) or "nothing"
+
+
+def _why(runs: list[Run]) -> str:
+    """The objective furthest from its prediction, measured over predicted, at the peak (what the plan's
+    predictions are for)."""
+    worst: tuple[float, str] | None = None
+    for run in runs[:1]:
+        for o in run.bench.verdict.objectives:
+            if o.measured_ms is None or not o.predicted_ms or not math.isfinite(o.measured_ms):
+                continue
+            ratio = o.measured_ms / o.predicted_ms
+            metric, _, pct = o.key.partition("_")
+            text = f"{metric.upper()} {pct} measured {ratio:.2f}x predicted at {run.load()}"
+            if worst is None or abs(math.log(ratio)) > worst[0]:
+                worst = (abs(math.log(ratio)), text)
+    return worst[1] if worst else "no objective with a prediction to compare"
+
+
+def _basis(measured: str | None) -> str:
+    """What an allocation's figures rest on, in words: the packaged prior, or the level of the measurements."""
+    if not measured:
+        return "the packaged prior alone"
+    level = measured.partition("(")[2].partition(",")[0]
+    return f"measurements of {level}" if level else "the measurements"
+
+
+def changes(before: DeploymentPlan, after: dict[str, Any] | None, service: str, runs: list[Run]) -> list[str]:
+    """One line per service whose deployment the new plan changes, and one for the measured service either way."""
+    if after is None:
+        return []
+    new = DeploymentPlan.model_validate(after)
+    olds = {s.name: s for s in before.spec.services}
+    out = []
+    for svc in new.spec.services:
+        old = olds.get(svc.name)
+        was, now = (_allocations(old) if old else "nothing"), _allocations(svc)
+        if was == now and svc.name != service:
+            continue
+        cost = sum(a.cost_per_hour for a in svc.allocations) - (sum(a.cost_per_hour for a in old.allocations)
+                                                                 if old else 0.0)
+        why = _why(runs) if svc.name == service else "re-planned beside it"
+        basis = sorted({_basis(a.measured) for a in svc.allocations})
+        if was == now:
+            out.append(f"{svc.name}: unchanged ({now}): {why}")
+        else:
+            out.append(f"{svc.name}: {was} -> {now}, {'+' if cost >= 0 else '-'}${abs(cost):,.2f}/h: {why}; "
+                       f"its figures rest on {' and '.join(basis)}")
+    return out
+
+
+__all__ = ["Run", "changes", "plan_loads"]

@@ -1,0 +1,48 @@
+"""What `infra calibrate` prints: the files read, the corrections fitted and the error they leave."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{100 * v:.1f}%"
+
+
+def calibration_json(doc: Any) -> dict[str, Any]:
+    """The calibration as the file holds it."""
+    return doc.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def print_calibration(console: Console, doc: Any, written: Any) -> None:
+    for s in doc.sources:
+        console.print(f"{s.path}: {s.format}, {s.points} load point(s) used, {len(s.skipped)} skipped")
+        for why in s.skipped[:10]:
+            console.print(f"  skipped {why}")
+        if len(s.skipped) > 10:
+            console.print(f"  ... and {len(s.skipped) - 10} more (all listed in the file)")
+    t = Table(title="corrections (multipliers of the packaged model's figures)", title_justify="left")
+    for col in ("level", "key", "step time", "TTFT", "points", "deployments", "weight", "measured"):
+        t.add_column(col, justify="right" if col in ("step time", "TTFT", "points", "deployments", "weight") else "left")
+    for n in doc.corrections:
+        when = "undated" if not n.first else n.first if n.first == n.last else f"{n.first}..{n.last}"
+        t.add_row(n.level, n.key, f"x{n.step:.3g}", f"x{n.ttft:.3g}", str(n.rows), str(n.deployments),
+                  f"{n.weight:.2f}", when)
+    console.print(t)
+    e = Table(title="error of mean TTFT / TPOT on these measurements", title_justify="left")
+    for col in ("", "points", "TTFT median", "TTFT p90", "TPOT median", "TPOT p90"):
+        e.add_column(col, justify="left" if not col else "right")
+    for label, block in (("packaged prior", doc.error.prior), ("calibrated (in-sample)", doc.error.calibrated),
+                         ("leave one deployment out", doc.error.leave_one_out)):
+        if block is None:
+            continue
+        e.add_row(label, str(block.n), _pct(block.ttft_median_ape), _pct(block.ttft_p90_ape),
+                  _pct(block.tpot_median_ape), _pct(block.tpot_p90_ape))
+    console.print(e)
+    if doc.error.leave_one_out is None:
+        console.print("leave one deployment out: needs measurements of two deployments or workloads")
+    if written is not None:
+        console.print(f"wrote {written}")

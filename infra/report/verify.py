@@ -1,0 +1,44 @@
+"""What `infra verify` prints: each measured load's verdict, the calibration fitted, and what re-planning changed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def verify_json(result: Any) -> dict[str, Any]:
+    return {"service": result.service, "passed": result.passed,
+            "runs": [{"label": r.label, "load": r.load(), **r.bench.to_json()} for r in result.runs],
+            "calibration": (result.calibration.model_dump(mode="json", by_alias=True, exclude_none=True)
+                            if result.calibration is not None else None),
+            "replanned": result.replanned, "changes": list(result.changes),
+            "written": [str(p) for p in result.written]}
+
+
+def print_verify(console: Console, result: Any) -> None:
+    t = Table(title=f"{result.service}: measured against the plan", title_justify="left")
+    for col in ("load", "objective", "target", "predicted", "measured", "measured/predicted", "verdict"):
+        t.add_column(col, justify="left" if col in ("load", "objective", "verdict") else "right")
+    for n, run in enumerate(result.runs):
+        for o in run.bench.verdict.objectives:
+            # The plan predicts its peak; at a lighter load its figures are bounds, not predictions.
+            predicted = o.predicted_ms if n == 0 else None
+            ratio = (f"{o.measured_ms / predicted:.2f}x" if o.measured_ms is not None and predicted else "—")
+            t.add_row(f"{run.label} {run.load()}", o.key, f"{o.target_ms:,.1f} ms",
+                      "—" if predicted is None else f"{predicted:,.1f} ms",
+                      "—" if o.measured_ms is None else f"{o.measured_ms:,.1f} ms", ratio, o.verdict)
+    console.print(t)
+    cal = result.calibration
+    if cal is not None:
+        e = cal.error
+        console.print(f"calibration: {len(cal.points)} measured load point(s); mean TTFT off by "
+                      f"{100 * (e.prior.ttft_median_ape or 0):.1f}% before, {100 * (e.calibrated.ttft_median_ape or 0):.1f}% "
+                      f"after; TPOT {100 * (e.prior.tpot_median_ape or 0):.1f}% before, "
+                      f"{100 * (e.calibrated.tpot_median_ape or 0):.1f}% after")
+    for line in result.changes:
+        console.print(line)
+    for path in result.written:
+        console.print(f"wrote {path}")
+    console.print("objectives hold" if result.passed else "an objective fails at its planned load")

@@ -1,0 +1,182 @@
+"""The measurement loop as a user runs it: calibrate on measurement files of every kind, plan, estimate and
+simulate with the calibration, and verify a plan against a served endpoint."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra import api
+from infra.errors import InfraError
+
+from ..bench_servers import emulator
+from ..conftest import ROOT
+from .test_cli import infra
+
+RESULTS = ROOT / "tests" / "fixtures" / "results"
+FLAGS = ("--model", "Llama-3.1-8B", "--device", "H100-SXM", "--framework", "vllm", "--tp", "1")
+LOOP = """\
+apiVersion: infra.dev/v1alpha1
+kind: ServingIntent
+metadata: {name: loop}
+spec:
+  cluster:
+    profile: profile.yaml
+  services:
+    - name: chat
+      model: meta-llama/Llama-3.1-8B-Instruct
+      precisions: [bf16]
+      workload:
+        rate: {peak: 8/s, baseline: 2/s}
+        input_tokens: {mean: 256, max: 512}
+        output_tokens: {mean: 16, max: 32}
+      slo:
+        ttft: {p99: 1s}
+        tpot: {p99: 40ms}
+      preferences: {frameworks: [vllm]}
+"""
+PROFILE = """\
+apiVersion: infra.dev/v1alpha1
+kind: ClusterProfile
+metadata: {name: lab}
+spec:
+  pools:
+    - {name: h100, device: H100-SXM, nodes: 1, devices_per_node: 8, price: $3/h}
+"""
+
+
+@pytest.fixture
+def loop(tmp_path: Path) -> Path:
+    (tmp_path / "loop.yaml").write_text(LOOP)
+    (tmp_path / "profile.yaml").write_text(PROFILE)
+    return tmp_path
+
+
+@pytest.mark.parametrize("name,fmt", [("vllm-bench.json", "vllm-bench"), ("sglang-bench.jsonl", "sglang-bench"),
+                                      ("profile_export_genai_perf.json", "genai-perf"),
+                                      ("profile_export_aiperf.json", "aiperf"),
+                                      ("guidellm-benchmarks.json", "guidellm")])
+def test_every_benchmark_format_calibrates_with_the_deployment_given(name: str, fmt: str):
+    fields = {"model": "Llama-3.1-8B", "device": "H100-SXM", "framework": "vllm", "tp": 1}
+    result = api.calibrate([RESULTS / name], deployment=fields)
+    [source] = result.doc.sources
+    assert source.format == fmt and source.points >= 1
+    assert {n.level for n in result.doc.corrections} == {"device", "framework", "model", "deployment"}
+    assert result.doc.error.prior.n == len(result.doc.points)
+
+
+def test_calibrate_writes_a_deterministic_file_and_lists_what_it_skipped(tmp_path: Path):
+    out = infra("calibrate", str(RESULTS / "silicon.csv"), "-o", str(tmp_path / "a.yaml"))
+    assert out.returncode == 0, out.stderr
+    assert "silicon.csv:9: unknown model 'no-such/model'" in out.stdout
+    again = infra("calibrate", str(RESULTS / "silicon.csv"), "-o", str(tmp_path / "b.yaml"), "--name", "a")
+    assert again.returncode == 0
+    assert (tmp_path / "a.yaml").read_bytes() == (tmp_path / "b.yaml").read_bytes()
+    doc = yaml.safe_load((tmp_path / "a.yaml").read_text())
+    assert doc["kind"] == "Calibration" and doc["sources"][0]["format"] == "silicon-csv"
+    assert doc["sources"][0]["skipped"] == ["tests/fixtures/results/silicon.csv:9: unknown model 'no-such/model'"] \
+        or doc["sources"][0]["skipped"][0].endswith("silicon.csv:9: unknown model 'no-such/model'")
+    # Seven points of two deployments: leave one out is scored, and the fit beats the prior on TPOT.
+    assert doc["error"]["leave_one_out"]["n"] == 7
+    assert doc["error"]["calibrated"]["tpot_median_ape"] < doc["error"]["prior"]["tpot_median_ape"]
+
+
+def test_bad_measurement_files_are_one_line_errors(tmp_path: Path):
+    out = infra("calibrate", str(RESULTS / "vllm-bench.json"))
+    assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1
+    assert "vllm-bench.json" in out.stderr and "vllm-bench result does not record the device" in out.stderr
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps({"hello": 1}))
+    out = infra("calibrate", str(odd), *FLAGS)
+    assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1 and "odd.json" in out.stderr
+    out = infra("calibrate", str(RESULTS / "vllm-bench-no-ttft.json"), *FLAGS)
+    assert out.returncode == 1 and "mean_ttft_ms" in out.stderr
+    out = infra("calibrate", str(tmp_path / "missing.json"), *FLAGS)
+    assert out.returncode == 1 and "not found" in out.stderr
+    bad_cal = tmp_path / "cal.yaml"
+    bad_cal.write_text("apiVersion: infra.dev/v1alpha1\nkind: Calibration\nmetadata: {name: x}\n")
+    out = infra("estimate", "--model", "Llama-3.1-8B", "--device", "H100-SXM", "--isl", "1k", "--osl", "100",
+                "--concurrency", "4", "--calibration", str(bad_cal))
+    assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1 and "cal.yaml" in out.stderr
+
+
+def test_a_saved_run_calibrates_plans_estimates_and_simulations(loop: Path):
+    assert infra("plan", str(loop / "loop.yaml"), "-o", str(loop / "out"), "--no-verify").returncode == 0
+    plan = loop / "out" / "plan.yaml"
+    run = loop / "run.jsonl"
+    assert infra("bench", "--simulate", str(plan), "--requests", "300", "--save", str(run)).returncode == 0
+    out = infra("calibrate", str(run), "-o", str(loop / "cal.yaml"))
+    assert out.returncode == 0, out.stderr
+    cal = yaml.safe_load((loop / "cal.yaml").read_text())
+    # The simulator runs the model's own engines: the measurement agrees with the prior to a few percent.
+    assert cal["error"]["prior"]["tpot_median_ape"] < 0.15
+
+    bare = json.loads(infra("plan", str(loop / "loop.yaml"), "--no-verify", "--json").stdout)
+    got = infra("plan", str(loop / "loop.yaml"), "--no-verify", "--json", "--calibration", str(loop / "cal.yaml"))
+    assert got.returncode == 0, got.stderr
+    calibrated = json.loads(got.stdout)
+    assert calibrated["spec"]["fingerprint"] != bare["spec"]["fingerprint"]
+    measured = calibrated["spec"]["provenance"]["calibration"]["measured"]
+    assert measured["points"] == 1 and len(measured["sha256"]) == 64
+    [alloc] = calibrated["spec"]["services"][0]["allocations"]
+    assert alloc["measured"].startswith("calibrated on 1 measured load point(s)")
+    assert "measured" not in bare["spec"]["services"][0]["allocations"][0]
+
+    # The profile can name the calibration instead; the plan is the same.
+    (loop / "profile.yaml").write_text(PROFILE.replace("spec:\n", "spec:\n  calibration: cal.yaml\n"))
+    via_profile = json.loads(infra("plan", str(loop / "loop.yaml"), "--no-verify", "--json").stdout)
+    assert via_profile["spec"]["services"] == calibrated["spec"]["services"]
+    assert via_profile["spec"]["fingerprint"] == calibrated["spec"]["fingerprint"]
+    (loop / "profile.yaml").write_text(PROFILE.replace("spec:\n", "spec:\n  calibration: nowhere.yaml\n"))
+    missing = infra("plan", str(loop / "loop.yaml"), "--no-verify")
+    assert missing.returncode == 1 and "profile.yaml:" in missing.stderr and "nowhere.yaml" in missing.stderr
+
+    est = infra("estimate", "--model", "Llama-3.1-8B", "--device", "H100-SXM", "--isl", "256", "--osl", "16",
+                "--rate", "8/s", "--batch", str(alloc["engines"]["agg"]["max_num_seqs"]), "--json", "--calibration",
+                str(loop / "cal.yaml"))
+    assert est.returncode == 0, est.stderr
+    assert json.loads(est.stdout)["measured_calibration"].startswith("calibrated on 1 measured")
+    sim = infra("bench", "--simulate", str(plan), "--requests", "100", "--json", "--calibration",
+                str(loop / "cal.yaml"))
+    assert sim.returncode in (0, 3), sim.stderr
+
+
+def test_verify_measures_calibrates_and_replans_against_a_served_endpoint(loop: Path):
+    assert infra("plan", str(loop / "loop.yaml"), "-o", str(loop / "out"), "--no-verify").returncode == 0
+    plan = loop / "out" / "plan.yaml"
+    predicted = yaml.safe_load(plan.read_text())["spec"]["services"][0]["allocations"][0]["predicted"]
+    # An endpoint five times slower per token than the model predicts: TPOT p99 over its 40 ms objective.
+    with emulator("--ttft-ms", "150", "--itl-ms", "45") as url:
+        out = infra("verify", str(plan), "--endpoint", url, "--requests", "24", "--write", str(loop / "v"),
+                    cwd=loop)
+        assert out.returncode in (0, 3), out.stderr
+        assert "TPOT p99 measured" in out.stdout
+        assert predicted["tpot_p99"]["predicted_ms"] < 20
+        measured = api.bench_endpoint(url, rate=4.0, requests=24, plan=plan, warmup=0).bench
+    for name in ("measurements/peak.jsonl", "measurements/baseline.jsonl", "calibration.yaml", "plan/plan.yaml"):
+        assert (loop / "v" / name).exists(), name
+    cal = yaml.safe_load((loop / "v" / "calibration.yaml").read_text())
+    assert cal["error"]["calibrated"]["tpot_median_ape"] < cal["error"]["prior"]["tpot_median_ape"] / 4
+    # A load it did not measure (4/s between the baseline and the peak), predicted with the calibration.
+    est = api.estimate({"model": "Llama-3.1-8B", "device": "H100-SXM", "framework": "vllm", "precision": "bf16",
+                        "isl": 256, "osl": 16, "rate": "4/s", "batch": 256}, calibration=loop / "v" / "calibration.yaml")
+    tpot = measured.summary.to_json()["tpot_ms"]["mean"]
+    assert est["tpot_ms"]["mean"] == pytest.approx(tpot, rel=0.25)
+    replanned = yaml.safe_load((loop / "v" / "plan" / "plan.yaml").read_text())
+    assert replanned["spec"]["provenance"]["calibration"]["measured"]["points"] == 2
+
+
+def test_verify_of_an_unreachable_endpoint_is_one_line(loop: Path):
+    assert infra("plan", str(loop / "loop.yaml"), "-o", str(loop / "out"), "--no-verify").returncode == 0
+    out = infra("verify", str(loop / "out" / "plan.yaml"), "--endpoint", "http://127.0.0.1:9/v1", "--requests", "2")
+    assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_calibrate_refuses_a_service_of_several_allocations(tmp_path: Path):
+    api.plan(ROOT / "examples" / "chat-mixed-fleet.yaml", tmp_path, verify=False)
+    with pytest.raises(InfraError) as exc:
+        api.calibrate([RESULTS / "vllm-bench.json"], plan=tmp_path / "plan.yaml")
+    assert "allocations" in str(exc.value.problems[0])

@@ -1,0 +1,140 @@
+"""A user's calibration: the step correction stretches every step, the fit is shrunk level by level, the
+corrections are matched most specific first, and the file round-trips."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from infra.catalog.loader import load_catalog
+from infra.errors import InfraError
+from infra.perf.arch import compile_worker
+from infra.perf.calibration import Factors
+from infra.perf.correction import dump, level_keys, load_calibration, match, scaled, with_ttft
+from infra.perf.estimate import estimate
+from infra.perf.recalibrate import EVIDENCE, Measured, document, fit, predict, prepare
+from infra.perf.replay import Case
+from infra.perf.shape import Deployment, Parallel, Role, Workload
+
+CAT = load_catalog()
+DEP = Deployment("Llama-3.1-8B", "H100", "vllm", "bf16", agg=Role(Parallel(tp=1), batch_cap=256))
+
+
+@pytest.mark.parametrize("model,par", [("Llama-3.1-70B", Parallel(tp=4)), ("DeepSeek-R1", Parallel(tp=8, ep=8))])
+def test_the_step_correction_stretches_every_term_of_a_step(model: str, par: Parallel):
+    base = Factors(moe_ns=20.0, expert_step_us=3.0)
+    for step in (0.5, 1.7):
+        a = compile_worker(CAT.model(model), CAT.device("H200"), "fp8", par, base)
+        b = compile_worker(CAT.model(model), CAT.device("H200"), "fp8", par, scaled(base, step))
+        for args in ((8, 2000), (64, 4000, 512, 256), (1, 100, 4096, 2048)):
+            assert b.step(*args) == pytest.approx(step * a.step(*args), rel=1e-9)
+
+
+def _measured(ttft: float, tpot: float, clients: int = 16, isl: int = 1000, dep: Deployment = DEP,
+              source: str = "run.jsonl:1") -> Measured:
+    case = Case({"source": source}, f"{dep.framework}/{dep.device}", dep.model, dep,
+                Workload(isl=isl, osl=200, concurrency=clients), ttft, tpot, recipe=False)
+    return Measured(case, source, "2026-11-30")
+
+
+def _prior(clients: int = 16, isl: int = 1000, dep: Deployment = DEP) -> tuple[float, float]:
+    p = estimate(dep, Workload(isl=isl, osl=200, concurrency=clients), CAT).prediction
+    return p.ttft["mean"] * 1000, p.tpot["mean"] * 1000
+
+
+def test_one_point_moves_its_deployment_nearly_all_the_way_and_the_device_half_way():
+    ttft, tpot = _prior()
+    rows, skipped = prepare([_measured(1.5 * ttft, 1.3 * tpot)], CAT)
+    assert not skipped
+    nodes = {n.level: n for n in fit(rows)}
+    assert set(nodes) == {"device", "framework", "model", "deployment"}
+    # The TPOT miss over its elasticity is the step change asked for: half of it at the device level.
+    asked = math.log(1.3) / rows[0].e_tpot
+    assert math.log(nodes["device"].step) == pytest.approx(asked / (1 + EVIDENCE["device"]), rel=1e-3)
+    share = 1 - math.prod(EVIDENCE[k] / (1 + EVIDENCE[k]) for k in nodes)
+    assert math.log(nodes["deployment"].step) == pytest.approx(share * asked, rel=1e-3)
+    got_ttft, got_tpot = predict(rows[0], fit(rows))
+    assert got_tpot == pytest.approx(1.3 * tpot, rel=0.03)
+    assert got_ttft == pytest.approx(1.5 * ttft, rel=0.03)
+
+
+def test_many_deployments_pin_their_own_levels_and_share_only_what_they_agree_on():
+    other = Deployment("Llama-3.1-70B", "H100", "vllm", "fp8", agg=Role(Parallel(tp=4), batch_cap=256))
+    points = []
+    for clients in (4, 16, 64):
+        t, p = _prior(clients)
+        points.append(_measured(1.2 * t, 1.2 * p, clients, source=f"a:{clients}"))
+        t, p = _prior(clients, dep=other)
+        points.append(_measured(0.8 * t, 0.8 * p, clients, dep=other, source=f"b:{clients}"))
+    rows, _ = prepare(points, CAT)
+    nodes = fit(rows)
+    by = {(n.level, n.key): n for n in nodes}
+    device = by[("device", "H100")]
+    # The two disagree: the device keeps about the middle, each model its own side.
+    assert 0.9 < device.step < 1.1
+    assert by[("model", "Llama-3.1-8B/vllm/H100")].step > 1.05
+    assert by[("model", "Llama-3.1-70B/vllm/H100")].step < 0.95
+    deployments = sorted((n.step for n in nodes if n.level == "deployment"))
+    assert deployments[0] < 0.85 and deployments[1] > 1.15
+    # A third model on the framework and device takes what they share, not either model's.
+    third = Deployment("Qwen3-32B", "H100", "vllm", "bf16", agg=Role(Parallel(tp=2)))
+    rows3, _ = prepare([_measured(*_prior(8, dep=third), clients=8, dep=third)], CAT)
+    assert match(nodes, third, rows3[0].m.case.workload).level == "framework"
+
+
+def test_the_deployment_level_matches_only_a_near_workload():
+    t, p = _prior(16, 1000)
+    rows, _ = prepare([_measured(1.5 * t, 1.3 * p, 16, 1000)], CAT)
+    nodes = fit(rows)
+    assert match(nodes, DEP, Workload(isl=1100, osl=210, rate=3.0)).level == "deployment"
+    assert match(nodes, DEP, Workload(isl=4000, osl=200, rate=3.0)).level == "model"
+    assert match(nodes, DEP, None).level == "model"
+    moved = Deployment("Llama-3.1-8B", "H100", "vllm", "bf16", agg=Role(Parallel(tp=2)))
+    assert match(nodes, moved, Workload(isl=1000, osl=200, rate=3.0)).level == "model"
+    assert level_keys(moved)["deployment"].endswith("/tp2")
+
+
+def test_the_calibration_file_round_trips_and_is_deterministic(tmp_path):
+    points = [_measured(*(1.2 * v for v in _prior(c)), c, source=f"run.jsonl:{c}") for c in (4, 16, 64)]
+    other = Deployment("Llama-3.1-8B", "H100", "vllm", "bf16", agg=Role(Parallel(tp=1), batch_cap=256))
+    points.append(_measured(*(1.1 * v for v in _prior(16, 4000, other)), 16, 4000, other, source="run.jsonl:99"))
+    rows, _ = prepare(points, CAT)
+    sources = [{"path": "run.jsonl", "sha256": "0" * 64, "format": "infra-bench", "points": 4}]
+    doc = document("mine", rows, sources)
+    text = dump(doc)
+    assert dump(document("mine", prepare(points, CAT)[0], sources)) == text
+    assert doc.error.calibrated.tpot_median_ape < doc.error.prior.tpot_median_ape
+    assert doc.error.leave_one_out is not None and doc.error.leave_one_out.n == 4
+    path = tmp_path / "cal.yaml"
+    path.write_text(text)
+    cal = load_calibration(path)
+    assert cal.doc == doc
+    c = cal.correction(DEP, Workload(isl=1000, osl=200, rate=2.0))
+    assert c.level == "deployment" and c.rows == 3 and c.measured == "2026-11-30"
+    assert "3 measured load point(s)" in c.describe()
+    est = estimate(DEP, Workload(isl=1000, osl=200, concurrency=16), CAT, correction=c)
+    assert est.to_json()["measured_calibration"] == c.describe()
+    assert est.prediction.tpot["mean"] * 1000 == pytest.approx(1.2 * _prior(16)[1], rel=0.05)
+
+
+def test_a_bad_calibration_file_is_one_located_line(tmp_path):
+    path = tmp_path / "cal.yaml"
+    path.write_text("apiVersion: infra.dev/v1alpha1\nkind: ServingIntent\n")
+    with pytest.raises(InfraError) as exc:
+        load_calibration(path)
+    assert len(exc.value.problems) == 1 and "not a calibration file" in str(exc.value.problems[0])
+    path.write_text("apiVersion: infra.dev/v1alpha1\nkind: Calibration\nmetadata: {name: x}\n")
+    with pytest.raises(InfraError) as exc:
+        load_calibration(path)
+    assert str(exc.value.problems[0]).startswith(f"{path}:")
+    with pytest.raises(InfraError):
+        load_calibration(tmp_path / "missing.yaml")
+
+
+def test_a_ttft_correction_moves_e2e_by_the_same_time():
+    p = estimate(DEP, Workload(isl=1000, osl=200, concurrency=16), CAT).prediction
+    q = with_ttft(p, 2.0)
+    assert q.ttft["p99"] == pytest.approx(2 * p.ttft["p99"])
+    assert q.e2e["mean"] - p.e2e["mean"] == pytest.approx(p.ttft["mean"])
+    assert q.tpot == p.tpot
