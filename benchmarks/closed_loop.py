@@ -13,12 +13,16 @@ Nothing is fitted to a scored row. The prior is the packaged calibration, which 
 itself; `--lomo-prior` refits it without each model (`benchmarks/calibrate.py`'s fit, minutes per model, needs
 scipy) and predicts that model's rows from the refit, so every figure is on a model the prior never saw.
 With --json the last line is one JSON object with `per_sweep`, `per_model` and `prior` (and `prior_per_model`),
-each with n, ttft_median_ape, ttft_p90_ape, tpot_median_ape, tpot_p90_ape (fractions).
+each with n, ttft_median_ape, ttft_p90_ape, tpot_median_ape, tpot_p90_ape (fractions). `--write` commits the
+figures and the spread of the calibrated predictions (quantiles of measured / predicted per mode, per_sweep as
+the `deployment` band and per_model as the `model` band) to infra/perf/data/closed_loop.json: the error band an
+estimate reports where a user's calibration matched its deployment or model.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import multiprocessing
 import os
@@ -34,7 +38,10 @@ from infra.catalog.loader import load_catalog  # noqa: E402
 from infra.errors import InfraError  # noqa: E402
 from infra.perf.calibration import Factors, borrow  # noqa: E402
 from infra.perf.recalibrate import Measured, Row, errors, fit, predict, prepare  # noqa: E402
-from infra.perf.replay import MIN_SWEEP_ROWS, Case, load_rows, sweep_key, to_case  # noqa: E402
+from infra.perf.calibration import table  # noqa: E402
+from infra.perf.replay import MIN_SWEEP_ROWS, Case, error_bands, load_rows, sweep_key, to_case  # noqa: E402
+
+OUT = ROOT / "infra" / "perf" / "data" / "closed_loop.json"
 
 
 def _load(row: Row) -> float:
@@ -119,6 +126,7 @@ def main() -> int:
     ap.add_argument("--lomo-prior", action="store_true",
                     help="predict each model from a prior refitted without it (slow; needs scipy)")
     ap.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
+    ap.add_argument("--write", action="store_true", help=f"write the figures and bands to {OUT.relative_to(ROOT)}")
     args = ap.parse_args()
     catalog = load_catalog()
     try:
@@ -160,6 +168,19 @@ def main() -> int:
     ratios = [r.m.case.ttft_ms / p[0] for r, p in sweep if p[0] > 0]
     if ratios:
         print(f"per_sweep measured/predicted TTFT median {statistics.median(ratios):.3f}")
+    if args.write:
+        csv_bytes = Path(args.csv).read_bytes()
+        if hashlib.sha256(csv_bytes).hexdigest() != table().get("data_sha256"):
+            print(f"error: {args.csv}: not the data the packaged prior was fitted on — To fix: give that CSV "
+                  f"({table().get('data')})", file=sys.stderr)
+            return 1
+        data = {"data": Path(args.csv).name, "data_sha256": table().get("data_sha256"),
+                "prior_fit": figures["prior_fit"],
+                "figures": {k: figures[k] for k in ("per_sweep", "per_model", "prior", "prior_per_model")},
+                "bands": {"deployment": error_bands([(r.m.case, p[0], p[1]) for r, p in sweep]),
+                          "model": error_bands([(r.m.case, p[0], p[1]) for r, p in model])}}
+        OUT.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        print(f"wrote {OUT.relative_to(ROOT)}")
     if args.json:
         print(json.dumps(figures, sort_keys=True))
     return 0

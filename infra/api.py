@@ -341,7 +341,8 @@ def open_pr(intent: str | Path, repo: str | Path, *, plan_path: str | Path | Non
                     github_api=github_api or os.environ.get("GITHUB_API_URL") or DEFAULT_API,
                     allow_dirty=allow_dirty, sync=sync, body_file=Path(body_file) if body_file else None,
                     token=token or None)
-    req = dataclasses.replace(req, command=reproduce_command(str(intent), req, tuple(str(d) for d in catalog_dirs)))
+    req = dataclasses.replace(req, command=reproduce_command(str(intent), req, tuple(str(d) for d in catalog_dirs),
+                                                             str(calibration) if calibration is not None else None))
     preflight(req)  # a dirty or missing repository is refused before planning, which takes seconds
     resolved = load_intent(intent, catalog_dirs, calibration)
     if plan_path is not None:

@@ -198,6 +198,12 @@ def _provenance(plan: DeploymentPlan) -> list[str]:
                            for a in svc.allocations if not a.calibrated})
     if uncalibrated:
         out.append("- Not calibrated on this device: " + ", ".join(uncalibrated))
+    measured = prov.calibration.measured
+    if measured is not None:
+        out.append(f"- Your measurements: calibration `{measured.name}` ({measured.points} measured load points, "
+                   f"sha256 `{measured.sha256[:12]}`)")
+        out += [f"  - {svc.name} on {a.device}: {a.measured}" for svc in spec.services for a in svc.allocations
+                if a.measured]
     if spec.binding:
         out.append("- Binding: " + "; ".join(spec.binding))
     # Anything else the plan records about where it came from (e.g. an LLM-proposed change and who accepted it).

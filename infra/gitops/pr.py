@@ -81,9 +81,12 @@ def public_url(url: str | None) -> str | None:
     return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
 
 
-def reproduce_command(intent: str, req: PrRequest, catalog_dirs: tuple[str, ...] = ()) -> str:
+def reproduce_command(intent: str, req: PrRequest, catalog_dirs: tuple[str, ...] = (),
+                      calibration: str | None = None) -> str:
     """`infra pr ...` with the options that shape the result (not the publishing ones)."""
     args = ["infra", "pr", intent, "--repo", str(req.repo)]
+    if calibration:
+        args += ["--calibration", calibration]
     if req.root != "deploy":
         args += ["--root", req.root]
     if req.cluster:

@@ -254,6 +254,47 @@ def error_band(mode: str, model: str | None = None) -> ErrorBand | None:
     return ErrorBand(mode, band["n"], band["ttft"], band["tpot"], held.get("ttft"), held.get("tpot"), basis)
 
 
+@lru_cache(maxsize=1)
+def _closed_loop() -> dict[str, Any]:
+    path = resources.files("infra.perf") / "data" / "closed_loop.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+
+
+CALIBRATED_BASIS = {"deployment": "after calibrating on one load of the same deployment and workload",
+                    "model": "after calibrating on one load sweep of the same model, on its other sweeps"}
+"""What a calibrated band measured (`benchmarks/closed_loop.py`: its per_sweep and per_model scoring)."""
+
+
+def calibrated_band(mode: str, level: str) -> ErrorBand | None:
+    """How far measurements landed from predictions corrected by a user's calibration at `level` (`deployment` or
+    `model`; the broader levels narrow nothing), measured by `benchmarks/closed_loop.py --write` on the data the
+    packaged prior was fitted to; None when it was not measured for this prior, level or mode."""
+    data = _closed_loop()
+    if not data or data.get("data_sha256") != _table().get("data_sha256"):
+        return None
+    band = (data.get("bands") or {}).get(level, {}).get(mode)
+    if not band or level not in CALIBRATED_BASIS:
+        return None
+    basis = (f"{CALIBRATED_BASIS[level]}: {band['n']} {mode} rows of {data.get('data')} ({data.get('prior_fit')} "
+             "prior)")
+    held = band.get("held") or {}
+    return ErrorBand(mode, band["n"], band["ttft"], band["tpot"], held.get("ttft"), held.get("tpot"), basis)
+
+
+def band_for(mode: str, model: str, cal: Calibration) -> ErrorBand | None:
+    """The error band of an estimate made with `cal`: the narrower band of a user's calibration where it matched
+    this model on this framework and device (or the exact deployment), else the model's own in-sample band when
+    the packaged factors were fitted on this pair, else the held-out one."""
+    if cal.measured_level:
+        band = calibrated_band(mode, cal.measured_level)
+        if band is not None:
+            return band
+    return error_band(mode, model if cal.calibrated else None)
+
+
 def _device_distance(a: dict[str, Any], b: DeviceSpec) -> float:
     p = device_point(b)
     return abs(math.log(a["bw"] / p["bw"])) + abs(math.log(a["bf16"] / p["bf16"]))

@@ -15,7 +15,7 @@ from infra.catalog.loader import Catalog
 from infra.catalog.schema import DeviceSpec, FrameworkSpec, ModelSpec
 from infra.errors import InfraError, Location, Problem
 from infra.perf.arch import GB, NIC_GBS, MemoryFit, Worker, compile_worker, kv_precision_for
-from infra.perf.calibration import Calibration, Factors, error_band, lookup, measured_models
+from infra.perf.calibration import Calibration, Factors, band_for, lookup, measured_models
 from infra.perf.correction import Correction, scaled, with_ttft
 from infra.perf.serving import (
     PERCENTILES,
@@ -122,10 +122,11 @@ class Estimate:
         }
 
     def error_band(self) -> dict[str, Any] | None:
-        """Where a measurement of the mean TTFT and TPOT would fall, going by how far the model's own measurements
-        (when fitted, on a calibrated framework and device) or held-out models' measurements fell from their
-        predictions; a device the factors were not fitted on adds error this does not hold."""
-        band = error_band(self.deployment.mode, self.deployment.model if self.calibration.calibrated else None)
+        """Where a measurement of the mean TTFT and TPOT would fall, going by how far predictions calibrated on
+        a user's measurements of this model or deployment fell from measurements (`calibrated_band`), else the
+        model's own measurements (when fitted, on a calibrated framework and device) or held-out models'
+        measurements; a device the factors were not fitted on adds error this does not hold."""
+        band = band_for(self.deployment.mode, self.deployment.model, self.calibration)
         p = self.prediction
         if band is None or not p.stable:
             return None

@@ -21,7 +21,7 @@ from infra.intent.models import LengthDistribution, Service
 from infra.intent.profile import Pool
 from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
 from infra.perf.arch import kv_precision_for
-from infra.perf.calibration import error_band, lookup
+from infra.perf.calibration import Calibration, Factors, band_for, lookup
 from infra.perf.correction import Correction, UserCalibration
 from infra.perf.estimate import Estimate, build_workers, max_rate, meets, missed, predict, shape_problems
 from infra.perf.serving import PERCENTILES, z_of
@@ -569,12 +569,15 @@ def longest_request(svc: Service) -> int | None:
 
 
 def confident(slo: dict[tuple[str, str], float], dep: Deployment, confidence: float | None,
-              calibrated: bool) -> dict[tuple[str, str], float]:
+              calibrated: bool, measured_level: str = "") -> dict[tuple[str, str], float]:
     """The objectives a prediction must meet for the measurement to meet `slo` with `confidence`: each target over
     the deployment's error band ratio (measured / predicted) at that quantile, TPOT's for ITL and the larger of
     the two for E2E; a ratio below 1 (the model over-predicting) never loosens a target. The model's own
-    in-sample band counts only where its factors were fitted on this framework and device."""
-    band = None if confidence is None else error_band(dep.mode, dep.model if calibrated else None)
+    in-sample band counts only where its factors were fitted on this framework and device; a user's calibration
+    that matched the model or the deployment (`measured_level`) brings its own, narrower band."""
+    band = None
+    if confidence is not None:
+        band = band_for(dep.mode, dep.model, Calibration(Factors(), calibrated, "", measured_level=measured_level))
     if band is None or confidence is None:
         return slo
     ratio = {m: max(1.0, band.ratio(m, confidence)) for m in ("ttft", "tpot")}
@@ -596,7 +599,9 @@ def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[st
     tightened by the deployment's error band first."""
     asked = slo
     if confidence is not None:
-        slo = confident(slo, dep, confidence, lookup(dep.framework, device).calibrated)
+        measured = correction_for(resolved, dep, wl)
+        slo = confident(slo, dep, confidence, lookup(dep.framework, device).calibrated,
+                        measured.level if measured else "")
     try:
         cap, est = _capacity(dep, wl, slo, resolved, pool, device, memory_gb=memory_gb, decode_pool=decode_pool)
     except InfraError as exc:

@@ -20,7 +20,7 @@ from infra.intent.models import Service
 from infra.intent.profile import Pool
 from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
 from infra.perf.arch import kv_precision_for
-from infra.perf.calibration import error_band
+from infra.perf.calibration import calibrated_band, error_band
 from infra.perf.calibration import table as calibration_table
 from infra.perf.estimate import Estimate, estimate
 from infra.perf.handoff import ASSUMPTIONS as HANDOFF_ASSUMPTIONS
@@ -106,8 +106,11 @@ def _predicted(resolved: ResolvedIntent, rs: ResolvedService, cand: Candidate, l
     est = estimate(cand.estimate.deployment, wl, _catalog(resolved), device_memory_gb=cand.memory_gb,
                    device_spec=cand.device_spec, correction=correction_for(resolved, cand.estimate.deployment, wl))
     out = {}
-    # Borrowed factors add an error the held-out band never saw: no figure rather than a flattering one.
-    band = error_band(est.deployment.mode) if est.calibration.calibrated else None
+    # A user's calibration of this model or deployment brings its own band; borrowed factors add an error the
+    # held-out band never saw: no figure rather than a flattering one.
+    level = est.calibration.measured_level
+    band = (calibrated_band(est.deployment.mode, level) if level else None) or (
+        error_band(est.deployment.mode) if est.calibration.calibrated else None)
     for (metric, pct), target in sorted(objectives(rs.service).items()):
         values = getattr(est.prediction, metric)
         got = values.get(pct, values["p99"])

@@ -180,3 +180,17 @@ def test_calibrate_refuses_a_service_of_several_allocations(tmp_path: Path):
     with pytest.raises(InfraError) as exc:
         api.calibrate([RESULTS / "vllm-bench.json"], plan=tmp_path / "plan.yaml")
     assert "allocations" in str(exc.value.problems[0])
+
+
+def test_a_pull_request_says_which_figures_rest_on_the_measurements(tmp_path: Path):
+    from ..gitrepo import make_repos
+
+    _, clone = make_repos(tmp_path)
+    cal = ROOT / "examples" / "calibrations" / "chat-h100.yaml"
+    out = infra("pr", str(ROOT / "examples" / "measured-chat.yaml"), "--repo", str(clone), "--no-verify",
+                "--calibration", str(cal), "--json")
+    assert out.returncode == 0, out.stderr
+    body = json.loads(out.stdout)["body"]
+    assert "- Your measurements: calibration `chat-h100` (2 measured load points" in body
+    assert "chat on H100-SXM: calibrated on 2 measured load point(s) of 1 deployment(s) (this deployment" in body
+    assert f"--calibration {cal}" in body

@@ -138,3 +138,23 @@ def test_a_ttft_correction_moves_e2e_by_the_same_time():
     assert q.ttft["p99"] == pytest.approx(2 * p.ttft["p99"])
     assert q.e2e["mean"] - p.e2e["mean"] == pytest.approx(p.ttft["mean"])
     assert q.tpot == p.tpot
+
+
+def test_a_calibrated_deployment_reports_the_narrower_band_its_evidence_supports(tmp_path):
+    t, p = _prior(16)
+    rows, _ = prepare([_measured(1.3 * t, 1.2 * p, 16)], CAT)
+    doc = document("mine", rows, [{"path": "run.jsonl", "sha256": "0" * 64, "format": "infra-bench", "points": 1}])
+    path = tmp_path / "cal.yaml"
+    path.write_text(dump(doc))
+    cal = load_calibration(path)
+    wl = Workload(isl=1000, osl=200, concurrency=16)
+    plain = estimate(DEP, wl, CAT).to_json()["error_band"]
+    exact = estimate(DEP, wl, CAT, correction=cal.correction(DEP, wl)).to_json()
+    band = exact["error_band"]
+    assert band["basis"].startswith("after calibrating on one load of the same deployment and workload")
+    width = band["tpot_mean_ms"][1] / band["tpot_mean_ms"][0]
+    assert width < plain["tpot_mean_ms"][1] / plain["tpot_mean_ms"][0]
+    # Another model on the device is corrected only through the device: the band stays the prior's.
+    other = Deployment("Qwen3-32B", "H100", "vllm", "bf16", agg=Role(Parallel(tp=2)))
+    far = estimate(other, wl, CAT, correction=cal.correction(other, wl)).to_json()
+    assert far["measured_calibration"] and not far["error_band"]["basis"].startswith("after calibrating")
