@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from infra import api  # noqa: E402
 from infra.agent.patches import parse_patch, solve_patch  # noqa: E402
+from infra.agent.planning import Planning  # noqa: E402
 
 CASES = {
     "small-model-shared.yaml": ["slo.ttft.p99=1s", "slo.ttft.p99=300ms", "availability.min_replicas=3",
@@ -44,7 +45,7 @@ def main() -> int:
                      "seconds": round(time.perf_counter() - t0, 2)})
         for text in patches:
             t0 = time.perf_counter()
-            outcome = solve_patch(path, parse_patch(text))
+            outcome = solve_patch(path, parse_patch(text), Planning(check=api.check, plan=api.plan))
             rows.append({"intent": name, "patch": text, "status": outcome.status,
                          "cost_per_hour": outcome.plan["spec"]["cost"]["per_hour"] if outcome.plan else None,
                          "seconds": round(time.perf_counter() - t0, 2)})

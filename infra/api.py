@@ -490,8 +490,10 @@ def draft(text: str, output: str | Path, *, profile: str | Path | None = None,
     `force`. Raises EndpointError when no endpoint is configured or it fails. Returns
     `infra.agent.draft.DraftResult`."""
     from infra.agent.draft import draft as _draft
+    from infra.agent.planning import Planning
 
-    return _draft(text, output, profile=profile, catalog_dirs=catalog_dirs, force=force)
+    return _draft(text, output, planning=Planning(check=check, plan=plan), profile=profile, catalog_dirs=catalog_dirs,
+                  force=force)
 
 
 def plan_agent(path: str | Path, baseline: dict[str, Any] | None, conflict: list[str], *, goal: str | None = None,
@@ -502,8 +504,9 @@ def plan_agent(path: str | Path, baseline: dict[str, Any] | None, conflict: list
     `ask(question) -> answer` (or the recommended one with `yes`) is written to the intent and re-planned into
     `output` with the change in the plan's provenance. Returns `infra.agent.plan_agent.AgentOutcome`."""
     from infra.agent.plan_agent import run_plan_agent
+    from infra.agent.planning import Planning
 
-    return run_plan_agent(Path(path), baseline, conflict, goal=goal, yes=yes,
+    return run_plan_agent(Path(path), baseline, conflict, planning=Planning(check=check, plan=plan), goal=goal, yes=yes,
                           output=Path(output) if output is not None else None, console=console, ask=ask,
                           catalog_dirs=catalog_dirs, objective=objective)
 
@@ -514,11 +517,12 @@ def review(plan_path: str | Path, *, console: Any, script: str | Path | None = N
     file (one input per line, confirmations included): slash commands (/why, /what-if, /diff, /alternatives,
     /accept, /export, /exit) work without an LLM; other lines go to the configured LLM through read-only tools.
     Returns 1 when a command failed, else 0."""
+    from infra.agent.planning import Planning
     from infra.agent.review import Review, console_reader, script_reader
 
     read = script_reader(Path(script), console) if script is not None else console_reader(console)
-    return Review(Path(plan_path), console, read, intent_path=Path(intent_path) if intent_path else None,
-                  catalog_dirs=catalog_dirs).run()
+    return Review(Path(plan_path), console, read, planning=Planning(check=check, plan=plan),
+                  intent_path=Path(intent_path) if intent_path else None, catalog_dirs=catalog_dirs).run()
 
 
 __all__ += ["CalibrateResult", "calibrate"]

@@ -6,4 +6,5 @@ plan's facts. Everything here works against any OpenAI-compatible endpoint, and 
 without one (explain, review's slash commands) do.
 
 Only `infra.cli` and `infra.api` import this package, lazily, so planning never loads the `openai` client.
+It never imports them back: the `check` and `plan` it solves proposals with are handed in (`planning.Planning`).
 """

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from infra.agent.planning import Planning
 from infra.errors import IntentError, Location, Problem
 
 ASSUMED_INPUT_TOKENS = 1024
@@ -196,17 +197,17 @@ def _wrap(text: str, width: int = 110) -> list[str]:
     return textwrap.wrap(" ".join(text.split()), width) or [""]
 
 
-def draft(text: str, output: str | Path, *, profile: str | Path | None = None,
+def draft(text: str, output: str | Path, *, planning: Planning, profile: str | Path | None = None,
           catalog_dirs: tuple[Path, ...] = (), force: bool = False) -> DraftResult:
     """Draft an intent from `text` with the configured model and write it to `output` once it passes the checks.
 
     `profile` (a ClusterProfile file) is used as the inventory; without it the description must state one. An
     existing `output` is replaced only with `force`."""
-    from infra import api
     from infra.agent.client import LLMClient
     from infra.agent.patches import check_text
     from infra.agent.prompts import render
     from infra.agent.settings import require_settings
+    from infra.catalog.loader import load_catalog
     from infra.files import write_atomic
 
     settings = require_settings()
@@ -218,7 +219,7 @@ def draft(text: str, output: str | Path, *, profile: str | Path | None = None,
     pools_text = None
     if profile is not None:
         profile = Path(profile)
-        checked = api.check(profile, catalog_dirs)
+        checked = planning.check(profile, catalog_dirs)
         if checked.kind != "ClusterProfile":
             raise IntentError(Problem("is not a ClusterProfile", Location(str(profile)),
                                       "pass a cluster profile file to --profile"))
@@ -226,7 +227,7 @@ def draft(text: str, output: str | Path, *, profile: str | Path | None = None,
         if rel_profile.startswith(".."):
             rel_profile = str(profile.resolve())
         pools_text = [{"name": p.name, "device": p.device} for p in checked.profile.spec.pools]
-    catalog = api.load_catalog(catalog_dirs)
+    catalog = load_catalog(catalog_dirs)
     messages = [
         {"role": "system", "content": render("draft_system.j2", models=sorted(catalog.models),
                                              devices=sorted(catalog.devices), pools=pools_text)},
@@ -241,7 +242,7 @@ def draft(text: str, output: str | Path, *, profile: str | Path | None = None,
                                                          "pools, e.g. '2 nodes of 8 H100-SXM at $2.5/h'"))
         body, unknowns = intent_yaml(d, rel_profile, text)
         result.update(text=body, unknowns=unknowns, draft=d)
-        return check_text(body, output, catalog_dirs)
+        return check_text(body, output, planning, catalog_dirs)
 
     client = LLMClient(settings)
     client.structured(messages, IntentDraft, check)

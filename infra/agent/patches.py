@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from infra.agent.planning import Planned, Planning
 from infra.errors import InfeasibleError, InfraError, IntentError, Location, Problem
 
 FIELDS = (
@@ -209,35 +210,32 @@ def _problems(exc: InfraError, label: str) -> list[str]:
             for p in exc.problems]
 
 
-def check_text(text: str, beside: Path, catalog_dirs: tuple[Path, ...] = (), label: str = "the draft") -> list[str]:
+def check_text(text: str, beside: Path, planning: Planning, catalog_dirs: tuple[Path, ...] = (),
+               label: str = "the draft") -> list[str]:
     """What `infra check` says about intent `text` as if it were a file next to `beside` (empty when valid)."""
-    from infra import api
-
     beside.parent.mkdir(parents=True, exist_ok=True)
     with _Sibling(beside, text) as tmp:
         try:
-            api.check(tmp, catalog_dirs)
+            planning.check(tmp, catalog_dirs)
         except InfraError as exc:
             return _problems(exc, label)
     return []
 
 
-def solve_patch(intent_path: Path, patch: IntentPatch, catalog_dirs: tuple[Path, ...] = (),
+def solve_patch(intent_path: Path, patch: IntentPatch, planning: Planning, catalog_dirs: tuple[Path, ...] = (),
                 objective: str = "cost") -> Outcome:
     """Apply, check and solve a patch of the intent at `intent_path`; the user's files are not touched."""
-    from infra import api
-
     base = intent_path.read_text(encoding="utf-8")
     try:
         text, records = apply_patch(base, patch)
     except IntentError as exc:
         return Outcome(patch, "rejected", problems=[str(p) for p in exc.problems])
-    problems = check_text(text, intent_path, catalog_dirs, label="the patched intent")
+    problems = check_text(text, intent_path, planning, catalog_dirs, label="the patched intent")
     if problems:
         return Outcome(patch, "rejected", records, text, base, problems=problems)
     with _Sibling(intent_path, text) as tmp:
         try:
-            result = api.plan(tmp, None, catalog_dirs=catalog_dirs, objective=objective)
+            result = planning.plan(tmp, None, catalog_dirs=catalog_dirs, objective=objective)
         except InfeasibleError as exc:
             return Outcome(patch, "infeasible", records, text, base, problems=_problems(exc, "the patched intent"))
         except InfraError as exc:
@@ -245,13 +243,12 @@ def solve_patch(intent_path: Path, patch: IntentPatch, catalog_dirs: tuple[Path,
     return Outcome(patch, "solved", records, text, base, plan=result.plan)
 
 
-def accept(intent_path: Path, outcome: Outcome, plan_dir: Path | None, *, proposed_by: str, accepted_by: str,
-           previous: list[dict[str, Any]] | None = None, prompt_sha256: str | None = None,
-           catalog_dirs: tuple[Path, ...] = (), objective: str = "cost") -> Any:
+def accept(intent_path: Path, outcome: Outcome, plan_dir: Path | None, *, planning: Planning, proposed_by: str,
+           accepted_by: str, previous: list[dict[str, Any]] | None = None, prompt_sha256: str | None = None,
+           catalog_dirs: tuple[Path, ...] = (), objective: str = "cost") -> Planned:
     """Write the patched intent over `intent_path` and plan it (into `plan_dir` when given) with the change recorded
     in the plan's provenance (after `previous` changes). Call only after the user confirmed. Refuses when the intent
     file changed since the patch was solved, so that no edit of the user's is overwritten."""
-    from infra import api
     from infra.files import write_atomic
 
     if outcome.status != "solved" or outcome.text is None:
@@ -266,4 +263,4 @@ def accept(intent_path: Path, outcome: Outcome, plan_dir: Path | None, *, propos
         for r in outcome.records]
     changes = [{k: v for k, v in c.items() if v is not None or k == "after"} for c in changes]
     write_atomic(intent_path, outcome.text)
-    return api.plan(intent_path, plan_dir, catalog_dirs=catalog_dirs, objective=objective, changes=changes)
+    return planning.plan(intent_path, plan_dir, catalog_dirs=catalog_dirs, objective=objective, changes=changes)

@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from infra.agent.loop import LoopResult
+from infra.agent.planning import Planned, Planning
 from infra.agent.session import Session
 
 
@@ -20,12 +21,12 @@ class AgentOutcome:
     session: Session
     loop: LoopResult
     accepted: str | None
-    replanned: Any = None
-    """The PlanResult of the patched intent, when a patch was accepted."""
+    replanned: Planned | None = None
+    """The `infra.api.PlanResult` of the patched intent, when a patch was accepted."""
 
 
 def run_plan_agent(intent_path: Path, baseline: dict[str, Any] | None, conflict: list[str], *,
-                   goal: str | None, yes: bool, output: Path | None, console: Console,
+                   planning: Planning, goal: str | None, yes: bool, output: Path | None, console: Console,
                    ask: Callable[[str], str | None], catalog_dirs: tuple[Path, ...] = (),
                    objective: str = "cost") -> AgentOutcome:
     """Run the loop, show every solved patch side by side with the baseline, and apply the one the user
@@ -46,7 +47,7 @@ def run_plan_agent(intent_path: Path, baseline: dict[str, Any] | None, conflict:
                             "plan --agent needs — To fix: use a server and model with tool calling (vLLM: "
                             "--enable-auto-tool-choice and a --tool-call-parser; llama.cpp: --jinja)")
     client = LLMClient(settings)
-    session = Session(intent_path, baseline, conflict, catalog_dirs, objective)
+    session = Session(intent_path, baseline, planning, conflict, catalog_dirs, objective)
     facts = plan_facts(DeploymentPlan.model_validate(baseline)) if baseline is not None else []
     system = render("plan_agent_system.j2", facts=facts, conflict=conflict,
                     max_solver_calls=settings.budgets.max_solver_calls)
@@ -92,7 +93,7 @@ def run_plan_agent(intent_path: Path, baseline: dict[str, Any] | None, conflict:
             console.print(f"{choice!r} is not a solved change; nothing changed", markup=False)
             return result
     previous = (baseline or {}).get("spec", {}).get("provenance", {}).get("changes", [])
-    result.replanned = accept(intent_path, session.outcomes[choice], output, proposed_by=origin,
+    result.replanned = accept(intent_path, session.outcomes[choice], output, planning=planning, proposed_by=origin,
                               accepted_by="user (--yes)" if yes else "user", previous=previous,
                               prompt_sha256=prompt_sha256(system, user), catalog_dirs=catalog_dirs,
                               objective=objective)

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from infra.agent.patches import Outcome, parse_patch, patch_text
+from infra.agent.planning import Planning
 from infra.agent.session import Session
 from infra.errors import EndpointError, InfraError
 
@@ -33,16 +34,18 @@ class Review:
     """One review session; `read(prompt)` gives the next line (None at the end)."""
 
     def __init__(self, plan_path: Path, console: Console, read: Callable[[str], str | None], *,
-                 intent_path: Path | None = None, catalog_dirs: tuple[Path, ...] = ()):
+                 planning: Planning, intent_path: Path | None = None, catalog_dirs: tuple[Path, ...] = ()):
         from infra.planner.types import load_plan
 
         self.plan_path = plan_path
         self.console = console
         self.read = read
+        self.planning = planning
         self.catalog_dirs = catalog_dirs
         self.plan = load_plan(plan_path)
         intent = intent_path or Path(self.plan.spec.provenance.intent)
-        self.session = Session(intent, self._plan_data(), [], catalog_dirs, self.plan.spec.solver.objective)
+        self.session = Session(intent, self._plan_data(), planning, [], catalog_dirs,
+                               self.plan.spec.solver.objective)
         self.pending: str | None = None
         self.failures = 0
         self._llm: Any = None
@@ -145,14 +148,15 @@ class Review:
             self.console.print("not applied")
             return
         previous = [c.model_dump(mode="json", exclude_none=True) for c in self.plan.spec.provenance.changes]
-        result = accept(self._intent(), outcome, self.plan_path.parent, proposed_by=self.session.origins[pid],
-                        accepted_by="user", previous=previous, prompt_sha256=self._prompt_hash(pid),
-                        catalog_dirs=self.catalog_dirs, objective=self.session.objective)
+        result = accept(self._intent(), outcome, self.plan_path.parent, planning=self.planning,
+                        proposed_by=self.session.origins[pid], accepted_by="user", previous=previous,
+                        prompt_sha256=self._prompt_hash(pid), catalog_dirs=self.catalog_dirs,
+                        objective=self.session.objective)
         from infra.planner.types import load_plan
 
         old_cost = self.plan.spec.cost.per_hour
         self.plan = load_plan(self.plan_path)
-        self.session = Session(self.session.intent_path, self._plan_data(), [], self.catalog_dirs,
+        self.session = Session(self.session.intent_path, self._plan_data(), self.planning, [], self.catalog_dirs,
                                self.session.objective)
         self.pending = None
         self._llm = None  # the next question starts from the new plan's facts

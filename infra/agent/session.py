@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from infra.agent.loop import NoArgs, Tool, ToolResult
 from infra.agent.patches import IntentPatch, Outcome, patch_text, solve_patch
+from infra.agent.planning import Planning
 
 
 def plan_summary(plan: dict[str, Any]) -> dict[str, Any]:
@@ -54,6 +55,7 @@ class Session:
     intent_path: Path
     baseline: dict[str, Any] | None
     """The plan of the intent as written; None when it is infeasible (then `conflict` says why)."""
+    planning: Planning
     conflict: list[str] = field(default_factory=list)
     catalog_dirs: tuple[Path, ...] = ()
     objective: str = "cost"
@@ -64,7 +66,7 @@ class Session:
     def what_if(self, patch: IntentPatch, origin: str) -> tuple[str, Outcome]:
         """Solve a patch against the current intent file; it gets the next id (P1, P2, ...)."""
         pid = f"P{len(self.outcomes) + 1}"
-        outcome = solve_patch(self.intent_path, patch, self.catalog_dirs, self.objective)
+        outcome = solve_patch(self.intent_path, patch, self.planning, self.catalog_dirs, self.objective)
         self.outcomes[pid], self.origins[pid] = outcome, origin
         return pid, outcome
 

@@ -62,3 +62,12 @@ def small_plan(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("plan")
     api.plan(ROOT / "examples" / "small-model-shared.yaml", out)
     return out / "plan.yaml"
+
+
+@pytest.fixture
+def planning():
+    """The real `check` and `plan`, bundled as `infra.api` hands them to the agent."""
+    from infra import api
+    from infra.agent.planning import Planning
+
+    return Planning(check=api.check, plan=api.plan)

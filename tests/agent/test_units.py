@@ -97,13 +97,13 @@ def test_recording_mode_proxies_a_real_endpoint_into_a_fixture(tmp_path):
     assert json.loads(fixture.read_text()) == {"replies": [{"content": "from upstream"}]}
 
 
-def test_out_of_range_and_malformed_values_are_refused_before_solving(tmp_path):
+def test_out_of_range_and_malformed_values_are_refused_before_solving(tmp_path, planning):
     from infra.agent.patches import solve_patch
 
     intent = ROOT / "examples" / "small-model-shared.yaml"
     for text, needle in (("availability.min_replicas=0", "min_replicas"), ("slo.ttft.p99=-3s", "negative"),
                          ("precisions=fp3", "fp3"), ("preferences.disaggregation=sometimes", "disaggregation")):
-        outcome = solve_patch(intent, parse_patch(text))
+        outcome = solve_patch(intent, parse_patch(text), planning)
         assert outcome.status == "rejected" and needle in " ".join(outcome.problems), (text, outcome.problems)
         assert outcome.plan is None
     assert not [p for p in intent.parent.iterdir() if p.name.startswith(".small-model-shared")]

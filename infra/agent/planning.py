@@ -1,0 +1,51 @@
+"""The planning functions the agent works with, handed down by the caller.
+
+Every draft and patch the model proposes goes through the same `check` and `plan` as the user's own files, and
+those live in `infra.api`, the layer above the agent that imports it. Importing them back from here would be an
+import cycle, so `infra.api` passes them in as a `Planning` and the layers read top to bottom.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from infra.intent.profile import ClusterProfile
+
+
+class Checked(Protocol):
+    """What the agent reads of a check's result (`infra.api.CheckResult`)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def profile(self) -> ClusterProfile | None: ...
+
+
+class Planned(Protocol):
+    """What the agent reads of a plan's result (`infra.api.PlanResult`)."""
+
+    @property
+    def plan(self) -> dict[str, Any]: ...
+
+    @property
+    def written(self) -> list[Path]: ...
+
+
+class PlanFn(Protocol):
+    """`infra.api.plan`, as far as the agent calls it."""
+
+    def __call__(self, path: str | Path, output: str | Path | None = None, *, catalog_dirs: tuple[Path, ...] = (),
+                 objective: str = "cost", changes: list[dict[str, Any]] | None = None) -> Planned: ...
+
+
+@dataclass(frozen=True)
+class Planning:
+    check: Callable[[Path, tuple[Path, ...]], Checked]
+    """Validate an intent or cluster profile file (`infra check`); raises IntentError listing every problem."""
+    plan: PlanFn
+    """Solve an intent (`infra plan`), writing the plan into `output` when given; raises InfeasibleError."""
