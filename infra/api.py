@@ -605,13 +605,33 @@ class VerifyResult:
     written: list[Path]
 
 
+def _earlier_measurements(plan_doc: Any) -> list[Path]:
+    """The files of the calibration a plan was made with that still hold what it read (same SHA-256) and record
+    their own deployment, so that verifying again adds to the measurements rather than replacing them."""
+    import hashlib
+
+    from infra.errors import InfraError
+    from infra.perf.correction import load_calibration
+
+    measured = plan_doc.spec.provenance.calibration.measured
+    if measured is None or not Path(measured.path).is_file():
+        return []
+    try:
+        doc = load_calibration(measured.path).doc
+    except InfraError:
+        return []
+    return [Path(s.path) for s in doc.sources if s.format in ("infra-bench", "silicon-csv") and Path(s.path).is_file()
+            and hashlib.sha256(Path(s.path).read_bytes()).hexdigest() == s.sha256]
+
+
 def verify(plan_path: str | Path, url: str, *, service: str | None = None, intent: str | Path | None = None,
            requests: int | None = None, duration_s: float | None = None, model: str | None = None,
            api_kind: str = "chat", timeout_s: float = 60.0, warmup: int = 1, seed: int = 0,
            write: str | Path | None = None, catalog_dirs: tuple[Path, ...] = (), progress: Any = None) -> VerifyResult:
     """Measure a deployed plan's service at its planned load (the peak, and the baseline when the workload has
-    one), judge every objective on the measurements, calibrate on them (`calibrate`), plan the intent again with
-    that calibration and say what would change. With `write`, writes `measurements/*.jsonl`, `calibration.yaml`
+    one), judge every objective on the measurements, calibrate on them (`calibrate`, together with the
+    still-readable measurement files of the calibration the plan was made with), plan the intent again with that
+    calibration and say what would change. With `write`, writes `measurements/*.jsonl`, `calibration.yaml`
     and the new plan (`plan/`) there."""
     import tempfile
 
@@ -637,8 +657,12 @@ def verify(plan_path: str | Path, url: str, *, service: str | None = None, inten
             files.append(path)
             runs.append(Run(label, rate, clients, result.bench))
         cal, cal_path, replanned, notes = None, None, None, []
+        earlier = _earlier_measurements(plan_doc)
+        if earlier:
+            notes.append(f"calibrated together with {len(earlier)} earlier measurement file(s) of the calibration "
+                         "the plan was made with")
         try:
-            fitted = calibrate(files, keep / "calibration.yaml", plan=plan_path, service=name,
+            fitted = calibrate(earlier + files, keep / "calibration.yaml", plan=plan_path, service=name,
                                catalog_dirs=catalog_dirs)
             cal, cal_path = fitted.doc, keep / "calibration.yaml"
         except InfraError as exc:

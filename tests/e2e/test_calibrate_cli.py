@@ -194,3 +194,19 @@ def test_a_pull_request_says_which_figures_rest_on_the_measurements(tmp_path: Pa
     assert "- Your measurements: calibration `chat-h100` (2 measured load points" in body
     assert "chat on H100-SXM: calibrated on 2 measured load point(s) of 1 deployment(s) (this deployment" in body
     assert f"--calibration {cal}" in body
+
+
+def test_verifying_a_calibrated_plan_adds_to_its_measurements(tmp_path: Path):
+    """The plan of examples/measured-chat.yaml rests on two saved runs; verifying it calibrates on those and the
+    new ones together (run from the repository root, where the calibration's file paths resolve)."""
+    out_dir = tmp_path / "out"
+    planned = infra("plan", "examples/measured-chat.yaml", "-o", str(out_dir), "--no-verify", cwd=ROOT)
+    assert planned.returncode == 0, planned.stderr
+    with emulator("--ttft-ms", "120", "--itl-ms", "30") as url:
+        out = infra("verify", str(out_dir / "plan.yaml"), "--endpoint", url, "--requests", "16", "--write",
+                    str(tmp_path / "v"), cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "calibrated together with 2 earlier measurement file(s)" in out.stdout
+    doc = yaml.safe_load((tmp_path / "v" / "calibration.yaml").read_text())
+    assert len(doc["sources"]) == 4 and len(doc["points"]) == 4
+
