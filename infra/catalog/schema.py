@@ -34,8 +34,11 @@ BYTES_PER_PARAM: dict[str, float] = {
 
 Confidence = Literal["high", "medium", "low"]
 Vendor = Literal[
-    "nvidia", "amd", "huawei", "cambricon", "kunlunxin", "iluvatar", "metax", "hygon", "mthreads", "enflame"
+    "nvidia", "amd", "huawei", "cambricon", "kunlunxin", "iluvatar", "metax", "hygon", "mthreads", "enflame", "cpu"
 ]
+"""Who makes the device, as far as requesting it goes: one cluster convention (resource names) per vendor. `cpu` is
+every x86 server CPU whatever its maker: a CPU device is requested as Kubernetes' own cores and memory, not through a
+device plugin."""
 ModelKind = Literal["llm", "vision_encoder", "audio_encoder", "codec", "dit"]
 WorkUnit = Literal["token", "image", "audio_second", "video_frame", "denoise_step"]
 Feature = Literal[
@@ -102,14 +105,30 @@ class Quirk(CatalogModel):
     """Precisions that do not run (or not usefully) on this device."""
     max_tp: int | None = None
     """Largest tensor-parallel size known to work, when smaller than the node."""
+    unsupported_features: list[Feature] = []
+    """Serving features of the framework that do not work on this device (e.g. prefill/decode disaggregation on a
+    CPU), where the framework lists them for its other devices."""
     frameworks: list[str] = []
     """Frameworks the quirk applies to; empty means all."""
     source: Url
     """URL where the limitation is documented."""
 
 
+class CpuSpec(CatalogModel):
+    """What a CPU device (one socket) is made of, beyond the figures every device has: how many cores pods get with
+    it and which instruction sets the engine's kernels use."""
+
+    cores: Figure
+    """Physical cores of one socket: the engine binds one compute thread to each."""
+    threads: Figure
+    """Hardware threads of one socket (two per core with SMT, as these parts ship and cloud instances run): what
+    Kubernetes counts as CPUs, so what a pod holding the whole socket requests."""
+    isa: list[str]
+    """Instruction-set flags the serving kernels use, as `lscpu` spells them (e.g. avx512_bf16, amx_bf16)."""
+
+
 class DeviceSpec(CatalogModel):
-    """An accelerator as the performance model and planner see it."""
+    """An accelerator (or a CPU socket) as the performance model and planner see it."""
 
     name: str
     """Canonical name, e.g. `H100-SXM`, `Ascend-910B3`."""
@@ -138,6 +157,15 @@ class DeviceSpec(CatalogModel):
     """Reference on-demand price in USD per device-hour; a cluster profile's own price overrides it."""
     tdp_watts: Figure | None = None
     """Board power."""
+    cpu: CpuSpec | None = None
+    """Cores and instruction sets, for CPU devices (vendor `cpu`, one socket each); unset for accelerators."""
+
+    @model_validator(mode="after")
+    def _cpu_for_cpus(self) -> DeviceSpec:
+        if (self.vendor == "cpu") != (self.cpu is not None):
+            raise ValueError(f"vendor {self.vendor} {'needs' if self.vendor == 'cpu' else 'takes no'} a `cpu` "
+                             "section: CPU devices (vendor cpu) state their cores and threads, accelerators do not")
+        return self
 
     @property
     def precisions(self) -> list[str]:
@@ -158,6 +186,11 @@ class DeviceSpec(CatalogModel):
     def precisions_for(self, framework: str) -> list[str]:
         """Precisions the device serves under one framework: `precisions` less those its quirks rule out."""
         return [p for p in self.precisions if self.precision_quirk(framework, p) is None]
+
+    def feature_quirk(self, framework: str, feature: str) -> Quirk | None:
+        """The quirk that rules a serving feature out on this device under one framework (scoped to it, or to all)."""
+        return next((q for q in self.quirks if feature in q.unsupported_features
+                     and (not q.frameworks or framework in q.frameworks)), None)
 
     def tp_limit(self, framework: str) -> Quirk | None:
         """The quirk with the smallest `max_tp` that applies to a framework on this device, if any."""
@@ -379,6 +412,19 @@ class EngineCli(CatalogModel):
     """URL of the engine's documentation of these arguments."""
 
 
+class EngineEnv(CatalogModel):
+    """Environment an engine needs on one kind of device, for settings it takes from the environment rather than
+    from flags (vLLM's CPU backend sizes its KV cache and binds its threads this way)."""
+
+    kv_cache_gib: str | None = None
+    """Variable that takes the KV cache size of each rank in GiB (vLLM CPU: `VLLM_CPU_KVCACHE_SPACE`); rendering
+    sizes it from the plan's memory."""
+    fixed: dict[str, str] = {}
+    """Variables set whatever the plan (e.g. `VLLM_CPU_OMP_THREADS_BIND: auto`)."""
+    source: Url
+    """URL of the engine's documentation of these variables."""
+
+
 class FrameworkSpec(CatalogModel):
     """A serving engine and what it supports."""
 
@@ -418,6 +464,13 @@ class FrameworkSpec(CatalogModel):
     checkpoints: dict[str, str] = {}
     """Hugging Face repository a plan names -> the repository this engine loads instead, where the engine reads
     another format of the same weights (vLLM-Omni loads Wan2.1 from its Diffusers conversion)."""
+    env: dict[str, EngineEnv] = {}
+    """Environment per device (catalog name) or vendor where the engine needs one (e.g. `cpu`: vLLM's CPU backend);
+    a device entry wins over its vendor's."""
+
+    def env_for(self, device: str, vendor: str) -> EngineEnv | None:
+        """The environment the engine needs on a device: its own entry in `env`, else its vendor's."""
+        return self.env.get(device) or self.env.get(vendor)
 
     def image_for(self, device: str, vendor: str) -> tuple[str, bool]:
         """(image, pinned) for a device: its own entry in `images`, else its vendor's, else `image` when the vendor

@@ -180,7 +180,8 @@ class DeviceResources(Strict):
     """How pods request one vendor's devices in this cluster (HAMi or the vendor's device plugin)."""
 
     count: str
-    """Extended resource for whole devices, e.g. `nvidia.com/gpu`, `huawei.com/Ascend910B3`."""
+    """Extended resource for whole devices, e.g. `nvidia.com/gpu`, `huawei.com/Ascend910B3`; empty for CPU devices
+    (vendor `cpu`), which pods request as Kubernetes' own `cpu` and `memory`."""
     shared_count: str | None = None
     """Resource for a shared slice when it differs from `count` (e.g. `metax-tech.com/sgpu`)."""
     memory: str | None = None

@@ -177,6 +177,12 @@ def build_workers(dep: Deployment, catalog: Catalog, *, device_memory_gb: float 
         raise ShapeError(Problem(f"{fw.name} does not support prefill/decode disaggregation",
                                  fix="use mode agg or another framework"))
     for dev in (device, *([catalog.device(dep.decode_device)] if dep.decode_device and dep.mode != "agg" else [])):
+        quirk = dep.mode != "agg" and dev.feature_quirk(fw.name, "pd_disaggregation")
+        if quirk:
+            raise ShapeError(Problem(f"{fw.name} does not disaggregate prefill and decode on {dev.name}: "
+                                     f"{quirk.description}", Location(path="deployment.mode"),
+                                     "use mode agg on this device"))
+    for dev in (device, *([catalog.device(dep.decode_device)] if dep.decode_device and dep.mode != "agg" else [])):
         if not runs_on(fw, dev):
             there = sorted(name for name, f in catalog.frameworks.items() if runs_on(f, dev))
             raise ShapeError(Problem(f"{fw.name} does not run on {dev.name}", Location(path="deployment.framework"),

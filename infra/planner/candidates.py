@@ -372,7 +372,8 @@ def _deployments(rs: ResolvedService, svc: Service, device: DeviceSpec, fw: Fram
     mode = svc.preferences.disaggregation
     if mode != "on":
         out.append((Deployment(rs.model.name, device.name, fw.name, precision, agg=Role(par)), 0))
-    if mode != "off" and "pd_disaggregation" in fw.features:
+    # A device quirk can rule disaggregation out for a framework that has it elsewhere (vLLM's CPU backend).
+    if mode != "off" and "pd_disaggregation" in fw.features and not device.feature_quirk(fw.name, "pd_disaggregation"):
         for k in DECODE_WORKERS:
             out.append((Deployment(rs.model.name, device.name, fw.name, precision, "disagg",
                                    prefill=Role(par, workers=1), decode=Role(par, workers=k)), k))
@@ -464,7 +465,8 @@ def _cross_units(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tupl
     for fw in rs.frameworks:
         if "pd_disaggregation" not in fw.features or "llm" not in fw.kinds or not all(
                 d.vendor in fw.vendors and (not fw.devices or d.name in fw.devices)
-                and fw.image_for(d.name, d.vendor)[1] for d in (da, db)):
+                and fw.image_for(d.name, d.vendor)[1] and not d.feature_quirk(fw.name, "pd_disaggregation")
+                for d in (da, db)):
             continue
         for precision in _precisions(svc, rs.model, da, fw):
             if precision not in db.precisions:

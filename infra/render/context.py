@@ -227,10 +227,11 @@ class ServiceBuilder:
         except CatalogError:
             spec = None
         if spec is None:
-            return {"weight_bytes": None, "native": None}
+            return {"weight_bytes": None, "native": None, "params_b": None}
         # A quantized re-upload the plan serves holds its own format, not the entry's.
         native = checkpoint_precision(self.svc.model_id or "", spec.hf_id) or spec.native_precision
-        return {"weight_bytes": spec.params_total_b * 1e9 * BYTES_PER_PARAM[native], "native": native}
+        return {"weight_bytes": spec.params_total_b * 1e9 * BYTES_PER_PARAM[native], "native": native,
+                "params_b": spec.params_total_b}
 
     # --- shared per allocation ----------------------------------------------------------------------------------
 
@@ -274,6 +275,17 @@ class AllocationBuilder:
         self.header: list[str] = []
         self.devices_per_pod = a.devices_per_worker // a.nodes_per_worker
         self.rdma = [n for n in self.pool.nics if n.kind in RDMA_KINDS]
+        self.device = sb.catalog.tables["devices"].find(a.device)
+        """The allocation's device in the catalog (None when the catalog rendering uses lacks it)."""
+        self.cpu = self.device.cpu if self.device is not None else None
+        """Cores and threads of a CPU device (vendor cpu), whose pods request cores and memory; None for
+        accelerators."""
+        if self.cpu is None and not self.pool.resources.count:
+            raise CatalogError(Problem(
+                f"pool {self.pool.name} names no device resource, and {a.device} is not a CPU device of the catalog "
+                "(whose pods request cores and memory instead)", Location(path=f"spec.cluster.pools.{self.pool.name}"),
+                f"render with the catalog the plan was made with (--catalog), or give conventions.devices."
+                f"{self.pool.vendor}.count in the cluster profile and re-plan"))
         pods_per_replica = a.nodes_per_worker * (1 if a.mode == "agg"
                                                  else int((a.prefill_workers or 1) + (a.decode_workers or 1)))
         # A Volcano gang only where one replica needs several pods at once (a multi-node worker, a P/D group).
@@ -285,6 +297,16 @@ class AllocationBuilder:
 
     def build(self) -> None:
         a = self.a
+        if a.mode == "disagg":
+            for dev in (self.device, self._for_role("decode").device):
+                quirk = dev.feature_quirk(self.fw.name, "pd_disaggregation") if dev is not None else None
+                if quirk is not None:
+                    raise IntentError(Problem(
+                        f"allocation {self.alloc_id} disaggregates prefill and decode on {dev.name}, where "
+                        f"{self.fw.name} cannot (quirk {quirk.id}: {quirk.description})",
+                        self.sb.locate(("spec", "services", self._service_index(), "allocations", self.index,
+                                        "mode")),
+                        "plan the service with preferences.disaggregation: off"))
         image = self._image()
         quantization = self._quantization()
         roles = ["agg"] if a.mode == "agg" else ["prefill", "decode"]
@@ -333,6 +355,9 @@ class AllocationBuilder:
         self._gang(workloads)
         if a.mode == "agg":
             self._autoscaler(workloads[0])
+
+    def _service_index(self) -> int:
+        return next(i for i, x in enumerate(self.sb.plan.spec.services) if x is self.sb.svc)
 
     def _for_role(self, role: str) -> AllocationBuilder:
         """The builder of one role's pods: this one, or for decode workers on another pool (prefill and decode on
@@ -474,7 +499,14 @@ class AllocationBuilder:
         if "NixlConnector" in self.cli.values.get("kv_transfer_config", {}).get(role, ""):
             env.append({"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath":
                                                                                           "status.podIP"}}})
-        resources = self._resources(claim is not None)
+        if self.cpu is not None:
+            from infra.render.cpu import engine_env
+
+            sizing = self._cpu_sizing(role)
+            env += engine_env(self.fw.env_for(self.a.device, self.pool.vendor), sizing)
+            resources = sizing.resources()
+        else:
+            resources = self._resources(claim is not None)
         volumes, mounts = self._volumes(resources, name)
         if self.sb.stage is not None:
             from infra.render.stages import mount_stage_config
@@ -530,11 +562,52 @@ class AllocationBuilder:
                     limits[res.cores] = round(share * 100)
         return {"limits": limits, "requests": dict(limits), "memory_gi": mem}
 
+    def _cpu_sizing(self, role: str) -> Any:
+        """Cores, memory and per-rank KV cache of a pod on CPU devices (infra.render.cpu), with the notes a user
+        must act on."""
+        from infra.render.cpu import size_pod
+
+        assert self.cpu is not None
+        a = self.a
+        share = a.share if a.share is not None and a.share < 1 else None
+        engine = a.engines.get(role)
+        params_b = self.model.get("params_b")
+        weights = params_b * 1e9 * BYTES_PER_PARAM.get(a.precision, 2.0) if params_b else None
+        ranks = 1 if share else self.devices_per_pod  # one engine rank per socket (NUMA node)
+        sizing = size_pod(self.cpu, self.pool.device_memory_gb, self.devices_per_pod * (share or 1.0), ranks,
+                          engine.memory_utilization if engine is not None else None, weights, self.settings)
+        env = self.fw.env_for(a.device, self.pool.vendor)
+        fixed = ", ".join(f"{k}={v}" for k, v in sorted(env.fixed.items())) if env is not None else ""
+        sockets = f"{share:g} of a socket" if share else f"{self.devices_per_pod} socket(s)"
+        self.note(f"{self.name}: pods hold {sockets} of {a.device} in pool {self.pool.name} as {sizing.cpus} CPUs "
+                  f"and {sizing.memory_gi}Gi, requests equal to limits (Guaranteed QoS): give the pool's nodes the "
+                  "kubelet's static CPU manager policy so that they get exclusive cores"
+                  + (" (and the topology manager's single-numa-node policy, which keeps each pod on one socket)"
+                     if sizing.ranks == 1 else "")
+                  + (f", to which {self.fw.name} binds its threads ({fixed})" if fixed else ""))
+        if env is not None and env.kv_cache_gib and sizing.kv_cache_gib is not None:
+            self.note(f"{self.name}: {env.kv_cache_gib}={sizing.kv_cache_gib} GiB of KV cache per rank: the plan's "
+                      f"{self.pool.device_memory_gb * 1e9 / 2**30:.1f} GiB per socket x memory_utilization "
+                      f"{engine.memory_utilization:g} less {sizing.weights_gib:.1f} GiB of weights and "
+                      f"{self.settings.cpu_engine_runtime_gi:g} GiB of runtime")
+        elif env is None or not env.kv_cache_gib:
+            self.note(f"{self.name}: {self.fw.name} states no KV-cache environment for {a.device} (catalog env); "
+                      "the engine sizes its KV cache by its own default")
+        self.note(f"{self.name}: {self.fw.name} on CPU binds memory to NUMA nodes with get_mempolicy/migrate_pages, "
+                  "which the RuntimeDefault seccomp profile and the absent SYS_NICE capability deny: it serves "
+                  "regardless, with the kernel placing memory; where policy allows, add SYS_NICE and a seccomp profile "
+                  "allowing migrate_pages in an overlay")
+        if sizing.short_gib > 0:
+            self.note(f"{self.name}: {sizing.memory_gi}Gi for {sizing.ranks} rank(s) leaves less than 1 GiB of KV "
+                      f"cache after {sizing.weights_gib:.1f} GiB of weights per rank; give the pool more memory per "
+                      "socket (allocatable_memory) or re-plan")
+        return sizing
+
     def _claim(self, name: str, labels: dict[str, str]) -> dict[str, Any] | None:
         """A ResourceClaimTemplate when the cluster allocates devices through DRA: one request per device, each
         paired with an RDMA NIC on the same PCIe root while NICs with a known root last."""
         api = self.sb.crds.get("dra")
-        if not api:
+        if not api or self.cpu is not None:  # CPU sockets are requested as cores and memory
             return None
         classes = self.settings.dra_device_classes
         gpu_class = classes.get(self.pool.vendor)

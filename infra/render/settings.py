@@ -41,6 +41,14 @@ class Settings(BaseModel):
     memory_gi_per_device: int = Field(ge=1)
     cpu_stage_memory_gi_per_core: int = Field(ge=1)
     """Memory of a CPU pipeline stage's pod per core it requests."""
+    cpu_device_reserved_cpus: int = Field(ge=0)
+    """CPUs (hardware threads) of each CPU device (socket) left to the kubelet, the system and DaemonSets: a pod on
+    CPU devices requests the sockets' threads less this many per socket."""
+    cpu_device_reserved_memory_gi: int = Field(ge=0)
+    """Memory of each CPU device left to the kernel, the kubelet and DaemonSets, GiB."""
+    cpu_engine_runtime_gi: float = Field(ge=0)
+    """Memory one engine rank on a CPU device uses besides its weights and KV cache (activations, oneDNN scratch, the
+    Python runtime), GiB: the KV cache it is given is what the plan leaves the rank after both."""
     prometheus_url: str
     """Prometheus that KEDA queries for the engines' running-request gauge."""
     weights_headroom: float = Field(ge=1)

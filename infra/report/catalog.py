@@ -54,7 +54,8 @@ def print_catalog(console: Console, cat: Catalog, kind: str | None, name: str | 
         for col in ("vendor", "count", "memory (unit)", "cores"):
             table.add_column(col)
         for vendor, spec in sorted(cat.conventions.items()):
-            table.add_row(vendor, spec.get("count", "-"),
+            # an empty count: CPU devices, which pods request as Kubernetes' own cpu and memory
+            table.add_row(vendor, spec.get("count") or "- (cpu, memory)",
                           f"{spec.get('memory', '-')} ({spec.get('memory_unit', '-')})", spec.get("cores") or "-")
         console.print(table)
         return

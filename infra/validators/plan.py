@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.catalog.loader import Catalog
-from infra.catalog.schema import EngineCli, FrameworkSpec
+from infra.catalog.schema import DeviceSpec, EngineCli, FrameworkSpec
 from infra.errors import InfraError
 from infra.planner.types import Allocation, DeploymentPlan
 from infra.validators.cluster import PoolView, from_plan
@@ -266,6 +266,99 @@ def _compare_devices(m: Manifest, t: PodTemplate, e: Expected, pool: PoolView | 
     return out
 
 
+def _engine_container(t: PodTemplate) -> tuple[tuple, dict[str, Any]] | None:
+    return next(((p, c) for p, c in t.containers(init=False) if c.get("name") == "engine"), None) or \
+        next(iter(t.containers(init=False)), None)
+
+
+def _compare_cpu(m: Manifest, t: PodTemplate, e: Expected, pool: PoolView, device: DeviceSpec, fw: FrameworkSpec,
+                 model_ref: str | None, catalog: Catalog) -> list[Finding]:
+    """PLN009 for a pod on CPU devices (one socket each): no device resources, cores and memory within its sockets
+    with requests equal to limits, and the framework's CPU environment with a KV cache the pod's memory holds."""
+    from infra.validators.semantic import is_extended
+
+    assert device.cpu is not None
+    a = e.allocation
+    share = a.share if a.share is not None and a.share < 1 else None
+    sockets = a.devices_per_worker // max(1, a.nodes_per_worker) * (share or 1.0)
+    what = f"pool {pool.name} holds CPU devices ({device.name}, requested as cores and memory)"
+    out = []
+    for path, c in t.containers():
+        res = c.get("resources") if isinstance(c.get("resources"), dict) else {}
+        for section in ("limits", "requests"):
+            table = res.get(section) if isinstance(res.get(section), dict) else {}
+            devices = sorted(str(k) for k in table if is_extended(str(k)))
+            if devices:
+                out.append(m.finding("PLN009", path + ("resources", section, devices[0]),
+                                     f"{what}, but the pod asks for {', '.join(devices)}",
+                                     fix=f"remove {', '.join(devices)}; request cpu and memory of "
+                                         f"{sockets:g} socket(s)"))
+    found = _engine_container(t)
+    if found is None:
+        return out
+    path, c = found
+    res = c.get("resources") if isinstance(c.get("resources"), dict) else {}
+    limits = res.get("limits") if isinstance(res.get("limits"), dict) else {}
+    requests = res.get("requests") if isinstance(res.get("requests"), dict) else {}
+    most_cpus = device.cpu.threads.value * sockets
+    most_memory = pool.device_memory_bytes * sockets
+    cpus, memory = parse_quantity(limits.get("cpu")), parse_quantity(limits.get("memory"))
+    for name, got, most, unit in (("cpu", cpus, most_cpus, "CPUs"), ("memory", memory, most_memory, "bytes")):
+        if got is None:
+            out.append(m.finding("PLN009", path + ("resources", "limits"),
+                                 f"{what}, but the engine container sets no {name} limit",
+                                 fix=f"set resources.limits.{name} (and requests equal) within {sockets:g} socket(s)"))
+        elif float(got) > most * (1 + 1e-9):
+            out.append(m.finding("PLN009", path + ("resources", "limits", name),
+                                 f"{name}: {limits[name]} exceeds the {sockets:g} socket(s) the plan gives the pod "
+                                 f"({most:.0f} {unit} of {device.name})",
+                                 fix=f"request at most {most:.0f} {unit}"))
+        elif parse_quantity(requests.get(name)) != got:
+            out.append(m.finding("PLN009", path + ("resources", "requests", name),
+                                 f"{name}: request {requests.get(name, 'missing')} differs from limit {limits[name]}: "
+                                 "without Guaranteed QoS the engine's threads get no exclusive cores",
+                                 fix=f"set resources.requests.{name}: {limits[name]}"))
+    env_spec = fw.env_for(device.name, device.vendor)
+    if env_spec is None:
+        return out
+    env = {str(v.get("name")): v.get("value") for v in c.get("env") or [] if isinstance(v, dict)}
+    for key, value in sorted(env_spec.fixed.items()):
+        if env.get(key) != value:
+            out.append(m.finding("PLN009", path + ("env",), f"{key} is {env.get(key, 'missing')!r}; {fw.name} on "
+                                                            f"{device.name} needs {value!r}",
+                                 fix=f"set env {key}={value}"))
+    kv_name = env_spec.kv_cache_gib
+    if not kv_name or e.allocation.engines.get(e.role) is None:
+        return out
+    raw = env.get(kv_name)
+    kv = int(raw) if isinstance(raw, str) and raw.isdigit() else None
+    if kv is None or kv < 1:
+        out.append(m.finding("PLN009", path + ("env",), f"{kv_name} is {raw!r}, not a whole number of GiB: "
+                                                        f"{fw.name} then sizes its KV cache by its own default",
+                             fix=f"set {kv_name} to the KV cache per rank in GiB (`infra render` sizes it)"))
+        return out
+    ranks = 1 if share else a.devices_per_worker // max(1, a.nodes_per_worker)
+    weights = _weight_bytes(model_ref, a.precision, catalog)
+    need = ranks * kv * 2**30 + weights
+    if memory is not None and need > float(memory):
+        out.append(m.finding("PLN009", path + ("env",),
+                             f"{kv_name}={kv} GiB for each of {ranks} rank(s) plus {weights / 2**30:.1f} GiB of "
+                             f"weights exceeds the pod's memory limit {limits.get('memory')}",
+                             fix=f"lower {kv_name} or raise the memory limit (`infra render` sizes both)"))
+    return out
+
+
+def _weight_bytes(model_ref: str | None, precision: str, catalog: Catalog) -> float:
+    from infra.catalog.schema import BYTES_PER_PARAM
+    from infra.errors import CatalogError
+
+    try:
+        spec = catalog.model(model_ref) if model_ref else None
+    except CatalogError:
+        spec = None
+    return spec.params_total_b * 1e9 * BYTES_PER_PARAM.get(precision, 2.0) if spec is not None else 0.0
+
+
 class _AnyCount:
     """DeviceNames stand-in for DRA pods: no extended resource counts, so claims are counted."""
 
@@ -318,8 +411,12 @@ def check_plan(manifests: list[Manifest], plan: DeploymentPlan, plan_path: str,
         fw = catalog.framework(a.framework)
         svc = services[e.service]
         serving = [t for t in templates if t.role.split("/")[-1] in ("pod", "leader")] or templates[:1]
+        device = catalog.tables["devices"].find(a.device)
         for t in templates:
-            out += _compare_devices(m, t, e, pool, manifests)
+            if pool is not None and device is not None and device.cpu is not None:
+                out += _compare_cpu(m, t, e, pool, device, fw, svc.model or svc.model_id, catalog)
+            else:
+                out += _compare_devices(m, t, e, pool, manifests)
             if pool is not None and pool.node_selector:
                 sel = t.spec.get("nodeSelector") if isinstance(t.spec.get("nodeSelector"), dict) else {}
                 missing = {k: v for k, v in pool.node_selector.items() if sel.get(k) != v}

@@ -117,6 +117,10 @@ _ALL = [
          "render the manifests from this plan again"),
     Rule("PLN008", "error", "plan", "pods select the nodes of the allocation's pool",
          "use the pool's node_selector as the pod's nodeSelector"),
+    Rule("PLN009", "error", "plan", "pods on CPU devices request their sockets' cores and memory (no device "
+         "resources) and carry the engine's CPU environment, its KV cache within the pod's memory",
+         "request cpu and memory within the allocation's sockets, requests equal to limits, no extended resources, "
+         "and set the framework's CPU environment (`infra render` does)"),
     # Pipelines (plan consistency of spec.pipelines)
     Rule("PIP001", "error", "plan", "every pipeline stage has its stage config (ConfigMap <stage>-stage, stage.yaml)",
          "render the plan again (`infra render PLAN -o DIR`)"),

@@ -365,6 +365,17 @@ def engine_of(t: PodTemplate, catalog: Catalog, manifests: list[Manifest]
     return None
 
 
+def cpu_env_names(catalog: Catalog) -> set[str]:
+    """Environment variables through which engines size their KV cache on CPU devices (catalog frameworks' `env`):
+    a container that sets one runs its engine on CPU sockets."""
+    return {e.kv_cache_gib for f in catalog.frameworks.values() for e in f.env.values() if e.kv_cache_gib}
+
+
+def runs_on_cpu(container: dict[str, Any], catalog: Catalog) -> bool:
+    names = {str(e.get("name")) for _, e in _items(container.get("env"))}
+    return bool(names & cpu_env_names(catalog))
+
+
 def check_parallel(m: Manifest, names: DeviceNames, catalog: Catalog, manifests: list[Manifest]) -> list[Finding]:
     """SEM006: TP x PP x DP = devices per group (devices per pod x pods per group); SEM012 when the engine's
     command is not recognised in a pod that requests devices."""
@@ -384,7 +395,11 @@ def check_parallel(m: Manifest, names: DeviceNames, catalog: Catalog, manifests:
                                      f"{per_group} device(s) per group, but no container runs an engine command "
                                      "the catalog knows; tensor/pipeline/data parallel sizes were not checked"))
             continue
-        t, (path, _, args, unread) = found[0]
+        t, (path, container, args, unread) = found[0]
+        if not per_group and runs_on_cpu(container, catalog):
+            # Ranks on CPU devices are sockets (NUMA nodes), which no resource counts: plan consistency (PLN009)
+            # checks them against the plan.
+            continue
         if args.duplicates:
             out.append(m.finding("SEM009", path + ("args",), f"engine flag(s) given twice: "
                                                               f"{', '.join(sorted(set(args.duplicates)))}",

@@ -1,0 +1,111 @@
+"""The measurement loop on a real engine: plan a CPU pool, measure the served model at two loads, calibrate,
+predict a third load it never measured, and verify the plan end to end (measure, judge, calibrate, re-plan)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra import api
+from infra.catalog.hf import model_from_hf_config
+
+pytestmark = pytest.mark.engine
+
+CPU = "EPYC-9654"
+"""The catalog's CPU device the pool declares. The CI machine's two vCPUs are far slower than a socket of it: the
+prior's figures are off by that much, and closing that gap is what the loop is for."""
+ISL = OSL = 64
+BOUND = 0.35
+"""How far (relative) the calibrated prediction of the mean TPOT at a load no measurement saw may be from what is
+measured there: the calibration corrects the level at two loads, the model carries the shape between them, and
+two shared vCPUs add run-to-run noise of 10-20%."""
+INTENT = """\
+apiVersion: infra.dev/v1alpha1
+kind: ServingIntent
+metadata: {{name: cpu-loop}}
+spec:
+  cluster:
+    pools:
+      - {{name: cpu, device: {device}, nodes: 1, devices_per_node: 1, price: $0.10/h}}
+  services:
+    - name: tiny
+      model: tiny
+      precisions: [fp32]
+      workload:
+        concurrency: 4
+        input_tokens: {isl}
+        output_tokens: {osl}
+      slo:
+        ttft: {{p99: 60s}}
+        tpot: {{p99: 10s}}
+      preferences: {{frameworks: [vllm]}}
+"""
+
+
+def infra(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "infra", *args], capture_output=True, text=True, timeout=900)
+
+
+def _measure(url: str, plan: Path, clients: int, save: Path) -> dict:
+    out = infra("bench", "--endpoint", url, "--model", "tiny", "--plan", str(plan), "--concurrency", str(clients),
+                "--requests", str(4 * clients + 8), "--input-tokens", str(ISL), "--output-tokens", str(OSL),
+                "--save", str(save), "--json")
+    assert out.returncode in (0, 3), out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _catalog(tiny_model: Path, where: Path) -> Path:
+    """A catalog overlay holding the served model as a catalog entry (read from its config.json), so that the
+    plan, the saved runs and the calibration all name it `tiny`."""
+    (where / "models").mkdir(parents=True)
+    spec = model_from_hf_config(tiny_model / "config.json")
+    (where / "models" / "tiny.yaml").write_text(yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True)))
+    return where
+
+
+def test_plan_measure_calibrate_predict_and_verify_on_a_real_engine(vllm_server, tiny_model, tmp_path):
+    catalog = str(_catalog(tiny_model, tmp_path / "catalog"))
+    intent = tmp_path / "loop.yaml"
+    intent.write_text(INTENT.format(device=CPU, isl=ISL, osl=OSL))
+    planned = infra("plan", str(intent), "-o", str(tmp_path / "out"), "--no-verify", "--catalog", catalog)
+    assert planned.returncode == 0, planned.stderr
+    plan = tmp_path / "out" / "plan.yaml"
+    [alloc] = yaml.safe_load(plan.read_text())["spec"]["services"][0]["allocations"]
+    assert alloc["device"] == CPU and alloc["framework"] == "vllm"
+
+    _measure(vllm_server, plan, 1, tmp_path / "one.jsonl")
+    _measure(vllm_server, plan, 6, tmp_path / "six.jsonl")
+    cal = tmp_path / "cal.yaml"
+    fitted = infra("calibrate", str(tmp_path / "one.jsonl"), str(tmp_path / "six.jsonl"), "-o", str(cal),
+                   "--catalog", catalog)
+    assert fitted.returncode == 0, fitted.stderr
+    doc = yaml.safe_load(cal.read_text())
+    assert [s["format"] for s in doc["sources"]] == ["infra-bench", "infra-bench"]
+    assert doc["error"]["calibrated"]["tpot_median_ape"] < doc["error"]["prior"]["tpot_median_ape"]
+
+    def predicted_and_measured() -> tuple[float, float]:
+        est = api.estimate({"model": "tiny", "device": CPU, "framework": "vllm", "precision": alloc["precision"],
+                            "isl": ISL, "osl": OSL, "concurrency": 3, "batch": alloc["engines"]["agg"]["max_num_seqs"]},
+                           (Path(catalog),), calibration=cal)
+        assert est["measured_calibration"].startswith("calibrated on 2 measured load point(s)")
+        got = _measure(vllm_server, plan, 3, tmp_path / "three.jsonl")
+        return est["tpot_ms"]["mean"], got["tpot_ms"]["mean"]
+
+    predicted, measured = predicted_and_measured()
+    if abs(predicted / measured - 1) > BOUND:
+        predicted, measured = predicted_and_measured()  # shared cores are noisy: once more before it counts
+    assert abs(predicted / measured - 1) <= BOUND, (predicted, measured)
+
+    verified = infra("verify", str(plan), "--endpoint", vllm_server, "--model", "tiny", "--requests", "16",
+                     "--write", str(tmp_path / "v"), "--catalog", catalog)
+    assert verified.returncode in (0, 3), verified.stderr
+    assert "tiny:" in verified.stdout and "measured" in verified.stdout
+    replanned = yaml.safe_load((tmp_path / "v" / "plan" / "plan.yaml").read_text())
+    assert replanned["spec"]["provenance"]["calibration"]["measured"]["points"] == 1
+    [again] = replanned["spec"]["services"][0]["allocations"]
+    assert again["measured"].startswith("calibrated on 1 measured load point(s) of 1 deployment(s) (this deployment")
