@@ -30,6 +30,11 @@ from infra.perf.replay import Case, REQUIRED_COLUMNS, load_rows, to_case
 
 MAX_BYTES = 256 << 20
 """Largest measurement file read: these come from other teams and pull requests."""
+BOUNDS = {"ttft_ms": (0.01, 3.6e6), "tpot_ms": (0.01, 6e4), "isl": (1.0, 1e7), "osl": (1.0, 1e7)}
+"""What a measured point may hold: a first token within a hundredth of a millisecond to an hour, a token every
+hundredth of a millisecond to a minute, lengths of one to ten million tokens. Past them a number is a unit or
+a recording error (microseconds read as milliseconds, a total read as a mean), and fitting to it would bend the
+corrections of every plan on that device."""
 DEPLOYMENT_FIELDS = ("model", "device", "framework", "precision", "mode", "tp", "pp", "ep", "moe_tp", "dp", "batch",
                      "workers", "max_num_tokens", "prefill", "decode", "memory_utilization")
 """Fields of an estimate case that describe the deployment rather than its load."""
@@ -197,6 +202,16 @@ def _from_point(p: ResultPoint, deployment: dict[str, Any] | None, catalog: Cata
         src.skipped.append(f"{p.source}: {exc.problems[0].message}")
 
 
+def _implausible(m: Measured) -> str | None:
+    """Why a point's figures cannot be a measurement (`BOUNDS`), or None."""
+    wl = m.case.workload
+    for name, value in (("ttft_ms", m.case.ttft_ms), ("tpot_ms", m.case.tpot_ms), ("isl", wl.isl), ("osl", wl.osl)):
+        lo, hi = BOUNDS[name]
+        if not lo <= value <= hi:
+            return f"{name} {value:g} is outside {lo:g}..{hi:g}, not a plausible measurement"
+    return None
+
+
 def read_measurements(path: str | Path, deployment: dict[str, Any] | None, catalog: Catalog) -> Source:
     """The measured points of one file, with the deployment given (from a plan or flags) where the file does not
     record it."""
@@ -213,6 +228,14 @@ def read_measurements(path: str | Path, deployment: dict[str, Any] | None, catal
         src.skipped += [f"{where}: {why}" for where, why in results.bad]
         for p in results.points:
             _from_point(p, deployment, catalog, src)
+    kept = []
+    for m in src.points:
+        why = _implausible(m)
+        if why:
+            src.skipped.append(f"{m.source}: {why}")
+        else:
+            kept.append(m)
+    src.points = kept
     if not src.points:
         why = f"; {src.skipped[0]}" + (f" (and {len(src.skipped) - 1} more)" if len(src.skipped) > 1 else "") \
             if src.skipped else ""

@@ -210,3 +210,16 @@ def test_verifying_a_calibrated_plan_adds_to_its_measurements(tmp_path: Path):
     doc = yaml.safe_load((tmp_path / "v" / "calibration.yaml").read_text())
     assert len(doc["sources"]) == 4 and len(doc["points"]) == 4
 
+
+
+@pytest.mark.parametrize("key,value,word", [("mean_ttft_ms", 1e308, "ttft_ms"), ("mean_tpot_ms", 1e-300, "tpot_ms"),
+                                            ("total_input_tokens", 1e18, "isl")])
+def test_implausible_measurements_are_refused_at_their_place(tmp_path: Path, key: str, value: float, word: str):
+    data = json.loads((RESULTS / "vllm-bench.json").read_text())
+    data[key] = value
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(InfraError) as exc:
+        api.calibrate([bad], deployment={"model": "Llama-3.1-8B", "device": "H100-SXM"})
+    text = str(exc.value.problems[0])
+    assert str(bad) in text and f"{word} " in text and "not a plausible measurement" in text
