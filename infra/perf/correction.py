@@ -253,8 +253,7 @@ class CalibrationFile(CalModel):
 def dump(doc: CalibrationFile) -> str:
     """The file's text: YAML in the models' field order, the same bytes for the same calibration."""
     data = doc.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return "# yaml-language-server: $schema=calibration.schema.json\n" + yaml.safe_dump(
-        data, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True)
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True)
 
 
 def schema() -> dict[str, Any]:
