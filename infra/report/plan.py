@@ -157,6 +157,11 @@ def _pools_lines(pools: list[dict[str, Any]]) -> list[str]:
                     "load over the capacity the replicas on those devices carry within the objectives.", ""]
 
 
+def _measured(spec: dict[str, Any]) -> bool:
+    """Whether the plan was made with a user's calibration (then every allocation says what its figures rest on)."""
+    return bool(spec.get("provenance", {}).get("calibration", {}).get("measured"))
+
+
 def plan_markdown(plan: dict[str, Any], considered: list[Considered]) -> str:
     spec = plan["spec"]
     lines = [f"# Deployment plan: {plan['metadata']['name']}", "",
@@ -175,11 +180,17 @@ def plan_markdown(plan: dict[str, Any], considered: list[Considered]) -> str:
                              f"{v['margin']:.0%} | {held} |")
             if not a["calibrated"]:
                 lines.append(f"| ^ not calibrated on this device ({a['calibration_source']}) | | | | | |")
+            if _measured(spec):
+                lines.append(f"| ^ {a.get('measured') or 'the packaged prior alone: no measurement of yours matches'}"
+                             " | | | | | |")
         lines.append("")
     if any(v.get("held_out") is not None for svc in spec["services"] for a in svc["allocations"]
            for v in a["predicted"].values()):
         lines += ["*Held on unseen models*: the share of measurements of models left out of the calibration fit that "
-                  "came in within this margin of their prediction.", ""]
+                  "came in within this margin of their prediction."
+                  + (" Where your calibration matched the model or the deployment, the share of the calibration "
+                     "set's measurements within that margin after calibrating on one load of the same deployment "
+                     "(or one sweep of the same model)." if _measured(spec) else ""), ""]
     for pipe in spec.get("pipelines", []):
         lines += _pipeline_lines(pipe)
     lines += _pools_lines(spec.get("pools_used", []))
@@ -212,5 +223,10 @@ def print_plan(console: Console, plan: dict[str, Any], considered: list[Consider
     console.print(f"{counts['candidate']} candidates scored, {counts['dropped']} shapes dropped "
                   "(see report.md for each and why)")
     console.print(rationale(plan))
+    if _measured(spec):
+        for svc in spec["services"]:
+            for a in svc["allocations"]:
+                basis = a.get("measured") or "the packaged prior alone: no measurement of yours matches"
+                console.print(f"{svc['name']} on {a['device']}: {basis}")
     for path in written:
         console.print(f"wrote {path}")

@@ -223,3 +223,13 @@ def test_implausible_measurements_are_refused_at_their_place(tmp_path: Path, key
         api.calibrate([bad], deployment={"model": "Llama-3.1-8B", "device": "H100-SXM"})
     text = str(exc.value.problems[0])
     assert str(bad) in text and f"{word} " in text and "not a plausible measurement" in text
+
+
+def test_a_calibrated_plan_says_what_each_allocations_figures_rest_on(tmp_path: Path):
+    out = infra("plan", "examples/measured-chat.yaml", "--no-verify", "-o", str(tmp_path), cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "chat on H100-SXM: calibrated on 2 measured load point(s) of 1 deployment(s) (this deployment" in out.stdout
+    report = (tmp_path / "report.md").read_text()
+    assert "| ^ calibrated on 2 measured load point(s)" in report and "after calibrating on one load" in report
+    bare = infra("plan", "examples/small-model-shared.yaml", "--no-verify", cwd=ROOT)
+    assert bare.returncode == 0 and "rest on" not in bare.stdout and "measured load point" not in bare.stdout
