@@ -273,6 +273,10 @@ def bench(*, simulate: str | Path | None = None, service: str | None = None, con
     if service is not None and service in pipelines:
         from infra.bench.pipeline import bench_pipeline
 
+        if cal is not None:
+            raise IntentError(Problem(f"--calibration corrects LLM engines; pipeline {service} is simulated stage by "
+                                      "stage with the packaged figures", Location(path="--calibration"),
+                                      "drop --calibration, or bench one LLM stage of the pipeline with --service"))
         for flag, value in (("--input-tokens", input_tokens), ("--output-tokens", output_tokens), ("--save", save)):
             if value is not None:
                 raise IntentError(Problem(f"{flag} does not apply to pipeline {service}, whose stages take their "
