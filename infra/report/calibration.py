@@ -25,8 +25,9 @@ def print_calibration(console: Console, doc: Any, written: Any) -> None:
         if len(s.skipped) > 10:
             console.print(f"  ... and {len(s.skipped) - 10} more (all listed in the file)")
     t = Table(title="corrections (multipliers of the packaged model's figures)", title_justify="left")
-    for col in ("level", "key", "step time", "TTFT", "points", "deployments", "weight", "measured"):
-        t.add_column(col, justify="right" if col in ("step time", "TTFT", "points", "deployments", "weight") else "left")
+    numeric = ("step time", "TTFT", "points", "deployments", "weight")
+    for col in ("level", "key", *numeric, "measured"):
+        t.add_column(col, justify="right" if col in numeric else "left")
     for n in doc.corrections:
         when = "undated" if not n.first else n.first if n.first == n.last else f"{n.first}..{n.last}"
         t.add_row(n.level, n.key, f"x{n.step:.3g}", f"x{n.ttft:.3g}", str(n.rows), str(n.deployments),

@@ -32,11 +32,11 @@ def print_verify(console: Console, result: Any) -> None:
     console.print(t)
     cal = result.calibration
     if cal is not None:
-        e = cal.error
+        before, after = cal.error.prior, cal.error.calibrated
         console.print(f"calibration: {len(cal.points)} measured load point(s); mean TTFT off by "
-                      f"{100 * (e.prior.ttft_median_ape or 0):.1f}% before, {100 * (e.calibrated.ttft_median_ape or 0):.1f}% "
-                      f"after; TPOT {100 * (e.prior.tpot_median_ape or 0):.1f}% before, "
-                      f"{100 * (e.calibrated.tpot_median_ape or 0):.1f}% after")
+                      f"{100 * (before.ttft_median_ape or 0):.1f}% before, {100 * (after.ttft_median_ape or 0):.1f}% "
+                      f"after; TPOT {100 * (before.tpot_median_ape or 0):.1f}% before, "
+                      f"{100 * (after.tpot_median_ape or 0):.1f}% after")
     for line in result.changes:
         console.print(line)
     for path in result.written:

@@ -162,7 +162,8 @@ def test_verify_measures_calibrates_and_replans_against_a_served_endpoint(loop: 
     assert cal["error"]["calibrated"]["tpot_median_ape"] < cal["error"]["prior"]["tpot_median_ape"] / 4
     # A load it did not measure (4/s between the baseline and the peak), predicted with the calibration.
     est = api.estimate({"model": "Llama-3.1-8B", "device": "H100-SXM", "framework": "vllm", "precision": "bf16",
-                        "isl": 256, "osl": 16, "rate": "4/s", "batch": 256}, calibration=loop / "v" / "calibration.yaml")
+                        "isl": 256, "osl": 16, "rate": "4/s", "batch": 256},
+                       calibration=loop / "v" / "calibration.yaml")
     tpot = measured.summary.to_json()["tpot_ms"]["mean"]
     assert est["tpot_ms"]["mean"] == pytest.approx(tpot, rel=0.25)
     replanned = yaml.safe_load((loop / "v" / "plan" / "plan.yaml").read_text())
