@@ -20,7 +20,7 @@ from typing import Any
 
 from infra.bench.engine import plan_allocation
 from infra.bench.results import ResultPoint, read_results
-from infra.bench.run import pick_service
+from infra.bench.run import allocation_deployment, pick_service
 from infra.catalog.loader import Catalog
 from infra.errors import InfraError, Location, Problem
 from infra.files import read_jsonl
@@ -65,20 +65,7 @@ def deployment_of_plan(plan: Any, service: str | None, plan_path: str) -> dict[s
         raise InfraError(Problem(f"service {name} has {len(svc.allocations)} allocations; a benchmark of it "
                                  "cannot say which one served each request", Location(plan_path, path="spec.services"),
                                  "give the deployment with --model/--device/--framework/--tp instead"))
-    par = alloc.parallel
-    layout = {"tp": par.tp, "pp": par.pp, "ep": par.ep, "moe_tp": par.moe_tp, "dp": par.attention_dp}
-    out: dict[str, Any] = {"model": svc.model, "device": alloc.device, "framework": alloc.framework,
-                           "precision": alloc.precision, "mode": alloc.mode}
-    if alloc.mode == "agg":
-        e = alloc.engines["agg"]
-        out.update(layout, batch=e.max_num_seqs, workers=alloc.replicas, max_num_tokens=e.max_num_batched_tokens,
-                   memory_utilization=e.memory_utilization)
-    else:
-        for role, workers in (("prefill", alloc.prefill_workers or 1), ("decode", alloc.decode_workers or 1)):
-            e = alloc.engines[role]
-            out[role] = {**layout, "batch": e.max_num_seqs, "workers": workers * alloc.replicas,
-                         "max_num_tokens": e.max_num_batched_tokens}
-    return out
+    return allocation_deployment(svc, alloc)
 
 
 def _read(path: Path) -> bytes:

@@ -87,6 +87,26 @@ def predicted(svc: Any) -> dict[str, float]:
     return out
 
 
+def allocation_deployment(svc: Any, alloc: Any) -> dict[str, Any]:
+    """The deployment fields of an estimate case (`infra.perf.cases.EstimateCase`) for one allocation of a plan's
+    service: what its requests ran on, for the measured cases calibration reads."""
+    engine = next(iter(alloc.engines.values()))
+    par = alloc.parallel
+    layout = {"tp": par.tp, "pp": par.pp, "ep": par.ep, "moe_tp": par.moe_tp, "dp": par.attention_dp}
+    out: dict[str, Any] = {"model": svc.model, "device": alloc.device, "framework": alloc.framework,
+                           "precision": alloc.precision, "mode": alloc.mode,
+                           "memory_utilization": engine.memory_utilization}
+    if alloc.mode == "agg":
+        e = alloc.engines["agg"]
+        out.update(layout, batch=e.max_num_seqs, workers=alloc.replicas, max_num_tokens=e.max_num_batched_tokens)
+    else:
+        for role, workers in (("prefill", alloc.prefill_workers or 1), ("decode", alloc.decode_workers or 1)):
+            e = alloc.engines[role]
+            out[role] = {**layout, "batch": e.max_num_seqs, "workers": workers * alloc.replicas,
+                         "max_num_tokens": e.max_num_batched_tokens}
+    return out
+
+
 def _group_cases(plan: Any, service: str, sim: Any) -> list[dict[str, Any]]:
     """Per allocation, the estimate case it ran as and the mean TTFT/TPOT its requests measured."""
     svc, _ = plan_allocation(plan, service, 0)
@@ -102,17 +122,12 @@ def _group_cases(plan: Any, service: str, sim: Any) -> list[dict[str, Any]]:
         if ok and tpots:
             idx = np.array([r.index for r in mine])
             wl = svc.workload
-            engine = next(iter(alloc.engines.values()))
-            par = alloc.parallel
-            layout = {"tp": par.tp, "pp": par.pp, "ep": par.ep, "moe_tp": par.moe_tp, "dp": par.attention_dp}
             case: dict[str, Any] = {
-                "model": svc.model, "device": alloc.device, "framework": alloc.framework,
-                "precision": alloc.precision, "mode": alloc.mode,
+                **allocation_deployment(svc, alloc),
                 "isl": round(float(lengths_in[idx].mean())), "osl": round(float(lengths_out[idx].mean())),
                 "isl_cv": round(float(lengths_in[idx].std() / lengths_in[idx].mean()), 4),
                 "osl_cv": round(float(lengths_out[idx].std() / lengths_out[idx].mean()), 4),
                 "prefix_hit": round(float(sim.cached_tokens[idx].sum() / lengths_in[idx].sum()), 4),
-                "memory_utilization": engine.memory_utilization,
             }
             if sim.load.concurrency is not None:
                 case["concurrency"] = max(1, round(sim.load.concurrency * len(mine) / len(sim.records)))
@@ -120,15 +135,6 @@ def _group_cases(plan: Any, service: str, sim: Any) -> list[dict[str, Any]]:
                 case["rate"] = round(len(mine) / duration, 6) if duration > 0 else 0.0
                 case["arrival_cv"] = {"constant": 0.0, "gamma": float((wl.get("arrival") or {}).get("cv", 1.0))}.get(
                     sim.load.arrival, 1.0)
-            if alloc.mode == "agg":
-                e = alloc.engines["agg"]
-                case.update(layout, batch=e.max_num_seqs, workers=alloc.replicas,
-                            max_num_tokens=e.max_num_batched_tokens)
-            else:
-                for role, workers in (("prefill", alloc.prefill_workers or 1), ("decode", alloc.decode_workers or 1)):
-                    e = alloc.engines[role]
-                    case[role] = {**layout, "batch": e.max_num_seqs, "workers": workers * alloc.replicas,
-                                  "max_num_tokens": e.max_num_batched_tokens}
             entry.update(case=case, ttft_ms=round(float(np.mean([r.ttft for r in ok])) * 1000, 4),
                          tpot_ms=round(float(np.mean(tpots)) * 1000, 4))
         out.append(entry)
@@ -209,4 +215,5 @@ def save(result: BenchResult, path: str | Path) -> None:
     write_atomic(path, "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
 
 
-__all__ = ["DEFAULT_REQUESTS", "BenchResult", "check_load", "pick_service", "predicted", "save", "simulate_service"]
+__all__ = ["DEFAULT_REQUESTS", "BenchResult", "allocation_deployment", "check_load", "pick_service", "predicted", "save",
+           "simulate_service"]
