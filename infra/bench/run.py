@@ -215,5 +215,5 @@ def save(result: BenchResult, path: str | Path) -> None:
     write_atomic(path, "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
 
 
-__all__ = ["DEFAULT_REQUESTS", "BenchResult", "allocation_deployment", "check_load", "pick_service", "predicted", "save",
-           "simulate_service"]
+__all__ = ["DEFAULT_REQUESTS", "BenchResult", "allocation_deployment", "check_load", "pick_service", "predicted",
+           "save", "simulate_service"]
