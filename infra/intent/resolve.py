@@ -7,6 +7,7 @@ line of the intent or profile that caused it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError as PydanticValidationError
@@ -30,6 +31,13 @@ class ResolvedService:
     frameworks: list[FrameworkSpec]
     devices: list[str]
     """Catalog names of the devices this service may use."""
+    model_ref: str = ""
+    """How later stages look the model up: its catalog name, or the path of the config.json it was read from
+    (relative to the current directory, as the intent's path is), which is in no catalog under its name."""
+
+    @property
+    def model_key(self) -> str:
+        return self.model_ref or (self.model.name if self.model is not None else "")
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,13 @@ class ResolvedIntent:
     """The user's calibration (`infra.perf.correction.UserCalibration`, loaded by the layer that plans: this layer
     sits below the performance model), from `--calibration` or the profile's `spec.calibration`; None plans on the
     packaged prior alone."""
+
+
+def _model_ref(svc: Service, base_dir: Path) -> str:
+    """The path of a service's config.json model as later stages read it (empty for a catalog model)."""
+    if svc.model is None or not svc.model.endswith(".json"):
+        return ""
+    return svc.model if Path(svc.model).is_absolute() else str(base_dir / svc.model)
 
 
 def pool_device_memory_gb(pool: Pool, device: DeviceSpec) -> float:
@@ -185,7 +200,7 @@ def resolve(loaded: LoadedIntent, catalog: Catalog) -> ResolvedIntent:
                 wanted.append(dev.name)
             allowed_devices = [d for d in allowed_devices if d in wanted]
         if len(problems) > before or not pools:
-            services.append(ResolvedService(svc, model, stages, frameworks, allowed_devices))
+            services.append(ResolvedService(svc, model, stages, frameworks, allowed_devices, _model_ref(svc, base_dir)))
             continue
 
         vendors_ok = {d for d in allowed_devices
@@ -249,7 +264,7 @@ def resolve(loaded: LoadedIntent, catalog: Catalog) -> ResolvedIntent:
                     doc.locate(sp + ("model",) if label == "model" else sp + ("pipeline",)),
                     "add devices with more memory, allow a smaller precision (fp8, int4, fp4), "
                     "or allow multi-node replicas"))
-        services.append(ResolvedService(svc, model, stages, frameworks, allowed_devices))
+        services.append(ResolvedService(svc, model, stages, frameworks, allowed_devices, _model_ref(svc, base_dir)))
 
     if problems:
         raise IntentError(problems)

@@ -371,11 +371,11 @@ def _deployments(rs: ResolvedService, svc: Service, device: DeviceSpec, fw: Fram
     out: list[tuple[Deployment, int]] = []
     mode = svc.preferences.disaggregation
     if mode != "on":
-        out.append((Deployment(rs.model.name, device.name, fw.name, precision, agg=Role(par)), 0))
+        out.append((Deployment(rs.model_key, device.name, fw.name, precision, agg=Role(par)), 0))
     # A device quirk can rule disaggregation out for a framework that has it elsewhere (vLLM's CPU backend).
     if mode != "off" and "pd_disaggregation" in fw.features and not device.feature_quirk(fw.name, "pd_disaggregation"):
         for k in DECODE_WORKERS:
-            out.append((Deployment(rs.model.name, device.name, fw.name, precision, "disagg",
+            out.append((Deployment(rs.model_key, device.name, fw.name, precision, "disagg",
                                    prefill=Role(par, workers=1), decode=Role(par, workers=k)), k))
     return out
 
@@ -397,7 +397,7 @@ def _smallest_layouts(rs: ResolvedService, device: DeviceSpec, fw: FrameworkSpec
         if tp_refusal(device, fw, par) or shape_problems(rs.model, device, fw, precision, par):
             continue
         try:
-            build_workers(Deployment(rs.model.name, device.name, fw.name, precision, agg=Role(par)),
+            build_workers(Deployment(rs.model_key, device.name, fw.name, precision, agg=Role(par)),
                           resolved.catalog, device_memory_gb=pool_device_memory_gb(pool, device))
         except InfraError:
             continue
@@ -477,7 +477,7 @@ def _cross_units(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tupl
             for pa in _smallest_layouts(rs, da, fw, precision, a, resolved):
                 for pb in _smallest_layouts(rs, db, fw, precision, b, resolved):
                     for k in DECODE_WORKERS:
-                        dep = Deployment(rs.model.name, da.name, fw.name, precision, "disagg",
+                        dep = Deployment(rs.model_key, da.name, fw.name, precision, "disagg",
                                          prefill=Role(pa, workers=1), decode=Role(pb, workers=k),
                                          decode_device=db.name, kv_precision=kv_a)
                         label = f"P {pa.label()} + {k}xD {pb.label()} on {b.name}"
@@ -543,7 +543,7 @@ def _shared(rs: ResolvedService, svc: Service, device: DeviceSpec, fw: Framework
     out = []
     for share in SHARES:
         scaled = slice_device(device, share)
-        dep = Deployment(rs.model.name, device.name, fw.name, precision, agg=Role(Parallel()))
+        dep = Deployment(rs.model_key, device.name, fw.name, precision, agg=Role(Parallel()))
         scored = _score(Considered(svc.name, pool.name, fw.name, precision, f"tp1@{share:g}", ""), dep, wl, slo,
                         resolved, pool, scaled, seen, memory_gb=pool_device_memory_gb(pool, device) * share,
                         longest=longest_request(svc), confidence=svc.slo.confidence)

@@ -251,7 +251,7 @@ def _llm_entry(resolved: ResolvedIntent, rs: ResolvedService, cands: list[Candid
     assert rs.model is not None
     return _entry(resolved, rs, s, mine, sol, limits, allocs, capacity,
                   {f"{m}_{q}": _r(v * 1000, 6) for (m, q), v in sorted(objectives(rs.service).items())},
-                  {"model": rs.model.name, "model_id": rs.model.hf_id, **extra,
+                  {"model": rs.model_key, "model_id": rs.model.hf_id, **extra,
                    **({"confidence": rs.service.slo.confidence} if rs.service.slo.confidence is not None else {})})
 
 

@@ -200,3 +200,35 @@ def test_a_cpu_stage_image_from_the_intent_is_rendered(tmp_path):
     deployment = (tmp_path / "manifests" / "vl-preprocess" / "base" / "deployment-vl-preprocess.yaml").read_text()
     assert "registry.example.com/doc-prep:1.4.2" in deployment and "prep.server" in deployment
     assert "warning" not in out.stdout.split("validated", 1)[1].split("\n", 1)[0].replace("0 warnings", "")
+
+
+def test_an_intent_whose_model_is_a_config_json_plans_renders_and_simulates(tmp_path):
+    """A model given by its config.json is in no catalog under its name: the plan names it by path (relative to
+    the current directory, as the intent), so that scoring, rendering and simulating all read the same file."""
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 512,
+        "intermediate_size": 1408, "num_attention_heads": 8, "num_key_value_heads": 4, "num_hidden_layers": 8,
+        "vocab_size": 512, "max_position_embeddings": 2048, "torch_dtype": "float32", "head_dim": 64}))
+    (tmp_path / "loop.yaml").write_text("""\
+apiVersion: infra.dev/v1alpha1
+kind: ServingIntent
+metadata: {name: cfg}
+spec:
+  cluster:
+    pools:
+      - {name: cpu, device: EPYC-9654, nodes: 1, devices_per_node: 1, price: $0.10/h}
+  services:
+    - name: tiny
+      model: tiny/config.json
+      precisions: [fp32]
+      workload: {concurrency: 4, input_tokens: 64, output_tokens: 64}
+      slo: {ttft: {p99: 60s}, tpot: {p99: 10s}}
+""")
+    out = infra("plan", "loop.yaml", "-o", "out", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "verification round 1 (simulation" in out.stdout
+    plan = (tmp_path / "out" / "plan.yaml").read_text()
+    assert "model: tiny/config.json" in plan
+    sim = infra("bench", "--simulate", "out/plan.yaml", "--requests", "100", cwd=tmp_path)
+    assert sim.returncode in (0, 3), sim.stderr
