@@ -680,6 +680,7 @@ def verify(plan_path: str | Path, url: str, *, service: str | None = None, inten
     written = ([*files, out / "calibration.yaml"] if cal is not None else list(files)) if out is not None else []
     if out is not None and replanned is not None:
         written.append(out / "plan")
-    passed = all(r.bench.verdict.overall != "fail" for r in runs)
-    return VerifyResult(name, runs, cal, replanned, notes + changes(plan_doc, replanned, name, runs), passed,
-                        written)
+    failures = [why for r in runs if (why := r.failure())]
+    passed = not failures and all(r.bench.verdict.overall != "fail" for r in runs)
+    return VerifyResult(name, runs, cal, replanned, failures + notes + changes(plan_doc, replanned, name, runs),
+                        passed, written)

@@ -17,6 +17,10 @@ from infra.intent.models import Workload
 from infra.planner.types import DeploymentPlan
 
 
+MAX_FAILED = 0.01
+"""Share of failed requests beyond which a measured load fails verification, whatever the latencies of the rest."""
+
+
 @dataclass(frozen=True)
 class Run:
     """One measured load of the service."""
@@ -29,6 +33,17 @@ class Run:
 
     def load(self) -> str:
         return f"{self.rate:g}/s" if self.rate is not None else f"{self.concurrency} clients"
+
+    def failure(self) -> str | None:
+        """Why the run fails whatever its latencies: requests that failed beyond `MAX_FAILED` of those sent (a
+        deployment that errors is not one that meets its objectives), or none completed."""
+        s = self.bench.summary
+        sent = s.completed + s.failed
+        if s.completed == 0:
+            return f"{self.label} {self.load()}: none of {sent} requests completed"
+        if s.failed > MAX_FAILED * sent:
+            return f"{self.label} {self.load()}: {s.failed} of {sent} requests failed (more than {MAX_FAILED:.0%})"
+        return None
 
 
 def plan_loads(plan: DeploymentPlan, service: str) -> list[tuple[str, float | None, int | None]]:
@@ -106,4 +121,4 @@ def changes(before: DeploymentPlan, after: dict[str, Any] | None, service: str, 
     return out
 
 
-__all__ = ["Run", "changes", "plan_loads"]
+__all__ = ["MAX_FAILED", "Run", "changes", "plan_loads"]

@@ -41,4 +41,5 @@ def print_verify(console: Console, result: Any) -> None:
         console.print(line)
     for path in result.written:
         console.print(f"wrote {path}")
-    console.print("objectives hold" if result.passed else "an objective fails at its planned load")
+    console.print("objectives hold" if result.passed else
+                  "verification failed: an objective or the requests fail at the planned load")

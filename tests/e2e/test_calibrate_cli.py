@@ -234,3 +234,11 @@ def test_a_calibrated_plan_says_what_each_allocations_figures_rest_on(tmp_path: 
     assert "| ^ calibrated on 2 measured load point(s)" in report and "after calibrating on one load" in report
     bare = infra("plan", "examples/small-model-shared.yaml", "--no-verify", cwd=ROOT)
     assert bare.returncode == 0 and "rest on" not in bare.stdout and "measured load point" not in bare.stdout
+
+
+def test_verify_fails_a_deployment_whose_requests_fail(loop: Path):
+    assert infra("plan", str(loop / "loop.yaml"), "-o", str(loop / "out"), "--no-verify").returncode == 0
+    with emulator("--ttft-ms", "20", "--itl-ms", "2", "--error-rate", "0.5", "--seed", "3") as url:
+        out = infra("verify", str(loop / "out" / "plan.yaml"), "--endpoint", url, "--requests", "20")
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "requests failed (more than 1%)" in out.stdout and "verification failed" in out.stdout
