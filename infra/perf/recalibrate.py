@@ -180,13 +180,16 @@ def fit(rows: list[Row]) -> list[Node]:
         return math.log(r.m.case.ttft_ms / r.prior[0]) - r.e_ttft * s
 
     ttft = _levels(rows, ttft_residual, ttft_parent, ttft, bound)
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for r in rows:
+        for level in LEVELS:
+            groups.setdefault((level, r.keys[level]), []).append(r)
     nodes = []
     for (level, key), (value, weight) in sorted(step.items(), key=lambda kv: (LEVELS.index(kv[0][0]), kv[0][1])):
-        members = [r for r in rows if r.keys[level] == key]
+        members = groups[(level, key)]
         first, last = _dates(members)
-        wl = members[0].m.case.workload if level == "deployment" else None
         isl = osl = None
-        if wl is not None:
+        if level == "deployment":
             isl_s, _, osl_s = key.rpartition("@")[2].partition("/")
             isl, osl = float(isl_s), float(osl_s)
         nodes.append(Node(level=level, key=key, step=_r(math.exp(value)), ttft=_r(math.exp(ttft[(level, key)][0])),
@@ -248,13 +251,19 @@ def errors(pairs: list[tuple[Row, tuple[float, float]]]) -> dict[str, Any]:
 def leave_one_out(rows: list[Row]) -> list[tuple[Row, tuple[float, float]]] | None:
     """Each deployment-and-workload's points predicted by corrections fitted without them; None with fewer than
     two such groups."""
-    groups = sorted({r.keys["deployment"] for r in rows})
+    groups: dict[str, list[Row]] = {}
+    devices: dict[str, list[Row]] = {}
+    for r in rows:
+        groups.setdefault(r.keys["deployment"], []).append(r)
+        devices.setdefault(r.keys["device"], []).append(r)
     if len(groups) < 2:
         return None
     out = []
-    for g in groups:
-        nodes = fit([r for r in rows if r.keys["deployment"] != g])
-        out += [(r, predict(r, nodes)) for r in rows if r.keys["deployment"] == g]
+    for g, held in sorted(groups.items()):
+        # Every level a point can match lies under its device, so the rows of other devices change nothing it is
+        # predicted with: fit on the device's other rows only.
+        nodes = fit([r for r in devices[held[0].keys["device"]] if r.keys["deployment"] != g])
+        out += [(r, predict(r, nodes)) for r in held]
     return out
 
 
