@@ -494,23 +494,22 @@ def draft(text: str, output: str | Path, *, profile: str | Path | None = None,
     `force`. Raises EndpointError when no endpoint is configured or it fails. Returns
     `infra.agent.draft.DraftResult`."""
     from infra.agent.draft import draft as _draft
-    from infra.agent.planning import Planning
 
-    return _draft(text, output, planning=Planning(check=check, plan=plan), profile=profile, catalog_dirs=catalog_dirs,
-                  force=force)
+    return _draft(text, output, planning=_planning(None), profile=profile, catalog_dirs=catalog_dirs, force=force)
 
 
 def plan_agent(path: str | Path, baseline: dict[str, Any] | None, conflict: list[str], *, goal: str | None = None,
                yes: bool = False, output: str | Path | None = None, console: Any, ask: Any,
-               catalog_dirs: tuple[Path, ...] = (), objective: str = "cost") -> Any:
+               catalog_dirs: tuple[Path, ...] = (), objective: str = "cost",
+               calibration: str | Path | None = None) -> Any:
     """The configured LLM proposes typed intent patches for a planned (or, with `conflict`, infeasible) intent;
     each is solved by the planner and shown next to the baseline on `console`; the one the user accepts through
     `ask(question) -> answer` (or the recommended one with `yes`) is written to the intent and re-planned into
-    `output` with the change in the plan's provenance. Returns `infra.agent.plan_agent.AgentOutcome`."""
+    `output` with the change in the plan's provenance. Every plan takes the user's `calibration` as the baseline
+    did. Returns `infra.agent.plan_agent.AgentOutcome`."""
     from infra.agent.plan_agent import run_plan_agent
-    from infra.agent.planning import Planning
 
-    return run_plan_agent(Path(path), baseline, conflict, planning=Planning(check=check, plan=plan), goal=goal, yes=yes,
+    return run_plan_agent(Path(path), baseline, conflict, planning=_planning(calibration), goal=goal, yes=yes,
                           output=Path(output) if output is not None else None, console=console, ask=ask,
                           catalog_dirs=catalog_dirs, objective=objective)
 
@@ -521,12 +520,25 @@ def review(plan_path: str | Path, *, console: Any, script: str | Path | None = N
     file (one input per line, confirmations included): slash commands (/why, /what-if, /diff, /alternatives,
     /accept, /export, /exit) work without an LLM; other lines go to the configured LLM through read-only tools.
     Returns 1 when a command failed, else 0."""
-    from infra.agent.planning import Planning
     from infra.agent.review import Review, console_reader, script_reader
+    from infra.planner.types import load_plan
 
+    # What-ifs are planned with the calibration the plan was made with, where its file is still there.
+    measured = load_plan(plan_path).spec.provenance.calibration.measured
+    calibration = measured.path if measured is not None and Path(measured.path).is_file() else None
     read = script_reader(Path(script), console) if script is not None else console_reader(console)
-    return Review(Path(plan_path), console, read, planning=Planning(check=check, plan=plan),
+    return Review(Path(plan_path), console, read, planning=_planning(calibration),
                   intent_path=Path(intent_path) if intent_path else None, catalog_dirs=catalog_dirs).run()
+
+
+def _planning(calibration: str | Path | None) -> Any:
+    """The planning functions handed to the agent (`infra.agent.planning.Planning`), planning with the user's
+    calibration when one is given."""
+    import functools
+
+    from infra.agent.planning import Planning
+
+    return Planning(check=check, plan=functools.partial(plan, calibration=calibration) if calibration else plan)
 
 
 __all__ += ["CalibrateResult", "calibrate"]

@@ -108,7 +108,7 @@ def plan(
                 raise
             result = exc
     if agent:
-        _plan_agent(path, result, output, goal, yes, tuple(catalog or ()), objective, as_json)
+        _plan_agent(path, result, output, goal, yes, tuple(catalog or ()), objective, as_json, calibration)
         return
     if as_json:
         print(json.dumps(result.plan, indent=2, sort_keys=True))
@@ -707,7 +707,7 @@ def _ask(question: str) -> Optional[str]:
 
 
 def _plan_agent(path: Path, result: Any, output: Optional[Path], goal: Optional[str], yes: bool,
-                catalog: tuple[Path, ...], objective: str, as_json: bool) -> None:
+                catalog: tuple[Path, ...], objective: str, as_json: bool, calibration: Optional[Path]) -> None:
     from rich.console import Console
 
     from infra import api
@@ -722,7 +722,8 @@ def _plan_agent(path: Path, result: Any, output: Optional[Path], goal: Optional[
         print_plan(console, result.plan, result.considered, result.written)
     outcome = api.plan_agent(path, None if infeasible else result.plan,
                              [str(p) for p in result.problems] if infeasible else [], goal=goal, yes=yes,
-                             output=output, console=console, ask=_ask, catalog_dirs=catalog, objective=objective)
+                             output=output, console=console, ask=_ask, catalog_dirs=catalog, objective=objective,
+                             calibration=calibration)
     final = outcome.replanned.plan if outcome.replanned is not None else (None if infeasible else result.plan)
     if as_json and final is not None:
         print(json.dumps(final, indent=2, sort_keys=True))

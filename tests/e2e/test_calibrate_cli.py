@@ -242,3 +242,13 @@ def test_verify_fails_a_deployment_whose_requests_fail(loop: Path):
         out = infra("verify", str(loop / "out" / "plan.yaml"), "--endpoint", url, "--requests", "20")
     assert out.returncode == 3, out.stdout + out.stderr
     assert "requests failed (more than 1%)" in out.stdout and "verification failed" in out.stdout
+
+
+def test_the_agents_plans_take_the_calibration_the_user_planned_with(loop: Path):
+    """`plan --agent --calibration` and `review` of a calibrated plan solve every proposed change with the same
+    calibration, so a what-if is compared on the same footing as the plan."""
+    cal = ROOT / "examples" / "calibrations" / "chat-h100.yaml"
+    solved = api._planning(cal).plan(loop / "loop.yaml")
+    assert solved.plan["spec"]["provenance"]["calibration"]["measured"]["name"] == "chat-h100"
+    bare = api._planning(None).plan(loop / "loop.yaml")
+    assert "measured" not in bare.plan["spec"]["provenance"]["calibration"]
