@@ -23,6 +23,7 @@ def load_intent(path: str | Path, catalog_dirs: tuple[Path, ...] = (),
     """Read, validate and resolve an intent (and its cluster profile) against the catalog, with the user's
     calibration: the file given, else the one the cluster profile names (`spec.calibration`), else none."""
     import dataclasses
+    import os
 
     from infra.errors import IntentError, Problem
     from infra.perf.correction import load_calibration
@@ -32,7 +33,8 @@ def load_intent(path: str | Path, catalog_dirs: tuple[Path, ...] = (),
     if calibration is None and named is not None:
         doc = resolved.loaded.cluster_document()
         ref = Path(named)
-        calibration = ref if ref.is_absolute() else doc.path.parent / ref
+        # Normalised (`profiles/../calibrations/x.yaml` -> `calibrations/x.yaml`): plans record the path.
+        calibration = ref if ref.is_absolute() else Path(os.path.normpath(doc.path.parent / ref))
         if not Path(calibration).is_file():
             raise IntentError(Problem(f"calibration {named!r} not found (looked at {calibration})",
                                       doc.locate(resolved.loaded.cluster_path() + ("calibration",)),
