@@ -6,8 +6,9 @@ closed loop, more in an open one, where a slower step also grows the batch). The
 down, in log space:
 
 1. the step multiplier: each point's TPOT miss over its elasticity is the step change it asks for; a level's value
-   is its parent's plus `n / (n + EVIDENCE[level])` of the mean difference, `n` counting distinct deployments
-   (points at the deployment level), so each deployment's load sweep counts once above it;
+   is its parent's plus `n / (n + EVIDENCE[level])` of the difference its evidence makes (the median over each
+   deployment's points, averaged over the deployments), `n` counting distinct deployments (points at the
+   deployment level), so each deployment's load sweep counts once above it;
 2. the TTFT multiplier the same way, on the TTFT miss left once the level's own step multiplier is applied.
 
 The device level is shrunk towards the prior (no correction). A single measured point moves the device half
