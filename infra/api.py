@@ -557,7 +557,7 @@ class CalibrateResult:
 
 
 def calibrate(measurements: list[str | Path], output: str | Path | None = None, *, name: str | None = None,
-              plan: str | Path | None = None, service: str | None = None,
+              plan: str | Path | None = None, service: str | None = None, allocation: int | None = None,
               deployment: dict[str, Any] | None = None, catalog_dirs: tuple[Path, ...] = ()) -> CalibrateResult:
     """Fit corrections of the performance model to measured load points (`infra.perf.recalibrate`) and, with
     `output`, write the calibration file there. Files that do not record the deployment they measured take it
@@ -579,7 +579,7 @@ def calibrate(measurements: list[str | Path], output: str | Path | None = None, 
     if unknown:
         raise InfraError(Problem(f"{', '.join(unknown)} do not describe a deployment", Location(path="deployment"),
                                  f"use {', '.join(DEPLOYMENT_FIELDS)}"))
-    base = deployment_of_plan(load_plan(plan), service, str(plan)) if plan is not None else None
+    base = deployment_of_plan(load_plan(plan), service, str(plan), allocation) if plan is not None else None
     if base is not None or given:
         base = {**(base or {}), **given}
     sources = [read_measurements(p, base, catalog) for p in measurements]
@@ -642,15 +642,17 @@ def _earlier_measurements(plan_doc: Any) -> list[Path]:
             and hashlib.sha256(Path(s.path).read_bytes()).hexdigest() == s.sha256]
 
 
-def verify(plan_path: str | Path, url: str, *, service: str | None = None, intent: str | Path | None = None,
-           requests: int | None = None, duration_s: float | None = None, model: str | None = None,
+def verify(plan_path: str | Path, url: str, *, service: str | None = None, allocation: int | None = None,
+           intent: str | Path | None = None, requests: int | None = None, duration_s: float | None = None,
+           model: str | None = None,
            api_kind: str = "chat", timeout_s: float = 60.0, warmup: int = 1, seed: int = 0,
            write: str | Path | None = None, catalog_dirs: tuple[Path, ...] = (), progress: Any = None) -> VerifyResult:
     """Measure a deployed plan's service at its planned load (the peak, and the baseline when the workload has
     one), judge every objective on the measurements, calibrate on them (`calibrate`, together with the
     still-readable measurement files of the calibration the plan was made with), plan the intent again with that
-    calibration and say what would change. With `write`, writes `measurements/*.jsonl`, `calibration.yaml`
-    and the new plan (`plan/`) there."""
+    calibration and say what would change. `allocation` names the one allocation of a service of several that
+    the endpoint serves on its own (measured at its share of the load). With `write`, writes
+    `measurements/*.jsonl`, `calibration.yaml` and the new plan (`plan/`) there."""
     import tempfile
 
     from infra.bench.replan import Run, changes, plan_loads
@@ -666,7 +668,7 @@ def verify(plan_path: str | Path, url: str, *, service: str | None = None, inten
     with tempfile.TemporaryDirectory(prefix="infra-verify-") as tmp:
         keep = out if out is not None else Path(tmp)
         runs, files = [], []
-        for label, rate, clients in plan_loads(plan_doc, name):
+        for label, rate, clients in plan_loads(plan_doc, name, allocation):
             result = bench_endpoint(url, model=model, api=api_kind, rate=rate, concurrency=clients,
                                     requests=requests, duration_s=duration_s, plan=plan_path, service=name,
                                     warmup=warmup, timeout_s=timeout_s, seed=seed, progress=progress)
@@ -681,7 +683,7 @@ def verify(plan_path: str | Path, url: str, *, service: str | None = None, inten
                          "the plan was made with")
         try:
             fitted = calibrate(earlier + files, keep / "calibration.yaml", plan=plan_path, service=name,
-                               catalog_dirs=catalog_dirs)
+                               allocation=allocation, catalog_dirs=catalog_dirs)
             cal, cal_path = fitted.doc, keep / "calibration.yaml"
         except InfraError as exc:
             notes.append(f"not calibrated: {exc.problems[0].message}")

@@ -290,6 +290,9 @@ def calibrate(
                                                       show_default=False)] = None,
     service: Annotated[Optional[str], typer.Option(help="With --plan: the service measured (default: its only "
                                                    "one).", show_default=False)] = None,
+    allocation: Annotated[Optional[int], typer.Option(help="With --plan: the allocation measured on its own (index "
+                                                      "in the service's allocations), for a service of several.",
+                                                      show_default=False)] = None,
     model: Annotated[Optional[str], typer.Option(help="Model measured (catalog name or Hugging Face id).",
                                                  show_default=False)] = None,
     device: Annotated[Optional[str], typer.Option(help="Device measured (catalog name).", show_default=False)] = None,
@@ -314,7 +317,7 @@ def calibrate(
     fields = {"model": model, "device": device, "framework": framework, "precision": precision, "tp": tp, "pp": pp,
               "ep": ep, "dp": dp, "batch": batch, "workers": workers}
     result = api.calibrate(list(measurements), output, name=name, plan=plan_file, service=service,
-                           deployment=fields, catalog_dirs=tuple(catalog or ()))
+                           allocation=allocation, deployment=fields, catalog_dirs=tuple(catalog or ()))
     if as_json:
         print(json.dumps(calibration_json(result.doc), indent=2, sort_keys=True))
     else:
@@ -508,6 +511,9 @@ def verify(
                                           "http://chat.example:8000/v1.", show_default=False)],
     service: Annotated[Optional[str], typer.Option(help="Service of the plan deployed there (default: its only "
                                                    "one).", show_default=False)] = None,
+    allocation: Annotated[Optional[int], typer.Option(help="For a service of several allocations: the one the "
+                                                      "endpoint serves on its own (its index), measured at its "
+                                                      "share of the load.", show_default=False)] = None,
     intent: Annotated[Optional[Path], typer.Option(help="The intent to re-plan (default: the one the plan records).",
                                                    show_default=False)] = None,
     requests: Annotated[Optional[int], typer.Option(help="Requests per load (default 100, or what --duration "
@@ -530,9 +536,9 @@ def verify(
     from infra import api
     from infra.report.verify import print_verify, verify_json
 
-    result = api.verify(plan_file, endpoint, service=service, intent=intent, requests=requests, duration_s=duration,
-                        model=model, api_kind=api_kind, timeout_s=timeout, warmup=warmup, seed=seed, write=write,
-                        catalog_dirs=tuple(catalog or ()))
+    result = api.verify(plan_file, endpoint, service=service, allocation=allocation, intent=intent,
+                        requests=requests, duration_s=duration, model=model, api_kind=api_kind, timeout_s=timeout,
+                        warmup=warmup, seed=seed, write=write, catalog_dirs=tuple(catalog or ()))
     if as_json:
         print(json.dumps(verify_json(result), indent=2, sort_keys=True))
     else:

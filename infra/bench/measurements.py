@@ -56,15 +56,18 @@ class Source:
                 "skipped": list(self.skipped)}
 
 
-def deployment_of_plan(plan: Any, service: str | None, plan_path: str) -> dict[str, Any]:
-    """The deployment fields of a plan's service, as an estimate case spells them; a service with several
-    allocations is refused (a measurement of it cannot say which one served each request)."""
+def deployment_of_plan(plan: Any, service: str | None, plan_path: str, allocation: int | None = None
+                       ) -> dict[str, Any]:
+    """The deployment fields of a plan's service (of its `allocation`, when measured apart), as an estimate case
+    spells them; a service of several allocations without one named is refused (a measurement of the whole
+    service cannot say which one served each request)."""
     name = pick_service(plan, service, plan_path)
-    svc, alloc = plan_allocation(plan, name, 0)
-    if len(svc.allocations) != 1:
+    svc, alloc = plan_allocation(plan, name, allocation or 0)
+    if allocation is None and len(svc.allocations) != 1:
         raise InfraError(Problem(f"service {name} has {len(svc.allocations)} allocations; a benchmark of it "
                                  "cannot say which one served each request", Location(plan_path, path="spec.services"),
-                                 "give the deployment with --model/--device/--framework/--tp instead"))
+                                 "measure one allocation's pods on their own and name it with --allocation N, or "
+                                 "give the deployment with --model/--device/--framework/--tp"))
     return allocation_deployment(svc, alloc)
 
 

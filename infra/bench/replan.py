@@ -46,19 +46,25 @@ class Run:
         return None
 
 
-def plan_loads(plan: DeploymentPlan, service: str) -> list[tuple[str, float | None, int | None]]:
+def plan_loads(plan: DeploymentPlan, service: str, allocation: int | None = None
+               ) -> list[tuple[str, float | None, int | None]]:
     """(label, rate, concurrency) of each load the service is planned for: its peak, and its baseline when the
-    workload's rate has one below the peak."""
-    svc, _ = plan_allocation(plan, service, 0)
+    workload's rate has one below the peak; for one `allocation` measured on its own, its share of them (the load
+    the plan gives its replicas)."""
+    svc, alloc = plan_allocation(plan, service, allocation or 0)
     try:
         wl = Workload.model_validate(svc.workload)
     except PydanticValidationError as exc:
         first = exc.errors(include_url=False)[0]
         raise IntentError(Problem(f"the plan's workload does not validate: {first['msg']}",
                                   Location(path=f"spec.services.{service}.workload"), "re-plan the intent")) from None
+    share = 1.0
+    if allocation is not None:
+        demand = wl.rate.peak_rps if wl.rate is not None else float(wl.concurrency or 1)
+        share = min(1.0, alloc.load_per_replica * alloc.replicas / demand) if demand > 0 else 1.0
     if wl.rate is None:
-        return [("peak", None, int(wl.concurrency or 1))]
-    peak, base = wl.rate.peak_rps, wl.rate.baseline_rps
+        return [("peak", None, max(1, round(int(wl.concurrency or 1) * share)))]
+    peak, base = wl.rate.peak_rps * share, wl.rate.baseline_rps * share
     return [("peak", peak, None)] + ([("baseline", base, None)] if 0 < base < peak else [])
 
 

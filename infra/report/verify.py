@@ -10,7 +10,7 @@ from rich.table import Table
 
 def verify_json(result: Any) -> dict[str, Any]:
     return {"service": result.service, "passed": result.passed,
-            "runs": [{"label": r.label, "load": r.load(), **r.bench.to_json()} for r in result.runs],
+            "runs": [{**r.bench.to_json(), "label": r.label, "planned_load": r.load()} for r in result.runs],
             "calibration": (result.calibration.model_dump(mode="json", by_alias=True, exclude_none=True)
                             if result.calibration is not None else None),
             "replanned": result.replanned, "changes": list(result.changes),

@@ -252,3 +252,24 @@ def test_the_agents_plans_take_the_calibration_the_user_planned_with(loop: Path)
     assert solved.plan["spec"]["provenance"]["calibration"]["measured"]["name"] == "chat-h100"
     bare = api._planning(None).plan(loop / "loop.yaml")
     assert "measured" not in bare.plan["spec"]["provenance"]["calibration"]
+
+
+def test_one_allocation_of_a_service_of_several_is_measured_and_calibrated_on_its_own(tmp_path: Path):
+    api.plan(ROOT / "examples" / "chat-mixed-fleet.yaml", tmp_path / "out", verify=False)
+    plan = tmp_path / "out" / "plan.yaml"
+    allocs = yaml.safe_load(plan.read_text())["spec"]["services"][0]["allocations"]
+    assert len(allocs) > 1
+    refused = infra("calibrate", str(RESULTS / "vllm-bench.json"), "--plan", str(plan))
+    assert refused.returncode == 1 and "--allocation N" in refused.stderr
+    # The allocation carrying the most of the load: measured at its share (a token one takes minutes per request).
+    index = max(range(len(allocs)), key=lambda i: allocs[i]["load_per_replica"] * allocs[i]["replicas"])
+    alloc = allocs[index]
+    share = alloc["load_per_replica"] * alloc["replicas"]
+    with emulator("--ttft-ms", "40", "--itl-ms", "4") as url:
+        out = infra("verify", str(plan), "--endpoint", url, "--allocation", str(index), "--requests", "12",
+                    "--write", str(tmp_path / "v"), "--json")
+    assert out.returncode in (0, 3), out.stderr
+    result = json.loads(out.stdout)
+    assert result["runs"][0]["planned_load"] == f"{share:g}/s" and result["runs"][0]["load"]["rate_rps"] == share
+    point = result["calibration"]["points"][0]
+    assert point["deployment"].startswith(f"Llama-3.1-70B/{alloc['framework']}/{alloc['device']}/")
