@@ -456,7 +456,11 @@ def _date_from_epoch(value: Any) -> str | None:
 _VLLM_ENGINES = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "trtllm"}
 
 
-def _vllm_point(obj: Any) -> dict[str, Any]:
+def _serving_point(obj: Any, load: Callable[[dict], tuple[int | None, float | None, list[str]]],
+                   engines: dict[str, str], model: Callable[[dict], Any],
+                   date: Callable[[dict], tuple[str | None, list[str]]] | None = None) -> dict[str, Any]:
+    """A point of vLLM's or SGLang's results, which share their shape (SGLang's bench_serving began as a copy of
+    vLLM's benchmark_serving): `load(obj)` reads the offered load, `date(obj)` the run's date where recorded."""
     if not isinstance(obj, dict):
         raise _Unusable("not a JSON object")
     completed = _count(obj, "completed")
@@ -464,11 +468,16 @@ def _vllm_point(obj: Any) -> dict[str, Any]:
     tpot = _pos(obj, "mean_tpot_ms")
     lengths = _lengths(obj, completed)
     length_notes = lengths.pop("notes")
-    concurrency, rate, load_notes = _vllm_load(obj)
-    date, date_notes = _vllm_date(obj.get("date"))
+    concurrency, rate, load_notes = load(obj)
+    when, date_notes = date(obj) if date is not None else (None, [])
     return dict(ttft_ms=ttft, tpot_ms=tpot, **lengths, concurrency=concurrency, rate=rate, requests=completed,
-                date=date, model=_text(obj.get("model_id")), framework=_VLLM_ENGINES.get(obj.get("backend")),
+                date=when, model=_text(model(obj)), framework=engines.get(obj.get("backend")),
                 notes=tuple(length_notes + load_notes + date_notes))
+
+
+def _vllm_point(obj: Any) -> dict[str, Any]:
+    return _serving_point(obj, _vllm_load, _VLLM_ENGINES, lambda o: o.get("model_id"),
+                          lambda o: _vllm_date(o.get("date")))
 
 
 def _vllm_load(obj: dict) -> tuple[int | None, float | None, list[str]]:
@@ -536,17 +545,7 @@ _SGLANG_ENGINES = {"sglang": "sglang", "sglang-native": "sglang", "sglang-oai": 
 
 
 def _sglang_point(obj: Any) -> dict[str, Any]:
-    if not isinstance(obj, dict):
-        raise _Unusable("not a JSON object")
-    completed = _count(obj, "completed")
-    ttft = _pos(obj, "mean_ttft_ms")
-    tpot = _pos(obj, "mean_tpot_ms")
-    lengths = _lengths(obj, completed)
-    length_notes = lengths.pop("notes")
-    concurrency, rate, load_notes = _sglang_load(obj)
-    return dict(ttft_ms=ttft, tpot_ms=tpot, **lengths, concurrency=concurrency, rate=rate, requests=completed,
-                date=None, model=_text(_dig(obj, "server_info.model_path")),
-                framework=_SGLANG_ENGINES.get(obj.get("backend")), notes=tuple(length_notes + load_notes))
+    return _serving_point(obj, _sglang_load, _SGLANG_ENGINES, lambda o: _dig(o, "server_info.model_path"))
 
 
 def _sglang_load(obj: dict) -> tuple[int | None, float | None, list[str]]:

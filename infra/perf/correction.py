@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from infra.errors import InfraError, Location, Problem
@@ -204,6 +204,13 @@ class Node(CalModel):
     """Earliest measurement date behind it."""
     last: str | None = None
     """Latest measurement date behind it."""
+
+    @model_validator(mode="after")
+    def _workload(self) -> Node:
+        if self.level == "deployment" and (self.isl is None or self.osl is None or "@" not in self.key):
+            raise ValueError("a deployment-level correction needs isl, osl and a key ending in @isl/osl, as "
+                             "`infra calibrate` writes them")
+        return self
 
 
 class Error(CalModel):

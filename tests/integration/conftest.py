@@ -7,6 +7,7 @@ on a free loopback port and is stopped after the module's tests.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -49,30 +50,36 @@ def tiny_model(engine_python: str, tmp_path_factory: pytest.TempPathFactory) -> 
 def vllm_server(engine_python: str, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Base URL (`http://127.0.0.1:PORT/v1`) of a vLLM server with `--max-num-seqs 8` serving model `tiny`."""
     port = _free_port()
-    log = tmp_path_factory.mktemp("engine") / "vllm.log"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1",
-           "DO_NOT_TRACK": "1"}
+    args = ["--model", str(tiny_model), "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
+            "--max-model-len", "2048", "--dtype", "float32", "--max-num-seqs", "8", "--enforce-eager"]
+    with vllm(engine_python, args, {"VLLM_CPU_KVCACHE_SPACE": "1"}, tmp_path_factory.mktemp("engine") / "vllm.log",
+              f"http://127.0.0.1:{port}"):
+        yield f"http://127.0.0.1:{port}/v1"
+
+
+@contextlib.contextmanager
+def vllm(engine_python: str, args: list[str], env: dict[str, str], log: Path, base: str) -> Iterator[Path]:
+    """Run vLLM's API server with `args` and `env` (offline, no usage reports) until `base`/health answers; yield
+    its log file, and stop it afterwards."""
     with open(log, "w") as fh:
-        proc = subprocess.Popen(
-            [engine_python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model),
-             "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048",
-             "--dtype", "float32", "--max-num-seqs", "8", "--enforce-eager"],
-            stdout=fh, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}/v1"
+        proc = subprocess.Popen([engine_python, "-m", "vllm.entrypoints.openai.api_server", *args],
+                                stdout=fh, stderr=subprocess.STDOUT,
+                                env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+                                     "DO_NOT_TRACK": "1", **env})
     try:
         t0 = time.monotonic()
         while True:
             if proc.poll() is not None:
                 pytest.fail(f"vLLM exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
             try:
-                if httpx.get(url + "/models", timeout=2).status_code == 200:
+                if httpx.get(base + "/health", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if time.monotonic() - t0 > READY_S:
                 pytest.fail(f"vLLM not ready after {READY_S:.0f} s:\n{log.read_text()[-3000:]}")
             time.sleep(0.5)
-        yield url
+        yield log
     finally:
         proc.terminate()
         try:

@@ -5,9 +5,6 @@ address, and the sizes a 2-core box holds (a 1 GiB KV cache instead of a socket'
 
 from __future__ import annotations
 
-import os
-import subprocess
-import time
 from pathlib import Path
 
 import httpx
@@ -17,7 +14,7 @@ from infra.planner.types import load_plan
 from infra.render import render_plan
 from infra.render.yamlout import load_yaml_text
 
-from .conftest import READY_S, _free_port
+from .conftest import _free_port, vllm
 
 pytestmark = pytest.mark.engine
 
@@ -39,26 +36,8 @@ def test_rendered_cpu_container_serves(engine_python: str, tiny_model: Path, tmp
     env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
     assert int(env["VLLM_CPU_KVCACHE_SPACE"]) > 100 and env["VLLM_CPU_OMP_THREADS_BIND"] == "auto"
     env.update(VLLM_CPU_KVCACHE_SPACE="1", HF_HOME=str(tmp_path / "hf"))
-    log = tmp_path / "vllm.log"
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(
-            [engine_python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model), *args],
-            stdout=fh, stderr=subprocess.STDOUT,
-            env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", **env})
     url = f"http://127.0.0.1:{port}"
-    try:
-        t0 = time.monotonic()
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() - t0 > READY_S:
-                pytest.fail(f"vLLM not ready after {READY_S:.0f} s:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
+    with vllm(engine_python, ["--model", str(tiny_model), *args], env, tmp_path / "vllm.log", url) as log:
         r = httpx.post(url + "/v1/completions", json={"model": "router", "prompt": "the quick brown", "max_tokens": 4},
                        timeout=120)
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4, r.text
@@ -66,9 +45,3 @@ def test_rendered_cpu_container_serves(engine_python: str, tiny_model: Path, tmp
         # the engine took its KV cache from the environment, in GiB, and bound its threads as rendered
         assert "Explicitly set (1.0/" in text and "for KV cache" in text
         assert "VLLM_CPU_OMP_THREADS_BIND='auto'" in text and "reserve_cpu_num=1" in text
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()

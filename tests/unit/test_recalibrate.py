@@ -4,6 +4,7 @@ corrections are matched most specific first, and the file round-trips."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -158,3 +159,13 @@ def test_a_calibrated_deployment_reports_the_narrower_band_its_evidence_supports
     other = Deployment("Qwen3-32B", "H100", "vllm", "bf16", agg=Role(Parallel(tp=2)))
     far = estimate(other, wl, CAT, correction=cal.correction(other, wl)).to_json()
     assert far["measured_calibration"] and not far["error_band"]["basis"].startswith("after calibrating")
+
+
+def test_a_hand_edited_deployment_correction_without_its_workload_is_refused_at_its_line(tmp_path):
+    text = (Path(__file__).resolve().parents[2] / "examples" / "calibrations" / "chat-h100.yaml").read_text()
+    path = tmp_path / "cal.yaml"
+    path.write_text(text.replace("  isl: 256.0\n", "", 1))
+    with pytest.raises(InfraError) as exc:
+        load_calibration(path)
+    assert "deployment-level correction needs isl" in str(exc.value.problems[0])
+    assert str(exc.value.problems[0]).startswith(f"{path}:")
