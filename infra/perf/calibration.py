@@ -284,15 +284,12 @@ def calibrated_band(mode: str, level: str) -> ErrorBand | None:
     return ErrorBand(mode, band["n"], band["ttft"], band["tpot"], held.get("ttft"), held.get("tpot"), basis)
 
 
-def band_for(mode: str, model: str, cal: Calibration) -> ErrorBand | None:
-    """The error band of an estimate made with `cal`: the narrower band of a user's calibration where it matched
-    this model on this framework and device (or the exact deployment), else the model's own in-sample band when
-    the packaged factors were fitted on this pair, else the held-out one."""
-    if cal.measured_level:
-        band = calibrated_band(mode, cal.measured_level)
-        if band is not None:
-            return band
-    return error_band(mode, model if cal.calibrated else None)
+def band_for(mode: str, model: str, calibrated: bool, measured_level: str = "") -> ErrorBand | None:
+    """The error band of an estimate: the narrower band of a user's calibration where it matched this model on
+    this framework and device, or the exact deployment (`measured_level`), else the model's own in-sample band
+    when the packaged factors were fitted on this pair (`calibrated`), else the held-out one."""
+    band = calibrated_band(mode, measured_level) if measured_level else None
+    return band or error_band(mode, model if calibrated else None)
 
 
 def _device_distance(a: dict[str, Any], b: DeviceSpec) -> float:

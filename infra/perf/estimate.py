@@ -126,7 +126,8 @@ class Estimate:
         a user's measurements of this model or deployment fell from measurements (`calibrated_band`), else the
         model's own measurements (when fitted, on a calibrated framework and device) or held-out models'
         measurements; a device the factors were not fitted on adds error this does not hold."""
-        band = band_for(self.deployment.mode, self.deployment.model, self.calibration)
+        band = band_for(self.deployment.mode, self.deployment.model, self.calibration.calibrated,
+                        self.calibration.measured_level)
         p = self.prediction
         if band is None or not p.stable:
             return None

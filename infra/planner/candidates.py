@@ -21,7 +21,7 @@ from infra.intent.models import LengthDistribution, Service
 from infra.intent.profile import Pool
 from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
 from infra.perf.arch import kv_precision_for
-from infra.perf.calibration import Calibration, Factors, band_for, lookup
+from infra.perf.calibration import band_for, lookup
 from infra.perf.correction import Correction, UserCalibration
 from infra.perf.estimate import Estimate, build_workers, max_rate, meets, missed, predict, shape_problems
 from infra.perf.serving import PERCENTILES, z_of
@@ -577,9 +577,7 @@ def confident(slo: dict[tuple[str, str], float], dep: Deployment, confidence: fl
     the two for E2E; a ratio below 1 (the model over-predicting) never loosens a target. The model's own
     in-sample band counts only where its factors were fitted on this framework and device; a user's calibration
     that matched the model or the deployment (`measured_level`) brings its own, narrower band."""
-    band = None
-    if confidence is not None:
-        band = band_for(dep.mode, dep.model, Calibration(Factors(), calibrated, "", measured_level=measured_level))
+    band = None if confidence is None else band_for(dep.mode, dep.model, calibrated, measured_level)
     if band is None or confidence is None:
         return slo
     ratio = {m: max(1.0, band.ratio(m, confidence)) for m in ("ttft", "tpot")}
