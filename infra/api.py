@@ -623,25 +623,6 @@ class VerifyResult:
     written: list[Path]
 
 
-def _earlier_measurements(plan_doc: Any) -> list[Path]:
-    """The files of the calibration a plan was made with that still hold what it read (same SHA-256) and record
-    their own deployment, so that verifying again adds to the measurements rather than replacing them."""
-    import hashlib
-
-    from infra.errors import InfraError
-    from infra.perf.correction import load_calibration
-
-    measured = plan_doc.spec.provenance.calibration.measured
-    if measured is None or not Path(measured.path).is_file():
-        return []
-    try:
-        doc = load_calibration(measured.path).doc
-    except InfraError:
-        return []
-    return [Path(s.path) for s in doc.sources if s.format in ("infra-bench", "silicon-csv") and Path(s.path).is_file()
-            and hashlib.sha256(Path(s.path).read_bytes()).hexdigest() == s.sha256]
-
-
 def verify(plan_path: str | Path, url: str, *, service: str | None = None, allocation: int | None = None,
            intent: str | Path | None = None, requests: int | None = None, duration_s: float | None = None,
            model: str | None = None,
@@ -655,6 +636,7 @@ def verify(plan_path: str | Path, url: str, *, service: str | None = None, alloc
     `measurements/*.jsonl`, `calibration.yaml` and the new plan (`plan/`) there."""
     import tempfile
 
+    from infra.bench.measurements import earlier_measurements
     from infra.bench.replan import Run, changes, plan_loads
     from infra.bench.run import pick_service
     from infra.bench.run import save as save_run
@@ -677,7 +659,7 @@ def verify(plan_path: str | Path, url: str, *, service: str | None = None, alloc
             files.append(path)
             runs.append(Run(label, rate, clients, result.bench))
         cal, cal_path, replanned, notes = None, None, None, []
-        earlier = _earlier_measurements(plan_doc)
+        earlier = earlier_measurements(plan_doc)
         if earlier:
             notes.append(f"calibrated together with {len(earlier)} earlier measurement file(s) of the calibration "
                          "the plan was made with")

@@ -25,6 +25,7 @@ from infra.catalog.loader import Catalog
 from infra.errors import InfraError, Location, Problem
 from infra.files import read_jsonl
 from infra.perf.cases import EstimateCase, case_from
+from infra.perf.correction import load_calibration
 from infra.perf.recalibrate import Measured
 from infra.perf.replay import Case, REQUIRED_COLUMNS, load_rows, to_case
 
@@ -234,4 +235,24 @@ def read_measurements(path: str | Path, deployment: dict[str, Any] | None, catal
     return src
 
 
-__all__ = ["DEPLOYMENT_FIELDS", "MAX_BYTES", "Source", "deployment_of_plan", "read_measurements"]
+SELF_DESCRIBING = ("infra-bench", "silicon-csv")
+"""Formats whose files record the deployment they measured, so they can be read again without the plan or flags
+they were first read with."""
+
+
+def earlier_measurements(plan: Any) -> list[Path]:
+    """The files of the calibration a plan was made with that still hold what it read (same SHA-256) and record
+    their own deployment, so that verifying again adds to the measurements rather than replacing them."""
+    measured = plan.spec.provenance.calibration.measured
+    if measured is None or not Path(measured.path).is_file():
+        return []
+    try:
+        doc = load_calibration(measured.path).doc
+    except InfraError:
+        return []
+    return [Path(s.path) for s in doc.sources if s.format in SELF_DESCRIBING and Path(s.path).is_file()
+            and hashlib.sha256(Path(s.path).read_bytes()).hexdigest() == s.sha256]
+
+
+__all__ = ["DEPLOYMENT_FIELDS", "MAX_BYTES", "SELF_DESCRIBING", "Source", "deployment_of_plan", "earlier_measurements",
+           "read_measurements"]
