@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from infra.catalog.hf import param_breakdown
@@ -163,24 +164,13 @@ class Worker:
     layers, whatever the context length."""
 
     def __post_init__(self) -> None:
-        # `step` runs for every candidate the planner scores: the products of coefficients and efficiency factors
-        # are taken once per worker (a `replace` with other factors takes them again).
+        # `step` runs for every candidate the planner scores, millions of times for a fleet: the products of
+        # coefficients and efficiency factors are taken once per worker (a `replace` with other factors takes them
+        # again), and the step is a closure over them that leaves out the terms this worker does not have.
         f = self.factors
         mem_s = self.bw_bytes_s * f.mem
-        self.__dict__.update({
-            "_gemm_s": self.flops_s * f.gemm, "_mem_s": mem_s, "_dense_read": self.dense_bytes / mem_s,
-            "_miss": math.log1p(-self.active_experts / self.experts) if self.experts else 0.0,
-            "_moe_token": self.active_experts * self.moe_layers_per_stage * f.moe_ns * 1e-9,
-            "_expert_step": self.experts * self.moe_layers_per_stage * f.expert_step_us * 1e-6,
-            "_elem": self.elem_bytes_per_token / mem_s,
-            "_ar_fixed": self.ar_per_step * f.collective_us * 1e-6 * self.collective_hops,
-            "_ar_token": self.ar_per_step * self.ar_s_per_token / f.comm,
-            "_a2a_fixed": self.a2a_per_step * 2 * (f.collective_us * 1e-6 * self.collective_hops
-                                                   + self.a2a_peers * f.a2a_peer_us * 1e-6),
-            "_a2a_token": self.a2a_per_step * self.a2a_s_per_token / f.comm,
-            "_step_fixed": f.step_ms * 1e-3 + self.pp * self.stage_layers * f.layer_us * 1e-6,
-            "_width": 1.0 + f.draft_tokens,
-        })
+        self.__dict__["_step_fixed"] = f.step_ms * 1e-3 + self.pp * self.stage_layers * f.layer_us * 1e-6
+        self.__dict__["step"] = _stepper(self, mem_s)
 
     def fixed_step_s(self) -> float:
         """Seconds of a step that do not depend on its tokens: the engine's per-step overhead and every layer's."""
@@ -189,13 +179,6 @@ class Worker:
     def kv_bytes(self, context: float) -> float:
         """KV cache and linear-attention state of one sequence of `context` tokens on one device."""
         return (self.kv_full_per_token * context + self.kv_swa_per_token * min(context, self.window)
-                + self.state_bytes)
-
-    def read_bytes(self, context: float) -> float:
-        """KV cache bytes one decode step reads for a sequence of `context` tokens: under sparse attention the
-        indexer's keys of every token, the latents of the top-k only."""
-        return ((self.kv_full_per_token - self.kv_index_per_token) * min(context, self.sparse_topk)
-                + self.kv_index_per_token * context + self.kv_swa_per_token * min(context, self.window)
                 + self.state_bytes)
 
     def max_sequences(self, context: float) -> int:
@@ -221,37 +204,89 @@ class Worker:
     def step(self, decode: float, context: float, prefill: float = 0.0, prefill_context: float = 0.0) -> float:
         """Seconds for one engine step of one attention group: `decode` sequences at mean `context` tokens,
         plus `prefill` new tokens whose queries see `prefill_context` tokens on average. Under speculative
-        decoding each decoding sequence carries its draft tokens through the step too."""
-        width = decode * self._width
+        decoding each decoding sequence carries its draft tokens through the step too. (Replaced per worker by
+        `_stepper`'s closure; this is its signature.)"""
+        raise NotImplementedError
+
+
+def _stepper(w: Worker, mem_s: float) -> Callable[..., float]:
+    """`Worker.step` for one worker. Per device and step: the dense layers (all their weights read, FLOPs
+    growing with tokens), the routed experts (the distinct experts some token picked, each a GEMM over its rows,
+    a tensor-core tile at least), attention (FLOPs from queries x context under sparse or sliding-window limits;
+    decoding reads each sequence's KV cache (under sparse attention the indexer's keys of every token, the
+    latents of the top-k only) and linear-attention state, and writes that state back), elementwise passes and
+    collectives; pipeline stages in turn. Terms the worker lacks (zero coefficients) are left out, which changes
+    no result: they would add exact zeros."""
+    f = w.factors
+    gemm_s, attn_flops_s, bw, attn_eff = w.flops_s * f.gemm, w.attn_flops_s, w.bw_bytes_s, f.attn
+    width_k, dense_fl, logit_fl, dense_read = 1.0 + f.draft_tokens, w.dense_flops_per_token, \
+        w.logit_flops_per_token, w.dense_bytes / mem_s
+    experts, experts_local, active, dp = w.experts, w.experts_local, w.active_experts, w.parallel.attention_dp
+    miss = math.log1p(-active / experts) if experts else 0.0
+    expert_fl, expert_bytes = w.expert_flops_per_row, w.expert_bytes_local
+    moe_token = active * w.moe_layers_per_stage * f.moe_ns * 1e-9
+    expert_step = experts * w.moe_layers_per_stage * f.expert_step_us * 1e-6
+    qk_scale, topk, window = w.prefill_qk_scale, w.sparse_topk, w.window
+    sparse = topk < 1e18
+    attn_qk, swa_qk, index_qk = w.attn_flops_per_qk, w.swa_flops_per_qk, w.indexer_flops_per_qk
+    kv_index, kv_swa, state = w.kv_index_per_token, w.kv_swa_per_token, w.state_bytes
+    kv_main = w.kv_full_per_token - kv_index
+    elem = w.elem_bytes_per_token / mem_s
+    ar = w.ar_per_step
+    ar_fixed = ar * f.collective_us * 1e-6 * w.collective_hops
+    ar_token = ar * w.ar_s_per_token / f.comm
+    a2a = w.a2a_per_step
+    a2a_fixed = a2a * 2 * (f.collective_us * 1e-6 * w.collective_hops + w.a2a_peers * f.a2a_peer_us * 1e-6)
+    a2a_token = a2a * w.a2a_s_per_token / f.comm
+    pp, fixed = w.pp, w._step_fixed
+
+    def step(decode: float, context: float, prefill: float = 0.0, prefill_context: float = 0.0) -> float:
+        width = decode * width_k
         tokens = width + prefill
-        group_tokens = tokens * self.parallel.attention_dp
-        lin = max((tokens * self.dense_flops_per_token + width * self.logit_flops_per_token) / self._gemm_s,
-                  self._dense_read)
+        lin = (tokens * dense_fl + width * logit_fl) / gemm_s
+        if lin < dense_read:
+            lin = dense_read
         moe = 0.0
-        if self.experts:
-            touched = self.experts_local * -math.expm1(group_tokens * self._miss)
-            # Each touched expert runs a GEMM over the rows routed to it; below a tensor-core tile the tile is
-            # computed all the same, so small per-expert batches cost a full tile of rows.
-            rows = max(group_tokens * self.active_experts * self.experts_local / self.experts,
-                       touched * MOE_TILE_ROWS)
-            moe = max(rows * self.expert_flops_per_row / self._gemm_s, touched * self.expert_bytes_local / self._mem_s)
-            moe += tokens * self._moe_token
+        if experts:
+            group_tokens = tokens * dp
+            touched = experts_local * -math.expm1(group_tokens * miss)
+            rows = group_tokens * active * experts_local / experts
+            if rows < touched * MOE_TILE_ROWS:
+                rows = touched * MOE_TILE_ROWS
+            moe = rows * expert_fl / gemm_s
+            if moe < touched * expert_bytes / mem_s:
+                moe = touched * expert_bytes / mem_s
+            moe += tokens * moe_token
             if prefill > 0:
-                moe += self._expert_step
-        pf = prefill * self.prefill_qk_scale
-        topk = self.sparse_topk
-        qk = width * min(context, topk) + pf * min(prefill_context, topk)
-        qk_swa = width * min(context, self.window) + pf * min(prefill_context, self.window)
-        qk_index = (width * context + prefill * prefill_context) * self.indexer_flops_per_qk
-        # Decoding reads each sequence's KV and linear-attention state, and writes that state back.
-        attn = ((qk * self.attn_flops_per_qk + qk_swa * self.swa_flops_per_qk + qk_index) / self.attn_flops_s
-                + decode * (self.read_bytes(context) + self.state_bytes) / self.bw_bytes_s) / self.factors.attn
+                moe += expert_step
+        pf = prefill * qk_scale
+        if sparse:
+            qk = width * min(context, topk) + pf * min(prefill_context, topk)
+            read = kv_main * min(context, topk)
+        else:
+            qk = width * context + pf * prefill_context
+            read = kv_main * context
+        flops = qk * attn_qk
+        if swa_qk:
+            flops += (width * min(context, window) + pf * min(prefill_context, window)) * swa_qk
+        if index_qk:
+            flops += (width * context + prefill * prefill_context) * index_qk
+        if kv_index:
+            read += kv_index * context
+        if kv_swa:
+            read += kv_swa * min(context, window)
+        if state:
+            read += state
+            read += state
+        attn = (flops / attn_flops_s + decode * read / bw) / attn_eff
         comm = 0.0
-        if self.ar_per_step:
-            comm += self._ar_fixed + tokens * self._ar_token
-        if self.a2a_per_step:
-            comm += self._a2a_fixed + tokens * self._a2a_token
-        return self.pp * (lin + moe + attn + tokens * self._elem + comm) + self._step_fixed
+        if ar:
+            comm += ar_fixed + tokens * ar_token
+        if a2a:
+            comm += a2a_fixed + tokens * a2a_token
+        return pp * (lin + moe + attn + tokens * elem + comm) + fixed
+
+    return step
 
 
 def kv_precision_for(precision: str, kv_precision: str | None, fp8_kv: bool, device: DeviceSpec) -> str:

@@ -253,18 +253,44 @@ def _notes(dep: Deployment, cal: Calibration, catalog: Catalog) -> list[str]:
     return notes
 
 
+@dataclass(frozen=True)
+class Compiled:
+    """A deployment's workers compiled once (shapes checked, memory fitted, calibration looked up), to be
+    predicted at as many loads as a search needs."""
+
+    deployment: Deployment
+    workers: dict[str, Worker]
+    calibration: Calibration
+    link: float
+    """Bytes/s of the link that carries KV caches from prefill to decode workers."""
+    notes: list[str]
+
+    def at(self, load: Workload) -> Estimate:
+        pred = predict(self.deployment, load, self.workers, self.link, self.calibration.ttft)
+        devices = sum(w.parallel.devices * pred.workers.get(name, 1) for name, w in self.workers.items())
+        return Estimate(self.deployment, load, pred, {name: w.memory for name, w in self.workers.items()},
+                        self.calibration, devices, self.notes)
+
+
+def compile_deployment(dep: Deployment, catalog: Catalog, *, device_memory_gb: float | None = None,
+                       factors: Factors | None = None, device_spec: DeviceSpec | None = None,
+                       decode_memory_gb: float | None = None, link_gbs: float | None = None,
+                       correction: Correction | None = None) -> Compiled:
+    """`build_workers` with the notes an estimate carries; raises ShapeError when the deployment cannot run."""
+    workers, cal, link = build_workers(dep, catalog, device_memory_gb=device_memory_gb, factors=factors,
+                                       device_spec=device_spec, decode_memory_gb=decode_memory_gb,
+                                       link_gbs=link_gbs, correction=correction)
+    return Compiled(dep, workers, cal, link, _notes(dep, cal, catalog))
+
+
 def estimate(dep: Deployment, wl: Workload, catalog: Catalog, *, device_memory_gb: float | None = None,
              factors: Factors | None = None, device_spec: DeviceSpec | None = None,
              correction: Correction | None = None) -> Estimate:
     """Predict the metrics of `dep` under `wl`; raises ShapeError when the deployment cannot run. `factors`
     replaces the calibrated efficiency factors (for fitting them); `device_spec` the device's figures;
     `correction` is what the user's measurements say of this deployment."""
-    workers, cal, link = build_workers(dep, catalog, device_memory_gb=device_memory_gb, factors=factors,
-                                       device_spec=device_spec, correction=correction)
-    notes = _notes(dep, cal, catalog)
-    pred = predict(dep, wl, workers, link, cal.ttft)
-    devices = sum(w.parallel.devices * pred.workers.get(name, 1) for name, w in workers.items())
-    return Estimate(dep, wl, pred, {name: w.memory for name, w in workers.items()}, cal, devices, notes)
+    return compile_deployment(dep, catalog, device_memory_gb=device_memory_gb, factors=factors,
+                              device_spec=device_spec, correction=correction).at(wl)
 
 
 TRICKLE_RPS = 1e-3
@@ -293,43 +319,38 @@ def missed(pred: Prediction, slos: dict[tuple[str, str], float]) -> dict[str, fl
             for (m, p), target in sorted(slos.items()) if not pred.stable or objective_value(pred, m, p) > target}
 
 
+def overrun(pred: Prediction, slos: dict[tuple[str, str], float]) -> float:
+    """How far the worst objective runs over its target, as the log of their ratio (at most 0 while every one
+    holds; inf where the load never settles): near saturation a queue's tail grows by orders of magnitude, and
+    the log keeps an interpolation that closes in on the capacity on its feet."""
+    if not pred.stable:
+        return math.inf
+    return max((math.log(max(objective_value(pred, m, p), 1e-12) / t) for (m, p), t in slos.items()), default=-1.0)
+
+
 def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], catalog: Catalog,
              *, device_memory_gb: float | None = None, device_spec: DeviceSpec | None = None,
              decode_memory_gb: float | None = None, link_gbs: float | None = None,
-             meeting: float | None = None, correction: Correction | None = None) -> tuple[float, Estimate]:
+             meeting: float | None = None, correction: Correction | None = None,
+             compiled: Compiled | None = None) -> tuple[float, Estimate]:
     """Largest open-loop request rate whose prediction meets every objective (goodput capacity) and the estimate
     there, to 0.2%; (0, the estimate at `TRICKLE_RPS`) when even a trickle misses them, which says by how much.
-    `meeting`: a rate known to meet them (the capacity of a burstier load), where the search starts."""
-
-    # Compile the workers once; only the load changes between probes.
-    workers, cal, link = build_workers(dep, catalog, device_memory_gb=device_memory_gb, device_spec=device_spec,
-                                       decode_memory_gb=decode_memory_gb, link_gbs=link_gbs, correction=correction)
-    notes = _notes(dep, cal, catalog)
-
-    def at(rate: float) -> Estimate:
-        load = replace(wl, rate=rate, concurrency=None)
-        pred = predict(dep, load, workers, link, cal.ttft)
-        devices = sum(w.parallel.devices * pred.workers.get(name, 1) for name, w in workers.items())
-        return Estimate(dep, load, pred, {name: w.memory for name, w in workers.items()}, cal, devices, notes)
-
+    `meeting`: a rate known to meet them (the capacity of a burstier load), where the search starts. `compiled`:
+    the deployment's workers when the caller has them already (else compiled from the other arguments)."""
+    if compiled is None:
+        compiled = compile_deployment(dep, catalog, device_memory_gb=device_memory_gb, device_spec=device_spec,
+                                      decode_memory_gb=decode_memory_gb, link_gbs=link_gbs, correction=correction)
     probes: dict[float, Estimate] = {}
 
     def over(rate: float) -> float:
-        """How far the worst objective runs over its target at `rate`, as the log of their ratio (at most 0 while
-        every one holds; inf where the load never settles): near saturation a queue's tail grows by orders of
-        magnitude, and the log keeps the interpolation that closes in on the capacity on its feet."""
-        e = probes[rate] = at(rate)
-        if not e.prediction.stable:
-            return math.inf
-        return max((math.log(max(objective_value(e.prediction, m, p), 1e-12) / t) for (m, p), t in slos.items()),
-                   default=-1.0)
+        e = probes[rate] = compiled.at(replace(wl, rate=rate, concurrency=None))
+        return overrun(e.prediction, slos)
 
     lo = meeting or TRICKLE_RPS
     o_lo = over(lo)
     if o_lo > 0:
         if meeting:
-            return max_rate(dep, wl, slos, catalog, device_memory_gb=device_memory_gb, device_spec=device_spec,
-                            decode_memory_gb=decode_memory_gb, link_gbs=link_gbs, correction=correction)
+            return max_rate(dep, wl, slos, catalog, compiled=compiled)
         return 0.0, probes[lo]
     # The trickle's load, carried on in proportion, says where the deployment saturates: the capacity lies below
     # that (latency only grows on the way), and past it doubling finds it otherwise; from a rate known to meet
@@ -349,5 +370,6 @@ def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], 
     return lo, probes[lo]
 
 
-__all__ = ["Estimate", "PERCENTILES", "ShapeError", "TRICKLE_RPS", "build_workers", "estimate", "finite_ms",
-           "max_rate", "meets", "missed", "objective_value", "predict", "shape_problems"]
+__all__ = ["Compiled", "Estimate", "PERCENTILES", "ShapeError", "TRICKLE_RPS", "build_workers", "compile_deployment",
+           "estimate", "finite_ms", "max_rate", "meets", "missed", "objective_value", "overrun", "predict",
+           "shape_problems"]

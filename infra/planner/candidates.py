@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
+from typing import Any
 
+from infra.catalog.loader import Catalog
 from infra.catalog.schema import DeviceSpec, FrameworkSpec, ModelSpec
 from infra.errors import InfraError
 from infra.files import read_jsonl
@@ -23,7 +27,18 @@ from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_me
 from infra.perf.arch import kv_precision_for
 from infra.perf.calibration import band_for, lookup
 from infra.perf.correction import Correction, UserCalibration
-from infra.perf.estimate import Estimate, build_workers, max_rate, meets, missed, predict, shape_problems
+from infra.perf.estimate import (
+    TRICKLE_RPS,
+    Compiled,
+    Estimate,
+    build_workers,
+    compile_deployment,
+    max_rate,
+    meets,
+    missed,
+    overrun,
+    shape_problems,
+)
 from infra.perf.serving import PERCENTILES, z_of
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 from infra.perf.stages import StageEstimate
@@ -288,11 +303,55 @@ def correction_for(resolved: ResolvedIntent, dep: Deployment, wl: Workload) -> C
     return None if cal is None else cal.correction(dep, wl)
 
 
+class Scores:
+    """What scoring one intent's shapes has found, shared across its pools and services and the searches a plan
+    runs again (relaxations, re-plans after verification): each distinct deployment compiled once, on each
+    distinct device and memory, and each distinct (compiled deployment, workload, objectives, pool size) scored
+    once. Pools of one device type and services of one model and workload score the same shapes."""
+
+    def __init__(self) -> None:
+        self.compiled: dict[tuple[Any, ...], Compiled | InfraError] = {}
+        self.capacity: dict[tuple[Any, ...], tuple[float, Estimate] | InfraError] = {}
+        self.slices: dict[tuple[int, float], DeviceSpec] = {}
+
+
+_SCORES: dict[int, tuple[weakref.ref, Scores]] = {}
+
+
+def scores_of(resolved: ResolvedIntent) -> Scores:
+    """The scores of one resolved intent, kept while it lives."""
+    key = id(resolved)
+    hit = _SCORES.get(key)
+    if hit is not None and hit[0]() is resolved:
+        return hit[1]
+    scores = Scores()
+    _SCORES[key] = (weakref.ref(resolved, lambda _, key=key: _SCORES.pop(key, None)), scores)
+    return scores
+
+
+def _compiled(scores: Scores, key: tuple[Any, ...], build: Callable[[], Compiled]) -> Compiled:
+    """The compiled deployment under `key`, built once; a shape that cannot run fails the same way each time."""
+    hit = scores.compiled.get(key)
+    if hit is None:
+        try:
+            hit = build()
+        except InfraError as exc:
+            hit = exc
+        scores.compiled[key] = hit
+    if isinstance(hit, InfraError):
+        raise hit
+    return hit
+
+
 def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], resolved: ResolvedIntent,
               pool: Pool, device: DeviceSpec, memory_gb: float | None = None,
-              decode_pool: Pool | None = None) -> tuple[float, Estimate]:
+              decode_pool: Pool | None = None, worth: float = 0.0) -> tuple[float | None, Estimate]:
     """(the most load one replica serves within the objectives, the estimate there); (0, the estimate at the
-    lightest load) when even that misses them."""
+    lightest load) when even that misses them. With `worth`, the load this shape must carry to be worth more
+    than one already scored: (None, the estimate at the lightest load) when the objectives already fail there
+    (at the smoothest stream the pool's replicas could share), so that its capacity lies below it and the full
+    search is not needed; the predictions grow with the load (`benchmarks/monotone.py`), which the full search
+    relies on as well."""
     catalog = resolved.catalog
     assert catalog is not None
     mem = memory_gb if memory_gb is not None else pool_device_memory_gb(pool, device)
@@ -301,41 +360,69 @@ def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], 
         cross = {"decode_memory_gb": pool_device_memory_gb(decode_pool, resolved.pools[decode_pool.name]),
                  "link_gbs": network_gbs(pool, decode_pool)}
     measured = correction_for(resolved, dep, wl)
+    scores = scores_of(resolved)
+    shape = (dep, id(device), mem, tuple(cross.values()), measured)
+    room = pool.node_count * pool.devices_per_node
+    key = (shape, wl, tuple(sorted(slo.items())), room)
+    hit = scores.capacity.get(key)
+    if isinstance(hit, InfraError):
+        raise hit
+    if hit is not None:
+        return hit
+    compiled = _compiled(scores, shape, lambda: compile_deployment(dep, catalog, device_memory_gb=mem,
+                                                                   device_spec=device, correction=measured, **cross))
+    try:
+        if worth > 0:
+            light = compiled.at(replace(wl, rate=TRICKLE_RPS, concurrency=None) if wl.rate is not None
+                                else replace(wl, concurrency=1))
+            if overrun(light.prediction, slo) > 0 if wl.rate is not None else not meets(light.prediction, slo):
+                found: tuple[float | None, Estimate] = (0.0, light)
+            elif wl.rate is not None:
+                smoothest = room // max(light.devices, 1) if wl.arrival_cv > 0 else 1
+                probe = compiled.at(replace(wl, rate=worth, peers=max(smoothest, wl.peers)))
+                found = (None, light) if overrun(probe.prediction, slo) > 0 else _search(compiled, dep, wl, slo,
+                                                                                          catalog, room)
+            else:
+                probe = compiled.at(replace(wl, concurrency=math.ceil(worth)))
+                found = (None, light) if not meets(probe.prediction, slo) else _search(compiled, dep, wl, slo,
+                                                                                        catalog, room)
+        else:
+            found = _search(compiled, dep, wl, slo, catalog, room)
+    except InfraError as exc:
+        scores.capacity[key] = exc
+        raise
+    if found[0] is not None:
+        scores.capacity[key] = found  # type: ignore[assignment]
+    return found
+
+
+def _search(compiled: Compiled, dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float],
+            catalog: Catalog, room: int) -> tuple[float, Estimate]:
+    """The full capacity search of `_capacity`, on a pool of `room` devices."""
     if wl.rate is not None:
-        cap, est = max_rate(dep, wl, slo, catalog, device_memory_gb=mem, device_spec=device, correction=measured,
-                            **cross)
+        cap, est = max_rate(dep, wl, slo, catalog, compiled=compiled)
         # The service's requests reach n replicas through the load-aware router a plan renders (the inference
         # gateway's endpoint picker; the simulator's least-loaded router): each meets a smoother stream
         # than the whole, and holds more of it. Sized at the replicas the smoother capacity needs (fewer, so
         # less smoothing) and the pool can hold; a plan that ends with fewer (sharing the service with another
         # shape) says so in its predictions, which take the replicas it has.
-        room = pool.node_count * pool.devices_per_node // max(est.devices, 1)
-        n = min(math.ceil(wl.rate / cap), room) if cap > 0 else 0
+        replicas = room // max(est.devices, 1)
+        n = min(math.ceil(wl.rate / cap), replicas) if cap > 0 else 0
         if n > 1 and wl.arrival_cv > 0:
-            smooth, e = max_rate(dep, replace(wl, peers=n), slo, catalog, device_memory_gb=mem, device_spec=device,
-                                 meeting=cap, correction=measured, **cross)
-            m = min(math.ceil(wl.rate / smooth), room)
+            smooth, e = max_rate(dep, replace(wl, peers=n), slo, catalog, meeting=cap, compiled=compiled)
+            m = min(math.ceil(wl.rate / smooth), replicas)
             if m < n:
-                smooth, e = max_rate(dep, replace(wl, peers=m), slo, catalog, device_memory_gb=mem,
-                                     device_spec=device, meeting=cap, correction=measured, **cross)
+                smooth, e = max_rate(dep, replace(wl, peers=m), slo, catalog, meeting=cap, compiled=compiled)
             if smooth > cap:
                 cap, est = smooth, e
         return cap, est
-    # Closed loop: the most clients one replica serves within the objectives (bisection over integers), with
-    # the workers compiled once.
-    workers, cal, link = build_workers(dep, catalog, device_memory_gb=mem, device_spec=device, correction=measured,
-                                       **cross)
-
-    def at(load: Workload) -> Estimate:
-        pred = predict(dep, load, workers, link, cal.ttft)
-        devices = sum(w.parallel.devices * pred.workers.get(name, 1) for name, w in workers.items())
-        return Estimate(dep, load, pred, {name: w.memory for name, w in workers.items()}, cal, devices)
+    # Closed loop: the most clients one replica serves within the objectives (bisection over integers).
 
     def ok(n: int) -> Estimate | None:
-        e = at(replace(wl, concurrency=n))
+        e = compiled.at(replace(wl, concurrency=n))
         return e if meets(e.prediction, slo) else None
 
-    first = at(replace(wl, concurrency=1))
+    first = compiled.at(replace(wl, concurrency=1))
     if not meets(first.prediction, slo):
         return 0.0, first
     lo, hi, best = 1, 2, first
@@ -483,9 +570,10 @@ def _cross_units(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tupl
                         label = f"P {pa.label()} + {k}xD {pb.label()} on {b.name}"
                         if pa.devices > a.device_count or k * pb.devices > b.device_count:
                             continue
-                        scored = _score(Considered(svc.name, a.name, fw.name, precision, label, ""), dep,
-                                        wl, slo, resolved, a, da, seen, longest=longest_request(svc),
-                                        decode_pool=b, confidence=svc.slo.confidence)
+                        record, scored = _score(Considered(svc.name, a.name, fw.name, precision, label, ""),
+                                                dep, wl, slo, resolved, a, da, longest=longest_request(svc),
+                                                decode_pool=b, confidence=svc.slo.confidence)
+                        seen.append(record)
                         if scored is None:
                             continue
                         out.append(Candidate(
@@ -535,22 +623,23 @@ def slice_device(device: DeviceSpec, share: float) -> DeviceSpec:
 
 
 def _shared(rs: ResolvedService, svc: Service, device: DeviceSpec, fw: FrameworkSpec, precision: str, pool: Pool,
-            wl: Workload, slo: dict[tuple[str, str], float], resolved: ResolvedIntent, price: float, zone: str,
-            seen: list[Considered]) -> list[Candidate]:
+            resolved: ResolvedIntent, price: float, zone: str) -> list[_Job]:
     """Replicas on a slice of one device: its memory share as the device's memory, and its core share (HAMi's
     compute limit) scaling the device's throughput; bandwidth is shared in the same proportion."""
     assert rs.model is not None
+    slices = scores_of(resolved).slices
     out = []
     for share in SHARES:
-        scaled = slice_device(device, share)
-        dep = Deployment(rs.model_key, device.name, fw.name, precision, agg=Role(Parallel()))
-        scored = _score(Considered(svc.name, pool.name, fw.name, precision, f"tp1@{share:g}", ""), dep, wl, slo,
-                        resolved, pool, scaled, seen, memory_gb=pool_device_memory_gb(pool, device) * share,
-                        longest=longest_request(svc), confidence=svc.slo.confidence)
-        if scored is not None:
-            out.append(Candidate(svc.name, pool.name, device.name, fw.name, precision, Parallel(), 1, scored[0],
-                                 price, pool.spot, zone, scored[1], 0, share, scaled,
-                                 pool_device_memory_gb(pool, device) * share))
+        # One slice object per device and share, so that pools of the device share its scores.
+        scaled = slices.get((id(device), share)) or slices.setdefault((id(device), share),
+                                                                   slice_device(device, share))
+        memory = pool_device_memory_gb(pool, device) * share
+        make = partial(Candidate, svc.name, pool.name, device.name, fw.name, precision, Parallel(), 1,
+                       price_per_device_hour=price, spot=pool.spot, zone=zone, decode_workers=0, share=share,
+                       device_spec=scaled, memory_gb=memory)
+        out.append(_Job(Considered(svc.name, pool.name, fw.name, precision, f"tp1@{share:g}", ""),
+                        Deployment(rs.model_key, device.name, fw.name, precision, agg=Role(Parallel())),
+                        pool, scaled, (pool.name, fw.name, "agg"), share, make, memory))
     return out
 
 
@@ -590,43 +679,80 @@ def millis(seconds: float) -> str:
     return f"{seconds * 1000:,.1f} ms"
 
 
+DOMINATED = "dominated by a shape with fewer devices and more load per device"
+
+
 def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float],
-           resolved: ResolvedIntent, pool: Pool, device: DeviceSpec, seen: list[Considered],
-           memory_gb: float | None = None, longest: int | None = None,
-           decode_pool: Pool | None = None, confidence: float | None = None) -> tuple[float, Estimate] | None:
-    """(capacity, estimate) of one deployment, or None; either way the outcome is recorded in `seen`. A shape
-    whose KV cache cannot hold the longest request is dropped too. With a `confidence`, the objectives are
-    tightened by the deployment's error band first."""
+           resolved: ResolvedIntent, pool: Pool, device: DeviceSpec, memory_gb: float | None = None,
+           longest: int | None = None, decode_pool: Pool | None = None, confidence: float | None = None,
+           worth: float = 0.0) -> tuple[Considered, tuple[float, Estimate] | None]:
+    """(the record with its outcome, (capacity, estimate) or None). A shape whose KV cache cannot hold the
+    longest request is dropped too. With a `confidence`, the objectives are tightened by the deployment's error
+    band first. With `worth` (see `_capacity`), a shape whose capacity lies below it is dominated."""
     asked = slo
     if confidence is not None:
         measured = correction_for(resolved, dep, wl)
         slo = confident(slo, dep, confidence, lookup(dep.framework, device).calibrated,
                         measured.level if measured else "")
     try:
-        cap, est = _capacity(dep, wl, slo, resolved, pool, device, memory_gb=memory_gb, decode_pool=decode_pool)
+        cap, est = _capacity(dep, wl, slo, resolved, pool, device, memory_gb=memory_gb, decode_pool=decode_pool,
+                             worth=worth)
     except InfraError as exc:
-        seen.append(dataclasses.replace(record, outcome=exc.problems[0].message))
-        return None
-    if cap <= 0:
+        return dataclasses.replace(record, outcome=exc.problems[0].message), None
+    if cap is not None and cap <= 0:
         targets = {f"{m}_{p}": t for (m, p), t in slo.items()}
         misses = tuple((k, v, targets[k]) for k, v in missed(est.prediction, slo).items())
         light = "1 client" if est.workload.concurrency is not None else f"{est.workload.rate:g} requests/s"
         what = "; ".join(f"{k} {millis(t)} (predicted {'unstable' if v is None else millis(v)})"
                          for k, v, t in misses)
         margin = "; targets narrowed by the error band for the attainment asked" if slo != asked else ""
-        seen.append(dataclasses.replace(record, outcome=f"misses {what} even at the lightest load ({light}){margin}",
-                                        misses=misses))
-        return None
+        return dataclasses.replace(record, outcome=f"misses {what} even at the lightest load ({light}){margin}",
+                                   misses=misses), None
     if longest:
         for role, mem in est.memory.items():
             need = longest * mem.kv_bytes_per_token / 1e9
             if need > mem.kv_gb:
-                seen.append(dataclasses.replace(record, outcome=(
+                return dataclasses.replace(record, outcome=(
                     f"the longest request ({longest} tokens) needs {need:.1f} GB of KV cache per device, "
-                    f"{role} workers have {mem.kv_gb:.1f} GB")))
-                return None
-    seen.append(dataclasses.replace(record, outcome="candidate"))
-    return cap, est
+                    f"{role} workers have {mem.kv_gb:.1f} GB")), None
+    if cap is None:
+        return dataclasses.replace(record, outcome=DOMINATED), None
+    return dataclasses.replace(record, outcome="candidate"), (cap, est)
+
+
+@dataclass
+class _Job:
+    """A shape of one service waiting to be scored, and how its candidate is made once it is."""
+
+    record: Considered
+    dep: Deployment
+    pool: Pool
+    device: DeviceSpec
+    group: tuple[str, str, str]
+    """(pool, framework, mode): where `prune_dominated` compares shapes."""
+    consumption: float
+    make: Callable[..., Candidate]
+    """The candidate given its `capacity` and `estimate`."""
+    memory_gb: float | None = None
+
+
+def _score_jobs(jobs: list[_Job], wl: Workload, slo: dict[tuple[str, str], float], resolved: ResolvedIntent,
+                longest: int | None, confidence: float | None) -> list[tuple[Considered, Candidate | None]]:
+    """Score one service's shapes, in each group the smallest first: a shape must carry more load per device than
+    every smaller one scored before it, else `prune_dominated` drops it, so a probe at that load is asked first
+    and the full search runs only when it holds. Results come in the jobs' order."""
+    out: list[tuple[Considered, Candidate | None]] = [(job.record, None) for job in jobs]
+    top: dict[tuple[str, str, str], float] = {}
+    for i in sorted(range(len(jobs)), key=lambda i: (jobs[i].group, jobs[i].consumption, i)):
+        job = jobs[i]
+        record, scored = _score(job.record, job.dep, wl, slo, resolved, job.pool, job.device,
+                                memory_gb=job.memory_gb, longest=longest, confidence=confidence,
+                                worth=top.get(job.group, 0.0) * job.consumption)
+        cand = job.make(capacity=scored[0], estimate=scored[1]) if scored is not None else None
+        if cand is not None:
+            top[job.group] = max(top.get(job.group, 0.0), cand.capacity / cand.consumption)
+        out[i] = (record, cand)
+    return out
 
 
 @dataclass(frozen=True)
@@ -679,23 +805,26 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
         wl = service_workload(svc, base)
         fix = corrections or Corrections()
         slo = {k: v * slo_scale * fix.scale(svc.name, *k) for k, v in objectives(svc).items()}
+        # Refusals are recorded where they are found; shapes to score wait in their place (`_score_jobs`).
+        items: list[Considered | _Job] = []
         for pool in resolved.loaded.cluster.pools:
             device = resolved.pools[pool.name]
             if device.name not in rs.devices or (pool.spot and svc.preferences.spot == "never"):
                 continue
             price = _price(pool, device)
             zone = pool.zone or "-"
+            memory = pool_device_memory_gb(pool, device)
             for fw in rs.frameworks:
                 if (device.vendor not in fw.vendors or (fw.devices and device.name not in fw.devices)
                         or "llm" not in fw.kinds):
                     continue
                 if not fw.image_for(device.name, device.vendor)[1]:
                     # A plan is only as good as its deployment: no released image, nothing to roll out.
-                    seen.append(Considered(svc.name, pool.name, fw.name, "-", "-",
-                                           f"{fw.name} has no image pinned to a release for {device.name}"))
+                    items.append(Considered(svc.name, pool.name, fw.name, "-", "-",
+                                            f"{fw.name} has no image pinned to a release for {device.name}"))
                     continue
                 for precision, why in quirk_refusals(list(svc.precisions), rs.model, device, fw):
-                    seen.append(Considered(svc.name, pool.name, fw.name, precision, "-", why))
+                    items.append(Considered(svc.name, pool.name, fw.name, precision, "-", why))
                 for precision in _precisions(svc, rs.model, device, fw):
                     allow_multi = (pool.multi_node and svc.preferences.multi_node and "multi_node" in fw.features)
                     for par in _tp_options(rs.model, pool, allow_multi):
@@ -703,35 +832,44 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
                         refused = tp_refusal(device, fw, par)
                         why = [refused] if refused else shape_problems(rs.model, device, fw, precision, par)
                         if why:
-                            seen.append(Considered(svc.name, pool.name, fw.name, precision, label, why[0]))
+                            items.append(Considered(svc.name, pool.name, fw.name, precision, label, why[0]))
                             continue
                         if par.devices > pool.device_count:
-                            seen.append(Considered(svc.name, pool.name, fw.name, precision, label,
-                                                   f"needs {par.devices} devices, pool has {pool.device_count}"))
+                            items.append(Considered(svc.name, pool.name, fw.name, precision, label,
+                                                    f"needs {par.devices} devices, pool has {pool.device_count}"))
                             continue
                         if par == Parallel() and _can_share(resolved, svc, device):
-                            out += _shared(rs, svc, device, fw, precision, pool, wl, slo, resolved, price, zone,
-                                           seen)
+                            items += _shared(rs, svc, device, fw, precision, pool, resolved, price, zone)
                         for dep, workers in _deployments(rs, svc, device, fw, precision, par, pool):
                             devices = par.devices * (1 + workers)
                             shown = label if not workers else f"P {label} + {workers}xD {label}"
                             if devices > pool.device_count:
-                                seen.append(Considered(svc.name, pool.name, fw.name, precision, shown,
-                                                       f"needs {devices} devices, pool has {pool.device_count}"))
+                                items.append(Considered(svc.name, pool.name, fw.name, precision, shown,
+                                                        f"needs {devices} devices, pool has {pool.device_count}"))
                                 continue
-                            scored = _score(Considered(svc.name, pool.name, fw.name, precision, shown, ""), dep,
-                                            wl, slo, resolved, pool, device, seen, longest=longest_request(svc),
-                                            confidence=svc.slo.confidence)
-                            if scored is not None:
-                                out.append(Candidate(svc.name, pool.name, device.name, fw.name, precision, par,
-                                                     devices, scored[0], price, pool.spot, zone, scored[1],
-                                                     workers, memory_gb=pool_device_memory_gb(pool, device)))
+
+                            make = partial(Candidate, svc.name, pool.name, device.name, fw.name, precision, par,
+                                           devices, price_per_device_hour=price, spot=pool.spot, zone=zone,
+                                           decode_workers=workers, memory_gb=memory)
+                            items.append(_Job(Considered(svc.name, pool.name, fw.name, precision, shown, ""), dep,
+                                              pool, device, (pool.name, fw.name, "disagg" if workers else "agg"),
+                                              float(devices), make))
+        jobs = [x for x in items if isinstance(x, _Job)]
+        scored = iter(_score_jobs(jobs, wl, slo, resolved, longest_request(svc), svc.slo.confidence))
+        for x in items:
+            if isinstance(x, Considered):
+                seen.append(x)
+                continue
+            record, cand = next(scored)
+            seen.append(record)
+            if cand is not None:
+                out.append(cand)
         out += _cross_pool(rs, svc, wl, slo, resolved, seen)
     if progress is not None:
         progress(len(services), len(services))
     kept, dropped = prune_dominated(out)
     gone = {c.key for c in dropped}
-    seen = [dataclasses.replace(x, outcome="dominated by a shape with fewer devices and more load per device")
+    seen = [dataclasses.replace(x, outcome=DOMINATED)
             if x.outcome == "candidate" and f"{x.service}/{x.pool}/{x.framework}/{x.precision}/{x.parallel}" in gone
             else x for x in seen]
     return kept, seen
