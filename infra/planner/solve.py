@@ -34,7 +34,7 @@ single-threaded with a fixed seed and a deterministic time budget, so the same i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ortools.sat.python import cp_model
 
@@ -120,9 +120,64 @@ def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 
     """Cheapest replica counts that meet every limit; `extra_devices` adds devices to pools and `exclude` drops
     candidates (both for relaxations and alternatives); `active`, when given, enforces only those constraint
     groups (for shrinking a conflict). `objective` "goodput" serves as much of each service's demand as the
-    inventory and budgets allow (fractions of demand, summed), then spends the least for it."""
+    inventory and budgets allow (fractions of demand, summed), then spends the least for it.
+
+    Services are tied together only by the pools they share and the total budget. Each service (with the other
+    units of its pipeline, which share its budget) is solved on its own first; when the parts together fit the
+    pools and the total budget, no joint plan can cost less (each part is the cheapest it can be with the whole
+    inventory to itself) and their margins are each the most at that cost, so theirs is the joint optimum,
+    found in models a few hundred times smaller. Otherwise the joint model decides."""
     exclude = exclude or set()
     cands = [c for c in candidates if c.key not in exclude]
+    parts = sorted({limits.parent.get(s, s) for s in limits.demand})
+    if len(parts) > 1 and active is None:
+        apart = _solve_apart(parts, cands, limits, time_limit_s, extra_devices, objective)
+        if apart is not None:
+            return apart
+    return _solve_joint(cands, limits, time_limit_s, extra_devices, active, objective)
+
+
+def _solve_apart(parts: list[str], cands: list[Candidate], limits: Limits, time_limit_s: float,
+                 extra_devices: dict[str, int] | None, objective: str) -> Solution | None:
+    """The joint optimum from each part's own (see `solve`), or None when a part has no plan or the parts
+    together overrun a pool or the total budget. Pools whose nodes differ in size are packed jointly."""
+    scale = 1000 if objective == "goodput" else COST_SCALE
+    used: dict[str, int] = {}
+    best = bound = 0.0
+    optimal = True
+    for part in parts:
+        services = {s for s in limits.demand if limits.parent.get(s, s) == part}
+        mine = [c for c in cands if c.service in services]
+        sub = replace(limits, demand={s: d for s, d in limits.demand.items() if s in services},
+                      min_replicas={s: v for s, v in limits.min_replicas.items() if s in services},
+                      zones={s: v for s, v in limits.zones.items() if s in services},
+                      budget_hour={s: v for s, v in limits.budget_hour.items() if s == part},
+                      total_budget_hour=None)
+        sol = _solve_joint(mine, sub, time_limit_s, extra_devices, None, objective)
+        if sol.status not in ("OPTIMAL", "FEASIBLE"):
+            return None
+        optimal = optimal and sol.status == "OPTIMAL"
+        used.update(sol.replicas)
+        best += round(sol.objective * scale)
+        bound += sol.bound * scale
+    for p, total in limits.pool_devices.items():
+        slots = sum(c.slots_on(p) * used[c.key] for c in cands if c.key in used and p in c.pools)
+        if slots and (p in limits.pool_nodes
+                      or slots > (total + (extra_devices or {}).get(p, 0)) * SLOTS_PER_DEVICE):
+            return None
+    if limits.total_budget_hour is not None and sum(int(round(c.cost_per_hour * COST_SCALE)) * n
+                                                   for c in cands if (n := used.get(c.key, 0))) > int(
+            limits.total_budget_hour * COST_SCALE):
+        return None
+    cost = sum(c.cost_per_hour * used.get(c.key, 0) for c in cands)
+    gap = 0.0 if optimal else abs(best - bound) / max(abs(best), 1e-9)
+    return Solution("OPTIMAL" if optimal else "FEASIBLE", dict(sorted(used.items())), round(cost, 6), best / scale,
+                    (best if optimal else bound) / scale, gap)
+
+
+def _solve_joint(cands: list[Candidate], limits: Limits, time_limit_s: float, extra_devices: dict[str, int] | None,
+                 active: set[str] | None, objective: str) -> Solution:
+    """The whole model over `cands` (see the module's docstring)."""
     m = cp_model.CpModel()
     pool_slots = {p: (n + (extra_devices or {}).get(p, 0)) * SLOTS_PER_DEVICE for p, n in limits.pool_devices.items()}
     n = {}

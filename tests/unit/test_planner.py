@@ -14,7 +14,7 @@ from infra.errors import InfeasibleError
 from infra.perf.calibration import error_band
 from infra.perf.shape import Parallel
 from infra.planner.candidates import Candidate, length_stats
-from infra.planner.solve import Limits, minimal_conflict, solve
+from infra.planner.solve import Limits, _solve_apart, _solve_joint, minimal_conflict, solve
 
 from ..conftest import ROOT
 
@@ -69,6 +69,36 @@ def test_cp_sat_cost_equals_brute_force(seed):
     else:
         assert sol.status == "OPTIMAL"
         assert sol.cost_per_hour == pytest.approx(brute)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_services_solved_apart_cost_what_the_joint_model_costs(seed):
+    rng = random.Random(seed)
+    services = ["a", "b", "c", "d"][:rng.randint(2, 4)]
+    cands = [_cand(s, rng.choice(["p1", "p2", "p3"]), rng.choice([1, 2, 4]), round(rng.uniform(0.5, 5), 2),
+                   round(rng.uniform(0.5, 4), 2), zone=rng.choice(["z1", "z2"]), tag=f"f{i}")
+             for s in services for i in range(rng.randint(1, 3))]
+    limits = Limits(demand={s: round(rng.uniform(1, 12), 2) for s in services},
+                    min_replicas={s: rng.choice([1, 2]) for s in services},
+                    zones={s: rng.choice([1, 1, 2]) for s in services},
+                    budget_hour={s: rng.choice([None, 30.0]) for s in services},
+                    pool_devices={p: rng.choice([4, 16, 64]) for p in ("p1", "p2", "p3")},
+                    total_budget_hour=rng.choice([None, 40.0, 400.0]))
+    both = solve(cands, limits)
+    joint = _solve_joint(cands, limits, 20.0, None, None, "cost")
+    assert both.status == joint.status
+    assert both.cost_per_hour == pytest.approx(joint.cost_per_hour)
+    assert both.objective == pytest.approx(joint.objective)
+
+
+def test_services_that_fit_apart_but_not_together_are_solved_jointly():
+    cands = [_cand("a", "p1", 4, 10.0, 1.0, tag="big"), _cand("b", "p1", 4, 10.0, 1.0, tag="big"),
+             _cand("a", "p2", 4, 10.0, 3.0, tag="dear"), _cand("b", "p2", 4, 10.0, 3.0, tag="dear")]
+    limits = Limits({"a": 5.0, "b": 5.0}, {"a": 1, "b": 1}, {"a": 1, "b": 1}, {"a": None, "b": None},
+                    {"p1": 4, "p2": 8})
+    assert _solve_apart(["a", "b"], cands, limits, 20.0, None, "cost") is None  # both want all of p1
+    sol = solve(cands, limits)
+    assert sol.status == "OPTIMAL" and sol.cost_per_hour == 16.0
 
 
 def test_minimal_conflict_drops_innocent_groups():
