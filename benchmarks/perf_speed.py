@@ -1,10 +1,14 @@
-"""How fast the performance model scores candidates: the planner's fast path and the full estimate.
+"""How fast the performance model scores candidates: the planner's fast path, the full estimate, and vectorised
+open-loop predictions.
 
     python benchmarks/perf_speed.py [--n 20000] [--json]
 
 Fast path per candidate: memory fit of a layout (weights, activations, KV capacity), the decode and prefill step
 times at the workload's lengths, and the steady-state batch the KV cache allows, for a sweep over models,
 devices, precisions and tensor-parallel sizes. Full path: `estimate()` with the closed-loop serving model.
+Vector open loop: `infra.perf.vector.predict_open_agg` over every deployment of the sweep that fits, under a few
+length mixes at rates from a trickle to past saturation, full predictions (percentiles included) in one call;
+the scalar `open_loop_agg` on a sample of the same cases for comparison.
 Single process, single thread.
 """
 
@@ -24,11 +28,33 @@ from infra.catalog.loader import load_catalog  # noqa: E402
 from infra.errors import InfraError  # noqa: E402
 from infra.perf.arch import compile_worker  # noqa: E402
 from infra.perf.calibration import lookup  # noqa: E402
-from infra.perf.estimate import estimate  # noqa: E402
+from infra.perf.estimate import build_workers, estimate  # noqa: E402
+from infra.perf.serving import open_loop_agg  # noqa: E402
 from infra.perf.shape import Deployment, Parallel, Role, Workload  # noqa: E402
+from infra.perf.vector import predict_open_agg  # noqa: E402
 
 MODELS = ["Llama-3.1-8B", "Llama-3.1-70B", "Qwen3-32B", "Qwen3-235B-A22B", "DeepSeek-V3", "gpt-oss-120b"]
 DEVICES = ["H100-SXM", "H200", "B200", "A100-80G", "L40S", "Ascend-910B3", "MI300X"]
+OPEN_MIXES = ((2048, 256, 0.0, 0.0), (1024, 1024, 0.3, 0.5), (8192, 512, 0.5, 0.5), (512, 2048, 1.0, 1.0))
+"""(prompt, answer, prompt CV, answer CV) of the open-loop workloads."""
+OPEN_RATES = tuple(0.05 * 2 ** k for k in range(14))
+"""Requests/s, 0.05 to 410: from a trickle to past what most of the sweep's deployments sustain."""
+SCALAR_SAMPLE = 10
+"""Every this many cases, the scalar path runs too (for the comparison only)."""
+
+
+def open_loop_cases(deps: list[Deployment], cat) -> list:
+    """(worker, role, workload) for every deployment that fits, every length mix and every rate."""
+    cases = []
+    for dep in deps:
+        try:
+            worker = build_workers(dep, cat)[0]["agg"]
+        except InfraError:
+            continue
+        for isl, osl, isl_cv, osl_cv in OPEN_MIXES:
+            for rate in OPEN_RATES:
+                cases.append((worker, dep.agg, Workload(isl=isl, osl=osl, rate=rate, isl_cv=isl_cv, osl_cv=osl_cv)))
+    return cases
 
 
 def main() -> int:
@@ -72,10 +98,29 @@ def main() -> int:
             pass
         full_n += 1
     full = full_n / (time.perf_counter() - start)
+
+    cases = open_loop_cases(deps, cat)
+    predict_open_agg(cases[:100])  # warm-up: imports, first allocations
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        preds = predict_open_agg(cases)
+        best = min(best, time.perf_counter() - start)
+        stable = sum(p.stable for p in preds)
+        del preds  # (freeing them is the caller's time, not the prediction's)
+    vector = len(cases) / best
+    sample = cases[::SCALAR_SAMPLE]
+    start = time.perf_counter()
+    for w, role, wl in sample:
+        open_loop_agg(w, role, wl)
+    scalar = len(sample) / (time.perf_counter() - start)
     print(f"fast path: {fast:,.0f} candidates/s ({scored} scored, {fits} fit memory)")
     print(f"full estimate: {full:,.0f} estimates/s ({full_n} deployments, closed loop)")
+    print(f"vector open-loop: {vector:,.0f} predictions/s ({len(cases)} cases, {stable} stable; scalar "
+          f"open_loop_agg {scalar:,.0f}/s on every {SCALAR_SAMPLE}th)")
     if args.json:
-        print(json.dumps({"fast_path_per_s": round(fast), "full_estimate_per_s": round(full)}))
+        print(json.dumps({"fast_path_per_s": round(fast), "full_estimate_per_s": round(full),
+                          "vector_open_loop_per_s": round(vector)}))
     return 0
 
 

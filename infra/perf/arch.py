@@ -166,11 +166,12 @@ class Worker:
     def __post_init__(self) -> None:
         # `step` runs for every candidate the planner scores, millions of times for a fleet: the products of
         # coefficients and efficiency factors are taken once per worker (a `replace` with other factors takes them
-        # again), and the step is a closure over them that leaves out the terms this worker does not have.
+        # again), and the step is a closure over them that leaves out the terms this worker does not have
+        # (`step_terms`: those coefficients by name).
         f = self.factors
         mem_s = self.bw_bytes_s * f.mem
         self.__dict__["_step_fixed"] = f.step_ms * 1e-3 + self.pp * self.stage_layers * f.layer_us * 1e-6
-        self.__dict__["step"] = _stepper(self, mem_s)
+        self.__dict__["step"], self.__dict__["step_terms"] = _stepper(self, mem_s)
 
     def fixed_step_s(self) -> float:
         """Seconds of a step that do not depend on its tokens: the engine's per-step overhead and every layer's."""
@@ -209,14 +210,15 @@ class Worker:
         raise NotImplementedError
 
 
-def _stepper(w: Worker, mem_s: float) -> Callable[..., float]:
+def _stepper(w: Worker, mem_s: float) -> tuple[Callable[..., float], dict[str, float]]:
     """`Worker.step` for one worker. Per device and step: the dense layers (all their weights read, FLOPs
     growing with tokens), the routed experts (the distinct experts some token picked, each a GEMM over its rows,
     a tensor-core tile at least), attention (FLOPs from queries x context under sparse or sliding-window limits;
     decoding reads each sequence's KV cache (under sparse attention the indexer's keys of every token, the
     latents of the top-k only) and linear-attention state, and writes that state back), elementwise passes and
     collectives; pipeline stages in turn. Terms the worker lacks (zero coefficients) are left out, which changes
-    no result: they would add exact zeros."""
+    no result: they would add exact zeros. Returned with the coefficients it closes over, by name (what
+    `infra.perf.vector` prices many steps at once with)."""
     f = w.factors
     gemm_s, attn_flops_s, bw, attn_eff = w.flops_s * f.gemm, w.attn_flops_s, w.bw_bytes_s, f.attn
     width_k, dense_fl, logit_fl, dense_read = 1.0 + f.draft_tokens, w.dense_flops_per_token, \
@@ -286,7 +288,14 @@ def _stepper(w: Worker, mem_s: float) -> Callable[..., float]:
             comm += a2a_fixed + tokens * a2a_token
         return pp * (lin + moe + attn + tokens * elem + comm) + fixed
 
-    return step
+    terms = dict(width_k=width_k, dense_fl=dense_fl, logit_fl=logit_fl, gemm_s=gemm_s, dense_read=dense_read,
+                 experts=experts, experts_local=experts_local, active=active, dp=dp, miss=miss, expert_fl=expert_fl,
+                 expert_bytes=expert_bytes, mem_s=mem_s, moe_token=moe_token, expert_step=expert_step,
+                 qk_scale=qk_scale, topk=topk, window=window, attn_qk=attn_qk, swa_qk=swa_qk, index_qk=index_qk,
+                 kv_index=kv_index, kv_main=kv_main, kv_swa=kv_swa, state=state, attn_flops_s=attn_flops_s, bw=bw,
+                 attn_eff=attn_eff, ar_fixed=ar_fixed, ar_token=ar_token, a2a_fixed=a2a_fixed, a2a_token=a2a_token,
+                 elem=elem, pp=pp, fixed=fixed)
+    return step, terms
 
 
 def kv_precision_for(precision: str, kv_precision: str | None, fp8_kv: bool, device: DeviceSpec) -> str:

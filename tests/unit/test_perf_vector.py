@@ -1,0 +1,241 @@
+"""The vectorised open loop (`infra.perf.vector.predict_open_agg`) against the scalar `open_loop_agg`, case by case:
+the same predictions, field for field (to 1e-9 relative), over a sweep of catalog deployments and workloads that
+reaches every kind of result (stable, and each unstable one).
+
+Where the batch slots end a deployment's capacity, the slots' Erlang wait is unstable only within some 1e-11 of
+the capacity, where the wait's (slots - offered load) keeps a dozen fewer digits than its terms: a last-bit
+difference in a step moves it by up to 1e-4. Steps of dense models are exact in both models, but a MoE step
+takes an expm1, which numpy's SIMD routine and the C library's round differently in the last bit; so that
+stretch is compared on dense models, and on MoE models with the C library's expm1 (`exact=True`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import random
+
+import pytest
+
+from infra.catalog.loader import load_catalog
+from infra.errors import InfraError
+from infra.perf import serving, vector
+from infra.perf.estimate import build_workers
+from infra.perf.serving import Prediction, open_loop_agg
+from infra.perf.shape import Deployment, Parallel, Role, Workload
+from infra.perf.vector import predict_open_agg
+
+CAT = load_catalog()
+MODELS = ("Llama-3.1-8B", "Llama-3.1-70B", "Qwen3-32B", "Qwen3-235B-A22B", "DeepSeek-V3", "gpt-oss-120b",
+          "Qwen3-Next-80B-A3B", "DeepSeek-V3.2")
+DEVICES = ("H100-SXM", "H200", "B200", "A100-80G", "L40S", "MI300X", "Ascend-910B3")
+ROLES = ((None, 8192, 1), (16, 512, 1), (64, 2048, 2))
+"""(batch cap, max_num_tokens, attention-DP groups of a MoE model)."""
+MIXES = ((2048, 256, 0.0, 0.0), (512, 2048, 0.5, 1.0), (128, 64, 0.0, 0.3), (8192, 1024, 1.0, 0.0),
+         (30000, 16, 0.3, 0.5), (1, 1, 0.0, 0.0))
+"""(prompt, answer, prompt CV, answer CV)."""
+REL = 1e-9
+KINDS = ("stable", "one request does not fit", "arrival rate exceeds what the replicas", "prompts arrive faster",
+         "arrival rate exceeds what the batch slots", "arrival rate is past the point")
+
+
+def _workers() -> list[tuple[object, Role]]:
+    """(worker, role) for every layout of the sweep that fits its device."""
+    out = []
+    for name, device, tp in itertools.product(MODELS, DEVICES, (1, 2, 4, 8)):
+        model = CAT.model(name)
+        framework = "vllm-ascend" if device.startswith("Ascend") else "vllm"
+        precision = model.native_precision if model.native_precision in CAT.device(device).precisions else "bf16"
+        for cap, budget, dp in ROLES:
+            dp = dp if model.moe else 1
+            par = Parallel(tp=tp, ep=tp * dp, moe_tp=1, attention_dp=dp) if model.moe else Parallel(tp=tp)
+            role = Role(par, batch_cap=cap, max_num_tokens=budget)
+            try:
+                workers = build_workers(Deployment(name, device, framework, precision, agg=role), CAT)[0]
+            except InfraError:  # layouts that do not fit or do not divide the model
+                continue
+            out.append((workers["agg"], role))
+    return out
+
+
+WORKERS = _workers()
+
+
+def _workload(rng: random.Random, rate: float) -> Workload:
+    isl, osl, isl_cv, osl_cv = rng.choice(MIXES)
+    quantiles = rng.choice(((), (("p90", 2.7),), (("p50", 0.8), ("p99", 4.0), ("p99.9", 6.0), ("p75", 1.5))))
+    return Workload(isl=isl, osl=osl, rate=rate, isl_cv=isl_cv, osl_cv=osl_cv, arrival_cv=rng.choice((0.0, 1.0, 2.0)),
+                    prefix_hit=rng.choice((0.0, 0.0, 0.5, 0.9)), peers=rng.choice((1, 1, 4)), isl_quantiles=quantiles)
+
+
+def _role(rng: random.Random, role: Role) -> Role:
+    return dataclasses.replace(role, workers=rng.choice((None, None, 2, 3)))
+
+
+def _capacities(configs: list[tuple[object, Role, Workload]]) -> list[float]:
+    """The largest stable rate of each (worker, role, workload) from its own rate up (0 where that is unstable
+    already), to some 1e-12, found with the vector model: the rate quadrupled until unstable, then its log
+    bisected, all configurations at once."""
+    at = [wl.rate for _, _, wl in configs]
+    lo = [0.0] * len(configs)
+    hi = [math.inf] * len(configs)
+    for _ in range(24):
+        preds = predict_open_agg([(w, r, dataclasses.replace(wl, rate=x)) for (w, r, wl), x in zip(configs, at)])
+        for i, p in enumerate(preds):
+            if math.isinf(hi[i]):
+                if p.stable:
+                    lo[i], at[i] = at[i], at[i] * 4
+                else:
+                    hi[i] = at[i]
+    for _ in range(40):
+        mids = [math.sqrt(a * b) if a > 0 and math.isfinite(b) else b for a, b in zip(lo, hi)]
+        preds = predict_open_agg([(w, r, dataclasses.replace(wl, rate=x if math.isfinite(x) else 1.0))
+                                  for (w, r, wl), x in zip(configs, mids)])
+        for i, p in enumerate(preds):
+            if lo[i] > 0 and math.isfinite(hi[i]):
+                lo[i], hi[i] = (mids[i], hi[i]) if p.stable else (lo[i], mids[i])
+    return lo
+
+
+def _cases(n: int, seed: int) -> list[tuple[object, Role, Workload]]:
+    """Random deployments of the sweep at rates from a trickle to far past saturation, and around their
+    capacities: just below, and past them, where every kind of unstable result but the slots' lies."""
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(n):
+        w, role = rng.choice(WORKERS)
+        cases.append((w, _role(rng, role), _workload(rng, 10 ** rng.uniform(-3, 3.5))))
+    near = [(w, _role(rng, role), _workload(rng, 1e-3)) for w, role in rng.sample(WORKERS, 150)]
+    for (w, role, wl), top in zip(near, _capacities(near)):
+        for f in (0.5, 0.999, 1 + 1e-6, 1.001, 1.01, 1.1, 2.0) if top > 0 else ():
+            cases.append((w, role, dataclasses.replace(wl, rate=top * f)))
+    return cases
+
+
+def _knife_edge_cases(seed: int, moe: bool = False) -> list[tuple[object, Role, Workload]]:
+    """Deployments with a batch cap, dense or MoE, within 1e-12 of their capacity (where the slots end it, if they
+    do)."""
+    rng = random.Random(seed)
+    near = [(w, _role(rng, role), _workload(rng, 1e-3)) for w, role in WORKERS
+            if role.batch_cap and bool(w.experts) == moe]
+    if moe:
+        near = rng.sample(near, 60)
+    cases = []
+    for (w, role, wl), top in zip(near, _capacities(near)):
+        for f in (1 - 1e-12, 1 + 1e-12, 1 + 1e-11) if top > 0 else ():
+            cases.append((w, role, dataclasses.replace(wl, rate=top * f)))
+    return cases
+
+
+def _rel(a: float, b: float) -> float:
+    if a == b:
+        return 0.0
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return math.inf
+    return abs(a - b) / max(abs(a), abs(b))
+
+
+def _difference(want: Prediction, got: Prediction) -> float:
+    """The largest relative difference between two predictions' figures; inf where anything else differs."""
+    if (want.stable, want.assumptions, want.workers) != (got.stable, got.assumptions, got.workers):
+        return math.inf
+    worst = max(_rel(getattr(want, f), getattr(got, f))
+                for f in ("throughput_rps", "output_tokens_per_s", "batch", "load"))
+    for metric in ("ttft", "tpot", "itl", "e2e"):
+        a, b = getattr(want, metric), getattr(got, metric)
+        if list(a) != list(b):
+            return math.inf
+        worst = max(worst, *(_rel(a[k], b[k]) for k in a))
+    return worst
+
+
+def _assert_same(cases, want: list[Prediction], got: list[Prediction]) -> float:
+    assert len(got) == len(want)
+    worst = 0.0
+    for case, a, b in zip(cases, want, got):
+        d = _difference(a, b)
+        assert d <= REL, f"{case[0].parallel} {case[1]} {case[2]}:\n  scalar {a}\n  vector {b}"
+        worst = max(worst, d)
+    return worst
+
+
+def _kind(p: Prediction) -> str:
+    return "stable" if p.stable else next(k for k in KINDS if p.assumptions[0].startswith(k))
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    cases = _cases(4000, seed=7)
+    return cases, [open_loop_agg(*c) for c in cases]
+
+
+def test_vector_open_loop_equals_the_scalar_one_case_by_case(sweep):
+    cases, want = sweep
+    _assert_same(cases, want, predict_open_agg(cases))
+    kinds = {_kind(p) for p in want}
+    assert kinds == set(KINDS[:4]), f"the sweep reached {sorted(kinds)}"
+    assert sum(p.stable for p in want) > len(want) // 5
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_at_the_capacity_the_batch_slots_set_it_ends_alike(moe):
+    cases = _knife_edge_cases(seed=9, moe=moe)
+    want = [open_loop_agg(*c) for c in cases]
+    _assert_same(cases, want, predict_open_agg(cases, exact=moe))
+    assert "arrival rate exceeds what the batch slots" in {_kind(p) for p in want}
+
+
+def test_a_mixed_batch_equals_one_call_per_case_and_one_per_worker(sweep):
+    cases, want = sweep
+    which = random.Random(3).sample(range(len(cases)), 300)
+    picked = [cases[i] for i in which]
+    batch = predict_open_agg(picked)
+    alone = [predict_open_agg([case])[0] for case in picked]
+    _assert_same(picked, batch, alone)
+    _assert_same(picked, [want[i] for i in which], batch)
+    by_worker: dict[int, list[int]] = {}
+    for i, (w, _, _) in enumerate(picked):
+        by_worker.setdefault(id(w), []).append(i)
+    for group in by_worker.values():
+        alike = [picked[i] for i in group]
+        _assert_same(alike, [batch[i] for i in group], predict_open_agg(alike))
+
+
+def test_factors_the_catalog_leaves_at_zero_are_priced_alike():
+    """Speculative decoding (draft tokens, more than a token a step), a scheduler that polls and an attention-DP
+    balancer that holds prompts, and a per-token MoE routing cost: terms the calibrated factors mostly leave out."""
+    rng = random.Random(11)
+    moe = [(w, r) for w, r in WORKERS if w.experts and w.parallel.attention_dp > 1]
+    dense = [(w, r) for w, r in WORKERS if not w.experts]
+    cases = []
+    for w, role in rng.sample(moe, 10) + rng.sample(dense, 10):
+        f = dataclasses.replace(w.factors, accept=1.7, draft_tokens=1.0, poll_steps=4.0, balance_steps=20.0,
+                                moe_ns=40.0)
+        worker = dataclasses.replace(w, factors=f)
+        for rate in (0.01, 0.3, 3.0, 30.0, 300.0):
+            cases.append((worker, role, _workload(rng, rate)))
+    _assert_same(cases, [open_loop_agg(*c) for c in cases], predict_open_agg(cases))
+
+
+def test_a_batch_that_keeps_growing_is_unstable_alike(monkeypatch):
+    """No catalog deployment reaches the check on the batch's spread (the slots or the climb stop it first), so
+    both models get a tipping point five times nearer, the same in each, to take that branch."""
+    def tips_early(batch_sd):
+        def sd(lam, b, slope, osl):
+            return batch_sd(lam * 5, b, slope, osl)
+        return sd
+
+    monkeypatch.setattr(serving, "_batch_sd", tips_early(serving._batch_sd))
+    monkeypatch.setattr(vector, "_batch_sd", tips_early(vector._batch_sd))
+    rng = random.Random(5)
+    cases = [(w, _role(rng, role), _workload(rng, 10 ** rng.uniform(-2, 2))) for w, role in rng.sample(WORKERS, 150)]
+    want = [open_loop_agg(*c) for c in cases]
+    assert any(not p.stable and p.assumptions[0].startswith("arrival rate is past the point") for p in want)
+    _assert_same(cases, want, predict_open_agg(cases))
+
+
+def test_no_cases_and_closed_loops():
+    assert predict_open_agg([]) == []
+    w, role = WORKERS[0]
+    with pytest.raises(ValueError, match="rate"):
+        predict_open_agg([(w, role, Workload(isl=128, osl=16, concurrency=4))])
