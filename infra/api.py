@@ -106,19 +106,24 @@ def estimate_cases(path: str | Path, catalog_dirs: tuple[Path, ...] = (),
                    calibration: str | Path | None = None) -> list[dict[str, Any]]:
     """One result per line of a JSONL file of cases; a line that fails gives `{"line": n, "error": ...}`."""
     from infra.errors import InfraError, Location
-    from infra.perf.cases import case_from, read_cases, run_case
+    from infra.perf.cases import case_from, read_cases, run_cases
     from infra.perf.correction import load_calibration
 
     catalog = load_catalog(catalog_dirs)
     cal = load_calibration(calibration) if calibration is not None else None
-    out = []
+    lines: list[int] = []
+    cases = []
+    out: dict[int, dict[str, Any]] = {}
     for n, obj in read_cases(Path(path)):
         try:
-            result = run_case(case_from(obj, Location(str(path), n, 1)), catalog, cal)
-            out.append({"line": n, **result})
+            cases.append(case_from(obj, Location(str(path), n, 1)))
+            lines.append(n)
         except InfraError as exc:
-            out.append({"line": n, "error": "; ".join(str(p) for p in exc.problems)})
-    return out
+            out[n] = {"line": n, "error": "; ".join(str(p) for p in exc.problems)}
+    for n, result in zip(lines, run_cases(cases, catalog, cal)):
+        out[n] = ({"line": n, "error": "; ".join(str(p) for p in result.problems)} if isinstance(result, InfraError)
+                  else {"line": n, **result})
+    return [out[n] for n in sorted(out)]
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,20 @@ from infra.files import read_jsonl
 from infra.intent.base import Strict
 from infra.intent.models import MAX_CV
 from infra.intent.units import Count, Duration, Fraction, Rate, parse_duration
-from infra.perf.correction import UserCalibration
-from infra.perf.estimate import TRICKLE_RPS, estimate, finite_ms, max_rate, missed, objective_value
+from infra.perf.correction import UserCalibration, with_ttft
+from infra.perf.estimate import (
+    TRICKLE_RPS,
+    Compiled,
+    Estimate,
+    compile_deployment,
+    estimate,
+    finite_ms,
+    max_rate,
+    missed,
+    objective_value,
+)
 from infra.perf.shape import Deployment, Parallel, Role, Workload
+from infra.perf.vector import predict_open_agg
 
 _SLO_METRICS = ("ttft", "tpot", "itl", "e2e")
 
@@ -200,7 +211,11 @@ def run_case(case: EstimateCase, catalog: Catalog, calibration: UserCalibration 
             out["missed_at_trickle_ms"] = {k: None if v is None else finite_ms(v)
                                            for k, v in missed(est.prediction, case.objectives()).items()}
         return out
-    est = estimate(dep, wl, catalog, correction=measured)
+    return _result(case, estimate(dep, wl, catalog, correction=measured))
+
+
+def _result(case: EstimateCase, est: Estimate) -> dict[str, Any]:
+    """The JSON result of a case predicted at its load, its objectives checked there."""
     out = est.to_json()
     if case.slo:
         pred = est.prediction
@@ -211,6 +226,36 @@ def run_case(case: EstimateCase, catalog: Catalog, calibration: UserCalibration 
                          "met": f"{m}_{p}" not in misses}
             for (m, p), target in sorted(case.objectives().items())}
     return out
+
+
+def run_cases(cases: list[EstimateCase], catalog: Catalog,
+              calibration: UserCalibration | None = None) -> list[dict[str, Any] | InfraError]:
+    """`run_case` of each case (or why it cannot run), the open loops of aggregated deployments predicted
+    together in one vector pass (`infra.perf.vector`, the scalar model's results) and the rest one by one."""
+    out: list[dict[str, Any] | InfraError | None] = [None] * len(cases)
+    together: list[tuple[int, Compiled, Workload]] = []
+    compiled: dict[tuple[Any, ...], Compiled] = {}
+    for i, case in enumerate(cases):
+        try:
+            dep, wl = case.deployment(catalog), case.workload()
+            if case.max_rate or dep.mode != "agg" or wl.rate is None:
+                out[i] = run_case(case, catalog, calibration)
+                continue
+            measured = calibration.correction(dep, wl) if calibration is not None else None
+            key = (dep, measured)
+            if key not in compiled:
+                compiled[key] = compile_deployment(dep, catalog, correction=measured)
+            one = compiled[key]
+            if one.workers["agg"].max_sequences(wl.isl + wl.osl) < 1:
+                out[i] = _result(case, one.at(wl))  # raises the shape error that explains it
+                continue
+            together.append((i, one, wl))
+        except InfraError as exc:
+            out[i] = exc
+    preds = predict_open_agg([(one.workers["agg"], one.deployment.agg, wl) for _, one, wl in together], exact=True)
+    for (i, one, wl), pred in zip(together, preds):
+        out[i] = _result(cases[i], one.estimate(wl, with_ttft(pred, one.calibration.ttft)))
+    return out  # type: ignore[return-value]
 
 
 def read_cases(path: Path) -> list[tuple[int, dict[str, Any]]]:

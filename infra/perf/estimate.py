@@ -266,7 +266,11 @@ class Compiled:
     notes: list[str]
 
     def at(self, load: Workload) -> Estimate:
-        pred = predict(self.deployment, load, self.workers, self.link, self.calibration.ttft)
+        return self.estimate(load, predict(self.deployment, load, self.workers, self.link, self.calibration.ttft))
+
+    def estimate(self, load: Workload, pred: Prediction) -> Estimate:
+        """The estimate of a prediction made for this deployment at `load` (by `predict`, or many at once by
+        `infra.perf.vector`)."""
         devices = sum(w.parallel.devices * pred.workers.get(name, 1) for name, w in self.workers.items())
         return Estimate(self.deployment, load, pred, {name: w.memory for name, w in self.workers.items()},
                         self.calibration, devices, self.notes)

@@ -239,3 +239,31 @@ def test_no_cases_and_closed_loops():
     w, role = WORKERS[0]
     with pytest.raises(ValueError, match="rate"):
         predict_open_agg([(w, role, Workload(isl=128, osl=16, concurrency=4))])
+
+
+def test_a_file_of_cases_gives_what_each_case_gives_alone():
+    from infra.perf.cases import case_from, run_case, run_cases
+    from infra.errors import Location
+
+    cat = load_catalog()
+    rows = [
+        {"model": "Llama-3.1-8B", "device": "H100-SXM", "isl": 2048, "osl": 256, "rate": r, "slo": {"ttft_p99": "1s"}}
+        for r in (0.5, 5, 40, 400)] + [
+        {"model": "Qwen3-235B-A22B", "device": "H200", "tp": 8, "ep": 8, "precision": "fp8", "isl": "4k",
+         "osl": 512, "rate": r, "isl_cv": 0.5, "osl_cv": 0.5} for r in (1, 10, 30)] + [
+        {"model": "Llama-3.1-70B", "device": "H200", "tp": 4, "isl": 1024, "osl": 128, "concurrency": 16},
+        {"model": "Llama-3.1-8B", "device": "L4", "isl": 2048, "osl": 256, "rate": 2, "max_rate": True,
+         "slo": {"ttft_p99": "2s", "tpot_p99": "80ms"}},
+        {"model": "Llama-3.1-70B", "device": "L4", "isl": 1024, "osl": 128, "rate": 1},
+        {"model": "Llama-3.1-8B", "device": "L4", "isl": "1M", "osl": 128, "rate": 1},
+    ]
+    cases = [case_from(row, Location(path="")) for row in rows]
+    together = run_cases(cases, cat)
+    for case, got in zip(cases, together):
+        try:
+            alone = run_case(case, cat)
+        except InfraError as exc:
+            assert isinstance(got, InfraError) and got.problems == exc.problems
+        else:
+            assert got == alone
+    assert sum(isinstance(r, InfraError) for r in together) == 2
