@@ -78,11 +78,18 @@ def parse_duration(value: Any) -> float:
     return _finite(num * _DURATION_UNITS[unit], value, "duration")
 
 
+MAX_RATE_RPS = 1e6
+"""The most requests per second one rate may state: well above any single service planned today (a million a
+second is tens of thousands of replicas), and low enough that replica counts and solver coefficients stay
+integers a solver takes."""
+
+
 def parse_rate(value: Any) -> float:
-    """Requests per second from `40/s`, `2400/min`, `1.2M/day`, `40rps` or a bare number."""
+    """Requests per second from `40/s`, `2400/min`, `1.2M/day`, `40rps` or a bare number, at most
+    `MAX_RATE_RPS`."""
     _reject_bool(value, "rate")
     if isinstance(value, (int, float)):
-        return _finite(float(value), value, "rate")
+        return _bounded_rate(_finite(float(value), value, "rate"), value)
     text = str(value).strip()
     m = re.fullmatch(_NUM + r"\s*([kKM]?)\s*(?:(rps|qps)|(?:req(?:uest)?s?\s*)?/\s*([a-z]+))?", text)
     if not m:
@@ -90,7 +97,14 @@ def parse_rate(value: Any) -> float:
     num, scale, per = float(m.group(1)), m.group(2).upper(), m.group(4) or "s"
     if per not in _PER_UNITS:
         raise ValueError(f"{value!r}: unknown rate unit '/{per}'; use /s, /min, /h or /day")
-    return _finite(num * _SCALE[scale] / _PER_UNITS[per], value, "rate")
+    return _bounded_rate(_finite(num * _SCALE[scale] / _PER_UNITS[per], value, "rate"), value)
+
+
+def _bounded_rate(rps: float, raw: Any) -> float:
+    if rps > MAX_RATE_RPS:
+        raise ValueError(f"{raw!r} is {rps:.3g} requests/s, above the {MAX_RATE_RPS:g}/s one rate may state; "
+                         "split the traffic into services")
+    return rps
 
 
 def parse_count(value: Any) -> int:

@@ -75,6 +75,8 @@ def test_bandwidth_money_fraction():
     (u.parse_fraction, "half", "not a fraction"),
     (u.parse_duration, "nan s", "not a duration"),
     (u.parse_rate, "inf", "not a rate"),
+    (u.parse_rate, "1e308/s", "above the 1e\\+06/s one rate may state"),
+    (u.parse_rate, 2e6, "split the traffic"),
 ])
 def test_refusals_say_what_to_write(parse, value, fragment):
     with pytest.raises(ValueError, match=fragment):
