@@ -90,6 +90,10 @@ class LengthDistribution(Strict):
                 "give exactly one of: a fixed length, mean and/or percentiles, a histogram, or a trace"
                 + (f" (found {', '.join(forms)})" if forms else "")
             )
+        for name, value in (("fixed", self.fixed), ("mean", self.mean), ("max", self.max),
+                            *sorted(self.percentiles.items())):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} is {value} tokens; a request has at least 1 token")
         if self.histogram is not None:
             bounds = [b.le for b in self.histogram]
             if bounds != sorted(set(bounds)):
@@ -205,6 +209,14 @@ class Workload(Strict):
     """Fraction of prompt tokens shared with earlier requests (system prompts, chat history), reusable from a
     prefix cache."""
 
+    @field_validator("prefix_sharing")
+    @classmethod
+    def _computes_something(cls, value: float) -> float:
+        if value >= 1:
+            raise ValueError(f"prefix_sharing {value:.0%} leaves no prompt token to compute; every request computes "
+                             "at least its own last tokens, so give a share below 100%, e.g. 90%")
+        return value
+
     @model_validator(mode="after")
     def _loop(self) -> Workload:
         if (self.rate is None) == (self.concurrency is None):
@@ -232,6 +244,14 @@ class Slo(Strict):
     committed error band (the model's in-sample band when the calibration fitted it, else the band of models it
     never saw), never loosened. Unset plans to the prediction itself."""
 
+    @field_validator("attainment")
+    @classmethod
+    def _someone(cls, value: float | None) -> float | None:
+        if value is not None and value <= 0:
+            raise ValueError("attainment 0% asks nothing of any request; give the share of requests that must "
+                             "meet every objective, e.g. 99%")
+        return value
+
     @field_validator("confidence")
     @classmethod
     def _resolvable(cls, value: float | None) -> float | None:
@@ -252,6 +272,9 @@ class Slo(Strict):
     @classmethod
     def _ordered(cls, value: dict[str, float], info) -> dict[str, float]:
         metric = info.field_name
+        for k, v in value.items():
+            if v <= 0:
+                raise ValueError(f"{metric}.{k} is {_ms(v)}; no request is that fast, give a time above zero")
         ordered = sorted(value.items(), key=lambda kv: percentile_value(kv[0]))
         for (ka, va), (kb, vb) in zip(ordered, ordered[1:]):
             if vb < va:
@@ -454,6 +477,14 @@ class Service(Strict):
     """Weight precisions allowed (e.g. [fp8, bf16]); empty allows any the device and framework support."""
     max_context: Count | None = None
     """Longest prompt + output to accept (the engine's max model length); defaults to the model's."""
+
+    @field_validator("max_context")
+    @classmethod
+    def _some_context(cls, value: int | None) -> int | None:
+        if value is not None and value < 2:
+            raise ValueError(f"max_context {value} holds no prompt and answer; give at least 2 tokens, or leave it "
+                             "out for the model's own")
+        return value
     workload: Workload
     """Load."""
     slo: Slo = Slo()
