@@ -110,7 +110,10 @@ def _dirty_refusal(git: Git, lines: list[str]) -> InfraError:
 
 
 def _check_branch_name(git: Git, branch: str, flag: str) -> str:
-    if not git.ok("check-ref-format", "--branch", branch) or branch.startswith("-"):
+    # `check-ref-format --branch` resolves `@` (and `@{-1}`) to a branch that exists, and takes a full ref
+    # (`refs/heads/main`) as a name under refs/heads/: either would name another branch than the one written.
+    if (not git.ok("check-ref-format", "--branch", branch) or branch.startswith(("-", "refs/")) or "@" in branch
+            or branch == "HEAD"):
         raise InfraError(Problem(f"{flag} {branch!r} is not a valid branch name", Location(flag),
                                  "use letters, digits, '-', '_' and '/' (e.g. infra/chat)"))
     return branch

@@ -323,8 +323,9 @@ def test_missing_base_and_bad_names_are_clear(planned, repos, tmp_path):
     _, clone = repos
     with pytest.raises(InfraError, match="base branch 'trunk' not found"):
         run(planned, clone, base="trunk")
-    with pytest.raises(InfraError, match="not a valid branch name"):
-        run(planned, clone, branch="bad..name")
+    for bad in ("bad..name", "@", "refs/heads/main", "HEAD", "me@{-1}"):
+        with pytest.raises(InfraError, match="not a valid branch name"):
+            run(planned, clone, branch=bad)
     with pytest.raises(InfraError, match="not a DNS-1123 label"):
         run(planned, clone, cluster="Prod_EU")
     with pytest.raises(InfraError, match="is the base branch"):
