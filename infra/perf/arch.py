@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from infra.catalog.hf import param_breakdown
 from infra.catalog.schema import BYTES_PER_PARAM, DeviceSpec, ModelSpec
@@ -162,6 +162,13 @@ class Worker:
     state_bytes: float
     """Fixed per-sequence state on one device: the recurrent state and convolution inputs of linear-attention
     layers, whatever the context length."""
+    step: Callable[..., float] = field(init=False, repr=False)
+    """step(decode, context, prefill=0, prefill_context=0): seconds for one engine step of one attention group,
+    `decode` sequences at mean `context` tokens plus `prefill` new tokens whose queries see `prefill_context`
+    tokens on average (under speculative decoding each decoding sequence carries its draft tokens too); built
+    for this worker by `_stepper`."""
+    step_terms: dict[str, float] = field(init=False, repr=False)
+    """The coefficients `step` closes over, by name."""
 
     def __post_init__(self) -> None:
         # `step` runs for every candidate the planner scores, millions of times for a fleet: the products of
@@ -201,13 +208,6 @@ class Worker:
     def token_time(self, decode: float, context: float, prefill: float = 0.0, prefill_context: float = 0.0) -> float:
         """Seconds per output token of each decoding sequence: a step, over the tokens a step emits."""
         return self.step(decode, context, prefill, prefill_context) / self.factors.accept
-
-    def step(self, decode: float, context: float, prefill: float = 0.0, prefill_context: float = 0.0) -> float:
-        """Seconds for one engine step of one attention group: `decode` sequences at mean `context` tokens,
-        plus `prefill` new tokens whose queries see `prefill_context` tokens on average. Under speculative
-        decoding each decoding sequence carries its draft tokens through the step too. (Replaced per worker by
-        `_stepper`'s closure; this is its signature.)"""
-        raise NotImplementedError
 
 
 def _stepper(w: Worker, mem_s: float) -> tuple[Callable[..., float], dict[str, float]]:
