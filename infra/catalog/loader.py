@@ -22,6 +22,7 @@ from infra.catalog.hf import model_from_hf_config
 from infra.catalog.hfids import repo_name, strip_format
 from infra.catalog.schema import DeviceSpec, FrameworkSpec, ModelSpec
 from infra.errors import CatalogError, Location, Problem
+from infra.limits import MAX_DOCUMENT_BYTES, check_tree, read_limited, scan_yaml, shown
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -57,17 +58,29 @@ class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ign
 def _read(path: Path | Any) -> tuple[dict[str, Any], str]:
     name = str(path)
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader)
+        text = read_limited(path, "catalog", error=CatalogError).decode("utf-8")
+        # Overlays are users' files: bound nesting and aliases before PyYAML builds (and pydantic walks) them.
+        scan_yaml(text, name, CatalogError)
+        data = yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         loc = Location(name, mark.line + 1, mark.column + 1) if mark else Location(name)
         raise CatalogError(Problem(f"YAML syntax error: {getattr(exc, 'problem', exc)}", loc,
                                    "fix the catalog file's syntax")) from None
+    except UnicodeDecodeError as exc:
+        line = exc.object[:exc.start].count(b"\n") + 1
+        raise CatalogError(Problem("catalog file is not UTF-8 text", Location(name, line),
+                                   "save the file as UTF-8")) from None
+    except TypeError as exc:
+        # PyYAML builds a complex key (`? [a, b]: c`) and then cannot hash it.
+        raise CatalogError(Problem(f"YAML value cannot be read: {exc}", Location(name, 1, 1),
+                                   "write plain `key: value` entries")) from None
     except OSError as exc:
         raise CatalogError(Problem(f"cannot read catalog file: {exc.strerror}", Location(name))) from None
     if not isinstance(data, dict):
         raise CatalogError(Problem("a catalog file holds one mapping", Location(name, 1, 1),
                                    "write one entry per file, starting with `name:`"))
+    check_tree(data, name, error=CatalogError)
     return data, name
 
 
@@ -141,6 +154,26 @@ class Table:
         return out[:n]
 
 
+def _check_config_path(path: Path) -> None:
+    """Refuse a config.json the operating system cannot look up (a NUL character, a name too long) or that is
+    too big, before the Hugging Face reader opens it."""
+    why = None
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return  # the reader says "not found" in its own words
+    except ValueError:
+        why = "its path holds a NUL character"
+    except OSError as exc:
+        why = (exc.strerror or str(exc)).lower()
+    else:
+        if size > MAX_DOCUMENT_BYTES:
+            why = f"it is over the {MAX_DOCUMENT_BYTES >> 20} MiB limit"
+    if why:
+        raise CatalogError(Problem(f"model config {shown(str(path))} cannot be read: {why}",
+                                   fix="give the path of the model's config.json"))
+
+
 class Catalog:
     """Models, devices, frameworks and cluster conventions, packaged and overlaid."""
 
@@ -188,7 +221,9 @@ class Catalog:
     def resolve_raw(entries: dict[str, tuple[dict[str, Any], str]], name: str) -> str | None:
         k = _key(name)
         for existing, (data, _) in entries.items():
-            names = [existing, *data.get("aliases", []), data.get("hf_id", "")]
+            aliases = data.get("aliases")
+            # Still raw YAML here: a malformed `aliases` is left for validation to report, located.
+            names = [existing, *(aliases if isinstance(aliases, list) else []), data.get("hf_id", "")]
             if any(_key(str(n)) == k for n in names if n):
                 return existing
         return None
@@ -200,8 +235,13 @@ class Catalog:
             return
         for item in items:
             if item.name.endswith((".yaml", ".yml")):
-                data, _ = _read(item)
-                for vendor, spec in (data.get("devices") or {}).items():
+                data, file = _read(item)
+                devices = data.get("devices") or {}
+                if not isinstance(devices, dict):
+                    raise CatalogError(Problem("`devices` of a conventions file is a mapping of vendor to its "
+                                               "resource names", Location(file, path="devices"),
+                                               "write `devices:` followed by `<vendor>: {...}` entries"))
+                for vendor, spec in devices.items():
                     self.conventions[vendor] = spec
 
     # --- lookups -----------------------------------------------------------------------------------------------
@@ -223,7 +263,7 @@ class Catalog:
         if entry is not None:
             return entry
         close = self.tables[kind].suggest(ref)
-        msg = f"unknown {label} {ref!r}"
+        msg = f"unknown {label} {shown(ref)}"
         if close:
             msg += f"; did you mean {' or '.join(repr(c) for c in close)}?"
         raise CatalogError(Problem(msg, fix=hint))
@@ -234,6 +274,7 @@ class Catalog:
         (`Table.find_checkpoint`): `nvidia/Qwen3-32B-NVFP4` is Qwen3-32B."""
         if ref.endswith(".json"):
             path = Path(ref) if base_dir is None or Path(ref).is_absolute() else base_dir / ref
+            _check_config_path(path)
             return model_from_hf_config(path)
         hint = ("use a name from `infra catalog models`, a Hugging Face id of a catalog model, or the path of a "
                 "config.json")
@@ -244,7 +285,7 @@ class Catalog:
                 return entry
             if owners:
                 raise CatalogError(Problem(
-                    f"unknown model {ref!r}: its repository name fits several catalog models; did you mean "
+                    f"unknown model {shown(ref)}: its repository name fits several catalog models; did you mean "
                     f"{' or '.join(repr(o) for o in owners)}?",
                     fix="give the original publisher's Hugging Face id or the catalog name of the one you mean"))
         return self._get("models", ref, "model", hint)

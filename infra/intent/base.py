@@ -7,6 +7,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, WithJsonSchema
 
+from infra.limits import shown
+
 API_VERSION = "infra.dev/v1alpha1"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -35,6 +37,41 @@ Name = Annotated[
                     "description": "A DNS label: lowercase letters, digits and '-'."}),
 ]
 """Names become Kubernetes object names, so they follow RFC 1123 labels."""
+
+# Kubernetes' own syntax for what the manifests carry verbatim: a value outside it makes a manifest the API server
+# rejects (or, past 1024 characters as a mapping key, one that is not even YAML).
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_SUBDOMAIN = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"
+_QUALIFIED = re.compile(rf"^({_SUBDOMAIN}/)?{_LABEL_NAME}$")
+_LABEL_VALUE = re.compile(rf"^({_LABEL_NAME})?$")
+_SUBDOMAIN_RE = re.compile(rf"^{_SUBDOMAIN}$")
+_API_VERSION = re.compile(rf"^({_SUBDOMAIN}/)?v\d+((alpha|beta)\d+)?$")
+
+
+def _kubernetes(pattern: re.Pattern[str], what: str, rule: str, example: str, placeholder: str = "") -> Any:
+    """A string type checked against one of Kubernetes' name syntaxes, with its pattern in the schema.
+    `placeholder` (HAMi's `{chip}`) stands for a name part filled in per device, so it is checked as one."""
+
+    def check(value: str) -> str:
+        if not pattern.match(value.replace(placeholder, "x") if placeholder else value):
+            raise ValueError(f"{shown(value)} is not a valid {what}: {rule}; write e.g. {example}")
+        return value
+
+    schema = {"type": "string", "description": f"A {what}."}
+    return Annotated[str, AfterValidator(check),
+                     WithJsonSchema(schema if placeholder else {**schema, "pattern": pattern.pattern})]
+
+
+LabelKey = _kubernetes(_QUALIFIED, "Kubernetes label key", "an optional DNS prefix and '/', then at most 63 "
+                       "letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+                       "node.kubernetes.io/instance-type")
+LabelValue = _kubernetes(_LABEL_VALUE, "Kubernetes label value", "empty, or at most 63 letters, digits, '-', '_' "
+                         "or '.', starting and ending with a letter or digit", "hgx-h100")
+ResourceName = _kubernetes(_QUALIFIED, "Kubernetes resource name", "a DNS prefix, '/' and a name of at most 63 "
+                           "letters, digits, '-', '_' or '.'", "nvidia.com/gpu", "{chip}")
+Subdomain = _kubernetes(_SUBDOMAIN_RE, "Kubernetes object name", "at most 253 lowercase letters, digits, '-' or '.', "
+                        "starting and ending with a letter or digit", "hami-scheduler")
+ApiVersion = _kubernetes(_API_VERSION, "Kubernetes API version", "GROUP/VERSION", "leaderworkerset.x-k8s.io/v1")
 
 _PCT = re.compile(r"^p(\d{1,2}(\.\d+)?)$")
 
@@ -67,7 +104,7 @@ class Metadata(Strict):
     """Name of the intent (or profile); used in plan and manifest names."""
     description: str | None = None
     """What this is for, in a sentence."""
-    labels: dict[str, str] = {}
+    labels: dict[LabelKey, LabelValue] = {}
     """Free-form labels copied onto every rendered object."""
 
 

@@ -7,6 +7,7 @@ All problems of a file are reported together, each as `file:line:col: field.path
 from __future__ import annotations
 
 import difflib
+import os
 import types
 import typing
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from infra.intent.base import API_VERSION
 from infra.intent.models import ServingIntent, stage_inputs
 from infra.intent.profile import ClusterProfile, ClusterProfileSpec
 from infra.intent.yamlio import PathKey, SourceMap, dotted, load_yaml, read_text
+from infra.limits import clipped, shown
 
 KINDS: dict[str, type[BaseModel]] = {"ServingIntent": ServingIntent, "ClusterProfile": ClusterProfile}
 
@@ -184,7 +186,7 @@ def problems_from_pydantic(exc: PydanticValidationError, root: type[BaseModel], 
             continue
         seen.add(key)
         problems.append(Problem(msg, location, fix))
-    return problems
+    return clipped(problems)
 
 
 def read_document(path: Path, expected_kind: str | None = None) -> tuple[BaseModel, Document]:
@@ -196,12 +198,12 @@ def read_document(path: Path, expected_kind: str | None = None) -> tuple[BaseMod
     api = data.get("apiVersion")
     if api != API_VERSION:
         loc = smap.locate(("apiVersion",)) if "apiVersion" in data else Location(file, 1, 1, "apiVersion")
-        msg = "missing apiVersion" if api is None else f"unsupported apiVersion {api!r}"
+        msg = "missing apiVersion" if api is None else f"unsupported apiVersion {shown(api)}"
         raise IntentError(Problem(msg, loc, f"start the file with `apiVersion: {API_VERSION}`"))
     kind = data.get("kind")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:  # a list or mapping here is not even hashable
         loc = smap.locate(("kind",)) if "kind" in data else Location(file, 1, 1, "kind")
-        msg = "missing kind" if kind is None else f"unknown kind {kind!r}" + _did_you_mean(str(kind), list(KINDS))
+        msg = "missing kind" if kind is None else f"unknown kind {shown(kind)}" + _did_you_mean(str(kind), list(KINDS))
         raise IntentError(Problem(msg, loc, f"use kind: {' or kind: '.join(KINDS)}"))
     if expected_kind and kind != expected_kind:
         raise IntentError(Problem(f"expected a {expected_kind}, this file is a {kind}", smap.locate(("kind",)),
@@ -255,6 +257,10 @@ def _trace_problems(intent: ServingIntent, doc: Document) -> list[Problem]:
 
 
 def _check_trace(path: Path, name: str) -> Problem | None:
+    unusable = _unusable(path)
+    if unusable:
+        return Problem(f"trace file {shown(name)} cannot be opened: {unusable}",
+                       fix="give the JSONL file's path relative to the intent file")
     try:
         records = read_jsonl(path, f"trace file {name!r}",
                              "give the JSONL file's path relative to the intent file")
@@ -326,30 +332,49 @@ def _graph_problems(svc: Any, si: int, doc: Document) -> list[Problem]:
     return out
 
 
+def _unusable(path: Path) -> str | None:
+    """Why the operating system cannot even look a path up (a NUL character, a name too long), if it cannot;
+    Path.exists() answers False for a NUL and raises for a name too long, neither of which says what is wrong."""
+    try:
+        os.stat(path)
+    except ValueError:
+        return "the path holds a NUL character"
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # missing: the callers say so in their own words
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+    return None
+
+
 def load_intent_file(path: Path) -> LoadedIntent:
     """Read an intent and the cluster profile it references; syntax and in-file checks only."""
     model, doc = read_document(Path(path), "ServingIntent")
     assert isinstance(model, ServingIntent)
     problems = _name_problems(model, doc) + _trace_problems(model, doc)
     if problems:
-        raise IntentError(problems)
+        raise IntentError(clipped(problems))
     source = model.spec.cluster
     if source.profile is not None:
         ref = Path(source.profile)
         profile_path = ref if ref.is_absolute() else Path(path).parent / ref
         here = doc.locate(("spec", "cluster", "profile"))
+        unusable = _unusable(profile_path)
+        if unusable:
+            raise IntentError(Problem(f"cluster profile {shown(source.profile)} cannot be opened: {unusable}", here,
+                                      "give the profile's path relative to this intent file"))
         if not profile_path.exists():
-            raise IntentError(Problem(f"cluster profile {source.profile!r} not found (looked at {profile_path})",
-                                      here, "give the profile's path relative to this intent file"))
+            raise IntentError(Problem(f"cluster profile {shown(source.profile)} not found (looked at "
+                                      f"{profile_path})", here, "give the profile's path relative to this intent "
+                                      "file"))
         if profile_path.is_dir():
-            raise IntentError(Problem(f"cluster profile {source.profile!r} is a directory", here,
+            raise IntentError(Problem(f"cluster profile {shown(source.profile)} is a directory", here,
                                       "give the path of the ClusterProfile YAML file inside it"))
         try:
             profile, pdoc = read_document(profile_path, "ClusterProfile")
         except IntentError as exc:
             first = exc.problems[0]
             if first.message.startswith("expected a ClusterProfile"):
-                raise IntentError(Problem(f"{source.profile!r} is not a cluster profile "
+                raise IntentError(Problem(f"{shown(source.profile)} is not a cluster profile "
                                           f"({first.message.split(', ')[-1]})", here,
                                           "point profile at a file with kind: ClusterProfile")) from None
             raise exc

@@ -25,13 +25,23 @@ def _scalar_to(field: str, value: Any) -> Any:
     return value
 
 
+MAX_CLIENTS = 10_000_000
+"""Closed-loop clients one workload may state (ten times a busy public endpoint's concurrent streams)."""
+
+MAX_REPLICAS = 100_000
+"""Replicas or zones an availability requirement may ask for: as many as nodes a pool may hold."""
+
+MAX_MEDIA_ITEMS = 1_000_000
+"""Images, frames or diffusion steps per request: a 10-hour video at 25 frames a second is 900,000 frames."""
+
+
 class HistogramBin(Strict):
     """One bar of a length histogram: `weight` of the requests have at most `le` tokens (and more than the
     previous bar's `le`)."""
 
     le: Count
     """Upper bound of the bar, in tokens (inclusive)."""
-    weight: float = Field(gt=0)
+    weight: float = Field(gt=0, le=1e12, allow_inf_nan=False)
     """Relative weight of the bar; weights need not sum to 1."""
 
 
@@ -197,7 +207,7 @@ class Workload(Strict):
 
     rate: RateSpec | None = None
     """Request rate (open loop)."""
-    concurrency: int | None = Field(default=None, ge=1)
+    concurrency: int | None = Field(default=None, ge=1, le=MAX_CLIENTS)
     """Fixed number of clients each waiting for its reply before sending the next (closed loop)."""
     arrival: Arrival = Arrival()
     """Arrival process of the open loop; `arrival: poisson` is short for `{process: poisson}`."""
@@ -324,9 +334,9 @@ class Budget(Strict):
 class Availability(Strict):
     """Redundancy."""
 
-    min_replicas: int = Field(default=1, ge=1)
+    min_replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     """Fewest serving replicas at any time (per role, for disaggregated deployments)."""
-    zones: int = Field(default=1, ge=1)
+    zones: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     """Spread replicas across at least this many zones."""
     headroom: Fraction = 0.0
     """Spare capacity to keep above peak demand (e.g. 20%): room for bursts beyond the arrival model and for a
@@ -376,15 +386,15 @@ class StageWork(Strict):
     """Prompt tokens (LLM stages; defaults to the service's workload)."""
     output_tokens: LengthDistribution | None = None
     """Generated tokens (LLM stages; defaults to the service's workload)."""
-    images: float | None = Field(default=None, gt=0)
+    images: float | None = Field(default=None, gt=0, le=MAX_MEDIA_ITEMS, allow_inf_nan=False)
     """Images per request (vision encoders)."""
     audio: Duration | None = None
     """Audio per request, in or out (audio encoders, codecs), e.g. 12s."""
-    video_frames: int | None = Field(default=None, gt=0)
+    video_frames: int | None = Field(default=None, gt=0, le=MAX_MEDIA_ITEMS)
     """Frames generated or read per request (DiT, video encoders)."""
-    resolution: str | None = Field(default=None, pattern=r"^\d+x\d+$")
+    resolution: str | None = Field(default=None, pattern=r"^[1-9]\d{0,5}x[1-9]\d{0,5}$")
     """Frame or image size `WIDTHxHEIGHT`, e.g. 1280x720."""
-    denoise_steps: int | None = Field(default=None, gt=0)
+    denoise_steps: int | None = Field(default=None, gt=0, le=MAX_MEDIA_ITEMS)
     """Diffusion steps per request (DiT)."""
     cpu_time: Duration | None = None
     """CPU time per request (preprocessing stages), e.g. 40ms."""

@@ -11,8 +11,17 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from infra.catalog.schema import Vendor
-from infra.intent.base import API_VERSION, Metadata, Name, Strict, require_unique
+from infra.intent.base import (API_VERSION, ApiVersion, LabelKey, LabelValue, Metadata, Name, ResourceName, Strict,
+                               Subdomain, require_unique)
 from infra.intent.units import Bandwidth, Bytes, MoneyPerHour
+
+
+MAX_NODES = 100_000
+"""Nodes one pool may state: above the largest clusters built, and small enough that placement's per-node
+bookkeeping stays in memory."""
+
+MAX_DEVICES_PER_NODE = 1024
+"""Devices one node may state: the densest servers hold 16 accelerators (or 8 CPU sockets)."""
 
 
 class Nic(Strict):
@@ -31,11 +40,11 @@ class Nic(Strict):
 class Topology(Strict):
     """Where a pool's (or node's) devices sit in the network."""
 
-    zone: str | None = None
+    zone: LabelValue | None = None
     """Availability zone (`topology.kubernetes.io/zone`)."""
-    switch: str | None = None
+    switch: LabelValue | None = None
     """Leaf switch (or rail) the nodes connect to; P/D groups that must talk fast stay under one switch."""
-    scale_up_domain: str | None = None
+    scale_up_domain: LabelValue | None = None
     """Name of the NVLink/HCCS domain when it spans several nodes (an NVL72 rack, a CloudMatrix super-node);
     unset means each node is its own domain."""
 
@@ -43,9 +52,9 @@ class Topology(Strict):
 class Node(Strict):
     """One node, when a pool lists its nodes individually."""
 
-    name: str
+    name: Subdomain
     """Node name (`kubernetes.io/hostname`)."""
-    devices: int | None = Field(default=None, ge=1)
+    devices: int | None = Field(default=None, ge=1, le=MAX_DEVICES_PER_NODE)
     """Devices on this node; defaults to the pool's `devices_per_node`."""
     topology: Topology = Topology()
     """Overrides the pool's topology for this node."""
@@ -79,7 +88,7 @@ class Pool(_Nodes, Strict):
     """Device type, a catalog name or alias (see `infra catalog devices`), e.g. `H100-SXM`, `Ascend-910B3`."""
     nodes: int | list[Node]
     """Number of nodes, or the nodes themselves with their own topology."""
-    devices_per_node: int = Field(ge=1)
+    devices_per_node: int = Field(ge=1, le=MAX_DEVICES_PER_NODE)
     """Devices in each node."""
     price: MoneyPerHour | None = None
     """Price per device-hour, e.g. `$2.49/h`; unset uses the catalog's reference price."""
@@ -92,7 +101,7 @@ class Pool(_Nodes, Strict):
     """Zone, switch and scale-up domain shared by the pool's nodes."""
     nics: list[Nic] = []
     """Inter-node network interfaces of each node."""
-    node_selector: dict[str, str] = {}
+    node_selector: dict[LabelKey, LabelValue] = {}
     """Labels that select this pool's nodes (rendered as nodeSelector)."""
     allocatable_memory: Bytes | None = None
     """Memory per device the scheduler can hand out, when less than the catalog figure (e.g. HAMi's 310P3
@@ -117,6 +126,9 @@ def _check_nodes(nodes: int | list[Node]) -> int | list[Node]:
     if isinstance(nodes, int) and nodes < 1:
         raise ValueError(f"nodes is {nodes}, but a pool needs at least one node; give a count of 1 or more, "
                          "or remove the pool")
+    if isinstance(nodes, int) and nodes > MAX_NODES:
+        raise ValueError(f"nodes is {nodes}, above the {MAX_NODES:,} one pool may state; split the inventory into "
+                         "pools, or give the nodes this cluster really has")
     if isinstance(nodes, list):
         if not nodes:
             raise ValueError("nodes is an empty list; list at least one node or give a count")
@@ -127,7 +139,7 @@ def _check_nodes(nodes: int | list[Node]) -> int | list[Node]:
 class CpuNode(Strict):
     """What one node of a CPU pool offers."""
 
-    cores: int = Field(ge=1)
+    cores: int = Field(ge=1, le=1_000_000)
     """CPU cores (vCPUs as Kubernetes counts them) per node."""
     memory: Bytes
     """Memory per node, e.g. 256Gi."""
@@ -166,7 +178,7 @@ class CpuPool(_Nodes, Strict):
     """Zone and switch of the pool's nodes."""
     nics: list[Nic] = []
     """Network interfaces of each node (hand-offs to the next stage go over the fastest)."""
-    node_selector: dict[str, str] = {}
+    node_selector: dict[LabelKey, LabelValue] = {}
     """Labels that select this pool's nodes (rendered as nodeSelector)."""
 
 
@@ -179,52 +191,52 @@ class CpuPool(_Nodes, Strict):
 class DeviceResources(Strict):
     """How pods request one vendor's devices in this cluster (HAMi or the vendor's device plugin)."""
 
-    count: str
+    count: ResourceName | Literal[""]
     """Extended resource for whole devices, e.g. `nvidia.com/gpu`, `huawei.com/Ascend910B3`; empty for CPU devices
     (vendor `cpu`), which pods request as Kubernetes' own `cpu` and `memory`."""
-    shared_count: str | None = None
+    shared_count: ResourceName | None = None
     """Resource for a shared slice when it differs from `count` (e.g. `metax-tech.com/sgpu`)."""
-    memory: str | None = None
+    memory: ResourceName | None = None
     """Resource for a memory slice, e.g. `nvidia.com/gpumem`; unset means no fractional sharing."""
     memory_unit: Bytes = 1024 * 1024
     """Bytes per unit of `memory` (1MiB for NVIDIA, 256MiB for Cambricon and Iluvatar, 512MiB for Moore
     Threads, 1GiB for MetaX)."""
-    cores: str | None = None
+    cores: ResourceName | None = None
     """Resource for a compute share in percent, e.g. `nvidia.com/gpucores`."""
 
 
 class Crds(Strict):
     """Custom resources installed in the cluster and their served API versions; unset means not installed."""
 
-    leaderworkerset: str | None = None
+    leaderworkerset: ApiVersion | None = None
     """LeaderWorkerSet API version (e.g. `leaderworkerset.x-k8s.io/v1`), for multi-node replicas."""
-    disaggregatedset: str | None = None
+    disaggregatedset: ApiVersion | None = None
     """LWS DisaggregatedSet API version, for prefill/decode groups."""
-    volcano: str | None = None
+    volcano: ApiVersion | None = None
     """Volcano scheduling API version (e.g. `scheduling.volcano.sh/v1beta1`), for gang scheduling."""
-    kserve: str | None = None
+    kserve: ApiVersion | None = None
     """KServe API version."""
-    inference_extension: str | None = None
+    inference_extension: ApiVersion | None = None
     """Gateway API Inference Extension InferencePool version (e.g. `inference.networking.k8s.io/v1`)."""
-    keda: str | None = None
+    keda: ApiVersion | None = None
     """KEDA ScaledObject version (`keda.sh/v1alpha1`); without it autoscaling renders an HPA."""
-    dra: str | None = None
+    dra: ApiVersion | None = None
     """Dynamic Resource Allocation API version (`resource.k8s.io/v1`)."""
 
 
 class Conventions(Strict):
     """The cluster's own way of doing things."""
 
-    scheduler: str = "default-scheduler"
+    scheduler: Subdomain = "default-scheduler"
     """Pod scheduler name, e.g. `hami-scheduler`, `volcano`."""
-    namespace: str = "default"
+    namespace: Name = "default"
     """Namespace manifests are rendered into."""
     devices: dict[Vendor, DeviceResources] = {}
     """Resource names per vendor; vendors not listed use the packaged HAMi defaults
     (`infra catalog conventions`)."""
     crds: Crds = Crds()
     """Installed custom resources."""
-    model_cache: str | None = None
+    model_cache: Subdomain | None = None
     """PersistentVolumeClaim holding model weights, mounted by every serving pod; unset downloads at start."""
 
 

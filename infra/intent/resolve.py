@@ -19,6 +19,7 @@ from infra.errors import CatalogError, IntentError, Location, Problem
 from infra.intent.loader import LoadedIntent
 from infra.intent.models import Service
 from infra.intent.profile import DeviceResources, Pool
+from infra.limits import clipped
 
 
 @dataclass(frozen=True)
@@ -267,5 +268,5 @@ def resolve(loaded: LoadedIntent, catalog: Catalog) -> ResolvedIntent:
         services.append(ResolvedService(svc, model, stages, frameworks, allowed_devices, _model_ref(svc, base_dir)))
 
     if problems:
-        raise IntentError(problems)
+        raise IntentError(clipped(problems))
     return ResolvedIntent(loaded, pools, services, resources, catalog)

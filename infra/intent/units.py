@@ -25,6 +25,8 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
 
+from infra.limits import MAX_SHOWN, shown
+
 _NUM = r"([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
 
 _DURATION_UNITS = {
@@ -42,16 +44,36 @@ _BYTES = {"": 1, "b": 1, "B": 1, "k": 1e3, "kb": 1e3, "K": 1e3, "KB": 1e3, "M": 
           "Gi": 1024**3, "GiB": 1024**3, "Ti": 1024**4, "TiB": 1024**4}
 
 
+def _bare(value: Any) -> str:
+    """A number as written back in a suggestion (`300` -> `300ms`), cut short when absurdly long."""
+    text = str(value)
+    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN] + "…"
+
+
+def _float(value: int | float, what: str) -> float:
+    """float() of a YAML number, refusing integers past float range (`1` and 400 zeros) as a ValueError that
+    validation reports, not an OverflowError that escapes it."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{shown(value)} is too large for a {what}") from None
+
+
+def _exact(x: float, raw: Any, what: str) -> float:
+    return _at_most(x, MAX_EXACT, raw, f"2^53, the largest {what} a file may state",
+                    "no count or size in an intent comes near it")
+
+
 def _reject_bool(value: Any, what: str) -> None:
     if isinstance(value, bool):
-        raise ValueError(f"expected a {what}, got the boolean {value!r}")
+        raise ValueError(f"expected a {what}, got the boolean {shown(value)}")
 
 
 def _finite(x: float, raw: Any, what: str) -> float:
     if not math.isfinite(x):
-        raise ValueError(f"{raw!r} is not a finite {what}")
+        raise ValueError(f"{shown(raw)} is not a finite {what}")
     if x < 0:
-        raise ValueError(f"{raw!r} is negative; a {what} must be zero or more")
+        raise ValueError(f"{shown(raw)} is negative; a {what} must be zero or more")
     return x
 
 
@@ -59,7 +81,7 @@ def _split(raw: Any, what: str, example: str) -> tuple[float, str]:
     text = str(raw).strip()
     m = re.fullmatch(_NUM + r"\s*(.*)", text)
     if not m:
-        raise ValueError(f"{raw!r} is not a {what}; write e.g. {example}")
+        raise ValueError(f"{shown(raw)} is not a {what}; write e.g. {example}")
     return float(m.group(1)), m.group(2).strip()
 
 
@@ -68,14 +90,16 @@ def parse_duration(value: Any) -> float:
     _reject_bool(value, "duration")
     if isinstance(value, (int, float)):
         raise ValueError(
-            f"{value!r} has no unit; write {value}ms or {value}s so nobody has to guess"
+            f"{shown(value)} has no unit; write {_bare(value)}ms or {_bare(value)}s so nobody has to guess"
         )
     num, unit = _split(value, "duration", "150ms or 2s")
     if unit == "":
-        raise ValueError(f"{value!r} has no unit; write {value}ms or {value}s so nobody has to guess")
+        raise ValueError(f"{shown(value)} has no unit; write {_bare(value)}ms or {_bare(value)}s so nobody has to "
+                         "guess")
     if unit not in _DURATION_UNITS:
-        raise ValueError(f"{value!r}: unknown time unit {unit!r}; use us, ms, s, min or h")
-    return _finite(num * _DURATION_UNITS[unit], value, "duration")
+        raise ValueError(f"{shown(value)}: unknown time unit {shown(unit)}; use us, ms, s, min or h")
+    return _at_most(_finite(num * _DURATION_UNITS[unit], value, "duration"), MAX_SECONDS, value,
+                    "a year, the longest duration a file may state", "give a shorter duration")
 
 
 MAX_RATE_RPS = 1e6
@@ -89,20 +113,47 @@ def parse_rate(value: Any) -> float:
     `MAX_RATE_RPS`."""
     _reject_bool(value, "rate")
     if isinstance(value, (int, float)):
-        return _bounded_rate(_finite(float(value), value, "rate"), value)
+        return _bounded_rate(_finite(_float(value, "rate"), value, "rate"), value)
     text = str(value).strip()
     m = re.fullmatch(_NUM + r"\s*([kKM]?)\s*(?:(rps|qps)|(?:req(?:uest)?s?\s*)?/\s*([a-z]+))?", text)
     if not m:
-        raise ValueError(f"{value!r} is not a rate; write e.g. 40/s, 2400/min or 1.2M/day")
+        raise ValueError(f"{shown(value)} is not a rate; write e.g. 40/s, 2400/min or 1.2M/day")
     num, scale, per = float(m.group(1)), m.group(2).upper(), m.group(4) or "s"
     if per not in _PER_UNITS:
-        raise ValueError(f"{value!r}: unknown rate unit '/{per}'; use /s, /min, /h or /day")
+        raise ValueError(f"{shown(value)}: unknown rate unit '/{per}'; use /s, /min, /h or /day")
     return _bounded_rate(_finite(num * _SCALE[scale] / _PER_UNITS[per], value, "rate"), value)
+
+
+MAX_EXACT = 2 ** 53
+"""The largest count or size a file may state: every integer up to it is exact as a float, so the performance
+model's float arithmetic on token counts and bytes never rounds or overflows (9e15 tokens, 8 PiB)."""
+
+MAX_SECONDS = 366 * 86400.0
+"""The longest duration a file may state, a year: objectives, windows and media lengths are far shorter, and
+the arithmetic on them stays finite."""
+
+MAX_MONEY_PER_HOUR = 1e6
+"""The most dollars an hour a price or budget may state, after conversion from /day or /month: far above any
+cluster's bill, and low enough that costs scaled to tenths of a cent times any device count stay 64-bit
+integers the solver takes."""
+
+MAX_MONEY = 1e6
+"""The most dollars a price per request or per million tokens may state: budgets in those units become hourly
+caps at up to `MAX_RATE_RPS` requests a second, which must stay integers the solver takes."""
+
+MAX_BANDWIDTH_GBS = 1e6
+"""The fastest link a file may state, a petabyte a second."""
+
+
+def _at_most(x: float, limit: float, raw: Any, bound: str, fix: str) -> float:
+    if x > limit:
+        raise ValueError(f"{shown(raw)} is above {bound}; {fix}")
+    return x
 
 
 def _bounded_rate(rps: float, raw: Any) -> float:
     if rps > MAX_RATE_RPS:
-        raise ValueError(f"{raw!r} is {rps:.3g} requests/s, above the {MAX_RATE_RPS:g}/s one rate may state; "
+        raise ValueError(f"{shown(raw)} is {rps:.3g} requests/s, above the {MAX_RATE_RPS:g}/s one rate may state; "
                          "split the traffic into services")
     return rps
 
@@ -111,15 +162,15 @@ def parse_count(value: Any) -> int:
     """An integer from `8k`, `1.5M`, `8Ki` or a plain number."""
     _reject_bool(value, "count")
     if isinstance(value, float) and not value.is_integer():
-        raise ValueError(f"{value!r} is not a whole number")
+        raise ValueError(f"{shown(value)} is not a whole number")
     if isinstance(value, (int, float)):
-        return int(_finite(float(value), value, "count"))
+        return int(_exact(_finite(_float(value, "count"), value, "count"), value, "count"))
     num, unit = _split(value, "count", "8k, 1.5M or 32768")
     if unit not in ("", "k", "K", "M", "G", "B", "Ki", "Mi", "Gi"):
-        raise ValueError(f"{value!r}: unknown suffix {unit!r}; use k, M, G for 1000s or Ki, Mi for 1024s")
-    x = _finite(num * _SCALE[unit], value, "count")
+        raise ValueError(f"{shown(value)}: unknown suffix {shown(unit)}; use k, M, G for 1000s or Ki, Mi for 1024s")
+    x = _exact(_finite(num * _SCALE[unit], value, "count"), value, "count")
     if abs(x - round(x)) > 1e-6:
-        raise ValueError(f"{value!r} is not a whole number ({x:g})")
+        raise ValueError(f"{shown(value)} is not a whole number ({x:g})")
     return int(round(x))
 
 
@@ -127,86 +178,85 @@ def parse_bytes(value: Any) -> int:
     """Bytes from `80GiB`, `80GB`, `512Mi` or a bare number of bytes."""
     _reject_bool(value, "size")
     if isinstance(value, (int, float)):
-        return int(_finite(float(value), value, "size"))
+        return int(_exact(_finite(_float(value, "size"), value, "size"), value, "size"))
     num, unit = _split(value, "size", "80GiB or 512MiB")
     if unit not in _BYTES:
-        raise ValueError(f"{value!r}: unknown size unit {unit!r}; use KiB, MiB, GiB, TiB or KB, MB, GB, TB")
-    return int(round(_finite(num * _BYTES[unit], value, "size")))
+        raise ValueError(f"{shown(value)}: unknown size unit {shown(unit)}; use KiB, MiB, GiB, TiB or KB, MB, GB, TB")
+    return int(round(_exact(_finite(num * _BYTES[unit], value, "size"), value, "size")))
 
 
 def parse_bandwidth(value: Any) -> float:
     """GB/s (decimal bytes) from `900GB/s`, `400Gbps`, `25Gb/s`."""
     _reject_bool(value, "bandwidth")
     if isinstance(value, (int, float)):
-        raise ValueError(f"{value!r} has no unit; write {value}GB/s or {value}Gbps")
+        raise ValueError(f"{shown(value)} has no unit; write {_bare(value)}GB/s or {_bare(value)}Gbps")
     num, unit = _split(value, "bandwidth", "900GB/s or 400Gbps")
     unit = unit.replace(" ", "")
     if unit == "":
-        raise ValueError(f"{value!r} has no unit; write {value}GB/s or {value}Gbps")
+        raise ValueError(f"{shown(value)} has no unit; write {_bare(value)}GB/s or {_bare(value)}Gbps")
     table = {"GB/s": 1.0, "GBps": 1.0, "TB/s": 1e3, "TBps": 1e3, "MB/s": 1e-3, "Gb/s": 0.125, "Gbps": 0.125,
              "Gbit/s": 0.125, "Tb/s": 125.0, "Tbps": 125.0, "Mb/s": 1.25e-4, "Mbps": 1.25e-4}
     if unit not in table:
-        raise ValueError(f"{value!r}: unknown bandwidth unit {unit!r}; use GB/s for bytes or Gbps for bits")
-    return _finite(num * table[unit], value, "bandwidth")
+        raise ValueError(f"{shown(value)}: unknown bandwidth unit {shown(unit)}; use GB/s for bytes or Gbps for bits")
+    return _at_most(_finite(num * table[unit], value, "bandwidth"), MAX_BANDWIDTH_GBS, value,
+                    "1e6 GB/s, the fastest link a file may state", "write the link's line rate, e.g. 400Gbps")
 
 
 def _money(value: Any) -> tuple[float, str]:
     _reject_bool(value, "price")
     if isinstance(value, (int, float)):
-        return _finite(float(value), value, "price"), ""
+        return _finite(_float(value, "price"), value, "price"), ""
     text = str(value).strip()
     if text[:1] in "€£¥":
-        raise ValueError(f"{value!r}: prices are in US dollars; convert and write e.g. $30/h")
+        raise ValueError(f"{shown(value)}: prices are in US dollars; convert and write e.g. $30/h")
     text = text.removeprefix("$").strip()
     m = re.fullmatch(_NUM + r"\s*(?:USD)?\s*(?:/\s*(\w+))?", text)
     if not m:
-        raise ValueError(f"{value!r} is not a price; write e.g. $30/h or $0.002")
+        raise ValueError(f"{shown(value)} is not a price; write e.g. $30/h or $0.002")
     return _finite(float(m.group(1)), value, "price"), (m.group(2) or "")
 
 
 def parse_money_per_hour(value: Any) -> float:
     """USD per hour from `$30/h`, `$720/day`, `$21900/month` or a bare number."""
     amount, per = _money(value)
-    if per == "":
-        return amount
-    if per not in _HOURS:
-        raise ValueError(f"{value!r}: unknown period '/{per}'; use /h, /day or /month")
-    return amount / _HOURS[per]
+    if per not in ("", *_HOURS):
+        raise ValueError(f"{shown(value)}: unknown period '/{per}'; use /h, /day or /month")
+    return _at_most(amount / _HOURS.get(per, 1.0), MAX_MONEY_PER_HOUR, value,
+                    "$1e6/h, the most a price or budget may state", "give dollars per hour, e.g. $30/h")
 
 
 def parse_money_per_mtok(value: Any) -> float:
-    """USD per million tokens from `$0.50/Mtok`, `$0.5` or `$0.0000005/tok`."""
+    """USD per million tokens from `$0.50/Mtok`, `$0.5` or `$0.0000005/tok`, at most `MAX_MONEY`."""
     amount, per = _money(value)
-    per_l = per.lower()
-    if per_l in ("", "mtok", "mtokens", "m"):
-        return amount
-    if per_l in ("ktok", "k"):
-        return amount * 1e3
-    if per_l in ("tok", "token"):
-        return amount * 1e6
-    raise ValueError(f"{value!r}: unknown unit '/{per}'; use /Mtok, /ktok or /tok")
+    scale = {"": 1.0, "mtok": 1.0, "mtokens": 1.0, "m": 1.0, "ktok": 1e3, "k": 1e3, "tok": 1e6, "token": 1e6}
+    if per.lower() not in scale:
+        raise ValueError(f"{shown(value)}: unknown unit '/{per}'; use /Mtok, /ktok or /tok")
+    return _at_most(amount * scale[per.lower()], MAX_MONEY, value, "$1e6, the most a price or budget may state",
+                    "give dollars per million tokens, e.g. $0.50/Mtok")
 
 
 def parse_money(value: Any) -> float:
-    """USD from `$0.002`, `0.5 USD`, `$0.002/req` or a bare number."""
+    """USD from `$0.002`, `0.5 USD`, `$0.002/req` or a bare number, at most `MAX_MONEY`."""
     amount, per = _money(value)
     if per.lower() not in ("", "req", "request"):
-        raise ValueError(f"{value!r}: unknown unit '/{per}' (a per-request price is written $0.002 or $0.002/req)")
-    return amount
+        raise ValueError(f"{shown(value)}: unknown unit '/{per}' (a per-request price is written $0.002 or "
+                         "$0.002/req)")
+    return _at_most(amount, MAX_MONEY, value, "$1e6, the most a price or budget may state",
+                    "give dollars per request, e.g. $0.002")
 
 
 def parse_fraction(value: Any) -> float:
     """A fraction in [0, 1] from `99%` or `0.99`."""
     _reject_bool(value, "fraction")
     if isinstance(value, (int, float)):
-        x = float(value)
+        x = _float(value, "fraction")
     else:
         num, unit = _split(value, "fraction", "99% or 0.99")
         if unit not in ("", "%"):
-            raise ValueError(f"{value!r}: write a fraction as 0.3 or 30%")
+            raise ValueError(f"{shown(value)}: write a fraction as 0.3 or 30%")
         x = num / 100 if unit == "%" else num
     if not 0 <= x <= 1:
-        raise ValueError(f"{value!r} is outside 0..1; write e.g. 0.3 or 30%")
+        raise ValueError(f"{shown(value)} is outside 0..1; write e.g. 0.3 or 30%")
     return x
 
 

@@ -19,6 +19,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.reader import ReaderError
 
 from infra.errors import IntentError, Location, Problem
+from infra.limits import MAX_DOCUMENT_BYTES, check_tree, deep_point, read_limited, scan_yaml, shown, too_deep
 
 PathKey = tuple[str | int, ...]
 
@@ -122,10 +123,10 @@ class _Tagged(Exception):
         self.path, self.tag = path, tag
 
 
-def read_text(path: Path, what: str) -> str:
-    """The file's text, or an IntentError that says why it cannot be read."""
+def read_text(path: Path, what: str, limit: int = MAX_DOCUMENT_BYTES) -> str:
+    """The file's text, or an IntentError that says why it cannot be read (missing, too big, not UTF-8)."""
     try:
-        return path.read_bytes().decode("utf-8")
+        return read_limited(path, what, limit, IntentError).decode("utf-8")
     except FileNotFoundError:
         raise IntentError(Problem(f"{what} file not found", Location(str(path), 1, 1),
                                   "check the path (relative paths are resolved from the current directory "
@@ -142,19 +143,26 @@ def read_text(path: Path, what: str) -> str:
     except OSError as exc:
         raise IntentError(Problem(f"cannot read {what}: {exc.strerror}", Location(str(path), 1, 1),
                                   "check the file's permissions")) from None
+    except ValueError:
+        # open() refuses a path holding a NUL character before asking the operating system
+        raise IntentError(Problem(f"{what} path holds a NUL character", Location(shown(str(path))),
+                                  "give the path of a YAML file")) from None
 
 
 def load_yaml(text: str, file: str) -> tuple[Any, SourceMap]:
-    """Parse one YAML document into plain data and its source map."""
+    """Parse one YAML document into plain data and its source map, within the bounds of `infra.limits`."""
+    scan_yaml(text, file, IntentError)
     yaml = YAML(typ="rt")
     yaml.allow_duplicate_keys = False
     smap = SourceMap(file)
     try:
         docs = [d for d in yaml.load_all(text)]
+    except RecursionError:
+        raise too_deep(file, *deep_point(text), error=IntentError) from None
     except DuplicateKeyError as exc:
         mark = exc.problem_mark
         key = (exc.problem or "").split('"')[1] if '"' in (exc.problem or "") else "a key"
-        raise IntentError(Problem(f"duplicate key {key!r}", Location(file, mark.line + 1, mark.column + 1),
+        raise IntentError(Problem(f"duplicate key {shown(key)}", Location(file, mark.line + 1, mark.column + 1),
                                   "keep one of the two entries")) from None
     except ReaderError as exc:
         line, column = _position(text, exc.position)
@@ -190,6 +198,7 @@ def load_yaml(text: str, file: str) -> tuple[Any, SourceMap]:
             Location(file, 1, 1),
             "put one intent (or cluster profile) per file" if docs else "write an intent; `infra schema` "
             "describes the format and examples/ has samples"))
+    check_tree(docs[0], file, error=IntentError)
     try:
         data = _plain(docs[0], (), smap)
     except _Tagged as exc:
@@ -205,6 +214,7 @@ def load_yaml(text: str, file: str) -> tuple[Any, SourceMap]:
 def flatten(node: Any, file: str) -> tuple[Any, SourceMap]:
     """Plain data and source map of one already-parsed round-trip document (for multi-document files such as
     Kubernetes manifests); a custom YAML tag raises IntentError at its position."""
+    check_tree(node, file, error=IntentError)
     smap = SourceMap(file)
     try:
         return _plain(node, (), smap), smap

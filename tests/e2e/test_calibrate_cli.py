@@ -214,7 +214,7 @@ def test_verifying_a_calibrated_plan_adds_to_its_measurements(tmp_path: Path):
 
 
 @pytest.mark.parametrize("key,value,word", [("mean_ttft_ms", 1e308, "ttft_ms"), ("mean_tpot_ms", 1e-300, "tpot_ms"),
-                                            ("total_input_tokens", 1e18, "isl")])
+                                            ("total_input_tokens", 1e15, "isl")])
 def test_implausible_measurements_are_refused_at_their_place(tmp_path: Path, key: str, value: float, word: str):
     data = json.loads((RESULTS / "vllm-bench.json").read_text())
     data[key] = value
