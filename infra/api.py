@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.catalog.loader import Catalog, load_catalog
+from infra.files import plan_writes, write_file, write_files
 from infra.intent.loader import load_intent_file, load_profile_file, read_document
 from infra.intent.profile import ClusterProfile
 from infra.intent.resolve import ResolvedIntent, resolve
@@ -144,10 +145,11 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
          catalog_dirs: tuple[Path, ...] = (), progress: Any = None, objective: str = "cost",
          verify: bool = False, verify_requests: int | None = None, seed: int = 0,
          templates: str | Path | None = None, changes: list[dict[str, Any]] | None = None,
-         calibration: str | Path | None = None) -> PlanResult:
+         calibration: str | Path | None = None, force: bool = False) -> PlanResult:
     """Plan an intent: the cheapest deployment that meets every objective, or InfeasibleError (exit 2) with the
     conflict and the relaxations that would fix it. With `output`, writes plan.yaml, report.md and the rendered
-    manifests (`manifests/`, from `templates` over the packaged ones) there, all or nothing;
+    manifests (`manifests/`, from `templates` over the packaged ones) there, all or nothing, replacing only what
+    infra wrote there before (`infra.files.write_files`; `force` overrules that check);
     `progress(done, total)` hears how many services have been scored. `objective` "goodput" plans for a fixed
     inventory: as much of the demand as fits, then the cheapest way to carry it. With `verify`, the plan is
     simulated and re-planned while objectives fail (`infra.bench.verify`); the result's `verification` says how
@@ -159,6 +161,8 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
     from infra.report.plan import plan_markdown, plan_yaml
 
     resolved = load_intent(path, catalog_dirs, calibration)
+    if output is not None:  # refused now rather than after the search
+        plan_writes(output, {"plan.yaml": None, "report.md": None}, force=force)
     try:
         data, considered = build_plan(resolved, top=top, objective=objective, progress=progress)
         verification = None
@@ -167,13 +171,12 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
                                                      requests=verify_requests, seed=seed)
     except InfeasibleError as exc:
         if output is not None:
-            from infra.files import write_atomic
             from infra.report.plan import infeasible_markdown
 
             left = [n for n in ("plan.yaml", "manifests/") if (Path(output) / n.rstrip("/")).exists()]
-            write_atomic(Path(output) / "report.md",
-                         infeasible_markdown(resolved.loaded.intent.metadata.name, exc.problems,
-                                             getattr(exc, "considered", []), " and ".join(left) or None))
+            write_files(output, {"report.md": infeasible_markdown(
+                resolved.loaded.intent.metadata.name, exc.problems, getattr(exc, "considered", []),
+                " and ".join(left) or None)}, force=force)
         raise
     if changes:
         from infra.planner.types import DeploymentPlan
@@ -188,9 +191,8 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
     written: list[Path] = []
     notes: tuple[str, ...] = ()
     if output is not None:
-        from infra.files import write_atomic
         from infra.planner.types import DeploymentPlan
-        from infra.render import render_tree, write_tree
+        from infra.render import render_tree
 
         out = Path(output)
         # Rendered and validated before anything is written, so that a template error or a broken rule leaves
@@ -199,9 +201,9 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
                                templates=Path(templates) if templates is not None else None,
                                catalog_dirs=tuple(catalog_dirs), plan_file=str(out / "plan.yaml"))
         validation = _validate_rendered(rendered.files, plan_yaml(data), out, catalog_dirs)
-        write_atomic(out / "plan.yaml", plan_yaml(data))
-        write_atomic(out / "report.md", report)
-        write_tree(rendered.files, out / "manifests")
+        write_files(out, {"plan.yaml": plan_yaml(data), "report.md": report,
+                          **{f"manifests/{rel}": text for rel, text in rendered.files.items()}},
+                    force=force, prune=("manifests/",))
         written = [out / "plan.yaml", out / "report.md", out / "manifests"]
         notes = tuple(rendered.notes) + ((validation,) if validation else ())
     return PlanResult(data, report, considered, written, verification, notes)
@@ -213,16 +215,14 @@ def _validate_rendered(files: dict[str, str], plan_text: str, out: Path, catalog
     import tempfile
 
     from infra.errors import Location, Problem, ValidationError
-    from infra.files import write_atomic
-    from infra.render import write_tree
     from infra.validators import validate_tree
 
     if not files:
         return ""
     with tempfile.TemporaryDirectory() as tmp:
-        stage = Path(tmp)
-        write_atomic(stage / "plan.yaml", plan_text)
-        write_tree(files, stage / "manifests")
+        stage = Path(tmp) / "out"
+        write_files(stage, {"plan.yaml": plan_text, **{f"manifests/{rel}": text for rel, text in files.items()}},
+                    record=False)
         report = validate_tree(stage / "manifests", plan=stage / "plan.yaml", catalog_dirs=tuple(catalog_dirs))
 
         def where(path: str) -> str:
@@ -256,12 +256,12 @@ def bench(*, simulate: str | Path | None = None, service: str | None = None, con
           rate: float | None = None, requests: int | None = None, input_tokens: int | None = None,
           output_tokens: int | None = None, seed: int = 0, intent: str | Path | None = None,
           save: str | Path | None = None, router: str = "least-loaded", catalog_dirs: tuple[Path, ...] = (),
-          calibration: str | Path | None = None) -> Any:
+          calibration: str | Path | None = None, force: bool = False) -> Any:
     """Drive one service of a plan and judge it against its objectives: a `infra.bench.run.BenchResult` (for a
     pipeline service, a `infra.bench.pipeline.PipelineBench`, stage by stage).
     `simulate` names the plan to simulate (the embedded default source); `save` writes the measurements as JSON
-    Lines that calibration reads back; `calibration` (a file of `infra calibrate`) corrects the simulated
-    engines."""
+    Lines that calibration reads back (replacing a file with other content only with `force`); `calibration` (a
+    file of `infra calibrate`) corrects the simulated engines."""
     from infra.bench.run import DEFAULT_REQUESTS, check_load, simulate_service
     from infra.bench.run import save as save_run
     from infra.errors import IntentError, Location, Problem
@@ -274,6 +274,8 @@ def bench(*, simulate: str | Path | None = None, service: str | None = None, con
 
     plan_doc = load_plan(simulate)
     cal = load_calibration(calibration) if calibration is not None else None
+    if save is not None:
+        write_file(save, None, force=force)
     pipelines = [p.service for p in plan_doc.spec.pipelines]
     if service is None and len(pipelines) == 1 and all(s.pipeline for s in plan_doc.spec.services):
         service = pipelines[0]
@@ -298,7 +300,7 @@ def bench(*, simulate: str | Path | None = None, service: str | None = None, con
                               output_tokens=output_tokens, intent=intent, plan_path=simulate, router=router,
                               catalog=load_catalog(catalog_dirs), calibration=cal)
     if save is not None:
-        save_run(result, save)
+        save_run(result, save, force=force)
     return result
 
 
@@ -316,15 +318,17 @@ class RenderResult:
 
 def render(plan_path: str | Path, output: str | Path | None = None, templates: str | Path | None = None,
            catalog_dirs: tuple[Path, ...] = (), *, force: bool = False) -> RenderResult:
-    """Render a plan.yaml into a kustomize tree (MANIFESTS.md); with `output`, write it there atomically, refusing
-    a non-empty directory infra did not write unless `force`."""
+    """Render a plan.yaml into a kustomize tree (MANIFESTS.md); with `output`, write it there all or nothing,
+    replacing and deleting only what infra wrote there before (`infra.files.write_files`) unless `force`."""
     from infra.planner.types import load_plan
-    from infra.render import render_tree, write_tree
+    from infra.render import render_tree
 
     plan_obj = load_plan(plan_path)
+    if output is not None:
+        plan_writes(output, {}, force=force)
     rendered = render_tree(plan_obj, templates=Path(templates) if templates is not None else None,
                            catalog_dirs=tuple(catalog_dirs), plan_file=str(plan_path))
-    written = write_tree(rendered.files, output, force=force) if output is not None else []
+    written = write_files(output, rendered.files, force=force, prune=("",)) if output is not None else []
     return RenderResult(rendered.files, rendered.notes, written)
 
 
@@ -332,7 +336,8 @@ def open_pr(intent: str | Path, repo: str | Path, *, plan_path: str | Path | Non
             cluster: str | None = None, base: str = "main", branch: str | None = None, push: bool = False,
             github: str | None = None, github_api: str | None = None, allow_dirty: bool = False,
             sync: str | None = None, catalog_dirs: tuple[Path, ...] = (), body_file: str | Path | None = None,
-            progress: Any = None, verify: bool = True, calibration: str | Path | None = None) -> Any:
+            progress: Any = None, verify: bool = True, calibration: str | Path | None = None,
+            force: bool = False) -> Any:
     """Turn an intent's plan into a pull request on a GitOps repository: plan (or take `plan_path`, whose
     fingerprint must match the intent), render into `<root>/<service>/{base,overlays/<cluster>}`, keep the plan
     and intent under `<root>/.infra/<plan name>/`, commit on the PR branch when anything changed, and with `push`
@@ -351,7 +356,7 @@ def open_pr(intent: str | Path, repo: str | Path, *, plan_path: str | Path | Non
     req = PrRequest(repo=Path(repo), root=root, cluster=cluster, base=base, branch=branch, push=push, github=github,
                     github_api=github_api or os.environ.get("GITHUB_API_URL") or DEFAULT_API,
                     allow_dirty=allow_dirty, sync=sync, body_file=Path(body_file) if body_file else None,
-                    token=token or None)
+                    force=force, token=token or None)
     req = dataclasses.replace(req, command=reproduce_command(str(intent), req, tuple(str(d) for d in catalog_dirs),
                                                              str(calibration) if calibration is not None else None))
     preflight(req)  # a dirty or missing repository is refused before planning, which takes seconds
@@ -390,24 +395,24 @@ def bench_endpoint(url: str, *, model: str | None = None, api: str = "chat", con
                    input_tokens: int | None = None, output_tokens: int | None = None,
                    intent: str | Path | None = None, plan: str | Path | None = None, service: str | None = None,
                    slo: str | None = None, warmup: int = 1, timeout_s: float = 60.0, seed: int = 0,
-                   ignore_eos: bool = True, min_tokens: bool = False, progress: Any = None) -> Any:
+                   ignore_eos: bool = True, min_tokens: bool = False, progress: Any = None,
+                   max_failed: float | None = None) -> Any:
     """Drive load against an OpenAI-compatible endpoint and measure it (`infra.bench.endpoint.EndpointResult`).
 
     The workload and objectives come from a plan's or an intent's service when given; the flags override them.
+    `max_failed` is the share of requests that may fail (None: `infra.bench.verdict.DEFAULT_MAX_FAILED`).
     The API key comes from INFRA_BENCH_API_KEY or OPENAI_API_KEY. An unreachable endpoint raises EndpointError."""
     import os
 
     from infra.bench.client import ClientOptions
     from infra.bench.endpoint import bench_endpoint as run_bench
-    from infra.bench.endpoint import parse_objectives, plan_load, source_from
+    from infra.bench.endpoint import check_client_flags, parse_objectives, plan_load, source_from
+    from infra.bench.verdict import DEFAULT_MAX_FAILED
     from infra.errors import IntentError, Location, Problem
 
     if api not in ("chat", "completions"):
         raise IntentError(Problem(f"--api {api!r} is not known", Location(path="--api"), "use chat or completions"))
-    if warmup < 0:
-        raise IntentError(Problem(f"--warmup is {warmup}", Location(path="--warmup"), "give 0 or more"))
-    if timeout_s <= 0:
-        raise IntentError(Problem(f"--timeout is {timeout_s}", Location(path="--timeout"), "give seconds above 0"))
+    check_client_flags(warmup=warmup, timeout_s=timeout_s, max_failed=max_failed)
     source = source_from(Path(intent) if intent else None, Path(plan) if plan else None, service)
     load = plan_load(source, concurrency=concurrency, rate=rate, requests=requests, duration_s=duration_s,
                      input_tokens=input_tokens, output_tokens=output_tokens, seed=seed)
@@ -415,7 +420,8 @@ def bench_endpoint(url: str, *, model: str | None = None, api: str = "chat", con
                          api_key=os.environ.get("INFRA_BENCH_API_KEY") or os.environ.get("OPENAI_API_KEY"),
                          ignore_eos=ignore_eos, min_tokens=min_tokens, warmup=warmup, duration_s=duration_s,
                          seed=seed)
-    return run_bench(opts, load, source, parse_objectives(slo) if slo else None, progress)
+    return run_bench(opts, load, source, parse_objectives(slo) if slo else None, progress,
+                     DEFAULT_MAX_FAILED if max_failed is None else max_failed)
 
 
 def emulate(plan: str | Path | None, *, port: int, host: str = "127.0.0.1", service: str | None = None,
@@ -423,20 +429,12 @@ def emulate(plan: str | Path | None, *, port: int, host: str = "127.0.0.1", serv
             stall_ms: float = 0.0, stall_rate: float = 0.0, disconnect_rate: float = 0.0, slow_start_s: float = 0.0,
             tokens_per_chunk: int = 1, usage: bool = True, seed: int = 0, on_ready: Any = None) -> None:
     """Serve an emulated OpenAI-compatible endpoint until interrupted; `on_ready(url)` hears its address."""
-    from infra.bench.emulator import Emulator, Faults, FixedTiming, bind, serve
+    from infra.bench.emulator import Emulator, Faults, FixedTiming, bind, check_options, serve
     from infra.errors import EndpointError, IntentError, Location, Problem
 
-    for flag, value in (("--error-rate", error_rate), ("--stall-rate", stall_rate),
-                        ("--disconnect-rate", disconnect_rate)):
-        if not 0.0 <= value <= 1.0:
-            raise IntentError(Problem(f"{flag} is {value}", Location(path=flag), "give a fraction from 0 to 1"))
-    for flag, value in (("--stall-ms", stall_ms), ("--slow-start", slow_start_s), ("--ttft-ms", ttft_ms or 0.0),
-                        ("--itl-ms", itl_ms or 0.0)):
-        if value < 0:
-            raise IntentError(Problem(f"{flag} is {value}", Location(path=flag), "give 0 or more"))
-    if tokens_per_chunk < 1:
-        raise IntentError(Problem(f"--tokens-per-chunk is {tokens_per_chunk}", Location(path="--tokens-per-chunk"),
-                                  "give 1 or more"))
+    check_options(port=port, ttft_ms=ttft_ms, itl_ms=itl_ms, error_rate=error_rate, stall_ms=stall_ms,
+                  stall_rate=stall_rate, disconnect_rate=disconnect_rate, slow_start=slow_start_s,
+                  tokens_per_chunk=tokens_per_chunk)
     if (ttft_ms is None) != (itl_ms is None):
         raise IntentError(Problem("fixed timing needs both --ttft-ms and --itl-ms", Location(path="--itl-ms"),
                                   "give both, or neither to time tokens with the plan's engine model"))
@@ -563,14 +561,15 @@ class CalibrateResult:
 
 def calibrate(measurements: list[str | Path], output: str | Path | None = None, *, name: str | None = None,
               plan: str | Path | None = None, service: str | None = None, allocation: int | None = None,
-              deployment: dict[str, Any] | None = None, catalog_dirs: tuple[Path, ...] = ()) -> CalibrateResult:
+              deployment: dict[str, Any] | None = None, catalog_dirs: tuple[Path, ...] = (),
+              force: bool = False) -> CalibrateResult:
     """Fit corrections of the performance model to measured load points (`infra.perf.recalibrate`) and, with
     `output`, write the calibration file there. Files that do not record the deployment they measured take it
     from `plan` (its `service`) and the `deployment` fields given (an estimate case's: model, device, framework,
-    precision, tp ...), which override the plan's."""
+    precision, tp ...), which override the plan's. An existing `output` with other content is replaced only with
+    `force`."""
     from infra.bench.measurements import DEPLOYMENT_FIELDS, deployment_of_plan, read_measurements
     from infra.errors import InfraError, Location, Problem
-    from infra.files import write_atomic
     from infra.perf.correction import dump
     from infra.perf.recalibrate import document, prepare
     from infra.planner.types import load_plan
@@ -603,7 +602,7 @@ def calibrate(measurements: list[str | Path], output: str | Path | None = None, 
     doc = document(label, rows, [s.record() for s in sources])
     text = dump(doc)
     if output is not None:
-        write_atomic(output, text)
+        write_file(output, text, force=force)
     return CalibrateResult(doc, text, Path(output) if output is not None else None)
 
 
@@ -632,19 +631,20 @@ def verify(plan_path: str | Path, url: str, *, service: str | None = None, alloc
            intent: str | Path | None = None, requests: int | None = None, duration_s: float | None = None,
            model: str | None = None,
            api_kind: str = "chat", timeout_s: float = 60.0, warmup: int = 1, seed: int = 0,
-           write: str | Path | None = None, catalog_dirs: tuple[Path, ...] = (), progress: Any = None) -> VerifyResult:
+           write: str | Path | None = None, catalog_dirs: tuple[Path, ...] = (), progress: Any = None,
+           force: bool = False) -> VerifyResult:
     """Measure a deployed plan's service at its planned load (the peak, and the baseline when the workload has
     one), judge every objective on the measurements, calibrate on them (`calibrate`, together with the
     still-readable measurement files of the calibration the plan was made with), plan the intent again with that
     calibration and say what would change. `allocation` names the one allocation of a service of several that
     the endpoint serves on its own (measured at its share of the load). With `write`, writes
-    `measurements/*.jsonl`, `calibration.yaml` and the new plan (`plan/`) there."""
+    `measurements/*.jsonl`, `calibration.yaml` and the new plan (`plan/`) there (each measurement as soon as it
+    is taken, for it cannot be taken again; files infra did not write there are replaced only with `force`)."""
     import tempfile
 
     from infra.bench.measurements import earlier_measurements
     from infra.bench.replan import Run, changes, plan_loads
-    from infra.bench.run import pick_service
-    from infra.bench.run import save as save_run
+    from infra.bench.run import pick_service, saved_text
     from infra.errors import InfeasibleError, InfraError
     from infra.planner.types import load_plan
 
@@ -652,16 +652,21 @@ def verify(plan_path: str | Path, url: str, *, service: str | None = None, alloc
     name = pick_service(plan_doc, service, plan_path)
     intent_path = Path(intent) if intent is not None else Path(plan_doc.spec.provenance.intent)
     out = Path(write) if write is not None else None
+    loads = plan_loads(plan_doc, name, allocation)
+    if out is not None:  # refused before minutes of measuring, not after
+        plan_writes(out, {**{f"measurements/{label}.jsonl": None for label, _, _ in loads},
+                          "calibration.yaml": None}, force=force)
+        plan_writes(out / "plan", {"plan.yaml": None, "report.md": None}, force=force)
     with tempfile.TemporaryDirectory(prefix="infra-verify-") as tmp:
-        keep = out if out is not None else Path(tmp)
+        keep = out if out is not None else Path(tmp) / "verify"
         runs, files = [], []
-        for label, rate, clients in plan_loads(plan_doc, name, allocation):
+        for label, rate, clients in loads:
             result = bench_endpoint(url, model=model, api=api_kind, rate=rate, concurrency=clients,
                                     requests=requests, duration_s=duration_s, plan=plan_path, service=name,
                                     warmup=warmup, timeout_s=timeout_s, seed=seed, progress=progress)
-            path = keep / "measurements" / f"{label}.jsonl"
-            save_run(result.bench, path)
-            files.append(path)
+            rel = f"measurements/{label}.jsonl"
+            write_files(keep, {rel: saved_text(result.bench)}, force=force)
+            files.append(keep / rel)
             runs.append(Run(label, rate, clients, result.bench))
         cal, cal_path, replanned, notes = None, None, None, []
         earlier = earlier_measurements(plan_doc)
@@ -669,15 +674,16 @@ def verify(plan_path: str | Path, url: str, *, service: str | None = None, alloc
             notes.append(f"calibrated together with {len(earlier)} earlier measurement file(s) of the calibration "
                          "the plan was made with")
         try:
-            fitted = calibrate(earlier + files, keep / "calibration.yaml", plan=plan_path, service=name,
+            fitted = calibrate(earlier + files, name="calibration", plan=plan_path, service=name,
                                allocation=allocation, catalog_dirs=catalog_dirs)
+            write_files(keep, {"calibration.yaml": fitted.text}, force=force)
             cal, cal_path = fitted.doc, keep / "calibration.yaml"
         except InfraError as exc:
             notes.append(f"not calibrated: {exc.problems[0].message}")
         if cal_path is not None:
             try:
                 replanned = plan(intent_path, out / "plan" if out is not None else None, catalog_dirs=catalog_dirs,
-                                 verify=True, seed=seed, calibration=cal_path).plan
+                                 verify=True, seed=seed, calibration=cal_path, force=force).plan
             except InfeasibleError as exc:
                 notes.append(f"re-planned with the calibration: infeasible: {exc.problems[0].message}")
     written = ([*files, out / "calibration.yaml"] if cal is not None else list(files)) if out is not None else []

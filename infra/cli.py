@@ -79,6 +79,9 @@ def plan(
     yes: Annotated[bool, typer.Option("--yes", help="With --agent: apply the model's recommended change without "
                                                     "asking (for scripts).")] = False,
     calibration: CalibrationOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="With -o: write into a directory infra did not write, and "
+                                                        "replace files there that infra did not write (or that "
+                                                        "were changed since).")] = False,
 ) -> None:
     """Solve an intent: the cheapest deployment meeting every objective, or why none does and what to relax."""
     if objective not in ("cost", "goodput"):
@@ -102,7 +105,8 @@ def plan(
 
         try:
             result = api.plan(path, output, top=top, catalog_dirs=tuple(catalog or ()), progress=progress,
-                              objective=objective, verify=verify, templates=templates, calibration=calibration)
+                              objective=objective, verify=verify, templates=templates, calibration=calibration,
+                              force=force)
         except InfraError as exc:
             if not agent or exc.exit_code != EXIT_INFEASIBLE:
                 raise
@@ -149,6 +153,7 @@ def schema(
                                                    show_default=False)] = None,
     kind: Annotated[str, typer.Option(help="intent (intent and cluster-profile files) or calibration (files of "
                                       "`infra calibrate`).")] = "intent",
+    force: Annotated[bool, typer.Option("--force", help="Replace the output file if it holds something else.")] = False,
 ) -> None:
     """Print the JSON Schema of intent and cluster-profile files, or of calibration files (for editors:
     yaml-language-server)."""
@@ -160,9 +165,9 @@ def schema(
     if output is None:
         sys.stdout.write(text)
         return
-    from infra.files import write_atomic
+    from infra.files import write_file
 
-    write_atomic(output, text)
+    write_file(output, text, force=force)
     _console().print(f"wrote {output}")
 
 
@@ -308,6 +313,7 @@ def calibrate(
                                                    show_default=False)] = None,
     catalog: CatalogOpt = None,
     as_json: JsonOpt = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace the output file if it holds something else.")] = False,
 ) -> None:
     """Fit corrections of the performance model to your measurements and write a calibration file for plan,
     estimate, bench --simulate and pr (--calibration FILE, or spec.calibration in a cluster profile)."""
@@ -317,7 +323,7 @@ def calibrate(
     fields = {"model": model, "device": device, "framework": framework, "precision": precision, "tp": tp, "pp": pp,
               "ep": ep, "dp": dp, "batch": batch, "workers": workers}
     result = api.calibrate(list(measurements), output, name=name, plan=plan_file, service=service,
-                           allocation=allocation, deployment=fields, catalog_dirs=tuple(catalog or ()))
+                           allocation=allocation, deployment=fields, catalog_dirs=tuple(catalog or ()), force=force)
     if as_json:
         print(json.dumps(calibration_json(result.doc), indent=2, sort_keys=True))
     else:
@@ -327,7 +333,8 @@ def calibrate(
 @app.command()
 def bench(
     simulate: Annotated[Optional[Path], typer.Option("--simulate", help="Simulate this plan (plan.yaml): the "
-                                                     "embedded default, no endpoint needed.", show_default=False)] = None,
+                                                     "embedded default, no endpoint needed.",
+                                                     show_default=False)] = None,
     service: Annotated[Optional[str], typer.Option(help="Service of the plan (default: its only one); a pipeline "
                                                    "service runs stage by stage.", show_default=False)] = None,
     concurrency: Annotated[Optional[int], typer.Option(help="Closed loop: concurrent clients (default: the "
@@ -360,7 +367,12 @@ def bench(
                                                  "/v1/models lists).", show_default=False)] = None,
     api_kind: Annotated[str, typer.Option("--api", help="With --endpoint: chat or completions.")] = "chat",
     duration: Annotated[Optional[float], typer.Option(help="With --endpoint: send no request after this many "
-                                                      "seconds.", show_default=False)] = None,
+                                                      "seconds (without it, a run stops sending after an hour and "
+                                                      "says so).", show_default=False)] = None,
+    max_failed: Annotated[Optional[str], typer.Option("--max-failed", help="With --endpoint: share of requests "
+                                                      "that may fail, e.g. 1% or 0.01 (default 1%); more, for "
+                                                      "certain, fails the run (exit 3), with or without --slo.",
+                                                      show_default=False)] = None,
     slo: Annotated[Optional[str], typer.Option(help="With --endpoint: objectives, e.g. "
                                                "ttft_p99=300ms,tpot_p50=40ms (over the intent's or plan's).",
                                                show_default=False)] = None,
@@ -381,7 +393,7 @@ def bench(
     --simulate PLAN runs the embedded simulator; --endpoint URL measures a real (or emulated) server, with the
     workload of --intent, --plan or the flags."""
     from infra import api
-    from infra.intent.units import parse_count, parse_rate
+    from infra.intent.units import parse_count, parse_fraction, parse_rate
 
     def parsed(parse: Any, value: str | None, flag: str, example: str) -> Any:
         if value is None:
@@ -403,7 +415,7 @@ def bench(
                         output_tokens=parsed(parse_count, output_tokens, "--output-tokens", "256"), intent=intent,
                         plan_file=plan_file, service=service, slo=slo, warmup=warmup, timeout=timeout,
                         ignore_eos=ignore_eos, min_tokens=min_tokens, seed=seed, save=save, markdown=markdown,
-                        as_json=as_json)
+                        as_json=as_json, max_failed=parsed(parse_fraction, max_failed, "--max-failed", "1%"))
         return
     result = api.bench(simulate=simulate, service=service, concurrency=concurrency,
                        rate=parsed(parse_rate, rate, "--rate", "20/s"), requests=requests,
@@ -436,8 +448,9 @@ def render(
     templates: Annotated[Optional[Path], typer.Option("--templates", help="Directory of templates (and "
                                                       "settings.yaml) overriding the packaged ones by file name.",
                                                       show_default=False)] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace a non-empty output directory infra did not "
-                                                        "write.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Write into a directory infra did not write, and replace "
+                                                        "or delete files there that infra did not write (or that "
+                                                        "were changed since).")] = False,
     catalog: CatalogOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -482,6 +495,7 @@ def pr_cmd(
     body_file: Annotated[Optional[Path], typer.Option("--body-file", help="Where to write the PR body when it is "
                                                       "not sent (default: under the repository's .git).",
                                                       show_default=False)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace a --body-file that holds something else.")] = False,
     verify: Annotated[bool, typer.Option("--verify/--no-verify", help="Verify the plan by simulation first (as "
                                          "`infra plan` does), so that the PR body carries the verdict.")] = True,
     catalog: CatalogOpt = None,
@@ -496,7 +510,7 @@ def pr_cmd(
     result = api.open_pr(path, repo, plan_path=plan_file, root=root, cluster=cluster, base=base, branch=branch,
                          push=push, github=github, github_api=github_api, allow_dirty=allow_dirty,
                          sync="argocd" if argocd else "flux" if flux else None, catalog_dirs=tuple(catalog or ()),
-                         body_file=body_file, verify=verify, calibration=calibration)
+                         body_file=body_file, verify=verify, calibration=calibration, force=force)
     from infra.report.pr import pr_json, print_pr
 
     if as_json:
@@ -530,6 +544,9 @@ def verify(
                                                   "new plan (plan/) here.", show_default=False)] = None,
     catalog: CatalogOpt = None,
     as_json: JsonOpt = False,
+    force: Annotated[bool, typer.Option("--force", help="With --write: write into a directory infra did not "
+                                                        "write, and replace files there that infra did not write "
+                                                        "(or that were changed since).")] = False,
 ) -> None:
     """Measure a deployed plan at its planned loads, judge its objectives, calibrate on the measurements and
     re-plan: what would change and why (exit 3 when an objective fails)."""
@@ -538,7 +555,8 @@ def verify(
 
     result = api.verify(plan_file, endpoint, service=service, allocation=allocation, intent=intent,
                         requests=requests, duration_s=duration, model=model, api_kind=api_kind, timeout_s=timeout,
-                        warmup=warmup, seed=seed, write=write, catalog_dirs=tuple(catalog or ()))
+                        warmup=warmup, seed=seed, write=write, catalog_dirs=tuple(catalog or ()),
+                        force=force)
     if as_json:
         print(json.dumps(verify_json(result), indent=2, sort_keys=True))
     else:
@@ -573,7 +591,8 @@ def _bench_endpoint(endpoint: str, *, save: Path | None, markdown: Path | None, 
                                     input_tokens=kw["input_tokens"], output_tokens=kw["output_tokens"],
                                     intent=kw["intent"], plan=kw["plan_file"], service=kw["service"], slo=kw["slo"],
                                     warmup=kw["warmup"], timeout_s=kw["timeout"], seed=kw["seed"],
-                                    ignore_eos=kw["ignore_eos"], min_tokens=kw["min_tokens"], progress=progress)
+                                    ignore_eos=kw["ignore_eos"], min_tokens=kw["min_tokens"], progress=progress,
+                                    max_failed=kw["max_failed"])
     data = endpoint_json(result)
     if save is not None:
         from infra.bench.run import save as save_run

@@ -208,13 +208,10 @@ def draft(text: str, output: str | Path, *, planning: Planning, profile: str | P
     from infra.agent.prompts import render
     from infra.agent.settings import require_settings
     from infra.catalog.loader import load_catalog
-    from infra.files import write_atomic
+    from infra.files import write_file
 
     settings = require_settings()
-    output = Path(output)
-    if output.exists() and not force:
-        raise IntentError(Problem("already exists", Location(str(output)),
-                                  "choose another file with -o, or pass --force to replace it"))
+    output = write_file(output, None, force=force)  # refused before the model is asked, not after
     rel_profile = None
     pools_text = None
     if profile is not None:
@@ -246,5 +243,5 @@ def draft(text: str, output: str | Path, *, planning: Planning, profile: str | P
 
     client = LLMClient(settings)
     client.structured(messages, IntentDraft, check)
-    write_atomic(output, result["text"])
+    write_file(output, result["text"], force=force)
     return DraftResult(output, result["unknowns"], result["text"].count("# drafted"))

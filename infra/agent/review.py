@@ -169,7 +169,7 @@ class Review:
     def export(self, rest: str) -> None:
         from ruamel.yaml import YAML
 
-        from infra.files import write_atomic
+        from infra.files import write_file
 
         if not rest:
             raise InfraError("/export needs a file name — To fix: /export change.yaml")
@@ -187,7 +187,7 @@ class Review:
         yaml = YAML(typ="safe", pure=True)
         yaml.default_flow_style = False
         yaml.dump(doc, buf)
-        write_atomic(Path(rest), buf.getvalue())
+        write_file(Path(rest), buf.getvalue())
         self.console.print(f"wrote {rest}", markup=False)
 
     def ask(self, question: str) -> None:

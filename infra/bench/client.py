@@ -11,11 +11,18 @@ A chunk is not a token. A *token chunk* is an SSE event whose first choice carri
 empty or null content, finish-reason-only chunks, the usage-only chunk and `[DONE]` are not token chunks.
 TTFT is send -> first token chunk, E2E is send -> last token chunk, ITL the gaps between token chunks.
 Output tokens come from the stream's `usage.completion_tokens` (`stream_options.include_usage` is always sent);
-a server that sends no usage gets the number of token chunks, and the record is flagged approximate.
+a server that sends no usage gets the number of token chunks, and the record is flagged approximate. A usage
+count that cannot be one (not a whole number, negative, or above `MAX_USAGE_TOKENS`), or a usage that is not an
+object, is treated as not sent, and the record says which value was refused (`bad_usage`).
 
 Success is HTTP 200, no exception, at least one token chunk and a `finish_reason`; anything else (a non-200
 status, a refused connection, a timeout, a stream cut short, an error event) is a failed request that counts
-against the objectives.
+against the objectives. A stream whose events are not the protocol's objects (`choices` not a list of objects) is
+a `bad_sse` failure, never an exception.
+
+Every run is bounded in time: no request is sent after `duration_s`, or after `max_wall_s` (`RUN_CAP_S`, an hour)
+when no duration is given, and each request in flight ends by its timeout; warm-up has the same bound of its own.
+A run cut short by either says so in `BenchRun.cut_short`.
 
 Prompts are built without the served model's tokenizer: one short common English word followed by a space is
 about one token for the BPE and SentencePiece vocabularies of current LLMs, so a prompt for N input tokens is N
@@ -28,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import random
 import ssl
 import time
@@ -48,6 +56,11 @@ WORDS = ("the of and to in is on it at as be by or an we us so if no up go do my
 
 Progress = Callable[[int, int], None]
 LAG_PROBE_S = 0.005
+RUN_CAP_S = 3600.0
+"""Longest a run sends requests when no duration is given: an hour covers the default 100 requests at rates down
+to one every 36 s, and a run stuck on a slow arrival process still ends."""
+MAX_USAGE_TOKENS = 10_000_000
+"""Largest usage count believed for one request: above the longest context any served model has (10M tokens)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +91,8 @@ class ClientOptions:
     the wait shows as client_queue."""
     seed: int = 0
     """Seeds the prompt words."""
+    max_wall_s: float = RUN_CAP_S
+    """Without `duration_s`, no request is sent after this many seconds from the start (warm-up: from its own)."""
 
 
 @dataclass
@@ -100,6 +115,8 @@ class BenchRun:
     loop_lag_s: list[float] = field(default_factory=list)
     """How late the client's event loop woke a probe that sleeps `LAG_PROBE_S` at a time, during the measurement:
     a chunk that arrives waits about this long before it is stamped, so it bounds the client's timing error."""
+    cut_short: str | None = None
+    """Why fewer requests were sent than planned (the duration, or the run's time bound); None when all were."""
 
 
 def base_url(url: str) -> str:
@@ -155,7 +172,7 @@ class StreamState:
         self.first_event: float | None = None
         self.token_times: list[float] = []
         self.finish_reason: str | None = None
-        self.usage: dict[str, Any] | None = None
+        self.usage: Any = None
         self.error: str | None = None
         self.done = False
 
@@ -181,9 +198,14 @@ class StreamState:
             err = obj["error"]
             self.error = f"stream_error: {err.get('message', err) if isinstance(err, dict) else err}"
             return
-        if obj.get("usage"):
+        if obj.get("usage") not in (None, {}):
             self.usage = obj["usage"]
         choices = obj.get("choices")
+        if choices is None:
+            return
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            self.error = f"bad_sse: choices is not a list of objects: {data[:80]!r}"
+            return
         if choices:
             choice = choices[0]
             if _is_token_chunk(choice):
@@ -192,28 +214,63 @@ class StreamState:
                 self.finish_reason = choice["finish_reason"]
 
     def record(self, index: int, t_sched: float, input_tokens: int) -> RequestRecord:
-        """The request's record; `input_tokens` is used when the server reports no prompt tokens."""
-        usage = self.usage or {}
-        n_in = usage.get("prompt_tokens") or input_tokens
+        """The request's record; `input_tokens` is used when the server reports no usable prompt tokens."""
+        usage = self.usage if isinstance(self.usage, dict) else {}
+        n_in, bad_in = _usage_count(usage, "prompt_tokens")
+        n_out, bad_out = _usage_count(usage, "completion_tokens")
+        bad_whole = None if self.usage is None or usage else f"usage {json.dumps(self.usage)[:40]}"
+        bad = "; ".join(b for b in (bad_whole, bad_in, bad_out) if b) or None
         error = self.error
         if error is None and not self.token_times:
             error = "empty: the stream carried no token"
         if error is None and self.finish_reason is None:
             error = "truncated: the stream ended without a finish_reason"
         if error is not None:
-            return RequestRecord(index, t_sched, self.t_send, input_tokens=int(n_in), error=error,
-                                 ttft_any=self._since(self.first_event))
+            return RequestRecord(index, t_sched, self.t_send, input_tokens=n_in or input_tokens, error=error,
+                                 ttft_any=self._since(self.first_event), bad_usage=bad)
         times = self.token_times
-        n_out = usage.get("completion_tokens")
-        approximate = not n_out
         return RequestRecord(
             index, t_sched, self.t_send, ttft=times[0] - self.t_send, e2e=times[-1] - self.t_send,
-            input_tokens=int(n_in), output_tokens=int(n_out or len(times)),
-            itl=tuple(b - a for a, b in zip(times, times[1:])), approximate=approximate,
-            ttft_any=self._since(self.first_event))
+            input_tokens=n_in or input_tokens, output_tokens=n_out or len(times),
+            itl=tuple(b - a for a, b in zip(times, times[1:])), approximate=not n_out,
+            ttft_any=self._since(self.first_event), bad_usage=bad)
 
     def _since(self, t: float | None) -> float | None:
         return None if t is None else t - self.t_send
+
+
+def _model_ids(resp: httpx.Response) -> list[str]:
+    """The model names a `/v1/models` answer lists; none when it is not the protocol's object."""
+    try:
+        data = resp.json()
+    except ValueError:
+        return []
+    models = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(models, list):
+        return []
+    return [m["id"] for m in models if isinstance(m, dict) and isinstance(m.get("id"), str) and m["id"]]
+
+
+async def _head(resp: httpx.Response, n: int) -> bytes:
+    """The first `n` bytes of an error answer: enough to say what went wrong, and a huge body is not read."""
+    head = b""
+    async for chunk in resp.aiter_bytes():
+        head += chunk
+        if len(head) >= n:
+            break
+    return head[:n]
+
+
+def _usage_count(usage: dict[str, Any], key: str) -> tuple[int | None, str | None]:
+    """(the count, None), (None, None) when absent or 0, or (None, why) when the value cannot be a token count:
+    a server's bug must not become a mean of -1 tokens."""
+    value = usage.get(key)
+    if value is None or value == 0:
+        return None, None
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not whole or not 0 < value <= MAX_USAGE_TOKENS:
+        return None, f"{key} {json.dumps(value)[:40]}"
+    return int(value), None
 
 
 class LoadClient:
@@ -252,7 +309,13 @@ class LoadClient:
         """Check that the endpoint answers and settle the model name (the first listed unless one was given)."""
         url = self.base + "/models"
         try:
-            resp = await self.http.get(url)
+            # httpx's timeout bounds each read, not the whole answer: a server trickling bytes must end too.
+            async with asyncio.timeout(self.opts.timeout_s):
+                resp = await self.http.get(url)
+        except TimeoutError:
+            raise EndpointError(Problem(f"{url} did not answer within {self.opts.timeout_s:g} s",
+                                        Location(path="--endpoint"),
+                                        "check that the server is up, or give a longer --timeout")) from None
         except httpx.HTTPError as exc:
             raise EndpointError(Problem(f"cannot reach {url}: {type(exc).__name__}: {exc}".rstrip(": "),
                                         Location(path="--endpoint"),
@@ -264,12 +327,7 @@ class LoadClient:
         if self.opts.model:
             self.model = self.opts.model
             return self.model
-        ids: list[str] = []
-        if resp.status_code == 200:
-            try:
-                ids = [m["id"] for m in resp.json().get("data", []) if isinstance(m, dict) and "id" in m]
-            except ValueError:
-                ids = []
+        ids = _model_ids(resp) if resp.status_code == 200 else []
         if not ids:
             raise EndpointError(Problem(f"{url} lists no model (HTTP {resp.status_code})",
                                         Location(path="--model"), "name the served model with --model"))
@@ -279,10 +337,14 @@ class LoadClient:
     async def scrape(self) -> dict[str, tuple[float, float]]:
         """The server's latency histograms (sum, count), or nothing when it has no Prometheus /metrics."""
         try:
-            resp = await self.http.get(self.base.removesuffix("/v1") + "/metrics")
-            return histogram_totals(resp.text) if resp.status_code == 200 else {}
-        except (httpx.HTTPError, ValueError):
+            async with asyncio.timeout(self.opts.timeout_s):
+                resp = await self.http.get(self.base.removesuffix("/v1") + "/metrics")
+            totals = histogram_totals(resp.text) if resp.status_code == 200 else {}
+        except (httpx.HTTPError, ValueError, TimeoutError):
             return {}
+        # The server's word only: a NaN or infinite total would turn its means into NaN (and its counts into an
+        # overflow), so such a histogram counts as not exported.
+        return {k: v for k, v in totals.items() if all(map(math.isfinite, v))}
 
     async def send(self, spec: RequestSpec, t_sched: float) -> RequestRecord:
         """One streamed request; never raises for what the server or the network does."""
@@ -300,7 +362,7 @@ class LoadClient:
                 async with conn.stream("POST", self.base + self.path, content=body,
                                        headers={"Content-Type": "application/json"}) as resp:
                     if resp.status_code != 200:
-                        text = (await resp.aread())[:200].decode("utf-8", "replace").strip()
+                        text = (await _head(resp, 200)).decode("utf-8", "replace").strip()
                         state.error = f"http_{resp.status_code}: {text}"
                     else:
                         async for line in resp.aiter_lines():
@@ -360,7 +422,8 @@ async def _loop_lag(out: list[float]) -> None:
 
 
 async def run_async(load: Load, opts: ClientOptions, progress: Progress | None = None) -> BenchRun:
-    """Drive `load` against the endpoint: warm-up first (not measured), then the load, open or closed loop."""
+    """Drive `load` against the endpoint: warm-up first (not measured), then the load, open or closed loop, each
+    bounded in time (`duration_s`, else `max_wall_s`)."""
     closed = load.concurrency is not None
     slots = max(1, load.concurrency or 1) if closed else max(1, opts.max_connections)
     async with LoadClient(opts) as client:
@@ -369,7 +432,8 @@ async def run_async(load: Load, opts: ClientOptions, progress: Progress | None =
         warm_specs = [RequestSpec(-1 - i, None, s.input_tokens, s.output_tokens, s.prefix_group, s.prefix_tokens)
                       for i, s in enumerate(itertools.islice(itertools.cycle(load.requests), opts.warmup))]
         if warm_specs:
-            await _closed_loop(client, warm_specs, min(slots, len(warm_specs)), None, warm.append)
+            await _closed_loop(client, warm_specs, min(slots, len(warm_specs)),
+                               time.perf_counter() + opts.max_wall_s, warm.append)
         records: list[RequestRecord] = []
         total = len(load.requests)
 
@@ -382,7 +446,7 @@ async def run_async(load: Load, opts: ClientOptions, progress: Progress | None =
         lags: list[float] = []
         probe = asyncio.create_task(_loop_lag(lags))
         t0 = time.perf_counter()
-        deadline = t0 + opts.duration_s if opts.duration_s else None
+        deadline = t0 + (opts.duration_s or opts.max_wall_s)
         if closed:
             await _closed_loop(client, load.requests, slots, deadline, done)
         else:
@@ -392,7 +456,20 @@ async def run_async(load: Load, opts: ClientOptions, progress: Progress | None =
         server = server_means(before, await client.scrape()) if before else {}
     records.sort(key=lambda r: r.index)
     return BenchRun(records, warm, model, client.base, opts.api, load, wall,
-                    [r.t_send - r.t_sched for r in records], server, lags)
+                    [r.t_send - r.t_sched for r in records], server, lags,
+                    _cut_short(len(records), total, len(warm), len(warm_specs), opts))
+
+
+def _cut_short(sent: int, planned: int, warm_sent: int, warm_planned: int, opts: ClientOptions) -> str | None:
+    """Why the run sent fewer requests than planned, or None."""
+    why = []
+    if sent < planned:
+        bound = f"--duration {opts.duration_s:g} s" if opts.duration_s else \
+            f"the {opts.max_wall_s:g} s bound of a run without --duration"
+        why.append(f"sent {sent} of {planned} planned requests: {bound} ended the sending")
+    if warm_sent < warm_planned:
+        why.append(f"sent {warm_sent} of {warm_planned} warm-up requests within the {opts.max_wall_s:g} s bound")
+    return "; ".join(why) or None
 
 
 def run(load: Load, opts: ClientOptions, progress: Progress | None = None) -> BenchRun:

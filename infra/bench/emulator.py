@@ -14,12 +14,14 @@ whitespace-separated words, the load client's own approximation.
 Faults, each drawn per request from a seeded generator: `error_rate` answers HTTP 500; `stall_rate` pauses the
 stream once for `stall_ms` at a random token; `disconnect_rate` ends the stream at a random token with no
 finish_reason and no `[DONE]`; `slow_start_s` answers 503 everywhere (and `/health` 503) for that long after start.
+`check_options` refuses settings outside their bounds (`LIMITS`) before anything is served.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import socket
 import time
@@ -35,6 +37,8 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from infra.errors import IntentError, Location, Problem
+
 TOKEN_WORDS = ("lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit", "sed", "do")
 DEFAULT_MAX_TOKENS = 16
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
@@ -43,6 +47,36 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25
 
 CATCH_UP_S = 0.05
 """How far behind real time an engine's next step may start, to make up for the event loop waking it late."""
+MAX_MS = 3_600_000.0
+"""Longest first-token delay, gap between tokens or stall: an hour, beyond any client's timeout."""
+MAX_SLOW_START_S = 86_400.0
+MAX_TOKENS_PER_CHUNK = 1_000_000
+MAX_PORT = 65_535
+
+LIMITS: dict[str, tuple[float, float, str]] = {
+    "--port": (0, MAX_PORT, "a TCP port from 0 (any free one) to 65535"),
+    "--ttft-ms": (0.0, MAX_MS, "milliseconds from 0 to 3600000"),
+    "--itl-ms": (0.0, MAX_MS, "milliseconds from 0 to 3600000"),
+    "--stall-ms": (0.0, MAX_MS, "milliseconds from 0 to 3600000"),
+    "--slow-start": (0.0, MAX_SLOW_START_S, "seconds from 0 to 86400"),
+    "--error-rate": (0.0, 1.0, "a fraction from 0 to 1"),
+    "--stall-rate": (0.0, 1.0, "a fraction from 0 to 1"),
+    "--disconnect-rate": (0.0, 1.0, "a fraction from 0 to 1"),
+    "--tokens-per-chunk": (1, MAX_TOKENS_PER_CHUNK, "a whole number from 1 to 1000000"),
+}
+"""flag -> (lowest, highest, what to give)."""
+
+
+def check_options(**flags: float | None) -> None:
+    """Refuse an emulator setting outside its `LIMITS` (NaN and infinity included) in one line naming its flag;
+    keywords are the flags' names in snake case (`ttft_ms` for --ttft-ms), None for a setting not given."""
+    for name, value in flags.items():
+        flag = "--" + name.replace("_", "-")
+        low, high, what = LIMITS[flag]
+        if value is None or (math.isfinite(value) and low <= value <= high):
+            continue
+        why = f"{value:g} is outside {low:g}..{high:g}" if math.isfinite(value) else f"{value} is not a finite number"
+        raise IntentError(Problem(why, Location(path=flag), f"give {what}"))
 
 
 class Timing(Protocol):

@@ -3,6 +3,11 @@
 The workload and objectives come from `--plan` (a service of a DeploymentPlan) or `--intent` (a service of an
 intent); flags override their rate or concurrency and their lengths. With neither, the run is a closed loop at
 `--concurrency` (1 unless given) or an open Poisson loop at `--rate`, with the fixed lengths of the flags.
+
+Every flag is bounded (`LIMITS`), so that no run is endless or asks for more memory than a machine has: rates
+from `MIN_RATE_RPS` to `MAX_RATE_RPS`, at most `MAX_REQUESTS` requests, and a run without `--duration` stops
+sending after `client.RUN_CAP_S` (its note says so). Failed requests beyond `--max-failed` (default
+`DEFAULT_MAX_FAILED`) fail the run, with or without objectives (the rule: `infra.bench.verdict`).
 """
 
 from __future__ import annotations
@@ -14,13 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from infra.bench.client import BenchRun, ClientOptions, Progress, run
+from infra.bench.client import MAX_USAGE_TOKENS, BenchRun, ClientOptions, Progress, run
 from infra.bench.metrics import Summary, parse_objective, summarize
 from infra.bench.run import BenchResult, predicted
-from infra.bench.verdict import judge
+from infra.bench.verdict import DEFAULT_MAX_FAILED, judge
 from infra.bench.workload import Load, generate
 from infra.errors import IntentError, Location, Problem
 from infra.intent.models import Workload
+from infra.intent.units import MAX_RATE_RPS
 
 DEFAULT_REQUESTS = 100
 """Requests in a run bounded by neither --requests nor --duration."""
@@ -30,8 +36,31 @@ DEFAULT_INPUT_TOKENS = 128
 DEFAULT_OUTPUT_TOKENS = 64
 PROMPT_NOTE = ("prompts are built as N short common words for N input tokens (about one token each in current "
                "LLM vocabularies); input tokens report the server's usage.prompt_tokens")
-APPROX_NOTE = ("output tokens of {n} request(s) were counted as stream chunks: the server sent no usage, and a "
-               "chunk may carry several tokens, so their TPOT is approximate")
+APPROX_NOTE = ("output tokens of {n} request(s) were counted as stream chunks: the server sent no usable usage, "
+               "and a chunk may carry several tokens, so their TPOT is approximate")
+BAD_USAGE_NOTE = ("{n} request(s) reported usage that cannot be token counts (e.g. {example}); it was treated as "
+                  "not reported: input tokens are the prompt's words, output tokens the stream's chunks")
+MIN_RATE_RPS = 1e-3
+"""Slowest open loop: one request every 1,000 s; the default 100 requests at that rate already take 28 hours."""
+MAX_REQUESTS = 1_000_000
+"""Most requests one run prepares (their specs and records stay in memory: hundreds of MB at this size)."""
+MAX_CONCURRENCY = 10_000
+"""Most closed-loop clients: each holds a connection, and a process's descriptors run out in the tens of
+thousands."""
+MAX_DURATION_S = 7 * 86_400.0
+"""Longest --duration: a week, longer than any soak test run from one client."""
+MAX_WARMUP = 1_000
+MAX_TIMEOUT_S = 3_600.0
+"""Longest --timeout: an hour per request, far beyond any streamed answer a client waits for."""
+
+LIMITS: dict[str, tuple[float, float, bool, str]] = {
+    "--concurrency": (1, MAX_CONCURRENCY, False, ""), "--rate": (MIN_RATE_RPS, MAX_RATE_RPS, False, "/s"),
+    "--requests": (1, MAX_REQUESTS, False, ""), "--duration": (0.0, MAX_DURATION_S, True, " s"),
+    "--input-tokens": (1, MAX_USAGE_TOKENS, False, ""), "--output-tokens": (1, MAX_USAGE_TOKENS, False, ""),
+    "--warmup": (0, MAX_WARMUP, False, ""), "--timeout": (0.0, MAX_TIMEOUT_S, True, " s"),
+    "--max-failed": (0.0, 1.0, False, ""),
+}
+"""flag -> (lowest, highest, whether the lowest itself is refused, unit)."""
 
 
 @dataclass(frozen=True)
@@ -130,9 +159,7 @@ def plan_load(source: Source | None, *, concurrency: int | None, rate: float | N
     for flag, value in (("--concurrency", concurrency), ("--rate", rate), ("--requests", requests),
                         ("--duration", duration_s), ("--input-tokens", input_tokens),
                         ("--output-tokens", output_tokens)):
-        if value is not None and value <= 0:
-            raise IntentError(Problem(f"{flag} is {value}; it must be positive", Location(path=flag),
-                                      f"give {flag} above 0"))
+        check_flag(flag, value)
     if source is None:
         workload = Workload.model_validate({"rate": f"{rate}/s"} if rate is not None else
                                            {"concurrency": concurrency or 1})
@@ -147,26 +174,68 @@ def plan_load(source: Source | None, *, concurrency: int | None, rate: float | N
         else:
             peak = rate or (workload.rate.peak_rps if workload.rate is not None and concurrency is None else None)
             requests = math.ceil(peak * duration_s) + 1 if peak else DURATION_CAP
+            if requests > MAX_REQUESTS:
+                raise IntentError(Problem(f"--duration {duration_s:g} s at {peak:g}/s is {requests:,} requests, "
+                                          f"above the {MAX_REQUESTS:,} a run may send", Location(path="--duration"),
+                                          "give a shorter --duration or a lower --rate"))
     return generate(workload, requests=requests, seed=seed, base=base, rate=rate, concurrency=concurrency,
                     input_tokens=input_tokens, output_tokens=output_tokens)
 
 
+def check_flag(flag: str, value: float | None) -> None:
+    """Refuse a value of `flag` outside its `LIMITS` (NaN and infinity included) in one line naming it."""
+    if value is None:
+        return
+    low, high, open_low, unit = LIMITS[flag]
+    if math.isfinite(value) and (low < value if open_low else low <= value) and value <= high:
+        return
+    span = f"above {_num(low)}{unit} and at most {_num(high)}{unit}" if open_low else \
+        f"from {_num(low)}{unit} to {_num(high)}{unit}"
+    what = f"{value} is not a finite number" if not math.isfinite(value) else \
+        f"{_num(value)}{unit} is {'too high' if value > high else 'too low'}"
+    raise IntentError(Problem(what, Location(path=flag), f"give {flag} {span}"))
+
+
+def _num(x: float) -> str:
+    """Whole numbers with thousands separators (1,000,000 reads better than 1e+06), others in short form."""
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def check_client_flags(*, warmup: int, timeout_s: float, max_failed: float | None = None) -> None:
+    """Refuse warm-up, timeout and failure allowance outside their `LIMITS`."""
+    for flag, value in (("--warmup", warmup), ("--timeout", timeout_s), ("--max-failed", max_failed)):
+        check_flag(flag, value)
+
+
+def _run_notes(measured: BenchRun, summary: Summary) -> list[str]:
+    """What a reader must know about how the numbers were taken."""
+    notes = [PROMPT_NOTE]
+    bad = [r.bad_usage for r in measured.records if r.bad_usage]
+    if bad:
+        notes.append(BAD_USAGE_NOTE.format(n=len(bad), example=bad[0]))
+    if summary.approximate_tokens:
+        notes.append(APPROX_NOTE.format(n=summary.approximate_tokens))
+    if measured.cut_short:
+        notes.append(f"{measured.cut_short}; what was measured until then is reported")
+    return notes
+
+
 def bench_endpoint(opts: ClientOptions, load: Load, source: Source | None, objectives: dict[str, float] | None = None,
-                   progress: Progress | None = None) -> EndpointResult:
-    """Run the load and judge the measured requests against the objectives (the flags' over the source's)."""
+                   progress: Progress | None = None, max_failed: float = DEFAULT_MAX_FAILED) -> EndpointResult:
+    """Run the load and judge the measured requests against the objectives (the flags' over the source's) and
+    against the share of requests allowed to fail."""
+    check_flag("--max-failed", max_failed)
     measured = run(load, opts, progress)
     slo = dict(source.objectives if source else {})
     slo.update(objectives or {})
     verdict = judge(measured.records, slo, predicted=source.predicted if source else None,
-                    attainment_target=source.attainment if source else None, seed=opts.seed)
+                    attainment_target=source.attainment if source else None, max_failed=max_failed, seed=opts.seed)
     summary = summarize(measured.records, slo)
     info: dict[str, Any] = {"requests": len(load.requests), "sent": len(measured.records),
                             "warmup": len(measured.warmup), "seed": opts.seed, "arrival": load.arrival,
                             **({"rate_rps": load.rate} if load.rate is not None else {}),
                             **({"concurrency": load.concurrency} if load.concurrency is not None else {})}
-    notes = list(verdict.notes) + [PROMPT_NOTE]
-    if summary.approximate_tokens:
-        notes.append(APPROX_NOTE.format(n=summary.approximate_tokens))
+    notes = list(verdict.notes) + _run_notes(measured, summary)
     groups = None
     if source is not None and source.plan is not None and source.service is not None:
         groups = _plan_case(source.plan, source.service, load, measured)

@@ -5,6 +5,9 @@ Definitions (DESIGN.md §3): TTFT is send -> first token; E2E is send -> last to
 tokens, pooled over requests. Percentiles interpolate linearly between closest ranks (NumPy's default). A request
 is good when it completed and every per-request objective holds with <=; failed requests count against
 attainment and goodput, never dropped.
+
+JSON has no infinity and no NaN, and a failed request is an infinitely slow one, so a percentile can be +inf.
+`json_number` writes such a value as null beside a `<key>_note` that says why; every bench JSON goes through it.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+import math
 
 import numpy as np
 
@@ -40,6 +45,9 @@ class RequestRecord:
     """Output tokens counted from stream chunks because the server sent no usage."""
     ttft_any: float | None = None
     """Send -> first event of any kind (a role-only chunk counts here, not in TTFT); a diagnostic."""
+    bad_usage: str | None = None
+    """Usage counts the server sent that cannot be token counts (e.g. `prompt_tokens -1`); the record holds the
+    client's own counts instead, as for a server that sends no usage."""
 
     @property
     def ok(self) -> bool:
@@ -107,11 +115,22 @@ class Distribution:
         return None
 
     def to_json(self) -> dict[str, Any]:
-        return {"n": self.n, "mean": _round(self.mean), **{p: _round(v) for p, v in self.percentiles.items()}}
+        out: dict[str, Any] = {"n": self.n}
+        for key, value in (("mean", self.mean), *self.percentiles.items()):
+            json_number(out, key, value, "failed requests, counted as infinitely slow, reach it")
+        return out
 
 
-def _round(x: float | None) -> float | None:
-    return None if x is None else round(x, 3)
+def json_number(out: dict[str, Any], key: str, value: float | None, why_infinite: str,
+                digits: int = 3) -> dict[str, Any]:
+    """Set out[key] to `value` rounded. JSON cannot hold inf or NaN: such a value is written null, and
+    out[key + "_note"] says why (`why_infinite` for +inf)."""
+    if value is None or math.isfinite(value):
+        out[key] = None if value is None else round(value, digits)
+        return out
+    out[key] = None
+    out[f"{key}_note"] = why_infinite if value == math.inf else f"{value} is not a finite number"
+    return out
 
 
 def distribution(values_s: Iterable[float], pcts: Iterable[str] = PERCENTILES,

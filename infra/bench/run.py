@@ -19,7 +19,7 @@ from infra.bench.engine import plan_allocation
 from infra.bench.metrics import METRICS, RequestRecord, Summary, summarize
 from infra.bench.verdict import Verdict, judge
 from infra.errors import IntentError, Location, Problem
-from infra.files import write_atomic
+from infra.files import write_file
 
 DEFAULT_REQUESTS = 2000
 """Enough for a p99 objective to be judged (1,000 requests) with room for its interval."""
@@ -191,8 +191,14 @@ def simulate_service(plan: Any, *, service: str | None = None, requests: int = D
                        _group_cases(plan, name, sim), notes)
 
 
-def save(result: BenchResult, path: str | Path) -> None:
-    """Write a run as JSON Lines: one `request` line per request, one `case` line per allocation (what
+def save(result: BenchResult, path: str | Path, *, force: bool = False) -> Path:
+    """Write a run to the file the user named (`saved_text`); one with other content there is replaced only with
+    `force`, for it may hold measurements no one can take again."""
+    return write_file(path, saved_text(result), force=force)
+
+
+def saved_text(result: BenchResult) -> str:
+    """A run as JSON Lines: one `request` line per request, one `case` line per allocation (what
     `benchmarks/calibrate.py --extra` reads back as measured cases), and a closing `summary` line."""
     lines = []
     for r in result.records:
@@ -212,8 +218,8 @@ def save(result: BenchResult, path: str | Path) -> None:
                           "requests": g["completed"], "case": g["case"], "ttft_ms": g["ttft_ms"],
                           "tpot_ms": g["tpot_ms"], **when})
     lines.append({"kind": "summary", **result.to_json(), **when})
-    write_atomic(path, "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
+    return "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines)
 
 
 __all__ = ["DEFAULT_REQUESTS", "BenchResult", "allocation_deployment", "check_load", "pick_service", "predicted",
-           "save", "simulate_service"]
+           "save", "saved_text", "simulate_service"]

@@ -6,14 +6,24 @@ The interval is a seeded percentile bootstrap of the percentile. Resampling n va
 is the same as taking the value at rank floor(n U) where U is the k-th smallest of n uniforms, a Beta(k, n-k+1)
 draw, so each resample costs one Beta draw instead of n: exact for the bootstrap, and cheap for a million ITL gaps.
 
-- pass: the whole interval is within the target;
-- fail: the whole interval is above it;
-- inconclusive: the target lies inside the interval, or fewer than `MIN_TAIL` samples lie beyond the percentile
-  (p99 needs 1,000 requests), so a pass is never claimed on too little data.
-The service passes when every objective passes, fails when any fails, and is inconclusive otherwise. Attainment
-(requests meeting every bound at once) and goodput are reported beside it with a Wilson interval; the intent's
-attainment target, when known, gets its own verdict, which the overall one does not include because plans are
-sized for the percentile objectives.
+- fail: the whole interval is above the target, whatever the sample size (failed requests at +inf put it there
+  as soon as they reach the percentile);
+- pass: the whole interval is within the target and at least `MIN_TAIL` samples lie beyond the percentile (p99
+  needs 1,000 requests), so a pass is never claimed on too little data;
+- inconclusive: otherwise (the target inside the interval, or a pass on too few samples).
+
+Failed requests are judged on their own too, when the caller states the share it allows (`max_failed`, the
+endpoint's `--max-failed`), with the Wilson interval of the failed share:
+- fail: the interval's lower bound is above the allowed share (more failed than allowed, for certain);
+- inconclusive: the observed share is above it but the interval reaches down to it (too few requests to tell);
+- pass: the observed share is within it.
+A run with no objective still fails on its failures; without failures and objectives it is inconclusive.
+
+The service passes when every objective (and the failed share, when judged) passes, fails when any fails, and is
+inconclusive otherwise. Attainment (requests meeting every bound at once) and goodput are reported beside it with
+a Wilson interval; the intent's attainment target, when known, gets its own verdict, which the overall one does
+not include because plans are sized for the percentile objectives. The JSON forms hold no inf or NaN: see
+`metrics.json_number`.
 """
 
 from __future__ import annotations
@@ -24,12 +34,16 @@ from typing import Any, Literal
 
 import numpy as np
 
-from infra.bench.metrics import RequestRecord, parse_objective, percentile_q, summarize
+from infra.bench.metrics import RequestRecord, json_number, parse_objective, percentile_q, summarize
 
 MIN_TAIL = 10
 """Samples that must lie beyond a percentile for it to be judged (p99: 1,000 requests; p50: 20)."""
 CONFIDENCE = 0.95
 RESAMPLES = 2000
+DEFAULT_MAX_FAILED = 0.01
+"""Share of requests that may fail before a run against an endpoint fails (`--max-failed`): a serving SLO of
+99% availability or better leaves at most this much."""
+BEYOND = "failed requests, counted as infinitely slow, reach this percentile"
 
 Outcome = Literal["pass", "fail", "inconclusive"]
 
@@ -48,12 +62,23 @@ class ObjectiveVerdict:
     predicted_ms: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        def r(x: float | None) -> float | str | None:
-            return None if x is None else ("inf" if math.isinf(x) else round(x, 3))
+        out: dict[str, Any] = {"key": self.key, "target_ms": self.target_ms}
+        json_number(out, "measured_ms", self.measured_ms, BEYOND)
+        out["ci_ms"] = None if self.ci_ms is None else _ci_json(out, self.ci_ms)
+        out["n"] = self.n
+        json_number(out, "predicted_ms", self.predicted_ms, "the plan predicts no finite value")
+        out.update(verdict=self.verdict, reason=self.reason)
+        return out
 
-        return {"key": self.key, "target_ms": self.target_ms, "measured_ms": r(self.measured_ms),
-                "ci_ms": None if self.ci_ms is None else [r(self.ci_ms[0]), r(self.ci_ms[1])], "n": self.n,
-                "predicted_ms": r(self.predicted_ms), "verdict": self.verdict, "reason": self.reason}
+
+def _ci_json(out: dict[str, Any], ci: tuple[float, float]) -> list[float | None]:
+    """The interval's ends, an infinite one as null with `ci_ms_note` saying which and why."""
+    ends = [None if not math.isfinite(x) else round(x, 3) for x in ci]
+    infinite = sum(not math.isfinite(x) for x in ci)
+    if infinite:
+        where = "both ends of the interval" if infinite == 2 else "the interval's upper end"
+        out["ci_ms_note"] = f"failed requests, counted as infinitely slow, reach {where}"
+    return ends
 
 
 @dataclass(frozen=True)
@@ -70,6 +95,14 @@ class Verdict:
     attainment_target: float | None = None
     attainment_verdict: Outcome | None = None
     notes: list[str] = field(default_factory=list)
+    failed_kinds: dict[str, int] = field(default_factory=dict)
+    """Failed requests by kind (`http_500`, `timeout`, `bad_sse`, ...)."""
+    max_failed: float | None = None
+    """The share of requests allowed to fail; None when failures are not judged on their own."""
+    failed_ci: tuple[float, float] = (0.0, 1.0)
+    """Wilson interval of the failed share."""
+    failed_verdict: Outcome | None = None
+    failed_reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"overall": self.overall, "objectives": [o.to_json() for o in self.objectives],
@@ -77,7 +110,11 @@ class Verdict:
                 "attainment_ci": [round(self.attainment_ci[0], 6), round(self.attainment_ci[1], 6)],
                 "attainment_target": self.attainment_target, "attainment_verdict": self.attainment_verdict,
                 "goodput_rps": round(self.goodput_rps, 6), "requests": self.requests, "failed": self.failed,
-                "notes": list(self.notes)}
+                "failed_kinds": dict(sorted(self.failed_kinds.items())),
+                "failed_share": round(self.failed / self.requests, 6) if self.requests else None,
+                "failed_ci": [round(self.failed_ci[0], 6), round(self.failed_ci[1], 6)],
+                "max_failed": self.max_failed, "failed_verdict": self.failed_verdict,
+                "failed_reason": self.failed_reason, "notes": list(self.notes)}
 
 
 def _sample(records: list[RequestRecord], metric: str,
@@ -165,25 +202,48 @@ def judge_objective(key: str, target_ms: float, values: np.ndarray, weights: np.
     if n == 0:
         return ObjectiveVerdict(key, target_ms, None, None, 0, "inconclusive", "no samples", predicted_ms)
     point, low, high, n = percentile_ci(values, q, weights=weights, seed=seed)
-    if need is None or n < need:
-        return ObjectiveVerdict(key, target_ms, point, (low, high), n, "inconclusive",
-                                f"{n} samples; {pct} needs at least {need or 'more'} ({MIN_TAIL} beyond it)",
-                                predicted_ms)
-    if high <= target_ms:
-        verdict: Outcome = "pass"
-        reason = f"{CONFIDENCE:.0%} interval within the target"
-    elif low > target_ms:
-        verdict, reason = "fail", f"{CONFIDENCE:.0%} interval above the target"
-    else:
-        verdict, reason = "inconclusive", f"target inside the {CONFIDENCE:.0%} interval; run more requests"
+    verdict, reason = _outcome(target_ms, low, high, n, need, pct)
     return ObjectiveVerdict(key, target_ms, point, (low, high), n, verdict, reason, predicted_ms)
+
+
+def _outcome(target_ms: float, low: float, high: float, n: int, need: int | None, pct: str) -> tuple[Outcome, str]:
+    # Too little data can hide a miss but not fake one: an interval wholly above the target fails at any size.
+    if low > target_ms:
+        return "fail", f"{CONFIDENCE:.0%} interval above the target"
+    if need is None or n < need:
+        return "inconclusive", f"{n} samples; {pct} needs at least {need or 'more'} ({MIN_TAIL} beyond it)"
+    if high <= target_ms:
+        return "pass", f"{CONFIDENCE:.0%} interval within the target"
+    return "inconclusive", f"target inside the {CONFIDENCE:.0%} interval; run more requests"
+
+
+def _pct(x: float) -> str:
+    # Three significant digits: an allowance of 0.05% must not print as 0.1%.
+    return f"{x * 100:.3g}%"
+
+
+def judge_failures(failed: int, total: int, max_failed: float) -> tuple[Outcome, tuple[float, float], str]:
+    """(verdict, Wilson interval of the failed share, why) for `failed` of `total` requests against the share
+    allowed to fail."""
+    ci = wilson(failed, total)
+    if total == 0:
+        return "inconclusive", ci, "no request was measured"
+    share = failed / total
+    said = (f"{failed} of {total} requests failed ({_pct(share)}, {CONFIDENCE:.0%} CI {_pct(ci[0])} .. "
+            f"{_pct(ci[1])}); at most {_pct(max_failed)} may fail")
+    if ci[0] > max_failed:
+        return "fail", ci, said
+    if share > max_failed:
+        return "inconclusive", ci, said + "; too few requests to be sure more fail"
+    return "pass", ci, said
 
 
 def judge(records: list[RequestRecord], objectives: dict[str, float], *,
           itl_pool: tuple[np.ndarray, np.ndarray] | None = None, predicted: dict[str, float] | None = None,
-          attainment_target: float | None = None, seed: int = 0) -> Verdict:
+          attainment_target: float | None = None, max_failed: float | None = None, seed: int = 0) -> Verdict:
     """The verdict on a run: every objective (key -> target ms) judged on its distribution, attainment and goodput
-    from the shared summary. `predicted` (key -> ms) is carried along for comparison."""
+    from the shared summary. `predicted` (key -> ms) is carried along for comparison. `max_failed` (a share) also
+    judges the failed requests on their own; None leaves them to the objectives."""
     predicted = predicted or {}
     out = []
     for i, (key, target) in enumerate(sorted(objectives.items())):
@@ -192,10 +252,14 @@ def judge(records: list[RequestRecord], objectives: dict[str, float], *,
         out.append(judge_objective(key, float(target), values, weights, seed=seed + i,
                                    predicted_ms=predicted.get(key)))
     summary = summarize(records, objectives, itl_pool=itl_pool)
-    outcomes = {o.verdict for o in out}
+    total = summary.completed + summary.failed
+    failed_verdict: Outcome | None = None
+    failed_ci, failed_reason = wilson(summary.failed, total), ""
+    if max_failed is not None:
+        failed_verdict, failed_ci, failed_reason = judge_failures(summary.failed, total, max_failed)
+    outcomes = {o.verdict for o in out} | ({failed_verdict} if failed_verdict else set())
     overall: Outcome = "fail" if "fail" in outcomes else "inconclusive" if "inconclusive" in outcomes or not out \
         else "pass"
-    total = summary.completed + summary.failed
     ci = wilson(summary.good, total)
     att_verdict: Outcome | None = None
     if attainment_target is not None:
@@ -206,8 +270,9 @@ def judge(records: list[RequestRecord], objectives: dict[str, float], *,
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(summary.errors.items()))
         notes.append(f"{summary.failed} of {total} requests failed ({kinds}); they count as missing every bound")
     return Verdict(overall, out, summary.attainment, ci, summary.goodput_rps, total, summary.failed,
-                   attainment_target, att_verdict, notes)
+                   attainment_target, att_verdict, notes, dict(summary.errors), max_failed, failed_ci,
+                   failed_verdict, failed_reason)
 
 
-__all__ = ["CONFIDENCE", "MIN_TAIL", "ObjectiveVerdict", "Verdict", "judge", "judge_objective", "percentile_ci",
-           "wilson"]
+__all__ = ["CONFIDENCE", "DEFAULT_MAX_FAILED", "MIN_TAIL", "ObjectiveVerdict", "Verdict", "judge", "judge_failures",
+           "judge_objective", "percentile_ci", "wilson"]

@@ -114,6 +114,10 @@ def generate(workload: Workload, *, requests: int, seed: int = 0, base: Path = P
     if requests < 1:
         raise IntentError(Problem(f"requests is {requests}; a run needs at least one request",
                                   Location(path="requests"), "give --requests 1 or more"))
+    if seed < 0:
+        # NumPy's generators take no negative seed; refusing it here keeps one seed meaning one run everywhere.
+        raise IntentError(Problem(f"--seed is {seed}; seeds are whole numbers from 0", Location(path="--seed"),
+                                  "give --seed 0 or more"))
     rng = np.random.default_rng(seed)
     isl = (np.full(requests, input_tokens, dtype=np.int64) if input_tokens
            else _sample_lengths(workload.input_tokens, requests, rng, base, "input_tokens"))

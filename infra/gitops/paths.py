@@ -21,6 +21,9 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 def clean_relative(path: str, what: str, where: str, allow_top: bool = False) -> str:
     """`path` as a normal relative POSIX path, or a one-line error naming `what` and `where` it came from."""
+    if not path:
+        raise InfraError(Problem(f"{what} is empty", Location(where),
+                                 "name a directory of the repository (e.g. deploy), or '.' for its top"))
     p = path.rstrip("/") or "."
     if p == "." and allow_top:
         return p

@@ -18,7 +18,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from infra.errors import InfraError, Location, Problem
-from infra.files import write_atomic
+from infra.files import write_file
 from infra.gitops import body as pr_body
 from infra.gitops.git import Git, token_env
 from infra.gitops.layout import owned_from, place_rendered, state_dir, state_files, sync_objects
@@ -47,6 +47,8 @@ class PrRequest:
     """`argocd` or `flux`: also write an Application / Kustomization per overlay."""
     remote: str = "origin"
     body_file: Path | None = None
+    force: bool = False
+    """Replace a `body_file` that holds something else."""
     token: str | None = None
     command: str = ""
     """The command line that reproduces this pull request (shown in the body and the commit)."""
@@ -222,6 +224,8 @@ def preflight(req: PrRequest) -> tuple[Git, str]:
     git = Git.open(req.repo, (req.token,) if req.token else ())
     root = clean_relative(req.root, "--root", "--root", allow_top=True)
     check_root_on_disk(git, root)
+    if req.body_file is not None:
+        write_file(req.body_file, None, force=req.force)
     if not req.allow_dirty:
         dirty = git.status()
         if dirty:
@@ -319,7 +323,8 @@ def _publish(git: Git, req: PrRequest, result: PrResult) -> PrResult:
                             head=branch, base=req.base, title=result.title, body=result.body)
         return _with(result, pushed=True, pr_number=pr.number, pr_url=pr.url, pr_action=pr.action)
     body_file = req.body_file or git.git_dir() / "infra-pr" / (branch.replace("/", "-") + ".md")
-    write_atomic(body_file, result.body)
+    # Where the user named no file, the body goes to infra's own place under .git, replaced on every run.
+    write_file(body_file, result.body, force=req.force or req.body_file is None)
     steps = [] if pushed else [f"git -C {shlex.quote(str(git.top))} push {req.remote} {branch}"]
     why = ("set GITHUB_TOKEN (or GH_TOKEN) and run again with --push" if not req.token
            else "pass --github OWNER/REPO and run again with --push")

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from infra.errors import IntentError
+from infra.intent.base import Name
 
 
 class PlanModel(BaseModel):
@@ -155,7 +156,8 @@ class Quantity(PlanModel):
 class ServicePlan(PlanModel):
     """What one service gets."""
 
-    name: str
+    name: Name
+    """The service's name (a pipeline's stage: `<pipeline>-<stage>`); it names its directory of manifests."""
     model: str | None
     model_id: str | None = None
     """Hugging Face repository the engines load (the catalog's `hf_id`, or the quantized re-upload the intent names),
@@ -382,7 +384,8 @@ class ClusterCpuPool(PlanModel):
 class ClusterPlan(PlanModel):
     """The cluster the plan is for: the profile's conventions and pools, so that a plan renders on its own."""
 
-    name: str
+    name: Name
+    """The cluster profile's name; it names each service's overlay directory."""
     namespace: str
     scheduler: str
     crds: dict[str, str] = {}
@@ -552,7 +555,8 @@ class PlanSpec(PlanModel):
 
 
 class Metadata(PlanModel):
-    name: str
+    name: Name
+    """The intent's name."""
 
 
 class DeploymentPlan(PlanModel):

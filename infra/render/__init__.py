@@ -1,7 +1,7 @@
 """Plans into Kubernetes manifests: a kustomize tree per service (MANIFESTS.md), from user-overridable templates.
 
-`render_plan(plan)` gives the files as text; `render_tree` adds the notes a user must act on; `write_tree` writes
-them atomically.
+`render_plan(plan)` gives the files as text; `render_tree` adds the notes a user must act on; `infra.files.write_files`
+writes them.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from infra.planner.types import DeploymentPlan
-from infra.render.tree import MARKER, Rendered, write_tree
+from infra.render.tree import Rendered
 
-__all__ = ["MARKER", "Rendered", "render_plan", "render_tree", "write_tree"]
+__all__ = ["Rendered", "render_plan", "render_tree"]
 
 
 def render_tree(plan: DeploymentPlan, *, templates: Path | None = None, catalog_dirs: tuple[Path, ...] = (),

@@ -24,8 +24,29 @@ def _ms(v: Any) -> str:
     return f"{v:,.1f}" if v < 10_000 else f"{v / 1000:,.1f}s"
 
 
-def _ci(ci: list[Any] | None) -> str:
-    return "-" if not ci else f"{_ms(ci[0])} .. {_ms(ci[1])}"
+def _val(o: dict[str, Any], key: str) -> str:
+    """A JSON value that may be null because it was infinite (`<key>_note` then says why: metrics.json_number)."""
+    if o.get(key) is None and o.get(f"{key}_note"):
+        return "inf"
+    return _ms(o.get(key))
+
+
+def _ci(o: dict[str, Any]) -> str:
+    ci = o.get("ci_ms")
+    if not ci:
+        return "-"
+    ends = ["inf" if x is None and o.get("ci_ms_note") else _ms(x) for x in ci]
+    return f"{ends[0]} .. {ends[1]}"
+
+
+def _failures(verdict: dict[str, Any]) -> str | None:
+    """The failed requests' line: how many of which kind, against the share allowed; None when none failed or
+    failures were not judged on their own."""
+    outcome = verdict.get("failed_verdict")
+    if outcome is None or not verdict.get("failed"):
+        return None
+    kinds = ", ".join(f"{k} {n}" for k, n in (verdict.get("failed_kinds") or {}).items()) or "none"
+    return f"failed requests ({kinds}): {verdict['failed_reason']}: {outcome}"
 
 
 def print_bench(console: Console, r: dict[str, Any]) -> None:
@@ -58,13 +79,18 @@ def print_bench(console: Console, r: dict[str, Any]) -> None:
                 continue
             pct = o["key"].partition("_")[2]
             style = _STYLE[o["verdict"]]
-            t.add_row(*cells, f"{pct} <= {_ms(o['target_ms'])}", f"{_ms(o['measured_ms'])} ({_ci(o['ci_ms'])})",
-                      _ms(o["predicted_ms"]), f"[{style}]{o['verdict']}[/{style}]")
+            t.add_row(*cells, f"{pct} <= {_ms(o['target_ms'])}", f"{_val(o, 'measured_ms')} ({_ci(o)})",
+                      _val(o, "predicted_ms"), f"[{style}]{o['verdict']}[/{style}]")
     console.print(t)
     console.print(f"completed {r['completed']}, failed {r['failed']} over {r['duration_s']:.1f} s: "
                   f"{r['request_throughput']:.3f} req/s, {r['output_token_throughput']:,.0f} output tok/s; "
                   f"goodput {r['goodput_rps']:.3f} req/s, attainment {r['attainment']:.1%} "
                   f"(95% CI {verdict['attainment_ci'][0]:.1%} .. {verdict['attainment_ci'][1]:.1%})")
+    failures = _failures(verdict)
+    if failures is not None:
+        style = _STYLE[verdict["failed_verdict"]]
+        head, _, outcome = failures.rpartition(": ")
+        console.print(f"{head}: [{style}]{outcome}[/{style}]")
     for o in verdict["objectives"]:
         if o["verdict"] != "pass":
             console.print(f"{o['key']}: {o['verdict']}: {o['reason']}")
@@ -88,8 +114,8 @@ def print_pipeline_bench(console: Console, r: dict[str, Any]) -> None:
     rows += [(u, o) for u, v in r["units"].items() for o in v["objectives"]]
     for scope, o in rows:
         style = _STYLE[o["verdict"]]
-        t.add_row(scope, o["key"], _ms(o["target_ms"]), f"{_ms(o['measured_ms'])} ({_ci(o['ci_ms'])})",
-                  _ms(o["predicted_ms"]), f"[{style}]{o['verdict']}[/{style}]")
+        t.add_row(scope, o["key"], _ms(o["target_ms"]), f"{_val(o, 'measured_ms')} ({_ci(o)})",
+                  _val(o, "predicted_ms"), f"[{style}]{o['verdict']}[/{style}]")
     console.print(t)
     s = Table(title_justify="left")
     for c in ("stage", "kind", "servers", "busy", "queue mean/p99 ms", "bubble mean/p99 ms", "bubble share"):
@@ -110,7 +136,7 @@ def print_verification(console: Console, v: dict[str, Any]) -> None:
     """One line per round: its verdict, the objectives that did not pass, and why the loop stopped."""
     for rnd in v["rounds"]:
         style = _STYLE[rnd["verdict"]]
-        misses = "; ".join(f"{s['service']} {o['key']} {_ms(o['measured_ms'])}ms vs {_ms(o['target_ms'])}ms "
+        misses = "; ".join(f"{s['service']} {o['key']} {_val(o, 'measured_ms')}ms vs {_ms(o['target_ms'])}ms "
                            f"({o['verdict']})" for s in rnd["services"] + rnd.get("pipelines", [])
                            for o in s["objectives"] if o["verdict"] != "pass")
         console.print(f"verification round {rnd['round']} ({v['method']}, {v['requests']} requests per service): "
@@ -141,8 +167,8 @@ def verification_markdown(v: dict[str, Any]) -> str:
         out.append("|---|---|---:|---:|---:|---|---|")
         for svc in rnd.get("pipelines", []) + rnd["services"]:
             for o in svc["objectives"]:
-                out.append(f"| {svc['service']} | {o['key']} | {_ms(o['target_ms'])} | {_ms(o['predicted_ms'])} | "
-                           f"{_ms(o['measured_ms'])} | {_ci(o['ci_ms'])} | {o['verdict']} |")
+                out.append(f"| {svc['service']} | {o['key']} | {_ms(o['target_ms'])} | {_val(o, 'predicted_ms')} | "
+                           f"{_val(o, 'measured_ms')} | {_ci(o)} | {o['verdict']} |")
         out.append("")
         for p in rnd.get("pipelines", []):
             out += _pipeline_stages(p)
@@ -311,9 +337,11 @@ def endpoint_markdown(result: Any, r: dict[str, Any], out: Path) -> list[Path]:
     if v["objectives"]:
         lines += ["| objective | target ms | measured ms | 95% CI | predicted ms | verdict |",
                   "|---|---:|---:|---|---:|---|"]
-        lines += [f"| {o['key']} | {_ms(o['target_ms'])} | {_ms(o['measured_ms'])} | {_ci(o['ci_ms'])} | "
-                  f"{_ms(o['predicted_ms'])} | {o['verdict']} |" for o in v["objectives"]]
+        lines += [f"| {o['key']} | {_ms(o['target_ms'])} | {_val(o, 'measured_ms')} | {_ci(o)} | "
+                  f"{_val(o, 'predicted_ms')} | {o['verdict']} |" for o in v["objectives"]]
         lines.append("")
+    failures = _failures(v)
+    lines += ([f"{failures[0].upper()}{failures[1:]}.", ""] if failures else [])
     lines += [f"**Verdict: {v['overall']}**", ""] + [f"- {n}" for n in r["notes"]] + [""]
     lines += [f"![{p}]({p})" for p in plots] if plots else [f"_No plots: {why}._"]
     write_atomic(out, "\n".join(lines) + "\n")

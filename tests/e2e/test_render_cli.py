@@ -32,8 +32,8 @@ def test_plan_twice_same_manifests_and_render_writes_the_same(tmp_path):
 def test_render_refuses_a_foreign_directory(tmp_path):
     (tmp_path / "mine.txt").write_text("keep")
     out = infra("render", str(GOLDEN / "plan.yaml"), "-o", str(tmp_path))
-    assert out.returncode == 1 and "not written by infra" in out.stderr and "--force" in out.stderr
-    assert (tmp_path / "mine.txt").read_text() == "keep"  # --force is exercised in tests/unit/test_render.py
+    assert out.returncode == 1 and "infra never wrote into it" in out.stderr and "--force" in out.stderr
+    assert (tmp_path / "mine.txt").read_text() == "keep"  # --force is exercised in tests/unit/test_files.py
 
 
 def test_broken_template_override_names_file_and_line(tmp_path):

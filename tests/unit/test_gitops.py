@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from infra.errors import EndpointError, InfraError
 from infra.gitops.body import Record, pr_body
@@ -417,8 +418,12 @@ def test_a_plan_name_that_would_steer_a_path_is_refused(planned, repos):
     _, clone = repos
     data = planned.model_dump(mode="json", by_alias=True, exclude_none=True)
     data["metadata"]["name"] = "../../escape"
+    with pytest.raises(ValidationError, match="metadata.name"):
+        DeploymentPlan.model_validate(data)
+    # A plan built in code skips validation; the PR path still refuses the name on its own.
+    forged = planned.model_copy(update={"metadata": planned.metadata.model_copy(update={"name": "../../escape"})})
     with pytest.raises(InfraError, match="plan name '../../escape' is not a DNS-1123 label"):
-        run(DeploymentPlan.model_validate(data), clone)
+        run(forged, clone)
 
 
 def test_an_unreadable_plan_on_the_base_branch_is_said_not_fatal(planned, repos):

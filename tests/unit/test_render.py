@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from infra.errors import InfraError, IntentError
+from infra.errors import IntentError
+from infra.files import write_files
 from infra.planner.types import DeploymentPlan, load_plan
-from infra.render import MARKER, render_plan, render_tree, write_tree
+from infra.render import render_plan, render_tree
 from infra.render.env import TemplateError
 from infra.render.yamlout import load_yaml_text
 
@@ -88,23 +89,6 @@ def test_startup_probe_scales_with_weight_bytes():
     assert c["startupProbe"]["failureThreshold"] == 39
 
 
-def test_writer_refuses_foreign_directory_and_replaces_its_own(tmp_path):
-    files = render_plan(golden_plan("small-model-shared"))
-    out = tmp_path / "m"
-    write_tree(files, out)
-    assert (out / MARKER).is_file()
-    write_tree({"x/base/kustomization.yaml": "a: 1\n"}, out)
-    assert not (out / "summarise").exists() and (out / "x/base/kustomization.yaml").is_file()
-    foreign = tmp_path / "foreign"
-    foreign.mkdir()
-    (foreign / "keep.txt").write_text("mine")
-    with pytest.raises(IntentError, match="not written by infra"):
-        write_tree(files, foreign)
-    assert (foreign / "keep.txt").read_text() == "mine"
-    write_tree(files, foreign, force=True)
-    assert not (foreign / "keep.txt").exists()
-
-
 def test_template_override_by_file_name(tmp_path):
     (tmp_path / "service.yaml.j2").write_text(
         "apiVersion: v1\nkind: Service\nmetadata:\n  name: {{ name | json }}\n"
@@ -144,7 +128,7 @@ def test_allocation_on_unknown_pool_is_rejected_with_field():
 def test_kubectl_kustomize_builds_every_overlay(tmp_path):
     for name in sorted(p.name for p in GOLDEN.iterdir() if (p / "manifests").is_dir()):
         out = tmp_path / name
-        write_tree(render_plan(golden_plan(name)), out)
+        write_files(out, render_plan(golden_plan(name)))
         for overlay in sorted(out.glob("*/overlays/*")):
             run = subprocess.run(["kubectl", "kustomize", str(overlay)], capture_output=True, text=True, check=False)
             assert run.returncode == 0, f"{overlay}: {run.stderr}"
@@ -191,23 +175,3 @@ def test_placeholder_resource_name_is_rejected():
     with pytest.raises(IntentError, match="placeholder") as err:
         render_tree(plan)
     assert err.value.problems[0].location.path == "spec.cluster.pools[2].resources.count"
-
-
-def test_a_failed_write_leaves_the_previous_tree(tmp_path, monkeypatch):
-    import os
-
-    out = tmp_path / "m"
-    write_tree({"a/base/kustomization.yaml": "old: 1\n"}, out)
-    real = os.replace
-
-    def failing(src, dst):
-        if Path(src).name.startswith(".m.") and ".old-" not in Path(src).name and Path(dst) == out:
-            raise OSError(28, "No space left on device")
-        return real(src, dst)
-
-    monkeypatch.setattr(os, "replace", failing)
-    with pytest.raises(InfraError, match="cannot write"):
-        write_tree({"b/base/kustomization.yaml": "new: 1\n"}, out)
-    monkeypatch.undo()
-    assert (out / "a/base/kustomization.yaml").read_text() == "old: 1\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # no staging or old copies left behind
