@@ -1,10 +1,12 @@
 """Hostile and extreme input: seeded mutations of every input the tools read, run through the real command line.
 
-    python benchmarks/fuzz.py [--n N] [--seed S] [--json] [--timeout SECONDS] [--workers W]
+    python benchmarks/fuzz.py [--n N] [--seed S] [--json] [--timeout SECONDS] [--workers W] [--target T]
 
 Mutates (deterministically: case i depends only on the seed and i) every example intent (`examples/*.yaml`), every
 cluster profile (`examples/profiles/*`), plans made by `infra plan` at start, and the numeric flags of `infra plan`,
-`estimate`, `bench --simulate` and `render`. Mutation kinds: wrong types, extremes (0, -1, +-1e308, nan, inf, huge
+`estimate`, `bench --simulate` and `render`; and it runs `infra bench --endpoint` against a hostile server
+(`benchmarks/hostile_server.py`: HTTP errors, broken event streams, absurd `usage`, stalls, cut connections,
+broken `/v1/models` and `/metrics`). Mutation kinds: wrong types, extremes (0, -1, +-1e308, nan, inf, huge
 ints, 1e-300), unit strings (`5/s`, `1e-300/s`, `100%`, `0ms`, bogus units), unknown and duplicate keys, structure
 (list<->map, deleted keys, deep nesting), encodings (BOM, UTF-16, invalid UTF-8, NUL, tabs), YAML aliases, anchors,
 tags and bombs, very long strings.
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import dataclasses
 import io
 import json
 import math
@@ -50,6 +53,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hostile_server  # noqa: E402 - beside this script, not a package
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -359,6 +365,8 @@ class Inputs:
     profiles: dict[str, Any]
     users: dict[str, str]  # profile file name -> an intent that references it
     plans: dict[str, tuple[Any, list[str]]]  # plan name -> (data, extra bench flags)
+    endpoint: str = ""  # the hostile server's base URL (`hostile_server.py`)
+    seed: int = 0
 
 
 def _intent_case(case: Case, inputs: Inputs, rng: random.Random) -> None:
@@ -439,14 +447,31 @@ def _flag_case(case: Case, inputs: Inputs, rng: random.Random) -> None:
     case.source, case.notes, case.commands, case.flag_case = f"{command} flags", [" ".join(argv[1:])], [argv], True
 
 
-TARGETS = [(_intent_case, 0.45), (_profile_case, 0.2), (_plan_case, 0.2), (_flag_case, 0.15)]
+def _client_case(case: Case, inputs: Inputs, rng: random.Random) -> None:
+    """`bench --endpoint` against the hostile server, which misbehaves as `hostile_server.answer` says."""
+    url = f"{inputs.endpoint}/c/{inputs.seed}/{case.index}/v1"
+    argv = ["bench", "--endpoint", url, "--requests", str(rng.choice([1, 3, 5])), "--concurrency",
+            str(rng.choice([1, 2])), "--warmup", str(rng.choice([0, 0, 1])), "--timeout", "2", "--output-tokens", "4"]
+    argv += rng.choice([[], ["--slo", "ttft_p99=1s,tpot_p50=100ms"], ["--api", "completions"],
+                        ["--model", "fuzz-model"], ["--duration", "3"]])
+    argv += ["--json"] if case.index % 3 else []
+    case.source, case.notes = "bench client", [hostile_server.describe(inputs.seed, case.index)]
+    case.commands, case.flag_case = [argv], True
 
 
-def make_case(index: int, seed: int, inputs: Inputs) -> Case:
-    """Case `index`: the same for the same seed, whatever ran before it."""
+TARGETS = [(_intent_case, 0.4), (_profile_case, 0.18), (_plan_case, 0.18), (_flag_case, 0.14), (_client_case, 0.1)]
+
+
+def _target_name(builder: Any) -> str:
+    return builder.__name__.strip("_").removesuffix("_case")
+
+
+def make_case(index: int, seed: int, inputs: Inputs, only: tuple[str, ...] = ()) -> Case:
+    """Case `index`: the same for the same seed (and `only`, the targets to draw from), whatever ran before it."""
     rng = random.Random(f"{seed}/{index}")
-    builder = rng.choices([t for t, _ in TARGETS], weights=[w for _, w in TARGETS])[0]
-    case = Case(index, builder.__name__.strip("_").removesuffix("_case"), "", [])
+    targets = [(t, w) for t, w in TARGETS if not only or _target_name(t) in only]
+    builder = rng.choices([t for t, _ in targets], weights=[w for _, w in targets])[0]
+    case = Case(index, _target_name(builder), "", [])
     builder(case, inputs, rng)
     return case
 
@@ -746,14 +771,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="infra-fuzz-"))
     started = time.perf_counter()
     tally = Tally()
+    endpoint, stop_server = hostile_server.start()
     try:
-        inputs = prepare(work)
+        inputs = dataclasses.replace(prepare(work), endpoint=endpoint, seed=args.seed)
         pool = Pool(args.workers, work, args.memory_mb)
         try:
             _drive(pool, inputs, args, tally)
         finally:
             pool.close()
     finally:
+        stop_server()
         shutil.rmtree(work, ignore_errors=True)
     c = tally.counts
     return {"tried": sum(c.values()), "ok": c["ok"], "errors": c["error"], "tracebacks": c["traceback"],
@@ -771,7 +798,7 @@ def _drive(pool: Pool, inputs: Inputs, args: argparse.Namespace, tally: Tally) -
         for w in pool.idle():
             if next_index >= args.n:
                 break
-            case = make_case(next_index, args.seed, inputs)
+            case = make_case(next_index, args.seed, inputs, tuple(args.target or ()))
             for path, raw in case.files.items():
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(raw)
@@ -826,6 +853,8 @@ def main() -> int:
     ap.add_argument("--memory-mb", type=int, default=4096, help="address-space cap per worker (0: none)")
     ap.add_argument("--show", type=int, default=10, help="failing cases to list in the JSON")
     ap.add_argument("--progress", action="store_true", help="report every 100 cases on stderr")
+    ap.add_argument("--target", action="append", choices=[_target_name(t) for t, _ in TARGETS],
+                    help="draw cases from this target only (repeatable; default: all, weighted)")
     args = ap.parse_args()
     report = run(args)
     if args.json:

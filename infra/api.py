@@ -396,11 +396,14 @@ def bench_endpoint(url: str, *, model: str | None = None, api: str = "chat", con
                    intent: str | Path | None = None, plan: str | Path | None = None, service: str | None = None,
                    slo: str | None = None, warmup: int = 1, timeout_s: float = 60.0, seed: int = 0,
                    ignore_eos: bool = True, min_tokens: bool = False, progress: Any = None,
-                   max_failed: float | None = None) -> Any:
+                   max_failed: float | None = None, save: str | Path | None = None,
+                   markdown: str | Path | None = None, force: bool = False) -> Any:
     """Drive load against an OpenAI-compatible endpoint and measure it (`infra.bench.endpoint.EndpointResult`).
 
     The workload and objectives come from a plan's or an intent's service when given; the flags override them.
     `max_failed` is the share of requests that may fail (None: `infra.bench.verdict.DEFAULT_MAX_FAILED`).
+    `save` (the measurements, JSON Lines) and `markdown` (a report with PNG plots beside it) are checked before
+    any request is sent and written after the run; a file there with other content is replaced only with `force`.
     The API key comes from INFRA_BENCH_API_KEY or OPENAI_API_KEY. An unreachable endpoint raises EndpointError."""
     import os
 
@@ -412,7 +415,16 @@ def bench_endpoint(url: str, *, model: str | None = None, api: str = "chat", con
 
     if api not in ("chat", "completions"):
         raise IntentError(Problem(f"--api {api!r} is not known", Location(path="--api"), "use chat or completions"))
+    from infra.bench.run import saved_text
+    from infra.report.bench import endpoint_json, endpoint_markdown, plot_names
+
     check_client_flags(warmup=warmup, timeout_s=timeout_s, max_failed=max_failed)
+    if save is not None:
+        write_file(save, None, force=force)
+    if markdown is not None:
+        markdown = Path(markdown)
+        plan_writes(markdown.parent, dict.fromkeys([markdown.name, *plot_names(markdown)]), force=force,
+                    keep_foreign=True)
     source = source_from(Path(intent) if intent else None, Path(plan) if plan else None, service)
     load = plan_load(source, concurrency=concurrency, rate=rate, requests=requests, duration_s=duration_s,
                      input_tokens=input_tokens, output_tokens=output_tokens, seed=seed)
@@ -420,8 +432,14 @@ def bench_endpoint(url: str, *, model: str | None = None, api: str = "chat", con
                          api_key=os.environ.get("INFRA_BENCH_API_KEY") or os.environ.get("OPENAI_API_KEY"),
                          ignore_eos=ignore_eos, min_tokens=min_tokens, warmup=warmup, duration_s=duration_s,
                          seed=seed)
-    return run_bench(opts, load, source, parse_objectives(slo) if slo else None, progress,
-                     DEFAULT_MAX_FAILED if max_failed is None else max_failed)
+    result = run_bench(opts, load, source, parse_objectives(slo) if slo else None, progress,
+                       DEFAULT_MAX_FAILED if max_failed is None else max_failed)
+    if save is not None:
+        write_file(save, saved_text(result.bench), force=force)
+    if markdown is not None:
+        write_files(markdown.parent, endpoint_markdown(result, endpoint_json(result), markdown), force=force,
+                    keep_foreign=True, record=False)
+    return result
 
 
 def emulate(plan: str | Path | None, *, port: int, host: str = "127.0.0.1", service: str | None = None,

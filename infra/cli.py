@@ -387,6 +387,8 @@ def bench(
                                                      "plots beside it when matplotlib is installed).",
                                                      show_default=False)] = None,
     calibration: CalibrationOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace a --save or --markdown file (and its plots) that "
+                                        "holds something else.")] = False,
 ) -> None:
     """Drive load at a deployment, report TTFT/TPOT/ITL/E2E and goodput, and judge each objective (exit 3 on fail).
 
@@ -415,14 +417,15 @@ def bench(
                         output_tokens=parsed(parse_count, output_tokens, "--output-tokens", "256"), intent=intent,
                         plan_file=plan_file, service=service, slo=slo, warmup=warmup, timeout=timeout,
                         ignore_eos=ignore_eos, min_tokens=min_tokens, seed=seed, save=save, markdown=markdown,
-                        as_json=as_json, max_failed=parsed(parse_fraction, max_failed, "--max-failed", "1%"))
+                        as_json=as_json, max_failed=parsed(parse_fraction, max_failed, "--max-failed", "1%"),
+                        force=force)
         return
     result = api.bench(simulate=simulate, service=service, concurrency=concurrency,
                        rate=parsed(parse_rate, rate, "--rate", "20/s"), requests=requests,
                        input_tokens=parsed(parse_count, input_tokens, "--input-tokens", "2k"),
                        output_tokens=parsed(parse_count, output_tokens, "--output-tokens", "256"), seed=seed,
                        intent=intent, save=save, router=router, catalog_dirs=tuple(catalog or ()),
-                       calibration=calibration)
+                       calibration=calibration, force=force)
     data = result.to_json()
     if as_json:
         print(json.dumps(data, sort_keys=True))
@@ -570,7 +573,7 @@ def _bench_endpoint(endpoint: str, *, save: Path | None, markdown: Path | None, 
     from contextlib import nullcontext
 
     from infra import api
-    from infra.report.bench import endpoint_json, endpoint_markdown, print_endpoint
+    from infra.report.bench import endpoint_json, print_endpoint
 
     live = None
     if sys.stderr.isatty():
@@ -592,14 +595,8 @@ def _bench_endpoint(endpoint: str, *, save: Path | None, markdown: Path | None, 
                                     intent=kw["intent"], plan=kw["plan_file"], service=kw["service"], slo=kw["slo"],
                                     warmup=kw["warmup"], timeout_s=kw["timeout"], seed=kw["seed"],
                                     ignore_eos=kw["ignore_eos"], min_tokens=kw["min_tokens"], progress=progress,
-                                    max_failed=kw["max_failed"])
+                                    max_failed=kw["max_failed"], save=save, markdown=markdown, force=kw["force"])
     data = endpoint_json(result)
-    if save is not None:
-        from infra.bench.run import save as save_run
-
-        save_run(result.bench, save)
-    if markdown is not None:
-        endpoint_markdown(result, data, markdown)
     if as_json:
         print(json.dumps(data, sort_keys=True, separators=(",", ":")))
     else:

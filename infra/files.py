@@ -22,32 +22,6 @@ def _umask() -> int:
     return mask
 
 
-def write_atomic(path: str | Path, text: str | bytes) -> None:
-    """Write `text` (or bytes) to `path` through a temporary file in the same directory, then rename over the
-    target."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            # mkstemp makes the file private (0600); the file written keeps the mode of the one it replaces, or
-            # takes the one any new file gets under the umask, so that a repository's files stay readable.
-            os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())
-            if isinstance(text, bytes):
-                with os.fdopen(fd, "wb") as fb:
-                    fb.write(text)
-            else:
-                with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-                    fh.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError as exc:
-        raise InfraError(Problem(f"cannot write: {exc.strerror}", Location(str(path)),
-                                 "check that the directory exists and is writable")) from None
-
-
 RECORD = ".infra-written.json"
 """In a directory infra writes a tree into (plan -o, render -o, verify --write): the files it wrote there and their
 SHA-256. A file is infra's to replace or delete only while it still holds what infra wrote; everything else in the

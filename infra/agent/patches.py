@@ -249,7 +249,7 @@ def accept(intent_path: Path, outcome: Outcome, plan_dir: Path | None, *, planni
     """Write the patched intent over `intent_path` and plan it (into `plan_dir` when given) with the change recorded
     in the plan's provenance (after `previous` changes). Call only after the user confirmed. Refuses when the intent
     file changed since the patch was solved, so that no edit of the user's is overwritten."""
-    from infra.files import write_atomic
+    from infra.files import write_file
 
     if outcome.status != "solved" or outcome.text is None:
         raise IntentError(Problem(f"the patch is {outcome.status}, not solved", Location(str(intent_path)),
@@ -262,5 +262,6 @@ def accept(intent_path: Path, outcome: Outcome, plan_dir: Path | None, *, planni
          "accepted_by": accepted_by, "rationale": outcome.patch.rationale or None, "prompt_sha256": prompt_sha256}
         for r in outcome.records]
     changes = [{k: v for k, v in c.items() if v is not None or k == "after"} for c in changes]
-    write_atomic(intent_path, outcome.text)
+    # The user confirmed and the file still holds what the patch was solved on: replacing it is theirs to ask.
+    write_file(intent_path.resolve(), outcome.text, force=True)
     return planning.plan(intent_path, plan_dir, catalog_dirs=catalog_dirs, objective=objective, changes=changes)

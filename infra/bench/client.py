@@ -191,6 +191,9 @@ class StreamState:
         except ValueError:
             self.error = f"bad_sse: not JSON: {data[:80]!r}"
             return
+        except RecursionError:  # nesting deep enough to exhaust the decoder: no protocol event looks like that
+            self.error = f"bad_sse: nested too deeply: {data[:40]!r}"
+            return
         if not isinstance(obj, dict):
             self.error = f"bad_sse: not an object: {data[:80]!r}"
             return
@@ -243,7 +246,7 @@ def _model_ids(resp: httpx.Response) -> list[str]:
     """The model names a `/v1/models` answer lists; none when it is not the protocol's object."""
     try:
         data = resp.json()
-    except ValueError:
+    except (ValueError, RecursionError):
         return []
     models = data.get("data") if isinstance(data, dict) else None
     if not isinstance(models, list):

@@ -335,8 +335,8 @@ class Emulator:
             return self._fail(503, "the model is loading", "loading")
         try:
             body = json.loads(await request.body())
-        except ValueError:
-            return self._fail(400, "the body is not JSON", "bad_request")
+        except (ValueError, RecursionError):
+            return self._fail(400, "the body is not JSON (or is nested too deeply)", "bad_request")
         except ClientDisconnect:
             return self._fail(499, "the client went away", "client_disconnect")
         if not isinstance(body, dict):

@@ -21,7 +21,7 @@ from typing import Any
 
 from infra.bench.pipeline import PipelineVerdict, judge_pipeline, simulate_pipeline
 from infra.bench.run import simulate_service
-from infra.bench.verdict import Verdict
+from infra.bench.verdict import BEYOND, Verdict
 from infra.errors import InfeasibleError, IntentError
 from infra.planner.candidates import Corrections
 from infra.planner.types import DeploymentPlan
@@ -44,11 +44,17 @@ def _r(x: float | None, nd: int = 4) -> float | None:
 def _service_entry(name: str, verdict: Verdict, notes: list[str]) -> dict[str, Any]:
     objectives = []
     for o in verdict.objectives:
-        objectives.append({
+        entry = {
             "key": o.key, "target_ms": o.target_ms, "predicted_ms": _r(o.predicted_ms),
             "measured_ms": _r(o.measured_ms),
             "ci_ms": None if o.ci_ms is None else [_r(o.ci_ms[0]), _r(o.ci_ms[1])],
-            "n": o.n, "verdict": o.verdict, "reason": o.reason})
+            "n": o.n, "verdict": o.verdict, "reason": o.reason}
+        # A null that stands for infinity says so (failed requests count as infinitely slow).
+        if o.measured_ms is not None and not math.isfinite(o.measured_ms):
+            entry["measured_ms_note"] = BEYOND
+        if o.ci_ms is not None and not all(math.isfinite(x) for x in o.ci_ms):
+            entry["ci_ms_note"] = "failed requests, counted as infinitely slow, reach the interval"
+        objectives.append(entry)
     return {"service": name, "verdict": verdict.overall, "objectives": objectives,
             "attainment": _r(verdict.attainment), "goodput_rps": _r(verdict.goodput_rps), "failed": verdict.failed,
             "notes": notes}

@@ -452,8 +452,12 @@ class VerifiedObjective(PlanModel):
     """What the plan predicted (the slowest allocation's prediction at its planned load)."""
     measured_ms: float | None = None
     """The measured percentile; None when there was no sample or failed requests put it beyond any value."""
+    measured_ms_note: str | None = None
+    """Why `measured_ms` is null although there were samples (failed requests reach the percentile)."""
     ci_ms: list[float | None] | None = None
     """95% bootstrap interval of the measured percentile (None for an unbounded end)."""
+    ci_ms_note: str | None = None
+    """Why an end of `ci_ms` is null."""
     n: int
     verdict: Literal["pass", "fail", "inconclusive"]
     reason: str

@@ -252,33 +252,39 @@ def print_endpoint(console: Console, r: dict[str, Any]) -> None:
     print_bench(console, r)
 
 
-def _plots(result: Any, out: Path) -> tuple[list[str], str | None]:
-    """PNG plots beside `out` (latency CDFs, throughput over time); their file names, or why there are none."""
+PLOTS = ("latency-cdf", "throughput")
+
+
+def plot_names(out: Path) -> list[str]:
+    """The names of the PNG plots written beside the markdown report `out`."""
+    return [f"{out.stem}-{what}.png" for what in PLOTS]
+
+
+def _plots(result: Any, out: Path) -> tuple[dict[str, bytes], str | None]:
+    """PNG plots beside `out` (latency CDFs, throughput over time): name -> bytes, or why there are none."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return [], "plots need matplotlib: pip install 'infra[plots]'"
+        return {}, "plots need matplotlib: pip install 'infra[plots]'"
     import io
 
     import numpy as np
 
-    from infra.files import write_atomic
-
     records = [r for r in result.run.records if r.ok]
     if not records:
-        return [], "no request completed"
+        return {}, "no request completed"
+    names = dict(zip(PLOTS, plot_names(out)))
+    plots: dict[str, bytes] = {}
 
-    def save(fig: Any, what: str) -> str:
+    def save(fig: Any, what: str) -> None:
         buf = io.BytesIO()
         fig.tight_layout()
         fig.savefig(buf, format="png", metadata={"Software": None})
         plt.close(fig)
-        name = f"{out.stem}-{what}.png"
-        write_atomic(out.parent / name, buf.getvalue())
-        return name
+        plots[names[what]] = buf.getvalue()
 
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     series = {"TTFT": [r.ttft for r in records], "TPOT": [t for r in records if (t := r.tpot) is not None],
@@ -291,7 +297,7 @@ def _plots(result: Any, out: Path) -> tuple[list[str], str | None]:
     ax.set(xlabel="latency (ms)", ylabel="fraction of samples", title="latency CDFs")
     ax.grid(True, alpha=0.3)
     ax.legend()
-    names = [save(fig, "latency-cdf")]
+    save(fig, "latency-cdf")
     t0 = min(r.t_send for r in result.run.records)
     ends = np.asarray([r.end - t0 for r in records])
     edges = np.arange(0.0, np.floor(ends.max()) + 2.0)
@@ -308,14 +314,13 @@ def _plots(result: Any, out: Path) -> tuple[list[str], str | None]:
     handles, labels = ax.get_legend_handles_labels()
     more, more_labels = ax2.get_legend_handles_labels()
     ax.legend(handles + more, labels + more_labels, loc="lower center")
-    names.append(save(fig, "throughput"))
-    return names, None
+    save(fig, "throughput")
+    return plots, None
 
 
-def endpoint_markdown(result: Any, r: dict[str, Any], out: Path) -> list[Path]:
-    """A markdown report at `out` with PNG plots beside it (when matplotlib is installed); what was written."""
-    from infra.files import write_atomic
-
+def endpoint_markdown(result: Any, r: dict[str, Any], out: Path) -> dict[str, str | bytes]:
+    """A markdown report to write at `out`, with PNG plots beside it (when matplotlib is installed): the files by
+    their names in `out`'s directory."""
     plots, why = _plots(result, out)
     load = r["load"]
     how = f"{load['rate_rps']:g} req/s ({load['arrival']})" if "rate_rps" in load else \
@@ -344,11 +349,9 @@ def endpoint_markdown(result: Any, r: dict[str, Any], out: Path) -> list[Path]:
     lines += ([f"{failures[0].upper()}{failures[1:]}.", ""] if failures else [])
     lines += [f"**Verdict: {v['overall']}**", ""] + [f"- {n}" for n in r["notes"]] + [""]
     lines += [f"![{p}]({p})" for p in plots] if plots else [f"_No plots: {why}._"]
-    write_atomic(out, "\n".join(lines) + "\n")
-    return [out] + [out.parent / p for p in plots]
+    return {out.name: "\n".join(lines) + "\n", **plots}
 
 
-__all__ = ["endpoint_json", "endpoint_markdown", "print_bench", "print_endpoint", "print_pipeline_bench",
-           "print_verification",
-           "verification_markdown"]
+__all__ = ["endpoint_json", "endpoint_markdown", "plot_names", "print_bench", "print_endpoint",
+           "print_pipeline_bench", "print_verification", "verification_markdown"]
 

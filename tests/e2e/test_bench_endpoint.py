@@ -206,3 +206,22 @@ def test_the_completions_api(fixed):
     assert r.summary.completed == 4 and all(rec.output_tokens == 3 and rec.input_tokens == 16
                                             for rec in r.run.records)
     assert r.summary.metrics["ttft"].mean >= TTFT_MS
+
+
+def test_a_users_file_at_save_or_markdown_is_refused_before_any_request(fixed, tmp_path):
+    notes = tmp_path / "report.md"
+    notes.write_text("my own notes\n")
+    runs = tmp_path / "run.jsonl"
+    runs.write_text("{}\n")
+    served = _requests_served(fixed)
+    common = ("bench", "--endpoint", fixed, "--concurrency", "2", "--requests", "4", "--output-tokens", "2",
+              "--warmup", "0", "--json")
+    for flag, path in (("--markdown", notes), ("--save", runs)):
+        refused = infra(*common, flag, str(path))
+        assert refused.returncode == 1 and str(path) in refused.stderr and "--force" in refused.stderr
+        assert "Traceback" not in refused.stderr
+    assert _requests_served(fixed) == served  # refused before measuring: nothing was sent
+    assert notes.read_text() == "my own notes\n" and runs.read_text() == "{}\n"
+    forced = infra(*common, "--markdown", str(notes), "--save", str(runs), "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert "**Verdict:" in notes.read_text() and runs.read_text().count('"kind": "request"') == 4

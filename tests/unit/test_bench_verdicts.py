@@ -14,8 +14,18 @@ from infra.bench.client import MAX_USAGE_TOKENS, StreamState
 from infra.bench.emulator import check_options
 from infra.bench.endpoint import check_client_flags, plan_load
 from infra.bench.metrics import RequestRecord, distribution, json_number
-from infra.bench.verdict import DEFAULT_MAX_FAILED, judge, judge_failures, judge_objective, wilson
+from infra.bench.verdict import (
+    DEFAULT_MAX_FAILED,
+    ObjectiveVerdict,
+    Verdict,
+    judge,
+    judge_failures,
+    judge_objective,
+    wilson,
+)
+from infra.bench.verify import _service_entry
 from infra.errors import InfraError
+from infra.planner.types import VerifiedService
 
 
 def records(ok_ttfts_s, failed: int = 0, kind: str = "http_500") -> list[RequestRecord]:
@@ -214,3 +224,20 @@ def test_emulator_settings_outside_their_bounds_name_their_flag(kw, flag):
 def test_emulator_settings_within_bounds_pass():
     check_options(port=0, ttft_ms=0.0, itl_ms=None, error_rate=1.0, stall_rate=0.0, disconnect_rate=0.5,
                   stall_ms=3_600_000.0, slow_start=0.0, tokens_per_chunk=1)
+
+
+def test_a_verification_entry_writes_an_unbounded_percentile_as_null_with_its_reason():
+    beyond = ObjectiveVerdict("ttft_p99", 1000.0, math.inf, (900.0, math.inf), 40, "fail", "failed requests")
+    v = Verdict("fail", [beyond], 0.6, (0.5, 0.7), 1.0, 40, 13)
+    entry = _service_entry("chat", v, [])
+    o = entry["objectives"][0]
+    assert o["measured_ms"] is None and "infinitely slow" in o["measured_ms_note"]
+    assert o["ci_ms"] == [900.0, None] and "interval" in o["ci_ms_note"]
+    assert "Infinity" not in json.dumps(entry) and "NaN" not in json.dumps(entry)
+    VerifiedService.model_validate(entry)  # what the plan file holds accepts it
+
+
+def test_an_event_nested_past_the_decoders_recursion_fails_the_request_not_the_run():
+    state = StreamState(t_send=0.0)
+    state.feed("data: " + '{"choices":' + "[" * 100_000 + "]" * 100_000 + "}", 0.1)
+    assert state.error is not None and state.error.startswith("bad_sse: nested too deeply")
