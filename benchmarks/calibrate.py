@@ -1,7 +1,7 @@
 """Fit the performance model's efficiency factors to measured deployments, and report how well they generalise.
 
     python benchmarks/calibrate.py --csv ../shared/data/silicon_calibration.csv [--extra RUN.jsonl] [--write]
-                                   [--lomo [--jobs N]] [--json]
+                                   [--lomo] [--loao] [--jobs N] [--json]
 
 Fits, in log space with robust losses (Cauchy on TTFT, soft L1 on TPOT):
 1. pooled factors over every row (the fallback for unmeasured pairs);
@@ -20,8 +20,13 @@ on models it has never seen. A held-out model's rows on a framework/device pair 
 unmeasured pair does (`infra.perf.calibration.borrow`: the framework's closest measured device, with its
 architecture's multiplier traded for theirs), not the pooled ones: leave-one-model-out TTFT median 31.7% -> 31.1%,
 TPOT 20.2% -> 18.5% (held-out DeepSeek-R1 32.3/24.4% -> 31.4/21.9%). With `--write` their spread (quantiles of
-measured / predicted per mode) is committed too, as the error band every estimate reports. Requires scipy (in
-the `dev` extra).
+measured / predicted per mode) is committed too, as the error band every estimate reports.
+`--loao` refits with each device architecture held out (hopper, blackwell, blackwell-ultra) and predicts its rows
+with factors borrowed the way an estimate for a device no measurement fitted borrows them: the bias and spread of
+carrying factors to another device, which a held-out model's band never sees. With `--write` they are committed as
+`borrowed_bands`, the band of every estimate whose factors were borrowed (`infra.perf.calibration.borrowed_band`,
+widened for a vendor no measurement covers), which `slo.confidence` plans against. Requires scipy (in the `dev`
+extra).
 """
 
 from __future__ import annotations
@@ -254,6 +259,29 @@ def _fold(model: str) -> list[tuple[int, float, float]]:
     return [(i, ttft, tpot) for i, (_, ttft, tpot) in zip(held, score([_ITEMS[i] for i in held], p, g, s))]
 
 
+def _fold_architecture(arch: str) -> list[tuple[int, float, float]]:
+    """Fit without any device of architecture `arch` and predict its rows with factors borrowed the way an
+    estimate for an unmeasured device borrows them (`score`): (index into the cases, TTFT, TPOT)."""
+    p, g, s = fit_all([it for it in _ITEMS if _architecture(it[0].group) != arch])
+    held = [i for i, (case, _) in enumerate(_ITEMS) if _architecture(case.group) == arch]
+    return [(i, ttft, tpot) for i, (_, ttft, tpot) in zip(held, score([_ITEMS[i] for i in held], p, g, s))]
+
+
+def _run_fold(fold: tuple[str, str]) -> list[tuple[int, float, float]]:
+    kind, name = fold
+    return _fold(name) if kind == "model" else _fold_architecture(name)
+
+
+def measured_ranges(items: Prepared) -> dict[str, list[float]]:
+    """The shortest and longest mean prompt and answer the fitted rows ran (committed as `measured_ranges`): past
+    them the step times are the roofline's at factors fitted elsewhere (`infra.perf.calibration.unmeasured_regime`)."""
+    out = {}
+    for name in ("isl", "osl"):
+        values = [getattr(case.workload, name) for case, _ in items]
+        out[name] = [round(min(values), 1), round(max(values), 1)]
+    return out
+
+
 def fmt(block: dict) -> str:
     def pct(v):
         return "-" if v is None else f"{100 * v:5.1f}%"
@@ -268,6 +296,9 @@ def main() -> int:
     ap.add_argument("--out", default=str(OUT), help="where --write puts the factors")
     ap.add_argument("--lomo", action="store_true", help="also report leave-one-model-out figures")
     ap.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
+    ap.add_argument("--loao", action="store_true",
+                    help="also report leave-one-architecture-out figures: each device architecture's rows predicted "
+                         "with factors borrowed from the others (with --write, the band of unmeasured devices)")
     ap.add_argument("--group-by", choices=("pair", "framework", "none"), default=GROUP_BY,
                     help="share factors per framework/device pair, per framework, or not at all")
     ap.add_argument("--prior", type=float, default=PRIOR_STRENGTH, help="pull of the pooled factors on groups")
@@ -307,14 +338,34 @@ def main() -> int:
     figures: dict = {"in_sample": {k: in_sample[k] for k in ("n", "ttft_median_ape", "ttft_p90_ape",
                                                             "tpot_median_ape", "tpot_p90_ape")},
                      "skipped": len(skipped)}
+    global _ITEMS
+    _ITEMS = items
+    models = sorted({c.model for c, _ in items}) if args.lomo else []
+    archs = sorted({_architecture(c.group) for c, _ in items}) if args.loao else []
+    plan = [("model", m) for m in models] + [("architecture", a) for a in archs]
+    done: list[list[tuple[int, float, float]]] = []
+    if plan:
+        # Folds are independent fits: run them in worker processes (forked, so they share the compiled cases).
+        with multiprocessing.get_context("fork").Pool(max(1, min(args.jobs, len(plan)))) as pool:
+            done = pool.map(_run_fold, plan)
+    folds = done[:len(models)]
+    if args.loao:
+        borrowed: list[tuple[Case, float, float]] = []
+        for arch, rows in zip(archs, done[len(models):]):
+            scored = [(items[i][0], ttft, tpot) for i, ttft, tpot in rows]
+            borrowed += scored
+            print(f"held out {arch:22s}", fmt(summarize(scored, [])))
+        loao = summarize(borrowed, [])
+        print("leave-one-architecture-out", fmt(loao))
+        figures["loao"] = {k: loao[k] for k in ("n", "ttft_median_ape", "ttft_p90_ape", "tpot_median_ape",
+                                                "tpot_p90_ape")}
+        borrowed_bands = error_bands(borrowed)
+        for mode, band in borrowed_bands.items():
+            print(f"  borrowed band {mode:7s} measured/predicted p5..p95: TTFT {band['ttft']['p5']:.2f}.."
+                  f"{band['ttft']['p95']:.2f} (median {band['ttft']['p50']:.2f}), TPOT {band['tpot']['p5']:.2f}.."
+                  f"{band['tpot']['p95']:.2f} (median {band['tpot']['p50']:.2f})")
     if args.lomo:
         held: list[tuple[Case, float, float]] = []
-        models = sorted({c.model for c, _ in items})
-        global _ITEMS
-        _ITEMS = items
-        # Folds are independent fits: run them in worker processes (forked, so they share the compiled cases).
-        with multiprocessing.get_context("fork").Pool(max(1, min(args.jobs, len(models)))) as pool:
-            folds = pool.map(_fold, models)
         for model, rows in zip(models, folds):
             scored = [(items[i][0], ttft, tpot) for i, ttft, tpot in rows]
             held += scored
@@ -344,6 +395,7 @@ def main() -> int:
             "pooled": pooled.as_dict(),
             "architecture_scales": arch_scales,
             "devices": dict(sorted(devices.items())),
+            "measured_ranges": measured_ranges(items),
             "groups": {g: {"factors": f.as_dict(), "rows": sum(1 for c, _ in items if c.group == g)}
                        for g, f in sorted(groups.items())},
         }
@@ -351,6 +403,10 @@ def main() -> int:
             # Only a leave-one-model-out fit says how far predictions for unseen models land; without one the
             # estimates carry no band rather than a stale one.
             data["error_bands"] = bands
+        if args.loao:
+            # How far predictions land on a device whose architecture no measurement fitted, its factors borrowed
+            # (`infra.perf.calibration.borrowed_band`): wider than a held-out model's band, and off-centre.
+            data["borrowed_bands"] = borrowed_bands
         # A model whose own measurements were fitted is predicted closer than an unseen one: its in-sample band,
         # where it has enough rows of a mode to say.
         data["fitted_bands"] = {}

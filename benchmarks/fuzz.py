@@ -553,6 +553,8 @@ def _worker(conn: Any, work: str, memory_mb: int) -> None:
 # --- classification -----------------------------------------------------------------------------------------------
 
 LOCATED = re.compile(r"^error: [^\s:][^:]*:\d+(:\d+)?: ", re.M)
+NAMES_FILE = re.compile(r"^error: [^\s:]*\.(ya?ml|jsonl?|csv|j2)(:|\s|$)")
+"""An error whose first word is a file: it is about that file, so it must give the line, flag case or not."""
 
 
 def _reject_constant(token: str) -> Any:
@@ -615,7 +617,7 @@ def _classify_error(case: Case, cmd: str, stderr: str) -> tuple[str, str]:
     first = next((ln for ln in stderr.splitlines() if ln.startswith("error:")), "")
     if not first:
         return "wrong_exit", f"{cmd}: exit 1 without an `error:` line: {stderr.strip()[-200:]!r}"
-    if case.flag_case and (" — To fix: " in first or LOCATED.match(first)):
+    if case.flag_case and " — To fix: " in first and not NAMES_FILE.match(first):
         return "error", ""
     if LOCATED.match(first):
         return "error", ""

@@ -145,7 +145,7 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
          catalog_dirs: tuple[Path, ...] = (), progress: Any = None, objective: str = "cost",
          verify: bool = False, verify_requests: int | None = None, seed: int = 0,
          templates: str | Path | None = None, changes: list[dict[str, Any]] | None = None,
-         calibration: str | Path | None = None, force: bool = False) -> PlanResult:
+         calibration: str | Path | None = None, force: bool = False, target: str = "kubernetes") -> PlanResult:
     """Plan an intent: the cheapest deployment that meets every objective, or InfeasibleError (exit 2) with the
     conflict and the relaxations that would fix it. With `output`, writes plan.yaml, report.md and the rendered
     manifests (`manifests/`, from `templates` over the packaged ones) there, all or nothing, replacing only what
@@ -155,11 +155,14 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
     simulated and re-planned while objectives fail (`infra.bench.verify`); the result's `verification` says how
     it ended (`verdict` "fail" is exit 3 on the command line). `changes` (accepted edits of the intent,
     `infra.planner.types.Change` as data) are recorded in the plan's provenance. `calibration` is a file of
-    `infra calibrate` whose corrections every estimate takes (else the cluster profile's, if it names one)."""
+    `infra calibrate` whose corrections every estimate takes (else the cluster profile's, if it names one).
+    `target` is the stack the manifests are for (`infra.render.render_tree`)."""
+    from infra.catalog.targets import check_target
     from infra.errors import InfeasibleError
     from infra.planner.plan import build_plan
     from infra.report.plan import plan_markdown, plan_yaml
 
+    check_target(target)
     resolved = load_intent(path, catalog_dirs, calibration)
     if output is not None:  # refused now rather than after the search
         plan_writes(output, {"plan.yaml": None, "report.md": None}, force=force)
@@ -199,7 +202,7 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
         # the directory as it was.
         rendered = render_tree(DeploymentPlan.model_validate(data),
                                templates=Path(templates) if templates is not None else None,
-                               catalog_dirs=tuple(catalog_dirs), plan_file=str(out / "plan.yaml"))
+                               catalog_dirs=tuple(catalog_dirs), plan_file=str(out / "plan.yaml"), target=target)
         validation = _validate_rendered(rendered.files, plan_yaml(data), out, catalog_dirs)
         write_files(out, {"plan.yaml": plan_yaml(data), "report.md": report,
                           **{f"manifests/{rel}": text for rel, text in rendered.files.items()}},
@@ -291,7 +294,7 @@ def bench(*, simulate: str | Path | None = None, service: str | None = None, con
                 raise IntentError(Problem(f"{flag} does not apply to pipeline {service}, whose stages take their "
                                           "lengths and work from the plan", Location(path=flag),
                                           f"drop {flag}, or bench one LLM stage of the pipeline with --service"))
-        check_load(rate=rate, concurrency=concurrency)
+        check_load(rate=rate, concurrency=concurrency, requests=requests)
         return bench_pipeline(plan_doc, service, requests=DEFAULT_REQUESTS if requests is None else requests,
                               seed=seed, rate=rate, clients=concurrency, catalog=load_catalog(catalog_dirs),
                               intent=intent, plan_path=simulate)
@@ -317,17 +320,21 @@ class RenderResult:
 
 
 def render(plan_path: str | Path, output: str | Path | None = None, templates: str | Path | None = None,
-           catalog_dirs: tuple[Path, ...] = (), *, force: bool = False) -> RenderResult:
-    """Render a plan.yaml into a kustomize tree (MANIFESTS.md); with `output`, write it there all or nothing,
-    replacing and deleting only what infra wrote there before (`infra.files.write_files`) unless `force`."""
+           catalog_dirs: tuple[Path, ...] = (), *, force: bool = False, target: str = "kubernetes") -> RenderResult:
+    """Render a plan.yaml into a kustomize tree (MANIFESTS.md) for `target` (kubernetes, dynamo, llm-d, kserve);
+    with `output`, write it there all or nothing, replacing and deleting only what infra wrote there before
+    (`infra.files.write_files`) unless `force`."""
     from infra.planner.types import load_plan
     from infra.render import render_tree
 
+    from infra.catalog.targets import check_target
+
+    check_target(target)
     plan_obj = load_plan(plan_path)
     if output is not None:
         plan_writes(output, {}, force=force)
     rendered = render_tree(plan_obj, templates=Path(templates) if templates is not None else None,
-                           catalog_dirs=tuple(catalog_dirs), plan_file=str(plan_path))
+                           catalog_dirs=tuple(catalog_dirs), plan_file=str(plan_path), target=target)
     written = write_files(output, rendered.files, force=force, prune=("",)) if output is not None else []
     return RenderResult(rendered.files, rendered.notes, written)
 
@@ -337,7 +344,7 @@ def open_pr(intent: str | Path, repo: str | Path, *, plan_path: str | Path | Non
             github: str | None = None, github_api: str | None = None, allow_dirty: bool = False,
             sync: str | None = None, catalog_dirs: tuple[Path, ...] = (), body_file: str | Path | None = None,
             progress: Any = None, verify: bool = True, calibration: str | Path | None = None,
-            force: bool = False) -> Any:
+            force: bool = False, target: str = "kubernetes") -> Any:
     """Turn an intent's plan into a pull request on a GitOps repository: plan (or take `plan_path`, whose
     fingerprint must match the intent), render into `<root>/<service>/{base,overlays/<cluster>}`, keep the plan
     and intent under `<root>/.infra/<plan name>/`, commit on the PR branch when anything changed, and with `push`
@@ -357,8 +364,12 @@ def open_pr(intent: str | Path, repo: str | Path, *, plan_path: str | Path | Non
                     github_api=github_api or os.environ.get("GITHUB_API_URL") or DEFAULT_API,
                     allow_dirty=allow_dirty, sync=sync, body_file=Path(body_file) if body_file else None,
                     force=force, token=token or None)
+    from infra.catalog.targets import DEFAULT_TARGET, check_target
+
+    check_target(target)
     req = dataclasses.replace(req, command=reproduce_command(str(intent), req, tuple(str(d) for d in catalog_dirs),
-                                                             str(calibration) if calibration is not None else None))
+                                                             str(calibration) if calibration is not None else None)
+                              + (f" --target {target}" if target != DEFAULT_TARGET else ""))
     preflight(req)  # a dirty or missing repository is refused before planning, which takes seconds
     resolved = load_intent(intent, catalog_dirs, calibration)
     if plan_path is not None:
@@ -372,7 +383,7 @@ def open_pr(intent: str | Path, repo: str | Path, *, plan_path: str | Path | Non
     def render_files(p: DeploymentPlan) -> tuple[dict[str, str], list[str]]:
         from infra.render import render_tree
 
-        rendered = render_tree(p, catalog_dirs=tuple(catalog_dirs))
+        rendered = render_tree(p, catalog_dirs=tuple(catalog_dirs), target=target)
         return rendered.files, rendered.notes
 
     return prepare(typed, plan_yaml(typed.model_dump(mode="json", by_alias=True, exclude_none=True)), render_files,

@@ -23,7 +23,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-_state = {"debug": False}
+_state = {"debug": False, "wide": False}
 
 CatalogOpt = Annotated[
     Optional[list[Path]],
@@ -31,6 +31,12 @@ CatalogOpt = Annotated[
                  show_default=False),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+TargetOpt = Annotated[
+    str,
+    typer.Option("--target", help="Deployment target of the manifests: kubernetes (infra's own Deployments and "
+                 "LeaderWorkerSets), dynamo (NVIDIA Dynamo DynamoGraphDeployment), llm-d (llm-d model-service "
+                 "values with an InferencePool and endpoint picker) or kserve (KServe LLMInferenceService)."),
+]
 CalibrationOpt = Annotated[
     Optional[Path],
     typer.Option("--calibration", help="Calibration file from `infra calibrate`: correct the performance model "
@@ -40,20 +46,19 @@ CalibrationOpt = Annotated[
 
 
 def _console():
-    from rich.console import Console
+    from infra.report.console import make_console
 
-    import shutil
-
-    # Piped output keeps full table cells rather than folding them to 80 columns.
-    width = None if sys.stdout.isatty() else max(shutil.get_terminal_size((200, 24)).columns, 200)
-    return Console(highlight=False, width=width)
+    return make_console(wide=_state["wide"])
 
 
 @app.callback()
 def _main(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="Print tables at their full width (by default a table is "
+                                       "at most 100 columns, its cells wrapped).")] = False,
 ) -> None:
     _state["debug"] = debug
+    _state["wide"] = wide
 
 
 @app.command()
@@ -79,6 +84,7 @@ def plan(
     yes: Annotated[bool, typer.Option("--yes", help="With --agent: apply the model's recommended change without "
                                                     "asking (for scripts).")] = False,
     calibration: CalibrationOpt = None,
+    target: TargetOpt = "kubernetes",
     force: Annotated[bool, typer.Option("--force", help="With -o: write into a directory infra did not write, and "
                                                         "replace files there that infra did not write (or that "
                                                         "were changed since).")] = False,
@@ -91,7 +97,7 @@ def plan(
     from contextlib import nullcontext
 
     live = None
-    if sys.stderr.isatty():
+    if sys.stderr.isatty() and not as_json:  # a progress bar only for a person watching
         from rich.console import Console
         from rich.progress import Progress
 
@@ -106,7 +112,7 @@ def plan(
         try:
             result = api.plan(path, output, top=top, catalog_dirs=tuple(catalog or ()), progress=progress,
                               objective=objective, verify=verify, templates=templates, calibration=calibration,
-                              force=force)
+                              force=force, target=target)
         except InfraError as exc:
             if not agent or exc.exit_code != EXIT_INFEASIBLE:
                 raise
@@ -456,11 +462,12 @@ def render(
                                                         "were changed since).")] = False,
     catalog: CatalogOpt = None,
     as_json: JsonOpt = False,
+    target: TargetOpt = "kubernetes",
 ) -> None:
     """Render a plan into Kubernetes manifests: a kustomize base and a per-cluster overlay for every service."""
     from infra import api
 
-    result = api.render(plan_path, output, templates, tuple(catalog or ()), force=force)
+    result = api.render(plan_path, output, templates, tuple(catalog or ()), force=force, target=target)
     if as_json:
         print(json.dumps({"files": sorted(result.files), "notes": result.notes, "output": str(output)},
                          indent=2, sort_keys=True))
@@ -504,6 +511,7 @@ def pr_cmd(
     catalog: CatalogOpt = None,
     as_json: JsonOpt = False,
     calibration: CalibrationOpt = None,
+    target: TargetOpt = "kubernetes",
 ) -> None:
     """Turn the intent's plan into a pull request on a GitOps repository: manifests, plan and a reviewable body."""
     if argocd and flux:
@@ -513,7 +521,8 @@ def pr_cmd(
     result = api.open_pr(path, repo, plan_path=plan_file, root=root, cluster=cluster, base=base, branch=branch,
                          push=push, github=github, github_api=github_api, allow_dirty=allow_dirty,
                          sync="argocd" if argocd else "flux" if flux else None, catalog_dirs=tuple(catalog or ()),
-                         body_file=body_file, verify=verify, calibration=calibration, force=force)
+                         body_file=body_file, verify=verify, calibration=calibration, force=force,
+                         target=target)
     from infra.report.pr import pr_json, print_pr
 
     if as_json:
@@ -576,7 +585,7 @@ def _bench_endpoint(endpoint: str, *, save: Path | None, markdown: Path | None, 
     from infra.report.bench import endpoint_json, print_endpoint
 
     live = None
-    if sys.stderr.isatty():
+    if sys.stderr.isatty() and not as_json:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

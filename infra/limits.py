@@ -13,6 +13,8 @@ second, never take minutes or gigabytes: a 1 KB "billion laughs" file of nine al
 - `check_tree`: the same two bounds on data already parsed (JSON, PyYAML), counting shared objects the way a
   consumer walking the data would meet them, in time linear in the distinct objects.
 - `loads_json`: `json.loads` under those bounds.
+- `read_jsonl`: a JSON Lines file (traces, measurements, estimate cases) under the records size bound, each line
+  under the depth bound.
 """
 
 from __future__ import annotations
@@ -212,9 +214,45 @@ def loads_json(text: str, file: str, line: int | None = None, error: type[InfraE
     try:
         data = json.loads(text)
     except RecursionError:
-        raise too_deep(file, line, error=error) from None
-    check_tree(data, file, line, error)
+        raise too_deep(file, *((line, None) if line is not None else deep_point(text)), error=error) from None
+    if line is not None:
+        check_tree(data, file, line, error)
+        return data
+    try:
+        check_tree(data, file, None, error)
+    except error:
+        # JSON keeps no positions, and a JSON document shares no objects, so the breach is its nesting: where the
+        # brackets nest too deep in the text.
+        raise too_deep(file, *deep_point(text), error=error) from None
     return data
+
+
+def read_jsonl(path: str | Path, what: str, missing_fix: str = "check the path", limit: int = MAX_RECORDS_BYTES,
+               error: type[InfraError] = InfraError) -> list[tuple[int, dict]]:
+    """(line number, object) for every non-empty line of a JSON Lines file of at most `limit` bytes, each line
+    nested at most `MAX_DEPTH` deep; a located error otherwise."""
+    path = Path(path)
+    try:
+        lines = read_limited(path, what.removesuffix(" file"), limit, error).decode("utf-8").splitlines()
+    except FileNotFoundError:
+        raise error(Problem(f"{what} not found", Location(str(path), 1, 1), missing_fix)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(Problem(f"cannot read {what}: {exc}", Location(str(path), 1, 1),
+                            "save it as UTF-8 text, one JSON object per line")) from None
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = loads_json(line, str(path), n, error)
+        except json.JSONDecodeError as exc:
+            raise error(Problem(f"invalid JSON: {exc.msg}", Location(str(path), n, exc.colno),
+                                "write one JSON object per line")) from None
+        if not isinstance(obj, dict):
+            raise error(Problem("each line must be a JSON object", Location(str(path), n, 1),
+                                "write one JSON object per line")) from None
+        out.append((n, obj))
+    return out
 
 
 def shown(value: Any) -> str:
@@ -251,4 +289,5 @@ def clipped(problems: list[Problem]) -> list[Problem]:
 
 
 __all__ = ["MAX_ALIAS_NODES", "MAX_DEPTH", "MAX_DOCUMENT_BYTES", "MAX_RECORDS_BYTES", "MAX_SHOWN", "check_tree",
-           "clip", "clipped", "deep_point", "loads_json", "read_limited", "scan_yaml", "shown", "too_deep"]
+           "clip", "clipped", "deep_point", "loads_json", "read_jsonl", "read_limited", "scan_yaml", "shown",
+           "too_deep"]

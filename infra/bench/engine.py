@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from infra.errors import InfraError, Location, Problem
+from infra.errors import CatalogError, InfraError, Location, Problem
 
 BLOCK_SIZE = 16
 """Tokens per KV-cache block (vLLM's default); prefix-cache hits are whole blocks."""
@@ -495,7 +495,7 @@ def engine_model(plan: Any, service: str, allocation: int, role: str = "agg", ca
     `workload` (a `Workload` of the run's mean lengths), and the fixed latency before a request is scheduled
     grows (or shrinks) so that a request alone sees the corrected TTFT."""
     from infra.catalog.loader import load_catalog
-    from infra.perf.estimate import build_workers
+    from infra.perf.estimate import ShapeError, build_workers
     from infra.perf.shape import Deployment, Parallel, Role
     from infra.planner.candidates import slice_device
 
@@ -505,6 +505,21 @@ def engine_model(plan: Any, service: str, allocation: int, role: str = "agg", ca
                                  f"{', '.join(sorted(alloc.engines))})", Location(path=f"spec.services.{service}"),
                                  "use role " + " or ".join(sorted(alloc.engines))))
     catalog = catalog or load_catalog()
+    index = [s.name for s in plan.spec.services].index(service)
+
+    def at(*path: str | int) -> Location:
+        full = ("spec", "services", index, *path)
+        return plan.locate(full) if hasattr(plan, "locate") else Location(path=".".join(map(str, full)))
+
+    # What the plan names must be in the catalog; a name it lacks is told at the plan's line that gives it.
+    for kind, name, where in (("model", svc.model, ("model",)), ("device", alloc.device, ("allocations", allocation,
+                              "device")), ("device", alloc.decode_device, ("allocations", allocation, "decode_device")),
+                              ("framework", alloc.framework, ("allocations", allocation, "framework"))):
+        try:
+            if name is not None or kind == "model":
+                getattr(catalog, kind)(name or "")
+        except CatalogError as exc:
+            raise CatalogError([Problem(p.message, at(*where), p.fix) for p in exc.problems]) from None
     par = Parallel(**alloc.parallel.model_dump())
     decode_par = Parallel(**alloc.decode_parallel.model_dump()) if alloc.decode_parallel is not None else par
     roles = {name: Role(decode_par if name == "decode" else par, batch_cap=e.max_num_seqs, workers=1,
@@ -529,8 +544,17 @@ def engine_model(plan: Any, service: str, allocation: int, role: str = "agg", ca
         nics = [max((n.bandwidth_gbps for n in p.nics), default=0.0) for p in (pool, other)]
         cross = {"decode_memory_gb": other.device_memory_gb, "link_gbs": min(nics) / 8 if all(nics) else None}
     correction = calibration.correction(dep, workload) if calibration is not None else None
-    workers, cal, link = build_workers(dep, catalog, device_memory_gb=memory, device_spec=spec,
-                                       correction=correction, **cross)
+    try:
+        workers, cal, link = build_workers(dep, catalog, device_memory_gb=memory, device_spec=spec,
+                                           correction=correction, **cross)
+    except ShapeError as exc:
+        # The performance model speaks of "the deployment" (`deployment.decode`: its decode workers); here that is
+        # this allocation of the plan, so each problem is told at the allocation's layout in the plan file.
+        def layout(p: Problem) -> Location:
+            decode = p.location.path == "deployment.decode" and alloc.decode_parallel is not None
+            return at("allocations", allocation, "decode_parallel" if decode else "parallel")
+
+        raise ShapeError([Problem(p.message, layout(p), p.fix) for p in exc.problems]) from None
     worker = workers[role]
     per_token = 0.0
     if role == "prefill":

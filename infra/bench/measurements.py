@@ -23,13 +23,13 @@ from infra.bench.results import ResultPoint, read_results
 from infra.bench.run import allocation_deployment, pick_service
 from infra.catalog.loader import Catalog
 from infra.errors import InfraError, Location, Problem
-from infra.files import read_jsonl
+from infra.limits import MAX_RECORDS_BYTES, read_jsonl, read_limited
 from infra.perf.cases import EstimateCase, case_from
 from infra.perf.correction import load_calibration
 from infra.perf.recalibrate import Measured
 from infra.perf.replay import Case, REQUIRED_COLUMNS, load_rows, to_case
 
-MAX_BYTES = 256 << 20
+MAX_BYTES = MAX_RECORDS_BYTES
 """Largest measurement file read: these come from other teams and pull requests."""
 BOUNDS = {"ttft_ms": (0.01, 3.6e6), "tpot_ms": (0.01, 6e4), "isl": (1.0, 1e7), "osl": (1.0, 1e7)}
 """What a measured point may hold: a first token within a hundredth of a millisecond to an hour, a token every
@@ -74,18 +74,14 @@ def deployment_of_plan(plan: Any, service: str | None, plan_path: str, allocatio
 
 def _read(path: Path) -> bytes:
     try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise InfraError(Problem(f"measurement file of {size / 2**20:.0f} MiB is over the {MAX_BYTES >> 20} MiB "
-                                     "limit", Location(str(path)), "split it, or give the summary results only"))
-        return path.read_bytes()
+        return read_limited(path, "measurement", MAX_BYTES)
     except FileNotFoundError:
-        raise InfraError(Problem("measurement file not found", Location(str(path)), "check the path")) from None
+        raise InfraError(Problem("measurement file not found", Location(str(path), 1, 1), "check the path")) from None
     except IsADirectoryError:
-        raise InfraError(Problem("measurement path is a directory", Location(str(path)),
+        raise InfraError(Problem("measurement path is a directory", Location(str(path), 1, 1),
                                  "give the result files inside it")) from None
     except OSError as exc:
-        raise InfraError(Problem(f"cannot read measurement file: {exc.strerror}", Location(str(path)),
+        raise InfraError(Problem(f"cannot read measurement file: {exc.strerror}", Location(str(path), 1, 1),
                                  "check the file's permissions")) from None
 
 
@@ -97,7 +93,7 @@ def _kind(data: bytes) -> str:
         return "silicon-csv"
     try:
         obj = json.loads(first)
-    except ValueError:
+    except (ValueError, RecursionError):  # a line of brackets is no infra-bench record
         return "other"
     return "infra-bench" if isinstance(obj, dict) and obj.get("kind") in ("request", "case", "summary") else "other"
 

@@ -66,11 +66,11 @@ class RequestRecord:
 
 
 def parse_objective(key: str) -> tuple[str, str]:
-    """`ttft_p99` -> (`ttft`, `p99`)."""
+    """`ttft_p99` -> (`ttft`, `p99`); `tpot_mean` -> (`tpot`, `mean`)."""
     metric, _, pct = key.partition("_")
-    if metric not in METRICS or not pct.startswith("p"):
-        raise ValueError(f"unknown objective {key!r}; use <metric>_<percentile> with metric one of "
-                         f"{', '.join(METRICS)}, e.g. ttft_p99")
+    if metric not in METRICS or not (pct.startswith("p") or pct == "mean"):
+        raise ValueError(f"unknown objective {key!r}; use <metric>_<percentile> or <metric>_mean with metric one "
+                         f"of {', '.join(METRICS)}, e.g. ttft_p99")
     return metric, pct
 
 
@@ -85,7 +85,9 @@ def good(record: RequestRecord, objectives: dict[str, float]) -> bool:
     if not record.ok:
         return False
     for key, target_ms in objectives.items():
-        metric, _ = parse_objective(key)
+        metric, pct = parse_objective(key)
+        if pct == "mean":  # a bound on the average, not on any one request
+            continue
         value = {"ttft": record.ttft, "e2e": record.e2e, "tpot": record.tpot}.get(metric)
         if value is not None and value * 1000 > target_ms:
             return False
@@ -182,7 +184,7 @@ def summarize(records: list[RequestRecord], objectives: dict[str, float] | None 
     bound in ms and decides which requests are good; their percentiles are reported too. `itl_pool` gives pooled
     ITL as (gap seconds, occurrences) when the records carry no gaps of their own."""
     objectives = objectives or {}
-    pcts = sorted(set(PERCENTILES) | {parse_objective(k)[1] for k in objectives}, key=percentile_q)
+    pcts = sorted(set(PERCENTILES) | {parse_objective(k)[1] for k in objectives} - {"mean"}, key=percentile_q)
     done = [r for r in records if r.ok]
     failed = len(records) - len(done)
     if records:

@@ -42,7 +42,7 @@ import numpy as np
 
 from infra.bench.metrics import RequestRecord
 from infra.bench.workload import Load, RequestSpec
-from infra.errors import IntentError, Location, Problem
+from infra.errors import CatalogError, InfraError, IntentError, Location, Problem
 
 
 @dataclass
@@ -181,16 +181,42 @@ def _chunked(arrive: np.ndarray, ready: np.ndarray, servers: list[tuple[float, f
     return first, np.where(np.isfinite(arrive), done, np.nan), wait, bubble, busy
 
 
-def _stage_servers(plan: Any, entry: Any, work: dict[str, Any], catalog: Any) -> tuple[list[tuple[float, float]],
-                                                                                        float]:
+def _servers_within(plan: Any, servers: int, where: tuple[str | int, ...]) -> None:
+    """Refuse a stage served by more servers (cores, replicas) than one simulation holds."""
+    from infra.bench.simulate import MAX_ENGINES
+
+    if servers > MAX_ENGINES:
+        raise IntentError(Problem(f"the stage runs on {servers:,} servers (cores or replicas), above the "
+                                  f"{MAX_ENGINES:,} one simulation holds", plan.locate(where),
+                                  "simulate a plan of fewer replicas or cores (re-plan the intent)"))
+
+
+def _stage_servers(plan: Any, entry: Any, work: dict[str, Any], catalog: Any,
+                   where: tuple[str | int, ...] = ()) -> tuple[list[tuple[float, float]], float]:
     """(work seconds, fixed seconds) per replica of a non-LLM stage, and the share of its work done at its first
-    output — timed by the stage model, as the planner timed it."""
+    output — timed by the stage model, as the planner timed it. `where` is the stage's path in the plan, at which
+    the stage model's problems with its work are told."""
     from infra.intent.models import StageWork
     from infra.perf.calibration import lookup
     from infra.perf.stages import stage_load, stage_timing
 
-    model = catalog.model(entry.model)
-    load = stage_load(model, StageWork.model_validate(work))
+    at = ("spec", "services", [s.name for s in plan.spec.services].index(entry.name))
+    # A name the catalog lacks is told at the plan's line that gives it.
+    lookups = [(catalog.model, entry.model or "", (*at, "model"))] + [
+        (catalog.device, alloc.device, (*at, "allocations", a, "device")) for a, alloc in enumerate(entry.allocations)]
+    for find, name, named_at in lookups:
+        try:
+            find(name)
+        except CatalogError as exc:
+            raise CatalogError([Problem(p.message, plan.locate(named_at), p.fix) for p in exc.problems]) from None
+    model = catalog.model(entry.model or "")
+    _servers_within(plan, sum(a.replicas for a in entry.allocations), (*where, "unit"))
+    try:
+        load = stage_load(model, StageWork.model_validate(work))
+    except InfraError as exc:
+        # The stage model names the field of the stage it needs (`work.audio`); in the plan that is this stage's.
+        raise type(exc)([Problem(p.message, plan.locate((*where, *p.location.path.split("."))), p.fix)
+                         for p in exc.problems]) from None
     servers = []
     for alloc in entry.allocations:
         device = catalog.device(alloc.device)
@@ -323,9 +349,10 @@ def simulate_pipeline(plan: Any, service: str, *, requests: int = 2000, seed: in
         # has arrived; a request lost in any input is lost here (NaN).
         arrive = np.max([handed[i][0] for i in ins], axis=0) if ins else arrive0.copy()
         ready = np.max([handed[i][1] for i in ins], axis=0) if ins else arrive0.copy()
+        where = ("spec", "pipelines", [p.service for p in plan.spec.pipelines].index(service), "stages", k)
         if st.kind != "llm" and not st.work:
             raise IntentError(Problem(f"stage {st.name} of pipeline {service} records no work per request, which "
-                                      "its timing needs", Location(path=f"spec.pipelines.{service}.stages.{k}.work"),
+                                      "its timing needs", plan.locate(where),
                                       "re-plan the intent with this version of infra"))
         if st.kind == "llm":
             assert st.unit is not None
@@ -334,11 +361,12 @@ def simulate_pipeline(plan: Any, service: str, *, requests: int = 2000, seed: in
         else:
             if st.kind == "cpu":
                 seconds = float(_cpu_time(st.work))
+                _servers_within(plan, int(st.cpu_cores or 1), (*where, "cpu_cores"))
                 servers = [(seconds, 0.0)] * int(st.cpu_cores or 1)
                 fraction = 1.0
             else:
                 assert st.unit is not None
-                servers, fraction = _stage_servers(plan, _entry(plan, st.unit), st.work, catalog)
+                servers, fraction = _stage_servers(plan, _entry(plan, st.unit), st.work, catalog, where)
             first, end, wait, bubble, busy = _chunked(
                 arrive, ready, servers, fraction, None if st.kind == "cpu" else np.random.default_rng(seed + 101 + k))
             run = StageRun("", st.kind, st.unit, len(servers), arrive, first, end, end - bubble, bubble, busy,

@@ -28,10 +28,11 @@ from typing import Any
 import yaml
 
 from infra.errors import InfraError, Location, Problem
+from infra.limits import MAX_RECORDS_BYTES, check_tree, deep_point, loads_json, scan_yaml, too_deep
 
 FORMATS: tuple[str, ...] = ("vllm-bench", "sglang-bench", "genai-perf", "aiperf", "guidellm")
 
-MAX_BYTES = 256 * 1024 * 1024
+MAX_BYTES = MAX_RECORDS_BYTES
 """Bigger files are refused: a result file is kilobytes to megabytes, and these come from untrusted places."""
 
 _FIX = {
@@ -159,10 +160,7 @@ def _parse(path: Path, text: str, what: str) -> Any:
     if path.suffix.lower() in (".yaml", ".yml"):
         return _parse_yaml(name, text, what)
     try:
-        return json.loads(text)
-    except RecursionError:
-        raise _problem(f"{what} file is nested too deeply to read", name, "give the file as the tool wrote it") \
-            from None
+        return loads_json(text, name)
     except json.JSONDecodeError as exc:
         lines = _parse_lines(text)
         if any(isinstance(obj, dict) for _, obj in lines):
@@ -174,8 +172,11 @@ def _parse(path: Path, text: str, what: str) -> Any:
 
 
 def _parse_yaml(name: str, text: str, what: str) -> Any:
+    scan_yaml(text, name)  # nesting and alias bombs refused from the event stream, before a tree is built
     try:
-        return yaml.safe_load(text)
+        data = yaml.safe_load(text)
+        check_tree(data, name)
+        return data
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line, column = (mark.line + 1, mark.column + 1) if mark is not None else (None, None)
@@ -183,8 +184,7 @@ def _parse_yaml(name: str, text: str, what: str) -> Any:
         raise _problem(f"{what} file is not YAML: {reason}", name, "give the file as the tool wrote it", line,
                        column) from None
     except RecursionError:
-        raise _problem(f"{what} file is nested too deeply to read", name, "give the file as the tool wrote it") \
-            from None
+        raise too_deep(name, *deep_point(text)) from None
 
 
 def _parse_lines(text: str) -> _Lines:
@@ -193,9 +193,11 @@ def _parse_lines(text: str) -> _Lines:
         if not line.strip():
             continue
         try:
-            out.append((number, json.loads(line)))
-        except (ValueError, RecursionError) as exc:
+            out.append((number, loads_json(line, "", number)))
+        except ValueError as exc:
             out.append((number, _Broken(f"line is not JSON: {getattr(exc, 'msg', exc)}")))
+        except InfraError as exc:  # nested past the depth bound
+            out.append((number, _Broken(f"line is not JSON we read: {exc.problems[0].message}")))
     return out
 
 

@@ -22,6 +22,9 @@ from infra.errors import IntentError, Location, Problem
 from infra.files import write_file
 
 DEFAULT_REQUESTS = 2000
+MAX_SIMULATED_REQUESTS = 100_000
+"""Most requests one simulated run takes: a minute or so of simulation (the default is 2,000); each request's
+record stays in memory."""
 """Enough for a p99 objective to be judged (1,000 requests) with room for its interval."""
 
 
@@ -142,16 +145,25 @@ def _group_cases(plan: Any, service: str, sim: Any) -> list[dict[str, Any]]:
 
 
 def check_load(*, rate: float | None = None, concurrency: int | None = None, input_tokens: int | None = None,
-               output_tokens: int | None = None) -> None:
-    """The load flags of a simulated run: a rate or a concurrency, not both, and every one given above 0."""
+               output_tokens: int | None = None, requests: int | None = None) -> None:
+    """The load flags of a simulated run: a rate or a concurrency, not both, every one given above 0, and none
+    above what an intent may state (concurrency, lengths) or a simulation takes (`MAX_SIMULATED_REQUESTS`)."""
+    from infra.bench.client import MAX_USAGE_TOKENS
+    from infra.intent.models import MAX_CLIENTS
+
     if rate is not None and concurrency is not None:
         raise IntentError(Problem("give either a rate or a concurrency, not both", Location(path="--rate"),
                                   "drop --rate (closed loop) or --concurrency (open loop)"))
-    for flag, value in (("--rate", rate), ("--concurrency", concurrency), ("--input-tokens", input_tokens),
-                        ("--output-tokens", output_tokens)):
+    for flag, value, most in (("--rate", rate, None), ("--concurrency", concurrency, MAX_CLIENTS),
+                              ("--input-tokens", input_tokens, MAX_USAGE_TOKENS),
+                              ("--output-tokens", output_tokens, MAX_USAGE_TOKENS),
+                              ("--requests", requests, MAX_SIMULATED_REQUESTS)):
         if value is not None and value <= 0:
             raise IntentError(Problem(f"{value:g} is not positive", Location(path=flag),
                                       f"give {flag} above 0, or leave it out to use the plan's workload"))
+        if value is not None and most is not None and value > most:
+            raise IntentError(Problem(f"{value:,} is above the {most:,} a simulated run takes", Location(path=flag),
+                                      f"give {flag} {most} or less"))
 
 
 def simulate_service(plan: Any, *, service: str | None = None, requests: int = DEFAULT_REQUESTS, seed: int = 0,
@@ -163,7 +175,8 @@ def simulate_service(plan: Any, *, service: str | None = None, requests: int = D
     `calibration` (`infra.perf.correction.UserCalibration`), its engines corrected by it."""
     from infra.bench.simulate import simulate_plan
 
-    check_load(rate=rate, concurrency=concurrency, input_tokens=input_tokens, output_tokens=output_tokens)
+    check_load(rate=rate, concurrency=concurrency, input_tokens=input_tokens, output_tokens=output_tokens,
+               requests=requests)
     name = pick_service(plan, service, plan_path)
     svc, _ = plan_allocation(plan, name, 0)
     sim = simulate_plan(plan, name, requests=requests, seed=seed, router=router, catalog=catalog,  # type: ignore[arg-type]
@@ -221,5 +234,5 @@ def saved_text(result: BenchResult) -> str:
     return "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines)
 
 
-__all__ = ["DEFAULT_REQUESTS", "BenchResult", "allocation_deployment", "check_load", "pick_service", "predicted",
-           "save", "saved_text", "simulate_service"]
+__all__ = ["DEFAULT_REQUESTS", "MAX_SIMULATED_REQUESTS", "BenchResult", "allocation_deployment", "check_load",
+           "pick_service", "predicted", "save", "saved_text", "simulate_service"]

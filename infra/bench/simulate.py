@@ -29,6 +29,9 @@ from infra.perf.shape import Workload as MeanLoad
 
 Policy = Literal["least-loaded", "round-robin"]
 POLICIES = ("least-loaded", "round-robin")
+MAX_ENGINES = 100_000
+"""Most engines (attention groups) one simulated service may run: each is a scheduler in memory, and 100,000 take
+about 200 MB; a thousand replicas of eight data-parallel groups is a large fleet."""
 _FOREVER = 1 << 40
 
 
@@ -250,7 +253,7 @@ def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded"
         if res.gaps:
             gap_v.append(res.step_s)
             gap_w.append(res.gaps)
-        for req, gap in res.resumed:
+        for _req, gap in res.resumed:
             gap_v.append(gap)
             gap_w.append(1)
         role = e.role
@@ -305,6 +308,20 @@ def plan_groups(plan: Any, service: str, catalog: Any = None, calibration: Any =
     from infra.bench.engine import plan_allocation
 
     svc, _ = plan_allocation(plan, service, 0)
+    engines = 0
+    for a, alloc in enumerate(svc.allocations):
+        dp = alloc.parallel.attention_dp
+        per_replica = ((alloc.prefill_workers or 1) + (alloc.decode_workers or 1)) * dp if alloc.mode == "disagg" \
+            else dp
+        engines += alloc.replicas * per_replica
+        if engines > MAX_ENGINES:
+            index = [s.name for s in plan.spec.services].index(service)
+            raise IntentError(Problem(
+                f"service {service} runs {engines:,} engines up to this allocation (replicas x workers x "
+                f"attention_dp), above the {MAX_ENGINES:,} one simulation holds",
+                plan.locate(("spec", "services", index, "allocations", a, "replicas")),
+                "simulate a plan of fewer replicas (re-plan the intent), or measure the deployment itself with "
+                "--endpoint"))
     groups = []
     for a, alloc in enumerate(svc.allocations):
         dp = alloc.parallel.attention_dp
@@ -339,11 +356,11 @@ def service_load(plan: Any, service: str, *, requests: int, seed: int = 0, rate:
     try:
         workload = Workload.model_validate(svc.workload)
     except PydanticValidationError as exc:
+        # `load_plan` refuses such a plan with each problem's line; this is a plan made in memory.
         first = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first["loc"])
+        index = [s.name for s in plan.spec.services].index(service)
         raise IntentError(Problem(f"the plan's workload does not validate: {first['msg']}",
-                                  Location(str(plan_path) if plan_path else None,
-                                           path=f"spec.services.{service}.workload.{where}"),
+                                  plan.locate(("spec", "services", index, "workload", *first["loc"])),
                                   "re-plan the intent, or give --rate/--concurrency and token lengths")) from None
     base = _intent_dir(plan, intent, plan_path, workload)
     return generate(workload, requests=requests, seed=seed, base=base, rate=rate, concurrency=concurrency,
@@ -360,7 +377,7 @@ def _intent_dir(plan: Any, intent: str | Path | None, plan_path: str | Path | No
         if all((base / t).exists() for t in traced):
             return base
     raise IntentError(Problem(f"trace {traced[0]} of the plan's workload not found next to the intent {given}",
-                              Location(str(plan_path) if plan_path else None, path="spec.provenance.intent"),
+                              plan.locate(("spec", "provenance", "intent")),
                               "give --intent with the intent file the plan was made from"))
 
 

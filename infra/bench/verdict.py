@@ -30,12 +30,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Any, Literal
 
 import numpy as np
 
 from infra.bench.metrics import RequestRecord, json_number, parse_objective, percentile_q, summarize
 
+MIN_MEAN = 30
+"""Samples a mean objective needs before it is judged: where a normal interval for the mean starts to hold."""
 MIN_TAIL = 10
 """Samples that must lie beyond a percentile for it to be judged (p99: 1,000 requests; p50: 20)."""
 CONFIDENCE = 0.95
@@ -196,6 +199,8 @@ def judge_objective(key: str, target_ms: float, values: np.ndarray, weights: np.
                     seed: int = 0, predicted_ms: float | None = None) -> ObjectiveVerdict:
     """The verdict on one objective from its sample."""
     _, pct = parse_objective(key)
+    if pct == "mean":
+        return _judge_mean(key, target_ms, values, weights, predicted_ms)
     q = percentile_q(pct)
     n = round(float(weights.sum())) if weights is not None else len(values)
     need = math.ceil(MIN_TAIL / (1 - q / 100)) if q < 100 else None
@@ -203,6 +208,32 @@ def judge_objective(key: str, target_ms: float, values: np.ndarray, weights: np.
         return ObjectiveVerdict(key, target_ms, None, None, 0, "inconclusive", "no samples", predicted_ms)
     point, low, high, n = percentile_ci(values, q, weights=weights, seed=seed)
     verdict, reason = _outcome(target_ms, low, high, n, need, pct)
+    return ObjectiveVerdict(key, target_ms, point, (low, high), n, verdict, reason, predicted_ms)
+
+
+def mean_ci(values: np.ndarray, weights: np.ndarray | None = None,
+            confidence: float = CONFIDENCE) -> tuple[float, float, float, int]:
+    """(mean, low, high, samples) with a normal interval for the mean. A failed request counts as infinitely
+    slow, so any in the sample makes the mean, and both ends of its interval, infinite."""
+    v = np.asarray(values, dtype=float)
+    w = np.ones_like(v) if weights is None else np.asarray(weights, dtype=float)
+    n = round(float(w.sum()))
+    if not np.isfinite(v).all():
+        return math.inf, math.inf, math.inf, n
+    mean = float((v * w).sum() / w.sum())
+    if n < 2:
+        return mean, mean, mean, n
+    var = float((w * (v - mean) ** 2).sum() / (w.sum() - 1))
+    half = NormalDist().inv_cdf(0.5 + confidence / 2) * math.sqrt(var / n)
+    return mean, mean - half, mean + half, n
+
+
+def _judge_mean(key: str, target_ms: float, values: np.ndarray, weights: np.ndarray | None,
+                predicted_ms: float | None) -> ObjectiveVerdict:
+    if len(values) == 0:
+        return ObjectiveVerdict(key, target_ms, None, None, 0, "inconclusive", "no samples", predicted_ms)
+    point, low, high, n = mean_ci(values, weights)
+    verdict, reason = _outcome(target_ms, low, high, n, MIN_MEAN, "the mean")
     return ObjectiveVerdict(key, target_ms, point, (low, high), n, verdict, reason, predicted_ms)
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from infra.errors import IntentError, Location, Problem
-from infra.files import read_jsonl
 from infra.intent.models import LengthDistribution, Workload
+from infra.limits import read_jsonl
 from infra.planner.candidates import length_stats
 
 PREFIX_GROUPS = 8

@@ -15,6 +15,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from infra.catalog.schema import AttentionLayout, MLASpec, MoESpec, ModelSpec
 from infra.errors import CatalogError, Location, Problem
+from infra.limits import loads_json, read_limited
 
 
 def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
@@ -55,15 +56,18 @@ def count_params(**shape: Any) -> tuple[float, float]:
         total = layers * (p["attn"] + p["dense_ffn"]) + p["embed"]
         return total / 1e9, total / 1e9
     moe_layers = layers - moe.dense_layers
-    base = layers * p["attn"] + moe.dense_layers * p["dense_ffn"] + moe_layers * (p["shared"] + p["router"]) + p["embed"]
-    return (base + moe_layers * moe.experts * p["expert"]) / 1e9, (base + moe_layers * moe.active_experts * p["expert"]) / 1e9
+    base = (layers * p["attn"] + moe.dense_layers * p["dense_ffn"] + moe_layers * (p["shared"] + p["router"])
+            + p["embed"])
+    return ((base + moe_layers * moe.experts * p["expert"]) / 1e9,
+            (base + moe_layers * moe.active_experts * p["expert"]) / 1e9)
 
 
 def model_from_hf_config(path: Path) -> ModelSpec:
     """Build a ModelSpec from a config.json; errors name the file and the missing field."""
     file = str(path)
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
+        cfg = loads_json(read_limited(path, "model config", error=CatalogError).decode("utf-8"), file,
+                         error=CatalogError)
     except FileNotFoundError:
         raise CatalogError(Problem("model config.json not found", Location(file),
                                    "check the path, or use a catalog model name")) from None

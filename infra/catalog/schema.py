@@ -114,6 +114,19 @@ class Quirk(CatalogModel):
     """URL where the limitation is documented."""
 
 
+class Unplannable(CatalogModel):
+    """Why a device cannot be deployed with what the packaged catalog knows: no engine image from the vendor's or
+    the engine's official registry is pinned for it. The planner refuses the device with this reason while no
+    framework entry pins an image for it; a `--catalog` overlay giving one (frameworks/<name>.yaml, `images:
+    {<device>: <registry>/<image>:<tag>}`) makes it plannable."""
+
+    reason: str
+    """What is missing and where the vendor ships its engines instead (SDK tarball, build-it-yourself, internal
+    registry), in one sentence."""
+    source: Url
+    """Where the vendor or engine documents how its image is obtained."""
+
+
 class CpuSpec(CatalogModel):
     """What a CPU device (one socket) is made of, beyond the figures every device has: how many cores pods get with
     it and which instruction sets the engine's kernels use."""
@@ -159,6 +172,8 @@ class DeviceSpec(CatalogModel):
     """Board power."""
     cpu: CpuSpec | None = None
     """Cores and instruction sets, for CPU devices (vendor `cpu`, one socket each); unset for accelerators."""
+    unplannable: Unplannable | None = None
+    """Set where no official registry publishes a pinned engine image for the device: why, and where to look."""
 
     @model_validator(mode="after")
     def _cpu_for_cpus(self) -> DeviceSpec:
@@ -396,7 +411,10 @@ class EngineCli(CatalogModel):
     switches: list[EngineSetting] = []
     """Settings whose flag takes no value (given when the setting is on, e.g. vLLM `--enable-expert-parallel`)."""
     values: dict[EngineSetting, dict[str, str]] = {}
-    """Plan value -> engine spelling where they differ, e.g. `kv_cache_dtype: {fp8: fp8_e4m3}`."""
+    """Plan value -> engine spelling where they differ, e.g. `kv_cache_dtype: {fp8: fp8_e4m3}`. For
+    `kv_transfer_config` the keys are the roles (`prefill`, `decode`) and the value is the connector's JSON, in
+    which `${prefill_tp}`, `${prefill_dp}`, `${decode_tp}` and `${decode_dp}` stand for the plan's layout of each
+    role (tensor-parallel size, attention data-parallel groups) where the connector must know both sides."""
     negations: dict[EngineSetting, str] = {}
     """Flag given when a switch setting is off, e.g. `prefix_caching: --no-enable-prefix-caching`; a switch
     without one is simply left out when off."""
@@ -410,6 +428,21 @@ class EngineCli(CatalogModel):
     """Prometheus gauge of requests running on one engine, which autoscaling targets."""
     source: Url
     """URL of the engine's documentation of these arguments."""
+
+    @property
+    def kv_transfer(self) -> bool:
+        """Whether the engine states how prefill and decode workers hand the KV cache over: a disaggregation flag
+        or config-file key, or a `kv_transfer_config` flag with a connector for both roles. Without one, rendered
+        prefill and decode workers could not exchange a request's KV cache."""
+        stated = set(self.flags) | set(self.config_file.keys if self.config_file is not None else {})
+        if stated & {"disaggregation_mode", "disaggregation_transfer_backend"}:
+            return True
+        return "kv_transfer_config" in stated and {"prefill", "decode"} <= set(self.values.get("kv_transfer_config",
+                                                                                                 {}))
+
+
+KV_TRANSFER_SETTINGS = ("kv_transfer_config", "disaggregation_mode", "disaggregation_transfer_backend")
+"""Engine settings through which prefill and decode workers are told how to move the KV cache."""
 
 
 class EngineEnv(CatalogModel):

@@ -97,6 +97,32 @@ Percentile = Annotated[
 ]
 
 
+def statistic(value: Any) -> str:
+    """`mean`, or a percentile key (`p99`); ValueError otherwise."""
+    if str(value).strip().lower() == "mean":
+        return "mean"
+    try:
+        return _percentile(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is neither mean nor a percentile; write mean, p50, p90, p95, p99 or p99.9") \
+            from None
+
+
+def statistic_order(key: str) -> float:
+    """Where a statistic sorts among an objective's: the mean first, then the percentiles in order."""
+    return -1.0 if key == "mean" else percentile_value(key)
+
+
+Statistic = Annotated[
+    str,
+    BeforeValidator(statistic),
+    WithJsonSchema({"type": "string", "pattern": r"^([mM][eE][aA][nN]|[pP]\d{1,2}(\.\d+)?)$",
+                    "description": "The mean over requests, or a percentile: mean, p50, p90, p95, p99, p99.9."}),
+]
+"""What a latency objective bounds: the mean (as AIConfigurator and Dynamo state TTFT and TPOT) or a
+percentile."""
+
+
 class Metadata(Strict):
     """Identity of the document."""
 

@@ -18,12 +18,11 @@ from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
 from infra.errors import InfraError, IntentError, Location, Problem
-from infra.files import read_jsonl
 from infra.intent.base import API_VERSION
 from infra.intent.models import ServingIntent, stage_inputs
 from infra.intent.profile import ClusterProfile, ClusterProfileSpec
 from infra.intent.yamlio import PathKey, SourceMap, dotted, load_yaml, read_text
-from infra.limits import clipped, shown
+from infra.limits import clipped, read_jsonl, shown
 
 KINDS: dict[str, type[BaseModel]] = {"ServingIntent": ServingIntent, "ClusterProfile": ClusterProfile}
 
@@ -154,7 +153,7 @@ def problems_from_pydantic(exc: PydanticValidationError, root: type[BaseModel], 
             fix = f"add `{name}:`" + (f" ({doc})" if doc else "")
             location = smap.locate(parent, key=True)
             line, column = (location.line, location.column) if location.line else (1, 1)
-            location = Location(location.file, line, column, dotted(parent + (name,)))
+            location = Location(location.file, line, column, dotted(smap.base + parent + (name,)))
         elif kind == "literal_error":
             expected = str(err.get("ctx", {}).get("expected", ""))
             options = [o.strip().strip("'") for o in expected.replace(" or ", ",").split(",") if o.strip()]

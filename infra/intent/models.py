@@ -14,7 +14,8 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from infra.catalog.schema import ModelKind, Precision
-from infra.intent.base import API_VERSION, Metadata, Name, Percentile, Strict, percentile_value, require_unique
+from infra.intent.base import (API_VERSION, Metadata, Name, Percentile, Statistic, Strict, percentile_value,
+                               require_unique, statistic_order)
 from infra.intent.profile import ClusterProfileSpec, Conventions, CpuPool, Pool
 from infra.intent.units import Bytes, Count, Duration, Fraction, Money, MoneyPerHour, MoneyPerMTok, Rate
 
@@ -235,15 +236,17 @@ class Workload(Strict):
 
 
 class Slo(Strict):
-    """Latency objectives per request, each at one or more percentiles, e.g. `ttft: {p50: 200ms, p99: 500ms}`."""
+    """Latency objectives per request, each at one or more percentiles or the mean, e.g.
+    `ttft: {p50: 200ms, p99: 500ms}` or `tpot: {mean: 30ms}`. A mean bounds the average over requests; it is not a
+    bound on any one request, so it does not enter attainment."""
 
-    ttft: dict[Percentile, Duration] = {}
+    ttft: dict[Statistic, Duration] = {}
     """Time to first token: request sent to first token received."""
-    tpot: dict[Percentile, Duration] = {}
+    tpot: dict[Statistic, Duration] = {}
     """Time per output token after the first: (E2E - TTFT) / (output tokens - 1)."""
-    itl: dict[Percentile, Duration] = {}
+    itl: dict[Statistic, Duration] = {}
     """Inter-token latency: each gap between successive tokens."""
-    e2e: dict[Percentile, Duration] = {}
+    e2e: dict[Statistic, Duration] = {}
     """End to end: request sent to last token received."""
     attainment: Fraction | None = None
     """Fraction of requests that must meet every objective at once (goodput); unset checks each percentile on
@@ -274,7 +277,8 @@ class Slo(Strict):
     def _mapping(cls, value: Any, info) -> Any:
         if not isinstance(value, dict):
             raise ValueError(
-                f"{info.field_name} needs a percentile, e.g. `{info.field_name}: {{p99: {value}}}`"
+                f"{info.field_name} needs a percentile or the mean, e.g. `{info.field_name}: {{p99: {value}}}` or "
+                f"`{info.field_name}: {{mean: {value}}}`"
             )
         return value
 
@@ -285,7 +289,7 @@ class Slo(Strict):
         for k, v in value.items():
             if v <= 0:
                 raise ValueError(f"{metric}.{k} is {_ms(v)}; no request is that fast, give a time above zero")
-        ordered = sorted(value.items(), key=lambda kv: percentile_value(kv[0]))
+        ordered = sorted(((k, v) for k, v in value.items() if k != "mean"), key=lambda kv: percentile_value(kv[0]))
         for (ka, va), (kb, vb) in zip(ordered, ordered[1:]):
             if vb < va:
                 raise ValueError(
@@ -308,10 +312,10 @@ class Slo(Strict):
         return self
 
     def targets(self) -> list[tuple[str, str, float]]:
-        """Every objective as (metric, percentile, seconds), in a stable order."""
+        """Every objective as (metric, percentile or `mean`, seconds), in a stable order."""
         out = []
         for metric in ("ttft", "tpot", "itl", "e2e"):
-            for k, v in sorted(getattr(self, metric).items(), key=lambda kv: percentile_value(kv[0])):
+            for k, v in sorted(getattr(self, metric).items(), key=lambda kv: statistic_order(kv[0])):
                 out.append((metric, k, v))
         return out
 
@@ -514,6 +518,12 @@ class Service(Strict):
             raise ValueError("workload needs input_tokens and output_tokens (e.g. input_tokens: {mean: 2k})")
         if self.pipeline is not None and not self.pipeline:
             raise ValueError("pipeline is empty; list at least one stage")
+        if self.pipeline is not None:
+            means = [f"slo.{m}.mean" for m in ("ttft", "tpot", "itl", "e2e") if "mean" in getattr(self.slo, m)]
+            if means:
+                # Stages share a pipeline's budget by the tails of their latencies; a mean has no tail to share.
+                raise ValueError(f"{', '.join(means)}: a pipeline's objectives are percentiles, which its stages "
+                                 "split between them; write e.g. e2e: {p50: ...} instead of a mean")
         return self
 
 

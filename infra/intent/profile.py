@@ -32,9 +32,16 @@ class Nic(Strict):
     kind: Literal["infiniband", "roce", "ethernet", "efa"] = "ethernet"
     """Transport: infiniband or roce give RDMA; ethernet is TCP."""
     bandwidth: Bandwidth
-    """Line rate, e.g. 400Gbps."""
+    """Line rate, e.g. 400Gbps (above 0)."""
     pcie_root: str | None = None
     """PCIe root complex the NIC hangs off, to pair it with the device on the same root."""
+
+    @field_validator("bandwidth")
+    @classmethod
+    def _moves_data(cls, value: float) -> float:
+        if value <= 0:  # `0Gbps` carries nothing: every transfer over it would take forever
+            raise ValueError("bandwidth is 0; give the NIC's line rate, e.g. 400Gbps, or leave the NIC out")
+        return value
 
 
 class Topology(Strict):
@@ -121,6 +128,14 @@ class Pool(_Nodes, Strict):
     def _nodes_positive(cls, nodes: int | list[Node]) -> int | list[Node]:
         return _check_nodes(nodes)
 
+    @field_validator("allocatable_memory")
+    @classmethod
+    def _some_memory(cls, value: int | None) -> int | None:
+        if value is not None and value < 1 << 20:  # `1e-300GiB` is 0 bytes: a device that holds nothing
+            raise ValueError(f"allocatable_memory is {value} bytes, below 1MiB; give the memory per device the "
+                             "scheduler hands out, e.g. 60GiB")
+        return value
+
 
 def _check_nodes(nodes: int | list[Node]) -> int | list[Node]:
     if isinstance(nodes, int) and nodes < 1:
@@ -203,6 +218,14 @@ class DeviceResources(Strict):
     Threads, 1GiB for MetaX)."""
     cores: ResourceName | None = None
     """Resource for a compute share in percent, e.g. `nvidia.com/gpucores`."""
+
+    @field_validator("memory_unit")
+    @classmethod
+    def _whole_bytes(cls, value: int) -> int:
+        if value < 1:  # `1e-9MiB` is a byte's fraction: no memory slice can be counted in it
+            raise ValueError(f"memory_unit is {value} bytes; give the bytes of one unit of the memory resource, "
+                             "e.g. 1MiB")
+        return value
 
 
 class Crds(Strict):

@@ -57,11 +57,17 @@ class ResolvedIntent:
     packaged prior alone."""
 
 
+def model_ref(ref: str | None, base_dir: Path) -> str:
+    """The path of a config.json model (a service's or a pipeline stage's) as later stages read it: relative to the
+    current directory, as the intent's own path is; empty for a catalog model, which is looked up by name."""
+    if ref is None or not ref.endswith(".json"):
+        return ""
+    return ref if Path(ref).is_absolute() else str(base_dir / ref)
+
+
 def _model_ref(svc: Service, base_dir: Path) -> str:
     """The path of a service's config.json model as later stages read it (empty for a catalog model)."""
-    if svc.model is None or not svc.model.endswith(".json"):
-        return ""
-    return svc.model if Path(svc.model).is_absolute() else str(base_dir / svc.model)
+    return model_ref(svc.model, base_dir)
 
 
 def pool_device_memory_gb(pool: Pool, device: DeviceSpec) -> float:

@@ -151,7 +151,15 @@ def _at_most(x: float, limit: float, raw: Any, bound: str, fix: str) -> float:
     return x
 
 
+MIN_RATE_RPS = 1 / (366 * 86400.0)
+"""The slowest rate other than zero one rate may state: one request a year. Below it costs per request and spare
+capacity over the demand run past any float."""
+
+
 def _bounded_rate(rps: float, raw: Any) -> float:
+    if 0 < rps < MIN_RATE_RPS:
+        raise ValueError(f"{shown(raw)} is {rps:.3g} requests/s, below the one request a year a rate may "
+                         "state; give at least that, e.g. 1/day")
     if rps > MAX_RATE_RPS:
         raise ValueError(f"{shown(raw)} is {rps:.3g} requests/s, above the {MAX_RATE_RPS:g}/s one rate may state; "
                          "split the traffic into services")

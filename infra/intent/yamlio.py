@@ -31,6 +31,15 @@ class SourceMap:
     file: str
     keys: dict[PathKey, tuple[int, int]] = field(default_factory=dict)
     values: dict[PathKey, tuple[int, int]] = field(default_factory=dict)
+    base: PathKey = ()
+    """Where this map's paths start in the document (`within`); locations name the full field path."""
+
+    def within(self, prefix: PathKey) -> SourceMap:
+        """The map of the part of the document at `prefix` (a plan's copy of an intent's workload, validated on
+        its own): paths relative to it, locations still naming the whole field path."""
+        n = len(prefix)
+        return SourceMap(self.file, {k[n:]: v for k, v in self.keys.items() if k[:n] == prefix},
+                         {k[n:]: v for k, v in self.values.items() if k[:n] == prefix}, self.base + tuple(prefix))
 
     def locate(self, path: PathKey, data: Any = None, *, key: bool = False) -> Location:
         """The location of the deepest prefix of `path` that exists in the document.
@@ -46,7 +55,7 @@ class SourceMap:
                 break
             real = real[:-1]
         line, col = pos if pos else (None, None)
-        return Location(self.file, line, col, dotted(real))
+        return Location(self.file, line, col, dotted(self.base + real))
 
     @staticmethod
     def real_path(path: PathKey, data: Any) -> PathKey:

@@ -48,7 +48,14 @@ ELEMENTWISE_PASSES = 16
 NIC_GBS = 50.0
 """Per-device scale-out bandwidth when a worker spans scale-up domains: one 400 Gb/s NIC per device."""
 MOE_TILE_ROWS = 64
-"""Rows of the smallest tensor-core tile grouped-GEMM kernels use (64 or 128 on Hopper/Blackwell)."""
+"""Rows of the smallest tensor-core tile grouped-GEMM kernels use (64 or 128 on Hopper/Blackwell): an expert that
+one token picked still computes a tile of this many rows. On accelerators it costs nothing at small batches
+(64 rows of an 8- or 4-bit weight are 64-228 FLOPs per byte read, under every catalog GPU's and NPU's ratio of
+peak FLOPs to bandwidth, 150-1100), so the weight read still bounds the step."""
+CPU_TILE_ROWS = 1
+"""CPU engines' expert kernels (oneDNN, llama.cpp) run one row per token: a CPU's ratio of peak FLOPs to bandwidth
+(EPYC 9654: 32 FLOPs per byte) is under what a 64-row tile of 16-bit weights asks (64), so padding to accelerator
+tiles would price small-batch MoE decode on CPUs as compute-bound, twice the weight read it is."""
 COLLECTIVE_HOPS_ACROSS_NODES = 2
 """A collective that leaves the scale-up domain pays its fixed latency (the `collective_us` factor: launch,
 synchronisation and the small-message latency of NCCL or the framework's custom all-reduce) this many times."""
@@ -162,6 +169,8 @@ class Worker:
     state_bytes: float
     """Fixed per-sequence state on one device: the recurrent state and convolution inputs of linear-attention
     layers, whatever the context length."""
+    tile_rows: float = MOE_TILE_ROWS
+    """Rows an expert's GEMM computes at least (`MOE_TILE_ROWS`, `CPU_TILE_ROWS` on CPUs)."""
     step: Callable[..., float] = field(init=False, repr=False)
     """step(decode, context, prefill=0, prefill_context=0): seconds for one engine step of one attention group,
     `decode` sequences at mean `context` tokens plus `prefill` new tokens whose queries see `prefill_context`
@@ -228,6 +237,7 @@ def _stepper(w: Worker, mem_s: float) -> tuple[Callable[..., float], dict[str, f
     expert_fl, expert_bytes = w.expert_flops_per_row, w.expert_bytes_local
     moe_token = active * w.moe_layers_per_stage * f.moe_ns * 1e-9
     expert_step = experts * w.moe_layers_per_stage * f.expert_step_us * 1e-6
+    tile = w.tile_rows
     qk_scale, topk, window = w.prefill_qk_scale, w.sparse_topk, w.window
     sparse = topk < 1e18
     attn_qk, swa_qk, index_qk = w.attn_flops_per_qk, w.swa_flops_per_qk, w.indexer_flops_per_qk
@@ -253,8 +263,8 @@ def _stepper(w: Worker, mem_s: float) -> tuple[Callable[..., float], dict[str, f
             group_tokens = tokens * dp
             touched = experts_local * -math.expm1(group_tokens * miss)
             rows = group_tokens * active * experts_local / experts
-            if rows < touched * MOE_TILE_ROWS:
-                rows = touched * MOE_TILE_ROWS
+            if rows < touched * tile:
+                rows = touched * tile
             moe = rows * expert_fl / gemm_s
             if moe < touched * expert_bytes / mem_s:
                 moe = touched * expert_bytes / mem_s
@@ -290,7 +300,7 @@ def _stepper(w: Worker, mem_s: float) -> tuple[Callable[..., float], dict[str, f
 
     terms = dict(width_k=width_k, dense_fl=dense_fl, logit_fl=logit_fl, gemm_s=gemm_s, dense_read=dense_read,
                  experts=experts, experts_local=experts_local, active=active, dp=dp, miss=miss, expert_fl=expert_fl,
-                 expert_bytes=expert_bytes, mem_s=mem_s, moe_token=moe_token, expert_step=expert_step,
+                 expert_bytes=expert_bytes, mem_s=mem_s, moe_token=moe_token, expert_step=expert_step, tile=tile,
                  qk_scale=qk_scale, topk=topk, window=window, attn_qk=attn_qk, swa_qk=swa_qk, index_qk=index_qk,
                  kv_index=kv_index, kv_main=kv_main, kv_swa=kv_swa, state=state, attn_flops_s=attn_flops_s, bw=bw,
                  attn_eff=attn_eff, ar_fixed=ar_fixed, ar_token=ar_token, a2a_fixed=a2a_fixed, a2a_token=a2a_token,
@@ -487,4 +497,5 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
         ar_per_step=ar_per_step, ar_s_per_token=ar_s, a2a_per_step=a2a_per_step, a2a_s_per_token=a2a_s,
         a2a_peers=ep - 1 if moe else 0,
         pp=pp, stage_layers=layers / pp,
+        tile_rows=CPU_TILE_ROWS if device.vendor == "cpu" else MOE_TILE_ROWS,
     )

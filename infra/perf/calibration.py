@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 from importlib import resources
@@ -105,8 +106,9 @@ class Factors:
     wide expert parallelism (32-72 devices) pays several times the latency of 4-8 devices at small batches."""
 
     BOUNDS = {
-        "gemm": (0.05, 1.0), "mem": (0.1, MEM_CEILING), "attn": (0.02, 1.0), "comm": (0.05, 1.0), "step_ms": (0.0, 40.0),
-        "layer_us": (0.0, 500.0), "request_ms": (0.0, 500.0), "transfer_ms": (0.0, 2000.0), "queue": (0.0, 1.0),
+        "gemm": (0.05, 1.0), "mem": (0.1, MEM_CEILING), "attn": (0.02, 1.0), "comm": (0.05, 1.0),
+        "step_ms": (0.0, 40.0), "layer_us": (0.0, 500.0), "request_ms": (0.0, 500.0), "transfer_ms": (0.0, 2000.0),
+        "queue": (0.0, 1.0),
         "accept": (1.0, 3.0), "draft_tokens": (0.0, 8.0), "moe_ns": (0.0, 500.0), "collective_us": (1.0, 80.0),
         "a2a_peer_us": (0.0, 20.0), "expert_latency_ms": (0.0, 100.0), "expert_step_us": (0.0, 100.0),
         "recipe_accept": (1.0, 3.0), "recipe_decode": (0.3, 2.0), "balance_steps": (0.0, 200.0),
@@ -159,6 +161,9 @@ class Calibration:
     """Multiplier of predicted TTFT from the user's calibration (their step correction is already in `factors`)."""
     measured_level: str = ""
     """The level of the user's calibration that matched (`infra.perf.correction.LEVELS`), empty when none did."""
+    vendor_measured: bool = True
+    """Whether any measurement the factors were fitted to ran on a device of this device's vendor; when none did,
+    the factors carry `VENDOR_DERATE` and the error band its uncertainty (`borrowed_band`)."""
 
 
 @lru_cache(maxsize=1)
@@ -284,11 +289,77 @@ def calibrated_band(mode: str, level: str) -> ErrorBand | None:
     return ErrorBand(mode, band["n"], band["ttft"], band["tpot"], held.get("ttft"), held.get("tpot"), basis)
 
 
-def band_for(mode: str, model: str, calibrated: bool, measured_level: str = "") -> ErrorBand | None:
+VENDOR_DERATE = {"gemm": 0.75, "mem": 0.85, "attn": 0.75}
+"""Share of a borrowed NVIDIA device's efficiency assumed on a device of a vendor no measurement covers (`borrow`):
+vendor stacks beyond CUDA reach a smaller share of peak in every public comparison, so the point estimate takes the
+conservative side. It is a guess of the gap's size, not a measurement of it, so its band (`borrowed_band`) takes its
+own size as the spread of its error, one standard deviation in log space either way: compute-bound TTFT by the
+GEMM derate, bandwidth-bound TPOT by the memory one."""
+VENDOR_SIGMA = {"ttft": math.log(1 / VENDOR_DERATE["gemm"]), "tpot": math.log(1 / VENDOR_DERATE["mem"])}
+
+
+def measured_vendors() -> set[str]:
+    """Vendors of the devices the packaged factors were fitted on (a calibration written before devices recorded
+    their vendor was fitted on NVIDIA measurements alone)."""
+    return {d.get("vendor", "nvidia") for d in (_table().get("devices") or {}).values()}
+
+
+def _widened(ratios: dict[str, float], sigma: float) -> dict[str, float]:
+    """Ratio quantiles with an independent lognormal error of `sigma` added: each quantile's distance from the
+    median (in logs) combined with sigma x its normal quantile in quadrature, on its own side of the median."""
+    mid = math.log(ratios[band_key(0.5)])
+    out = {}
+    for key, value in ratios.items():
+        z = statistics.NormalDist().inv_cdf(_q(key))
+        gap = math.log(value) - mid
+        out[key] = round(math.exp(mid + math.copysign(math.hypot(gap, z * sigma), z or gap)), 4)
+    return out
+
+
+def borrowed_band(mode: str, vendor_measured: bool = True) -> ErrorBand | None:
+    """The error band of factors borrowed for a device no measurement fitted: quantiles of measured / predicted
+    over the rows of each device architecture predicted with factors the other architectures' rows gave
+    (`benchmarks/calibrate.py --loao`), which holds the bias and spread of carrying factors across devices that a
+    held-out model's band never saw; for a vendor no measurement covers, widened by `VENDOR_DERATE`'s own
+    uncertainty. None when the calibration was written without it."""
+    data = _table()
+    band = (data.get("borrowed_bands") or {}).get(mode)
+    if not band:
+        return None
+    basis = (f"leave-one-architecture-out, {band['n']} {mode} rows of {data.get('data')} predicted with factors "
+             f"borrowed from other architectures (fitted {data.get('fitted')})")
+    ttft, tpot = band["ttft"], band["tpot"]
+    if not vendor_measured:
+        ttft, tpot = _widened(ttft, VENDOR_SIGMA["ttft"]), _widened(tpot, VENDOR_SIGMA["tpot"])
+        basis += "; widened by the uncertainty of the derate for a vendor no measurement covers"
+    held = band.get("held") or {}
+    return ErrorBand(mode, band["n"], ttft, tpot, held.get("ttft"), held.get("tpot"), basis)
+
+
+def unmeasured_regime(isl: float, osl: float) -> list[str]:
+    """What a workload asks beyond the measurements the factors were fitted to (`measured_ranges`): prompts or
+    answers longer than any fitted row ran, where the attention and KV-cache terms grow past what the fit saw, so
+    the error band (measured on shorter ones) does not vouch for them. Empty within the ranges."""
+    ranges = _table().get("measured_ranges") or {}
+    out = []
+    for name, value, what in (("isl", isl, "prompts"), ("osl", osl, "answers")):
+        top = (ranges.get(name) or [None, None])[1]
+        if top is not None and value > top:
+            out.append(f"{what} of {value:,.0f} tokens on average are longer than any the calibration measured "
+                       f"({top:,.0f}): their attention and KV-cache time is the roofline's, beyond the error band's "
+                       "evidence")
+    return out
+
+
+def band_for(mode: str, model: str, calibrated: bool, measured_level: str = "",
+             vendor_measured: bool = True) -> ErrorBand | None:
     """The error band of an estimate: the narrower band of a user's calibration where it matched this model on
     this framework and device, or the exact deployment (`measured_level`), else the model's own in-sample band
-    when the packaged factors were fitted on this pair (`calibrated`), else the held-out one."""
+    when the packaged factors were fitted on this pair (`calibrated`), else, for factors borrowed from another
+    device, the band of borrowed factors (wider again for a vendor never measured), else the held-out one."""
     band = calibrated_band(mode, measured_level) if measured_level else None
+    if band is None and not calibrated:
+        band = borrowed_band(mode, vendor_measured)
     return band or error_band(mode, model if calibrated else None)
 
 
@@ -298,9 +369,10 @@ def _device_distance(a: dict[str, Any], b: DeviceSpec) -> float:
 
 
 def device_point(device: DeviceSpec) -> dict[str, Any]:
-    """What `borrow` compares devices by (memory bandwidth and 16-bit peak) and their architecture."""
+    """What `borrow` compares devices by (memory bandwidth and 16-bit peak), their architecture and vendor."""
     peak = device.tflops.get("bf16") or device.tflops.get("fp16") or next(iter(device.tflops.values()))
-    return {"bw": device.memory_bandwidth_tbps.value, "bf16": peak.value, "architecture": device.architecture}
+    return {"bw": device.memory_bandwidth_tbps.value, "bf16": peak.value, "architecture": device.architecture,
+            "vendor": device.vendor}
 
 
 def borrow(framework: str, device: DeviceSpec, groups: dict[str, Factors], devices: dict[str, dict[str, Any]],
@@ -329,10 +401,10 @@ def borrow(framework: str, device: DeviceSpec, groups: dict[str, Factors], devic
              for n in mine if n in lender and lender[n] > 0}
     if trade:
         borrowed = replace(borrowed, **trade)
-    if device.vendor != "nvidia":
-        # Vendor stacks beyond CUDA reach a smaller share of peak in every public comparison; until measured,
-        # take the conservative side rather than the optimistic one.
-        borrowed = replace(borrowed, gemm=borrowed.gemm * 0.75, mem=borrowed.mem * 0.85, attn=borrowed.attn * 0.75)
+    if device.vendor not in {d.get("vendor", "nvidia") for d in devices.values()}:
+        # Vendor stacks beyond the measured one reach a smaller share of peak in every public comparison; until
+        # measured, take the conservative side rather than the optimistic one (`VENDOR_DERATE`).
+        borrowed = replace(borrowed, **{n: getattr(borrowed, n) * v for n, v in VENDOR_DERATE.items()})
     return best, borrowed, dist, device.architecture if trade else ""
 
 
@@ -343,9 +415,11 @@ def lookup(framework: str, device: DeviceSpec) -> Calibration:
     key = f"{framework}/{device.name}"
     if key in groups:
         return Calibration(groups[key], True, f"fit:{key}")
+    vendor = device.vendor in measured_vendors()
     got = borrow(framework, device, groups, data.get("devices", {}), data.get("architecture_scales"))
     if got is not None:
         best, borrowed, dist, arch = got
-        return Calibration(borrowed, False, f"borrowed:{best}", round(dist, 3), arch)
+        return Calibration(borrowed, False, f"borrowed:{best}", round(dist, 3), arch, vendor_measured=vendor)
     pooled = data.get("pooled") or {}
-    return Calibration(Factors(**pooled) if pooled else Factors(), False, "defaults", float("inf"))
+    return Calibration(Factors(**pooled) if pooled else Factors(), False, "defaults", float("inf"),
+                       vendor_measured=vendor)

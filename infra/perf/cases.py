@@ -8,16 +8,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from infra.catalog.hfids import checkpoint_precision
 from infra.catalog.loader import Catalog
 from infra.errors import InfraError, Location, Problem
-from infra.files import read_jsonl
-from infra.intent.base import Strict
+from infra.intent.base import Strict, statistic
 from infra.intent.models import MAX_CV
 from infra.intent.units import Count, Duration, Fraction, Rate, parse_duration
+from infra.limits import read_jsonl
 from infra.perf.correction import UserCalibration, with_ttft
 from infra.perf.estimate import (
     TRICKLE_RPS,
@@ -107,6 +107,15 @@ class EstimateCase(RoleCase):
     """Objectives, e.g. {ttft_p99: 300ms, tpot_p99: 40ms}: the ones max_rate must meet, else checked at the load
     given."""
 
+    @field_validator("slo")
+    @classmethod
+    def _positive(cls, value: dict[str, float]) -> dict[str, float]:
+        for key, target in value.items():  # as an intent's objectives: a target of zero is met by nothing
+            if target <= 0:
+                raise ValueError(f"objective {key} is {target * 1000:g}ms, and no request is that fast; give a "
+                                 "time above zero")
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> EstimateCase:
         if self.max_rate:
@@ -119,8 +128,13 @@ class EstimateCase(RoleCase):
             raise ValueError("give exactly one of concurrency (closed loop) or rate (open loop)")
         for key in self.slo:
             metric, _, pct = key.partition("_")
-            if metric not in _SLO_METRICS or not pct.startswith("p"):
-                raise ValueError(f"objective {key!r} is not metric_percentile; write e.g. ttft_p99 or tpot_p50")
+            try:
+                statistic(pct)
+            except ValueError:
+                metric = ""
+            if metric not in _SLO_METRICS:
+                raise ValueError(f"objective {key!r} is not metric_percentile or metric_mean; write e.g. ttft_p99, "
+                                 "tpot_p50 or ttft_mean")
         if self.mode == "disagg" and (self.prefill is None or self.decode is None):
             raise ValueError("a disaggregated deployment needs prefill and decode layouts; add both")
         if self.mode == "agg" and (self.prefill is not None or self.decode is not None):

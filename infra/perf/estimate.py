@@ -15,7 +15,7 @@ from infra.catalog.loader import Catalog
 from infra.catalog.schema import DeviceSpec, FrameworkSpec, ModelSpec
 from infra.errors import InfraError, Location, Problem
 from infra.perf.arch import GB, NIC_GBS, MemoryFit, Worker, compile_worker, kv_precision_for
-from infra.perf.calibration import Calibration, Factors, band_for, lookup, measured_models
+from infra.perf.calibration import Calibration, Factors, band_for, lookup, measured_models, unmeasured_regime
 from infra.perf.correction import Correction, scaled, with_ttft
 from infra.perf.serving import (
     PERCENTILES,
@@ -127,7 +127,7 @@ class Estimate:
         model's own measurements (when fitted, on a calibrated framework and device) or held-out models'
         measurements; a device the factors were not fitted on adds error this does not hold."""
         band = band_for(self.deployment.mode, self.deployment.model, self.calibration.calibrated,
-                        self.calibration.measured_level)
+                        self.calibration.measured_level, self.calibration.vendor_measured)
         p = self.prediction
         if band is None or not p.stable:
             return None
@@ -273,7 +273,7 @@ class Compiled:
         `infra.perf.vector`)."""
         devices = sum(w.parallel.devices * pred.workers.get(name, 1) for name, w in self.workers.items())
         return Estimate(self.deployment, load, pred, {name: w.memory for name, w in self.workers.items()},
-                        self.calibration, devices, self.notes)
+                        self.calibration, devices, self.notes + unmeasured_regime(load.isl, load.osl))
 
 
 def compile_deployment(dep: Deployment, catalog: Catalog, *, device_memory_gb: float | None = None,
@@ -305,7 +305,7 @@ def objective_value(pred: Prediction, metric: str, pct: str) -> float:
     """Seconds the prediction gives a (metric, percentile) objective; a percentile it does not carry is read at the
     next one above it (p99.5 at p99.9)."""
     values = getattr(pred, metric)
-    value = values.get(pct)
+    value = values.get(pct)  # `mean` included: every prediction carries the mean of each metric
     if value is None:
         value = values["p99.9"] if float(pct[1:]) > 99 else values["p99"]
     return value

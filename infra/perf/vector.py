@@ -43,7 +43,7 @@ from types import EllipsisType
 import numpy as np
 
 from infra.perf import serving
-from infra.perf.arch import GB, MOE_TILE_ROWS, Worker
+from infra.perf.arch import GB, Worker
 from infra.perf.serving import _CHUNK_Z, _PHI, CHUNK_POINTS, PERCENTILES, Prediction, z_of
 from infra.perf.shape import Role, Workload
 
@@ -64,9 +64,9 @@ _NO_SLOTS = 1 << 30
 _STEP_TERMS = ("width_k", "dense_fl", "logit_fl", "gemm_s", "dense_read", "experts", "experts_local", "active", "dp",
                "miss", "expert_fl", "expert_bytes", "mem_s", "moe_token", "expert_step", "qk_scale", "topk",
                "window", "attn_qk", "swa_qk", "index_qk", "kv_index", "kv_main", "kv_swa", "state", "attn_flops_s",
-               "bw", "attn_eff", "ar_fixed", "ar_token", "a2a_fixed", "a2a_token", "elem", "pp", "fixed")
+               "bw", "attn_eff", "ar_fixed", "ar_token", "a2a_fixed", "a2a_token", "elem", "pp", "fixed", "tile")
 """The coefficients `arch._stepper`'s closure prices a step with (its flags `ar`, `a2a` and `sparse` aside)."""
-_EXPERT_TERMS = ("experts_local", "active", "miss", "expert_fl", "expert_bytes", "moe_token", "expert_step")
+_EXPERT_TERMS = ("experts_local", "active", "miss", "expert_fl", "expert_bytes", "moe_token", "expert_step", "tile")
 """The step coefficients of routed experts, all 0 for a dense worker."""
 _WORKER_TERMS = ("accept", "request_s", "hold_steps", "kv_full", "kv_swa_token", "state_bytes", "kv_gb")
 """What the serving model reads from a worker besides its step: factors, per-request latency, memory."""
@@ -234,7 +234,7 @@ class _Pricer:
             # `_pack`), as the scalar step that leaves the term out.
             group_tokens = tokens * k.dp
             touched = k.experts_local * -c.expm1(group_tokens * k.miss)
-            rows = np.maximum(group_tokens * k.active * k.experts_local / k.experts, touched * MOE_TILE_ROWS)
+            rows = np.maximum(group_tokens * k.active * k.experts_local / k.experts, touched * k.tile)
             moe = np.maximum(rows * k.expert_fl / k.gemm_s, touched * k.expert_bytes / k.mem_s)
             moe = moe + tokens * k.moe_token
             if np.ndim(prefill):
@@ -427,7 +427,9 @@ def _least_fixed_point(g: Callable[[_Cases, np.ndarray], np.ndarray], c: _Cases,
 def _excess(c: _Cases, t: np.ndarray) -> np.ndarray:
     """`_mixed_step`'s `excess`: how far a step of t seconds is longer than the step carrying the prompt tokens
     that arrive during it (c carries the batch `b` and the `room` its decodes leave)."""
-    prompt = np.minimum(c.lam * c.isl_eff * t, c.room)
+    # At least one chunk on the busiest attention-DP group where other groups' prompts stall this one's steps.
+    floor = np.where(c.stall > 1, np.minimum(c.isl_eff, c.room), 0.0)
+    prompt = np.minimum(np.maximum(c.lam * c.isl_eff * t, floor), c.room)
     if c.n <= _FEW_STEPS:
         return t - _step(c, c.b, c.ctx, prompt, c.half_isl)
     price = c.__dict__.get("_price")
@@ -441,7 +443,7 @@ def _mixed_step(c: _Cases, b: np.ndarray) -> np.ndarray:
     arrives per step, inf past the wall, else the fixed point inside [base, full] by regula falsi. `b` is an
     array over the elements, or (j, n) for j batches of each element."""
     if c.n <= _FEW:
-        return _one_by_one(c, serving._mixed_step, b, c.ctx, c.lam, c.isl_eff, c.isl, c.chunk)
+        return _one_by_one(c, serving._mixed_step, b, c.ctx, c.lam, c.isl_eff, c.isl, c.chunk, c.stall)
     # `_chunk_cost`: the decode step, and the step with a chunk in the room the decodes leave. The decode step
     # is priced with the prompt context the chunk has, which changes nothing when there is no prompt token.
     room = np.maximum(c.chunk - b, 1.0)
@@ -449,9 +451,9 @@ def _mixed_step(c: _Cases, b: np.ndarray) -> np.ndarray:
     base = price()
     chunks, extra = np.maximum(1.0, c.isl_eff / room), price(np.minimum(c.isl_eff, room)) - base
     rate = c.lam
-    load = rate * chunks * extra
+    load = rate * c.stall * chunks * extra
     line = base / (1 - load)
-    settled = (load < 1) & (rate * line * chunks <= 1)
+    settled = (load < 1) & (rate * c.stall * line * chunks <= 1)
     # A rate of 0 (which a Workload never has) steps the decodes alone: `base`.
     t = np.where(settled, line, base)
     rest = (rate > 0) & ~settled
@@ -486,6 +488,7 @@ def _full_step(c: _Cases, b: np.ndarray) -> np.ndarray:
 
 def _token_time(c: _Cases, n: np.ndarray) -> np.ndarray:
     """`open_loop_agg`'s `token_time`: the mean token time at a batch of n, every step full past the wall."""
+    n = np.maximum(n, 1.0)  # `open_loop_agg`'s `decoding`
     t_n = _mixed_step(c, n)
     wall = ~np.isfinite(t_n)
     if wall.any():
@@ -559,7 +562,12 @@ def _queue_percentiles(c: _Cases, service: np.ndarray, wait: np.ndarray, rho: np
         queued = np.where((rho > tail) & (rho > 0), (wait / rho) * np.log(rho / tail), 0.0)
         known = c.known[k]
         own = np.where(np.isnan(known), _lognormal_q(service, c.isl_cv, z), service * known)
-        out[k + 1] = extra + own + queued + phase * q
+        if q <= 0.5:
+            out[k + 1] = extra + own + queued + phase * q
+            continue
+        # Independent parts: the root sum of squares of their excesses over their means (see serving).
+        out[k + 1] = out[0] + np.sqrt(_square(np.maximum(own - service, 0.0)) + _square(np.maximum(queued - wait, 0.0))
+                                      + _square(phase * (q - 0.5)))
     return out
 
 
@@ -610,7 +618,7 @@ def _chunk_steps(c: _Cases, b: np.ndarray, rho: np.ndarray) -> tuple[np.ndarray,
     Lengths that leave no partial step have both their entries at 0 s and 0/s, which add nothing to any sum."""
     rest = np.maximum(c.chunk - b, 1.0)
     isl_eff = c.isl_eff
-    each = c.lam / CHUNK_POINTS
+    each = c.lam * c.stall / CHUNK_POINTS
     full_t = _step(c, b, c.ctx, rest, isl_eff / 2)
     length = np.maximum(_lognormal_q(isl_eff, c.isl_cv, np.array(_CHUNK_Z)[:, None]), 1.0)
     whole = np.floor(length / rest)
@@ -713,7 +721,7 @@ def _step_percentiles(c: _Cases, t_mean: np.ndarray, t_decode: np.ndarray, durat
     step_mean = t_mean * accept
     rho = np.where(step_mean > 0, np.minimum(np.maximum((step_mean - t_lone) / step_mean, 0.0), 0.999), 0.0)
     m = np.maximum(c.osl / (1 + c.osl_cv * c.osl_cv) - 1, 1.0)
-    n = c.lam * m * t_mean
+    n = c.lam * c.stall * m * t_mean
     # sorted(steps, reverse=True): by duration, then rate, slowest first; the empty entries (0, 0) come last.
     order = np.lexsort((rates.T, durations.T), axis=-1)[:, ::-1]
     d_sorted = np.take_along_axis(durations.T, order, axis=1)
@@ -794,7 +802,7 @@ def _open_loop(c: _Cases, out: _Outcome) -> None:
 
     def held(cs: _Cases, n: np.ndarray) -> np.ndarray:
         """Sequences in the batch when n are (as in `open_loop_agg`), noting the cases that hit the wall."""
-        t_n = _mixed_step(cs, n)
+        t_n = _mixed_step(cs, np.maximum(n, 1.0))
         walled[cs.pos[cs.live & ~np.isfinite(t_n)]] = True
         return cs.lam * (cs.osl1 * t_n / cs.accept + _step(cs, n, cs.ctx, cs.per, cs.half_isl) * cs.chunks)
 
@@ -806,7 +814,8 @@ def _open_loop(c: _Cases, out: _Outcome) -> None:
         return
     # The mean step, and the step of a full batch where the slots are counted (solved together).
     counted = c.cap < 1 << 29
-    c.t, c.full = _mixed_step(c, np.stack([c.b, np.where(counted, c.cap, c.b)]))
+    seen = np.maximum(c.b, 1.0)  # `open_loop_agg`'s `decoding`: a decoding request's steps carry itself at least
+    c.t, c.full = _mixed_step(c, np.stack([seen, np.where(counted, c.cap, seen)]))
     c.own = _step(c, c.b, c.ctx, c.per, c.half_isl) * c.chunks
     c.load = np.maximum(c.b / c.cap, c.rho)
     c = out.settle(c, c.b > c.cap, _OVER, c.load)
@@ -830,12 +839,12 @@ def _open_loop(c: _Cases, out: _Outcome) -> None:
     ttft[0] = ttft[0] + c.slot_mean
     for k, q in enumerate(_Q):
         ttft[k + 1] = ttft[k + 1] + _slot_quantile(c.slot_prob, c.slot_decay, q)
-    durations, rates = _chunk_steps(c, b, rho)
+    durations, rates = _chunk_steps(c, np.maximum(b, 1.0), rho)
     # A percentile's batch, no further than the slots allow; the token times there and at the mean in one solve.
     high = np.minimum(b + np.array(_Z_UP)[:, None] * c.sd, np.maximum(c.cap, b))
     times = _token_time(c, np.vstack([b, high]))
     batch = times[1:] - times[0]
-    steps = _step(c, np.vstack([b, np.ones_like(b), high]), c.ctx)
+    steps = _step(c, np.vstack([np.maximum(b, 1.0), np.ones_like(b), np.maximum(high, 1.0)]), c.ctx)
     lone, t_lone = steps[0], steps[1]
     gap = (steps[2:] - lone) / accept
     itl, tpot = _step_percentiles(c, t / accept, lone, durations, rates, batch, gap, t_lone,
@@ -908,6 +917,7 @@ def _pack(cases: Sequence[tuple[Worker, Role, Workload]], exact: bool) -> _Cases
     kv = c.kv_full * c.ctx + c.kv_swa_token * np.minimum(c.ctx, c.k.window) + c.state_bytes
     c.cap = np.minimum(c.batch_cap, np.where(kv > 0, np.trunc(c.kv_gb * GB / kv), _NO_SLOTS))
     c.lam = c.rate / (c.workers * c.k.dp)
+    c.stall = c.k.dp.copy()  # `serving.attention_dp_stall`: every attention-DP group's prompts stall each one's steps
     c.half_isl = c.isl / 2
     c.osl1 = c.osl - 1
     c.per = np.minimum(c.isl_eff, c.chunk)

@@ -20,10 +20,10 @@ from typing import Any
 from infra.catalog.loader import Catalog
 from infra.catalog.schema import DeviceSpec, FrameworkSpec, ModelSpec
 from infra.errors import InfraError
-from infra.files import read_jsonl
 from infra.intent.models import LengthDistribution, Service
 from infra.intent.profile import Pool
 from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
+from infra.limits import read_jsonl
 from infra.perf.arch import kv_precision_for
 from infra.perf.calibration import band_for, lookup
 from infra.perf.correction import Correction, UserCalibration
@@ -460,11 +460,19 @@ def _deployments(rs: ResolvedService, svc: Service, device: DeviceSpec, fw: Fram
     if mode != "on":
         out.append((Deployment(rs.model_key, device.name, fw.name, precision, agg=Role(par)), 0))
     # A device quirk can rule disaggregation out for a framework that has it elsewhere (vLLM's CPU backend).
-    if mode != "off" and "pd_disaggregation" in fw.features and not device.feature_quirk(fw.name, "pd_disaggregation"):
+    if mode != "off" and renders_pd(fw) and not device.feature_quirk(fw.name, "pd_disaggregation"):
         for k in DECODE_WORKERS:
             out.append((Deployment(rs.model_key, device.name, fw.name, precision, "disagg",
                                    prefill=Role(par, workers=1), decode=Role(par, workers=k)), k))
     return out
+
+
+def renders_pd(fw: FrameworkSpec) -> bool:
+    """Whether prefill/decode units of a framework can be deployed as planned: it disaggregates, and its catalog
+    cli states how the two hand the KV cache over (a connector or disaggregation setting), which the rendered
+    workers then carry. An engine disaggregated only by a controller infra does not render (MindIE Motor) is
+    planned aggregated."""
+    return "pd_disaggregation" in fw.features and fw.cli is not None and fw.cli.kv_transfer
 
 
 def network_gbs(a: Pool, b: Pool) -> float | None:
@@ -508,7 +516,7 @@ def _cross_pool(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tuple
     # Prefill wants compute: the pool with the most FLOPs per dollar is tried for it.
     def flops_per_dollar(p: Pool) -> float:
         d = resolved.pools[p.name]
-        return max(f.value for f in d.tflops.values()) / _price(p, d)
+        return _per_dollar(max(f.value for f in d.tflops.values()), _price(p, d))
 
     for a in sorted(pools, key=lambda p: (-flops_per_dollar(p), p.name))[:PREFILL_POOLS]:
         da = resolved.pools[a.name]
@@ -529,12 +537,13 @@ def _cross_pool(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tuple
                     <= max(f.value for f in db.tflops.values()) / db.memory_bandwidth_tbps.value):
                 continue
             # ... and only when decode bandwidth is cheaper there; otherwise a unit on one pool does better.
-            if db.memory_bandwidth_tbps.value / _price(b, db) <= da.memory_bandwidth_tbps.value / _price(a, da):
+            if (_per_dollar(db.memory_bandwidth_tbps.value, _price(b, db))
+                    <= _per_dollar(da.memory_bandwidth_tbps.value, _price(a, da))):
                 continue
             partners.append(b)
         # The decode pool with the cheapest bandwidth that runs the model; the others would cost more per token.
-        partners.sort(key=lambda b: (-resolved.pools[b.name].memory_bandwidth_tbps.value
-                                     / _price(b, resolved.pools[b.name]), b.name))
+        partners.sort(key=lambda b: (-_per_dollar(resolved.pools[b.name].memory_bandwidth_tbps.value,
+                                                  _price(b, resolved.pools[b.name])), b.name))
         for b in partners:
             found = _cross_units(rs, svc, wl, slo, resolved, seen, a, b)
             if found:
@@ -550,7 +559,7 @@ def _cross_units(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tupl
     da, db = resolved.pools[a.name], resolved.pools[b.name]
     out: list[Candidate] = []
     for fw in rs.frameworks:
-        if "pd_disaggregation" not in fw.features or "llm" not in fw.kinds or not all(
+        if not renders_pd(fw) or "llm" not in fw.kinds or not all(
                 d.vendor in fw.vendors and (not fw.devices or d.name in fw.devices)
                 and fw.image_for(d.name, d.vendor)[1] and not d.feature_quirk(fw.name, "pd_disaggregation")
                 for d in (da, db)):
@@ -586,6 +595,12 @@ def _cross_units(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tupl
 
 def _price(pool: Pool, device: DeviceSpec) -> float:
     return pool.price if pool.price is not None else device.reference_price_per_hour.value
+
+
+def _per_dollar(value: float, price: float) -> float:
+    """What a dollar an hour buys of `value`; a pool priced at $0/h (owned, already paid for) gives it for nothing,
+    so it ranks above every priced one."""
+    return value / price if price > 0 else math.inf
 
 
 def prune_dominated(cands: list[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
@@ -660,13 +675,17 @@ def longest_request(svc: Service) -> int | None:
 
 
 def confident(slo: dict[tuple[str, str], float], dep: Deployment, confidence: float | None,
-              calibrated: bool, measured_level: str = "") -> dict[tuple[str, str], float]:
+              calibrated: bool, measured_level: str = "", vendor_measured: bool = True
+              ) -> dict[tuple[str, str], float]:
     """The objectives a prediction must meet for the measurement to meet `slo` with `confidence`: each target over
     the deployment's error band ratio (measured / predicted) at that quantile, TPOT's for ITL and the larger of
     the two for E2E; a ratio below 1 (the model over-predicting) never loosens a target. The model's own
     in-sample band counts only where its factors were fitted on this framework and device; a user's calibration
-    that matched the model or the deployment (`measured_level`) brings its own, narrower band."""
-    band = None if confidence is None else band_for(dep.mode, dep.model, calibrated, measured_level)
+    that matched the model or the deployment (`measured_level`) brings its own, narrower band; factors borrowed
+    for a device no measurement fitted bring the wider band of borrowed factors (wider again for a vendor none
+    covers, `vendor_measured`), so a plan at a confidence keeps the margin such a device needs."""
+    band = None if confidence is None else band_for(dep.mode, dep.model, calibrated, measured_level,
+                                                    vendor_measured)
     if band is None or confidence is None:
         return slo
     ratio = {m: max(1.0, band.ratio(m, confidence)) for m in ("ttft", "tpot")}
@@ -681,6 +700,16 @@ def millis(seconds: float) -> str:
 
 DOMINATED = "dominated by a shape with fewer devices and more load per device"
 
+NO_IMAGE = "has no image pinned to a release for"
+"""The refusal of a framework that names no released image for a device (nothing to roll out)."""
+
+
+def no_image(fw: FrameworkSpec, device: DeviceSpec) -> str:
+    """Why a framework cannot be planned on a device for want of an image: with the catalog's reason where the
+    device is marked unplannable (no official registry publishes one)."""
+    why = f"{fw.name} {NO_IMAGE} {device.name}"
+    return f"{why} ({device.unplannable.reason})" if device.unplannable is not None else why
+
 
 def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float],
            resolved: ResolvedIntent, pool: Pool, device: DeviceSpec, memory_gb: float | None = None,
@@ -692,8 +721,9 @@ def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[st
     asked = slo
     if confidence is not None:
         measured = correction_for(resolved, dep, wl)
-        slo = confident(slo, dep, confidence, lookup(dep.framework, device).calibrated,
-                        measured.level if measured else "")
+        cal = lookup(dep.framework, device)
+        slo = confident(slo, dep, confidence, cal.calibrated, measured.level if measured else "",
+                        cal.vendor_measured)
     try:
         cap, est = _capacity(dep, wl, slo, resolved, pool, device, memory_gb=memory_gb, decode_pool=decode_pool,
                              worth=worth)
@@ -820,8 +850,7 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
                     continue
                 if not fw.image_for(device.name, device.vendor)[1]:
                     # A plan is only as good as its deployment: no released image, nothing to roll out.
-                    items.append(Considered(svc.name, pool.name, fw.name, "-", "-",
-                                            f"{fw.name} has no image pinned to a release for {device.name}"))
+                    items.append(Considered(svc.name, pool.name, fw.name, "-", "-", no_image(fw, device)))
                     continue
                 for precision, why in quirk_refusals(list(svc.precisions), rs.model, device, fw):
                     items.append(Considered(svc.name, pool.name, fw.name, precision, "-", why))

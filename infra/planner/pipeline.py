@@ -13,15 +13,15 @@ last one and every path from a stage with no input to stage k is a chain P):
     the service's TTFT = first output of the last stage;  its E2E = last output of the last stage
 
 where first[i] / full[i] are stage i's own first-output and full latencies. Every objective of the service (TTFT,
-E2E) and of a stage (`first_output`, `latency`) is a maximum of such sums, so each sum must meet it; its target is split over its terms in
-proportion to each term's latency unloaded on its fastest device (so a stage that needs 60% of the time even alone
-gets 60% of the budget), and each stage takes the tightest share any objective gives it. Summing percentiles bounds
-the percentile of the sum from above, so the split is conservative. TPOT and ITL objectives apply to the last
-LLM stage. An LLM stage then becomes an ordinary service for the candidate search (with TTFT = its first-output
-budget, E2E = its full budget); the other stages are scored by `infra.perf.stages`. Every unit carries the
-service's full request rate; the service's budget bounds the sum of its units' costs. CPU stages are sized in
-cores (work per second over a 70% utilisation target) rather than solved for, and placed on the cheapest CPU pool
-of the profile that has the cores.
+E2E) and of a stage (`first_output`, `latency`) is a maximum of such sums, so each sum must meet it; its target is
+split over its terms in proportion to each term's latency unloaded on its fastest device (so a stage that needs 60%
+of the time even alone gets 60% of the budget), and each stage takes the tightest share any objective gives it.
+Summing percentiles bounds the percentile of the sum from above, so the split is conservative. TPOT and ITL
+objectives apply to the last LLM stage. An LLM stage then becomes an ordinary service for the candidate search (with
+TTFT = its first-output budget, E2E = its full budget); the other stages are scored by `infra.perf.stages`. Every
+unit carries the service's full request rate; the service's budget bounds the sum of its units' costs. CPU stages
+are sized in cores (work per second over a 70% utilisation target) rather than solved for, and placed on the
+cheapest CPU pool of the profile that has the cores.
 
 Hand-offs. A stage with a `handoff` moves its output to the next stage (`infra.perf.handoff`): the next stage
 waits for the first unit's transfer when the stage streams, for the whole transfer otherwise. Every sum above that
@@ -49,7 +49,7 @@ from infra.catalog.schema import DeviceSpec, FrameworkSpec, ModelSpec
 from infra.errors import InfraError, IntentError, Problem
 from infra.intent.models import Service, Stage, stage_consumers, stage_inputs
 from infra.intent.profile import CpuPool, Pool
-from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
+from infra.intent.resolve import ResolvedIntent, ResolvedService, model_ref, pool_device_memory_gb
 from infra.perf.calibration import Calibration, lookup
 from infra.perf.estimate import estimate
 from infra.perf.handoff import STREAMING, Site, Transfer, network_link, node_link, slowest, transfer, units_per_request
@@ -62,6 +62,7 @@ from infra.planner.candidates import (
     Corrections,
     _price,
     enumerate_candidates,
+    no_image,
     prune_dominated,
     quirk_refusals,
     service_workload,
@@ -115,6 +116,12 @@ class Unit:
     """Why the hand-off to the next stage goes where it goes (for the plan's notes)."""
 
 
+def stage_model_key(stage: Stage, model: ModelSpec, resolved: ResolvedIntent) -> str:
+    """How later stages look a stage's model up: the path of the config.json it was read from (no catalog holds
+    it under its name), else its catalog name."""
+    return model_ref(stage.model, resolved.loaded.document.path.parent) or model.name
+
+
 def unit_name(service: str, stage: str) -> str:
     return f"{service}-{stage}"[:63].rstrip("-")
 
@@ -146,7 +153,10 @@ def stage_service(unit: Unit, rs: ResolvedService) -> Service:
             wl[f] = dist.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True)
 
     def ms(d: dict[str, float]) -> dict[str, str]:
-        return {p: f"{v * 1000:.3f}ms" for p, v in d.items()}
+        # A budget under the microsecond this states (an objective of 1e-300ms, or hand-offs that take all of
+        # it) is stated as one microsecond, not rounded to 0ms, which no objective may be: no LLM stage meets it,
+        # and the search says so as it says of any budget too tight.
+        return {p: f"{max(v * 1000, 0.001):.3f}ms" for p, v in d.items()}
 
     return Service.model_validate({
         "name": unit.name, "model": unit.stage.model, "precisions": list(unit.stage.precisions or svc.precisions),
@@ -174,7 +184,8 @@ def _llm_unloaded(model: ModelSpec, rs: ResolvedService, stage: Stage, resolved:
                 tp = 1
                 while tp <= pool.devices_per_node and not tp_refusal(device, fw, Parallel(tp=tp)):
                     try:
-                        e = estimate(Deployment(model.name, device.name, fw.name, precision, agg=Role(Parallel(tp=tp))),
+                        e = estimate(Deployment(stage_model_key(stage, model, resolved), device.name, fw.name,
+                                                precision, agg=Role(Parallel(tp=tp))),
                                      wl, resolved.catalog, device_memory_gb=pool_device_memory_gb(pool, device))
                     except InfraError:
                         tp *= 2
@@ -434,8 +445,10 @@ def stage_candidates(unit: Unit, rs: ResolvedService, resolved: ResolvedIntent, 
         device = resolved.pools[pool.name]
         zone = pool.zone or "-"
         for fw in _frameworks(rs, unit.model.kind):
-            if (device.vendor not in fw.vendors or (fw.devices and device.name not in fw.devices)
-                    or not fw.image_for(device.name, device.vendor)[1]):
+            if device.vendor not in fw.vendors or (fw.devices and device.name not in fw.devices):
+                continue
+            if not fw.image_for(device.name, device.vendor)[1]:
+                seen.append(Considered(unit.name, pool.name, fw.name, "-", "-", no_image(fw, device)))
                 continue
             for precision, why in quirk_refusals(list(unit.stage.precisions or rs.service.precisions), unit.model,
                                                  device, fw):
@@ -572,7 +585,8 @@ def expand(resolved: ResolvedIntent,
         for u in units:
             if u.stage.kind == "llm" and u.model is not None:
                 services.append(ResolvedService(stage_service(u, rs), u.model, {}, [
-                    f for f in rs.frameworks if "llm" in f.kinds], rs.devices))
+                    f for f in rs.frameworks if "llm" in f.kinds], rs.devices,
+                    model_ref(u.stage.model, resolved.loaded.document.path.parent)))
     return services, pipelines
 
 

@@ -20,7 +20,7 @@ from infra.intent.models import Service
 from infra.intent.profile import Pool
 from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
 from infra.perf.arch import kv_precision_for
-from infra.perf.calibration import calibrated_band, error_band
+from infra.perf.calibration import borrowed_band, calibrated_band, error_band
 from infra.perf.calibration import table as calibration_table
 from infra.perf.estimate import Estimate, estimate
 from infra.perf.handoff import ASSUMPTIONS as HANDOFF_ASSUMPTIONS
@@ -28,6 +28,8 @@ from infra.perf.handoff import Site, Transfer, device_link, network_link, node_l
 from infra.perf.serving import z_of
 from infra.perf.stages import StageEstimate, stage_latency
 from infra.planner.candidates import (
+    DOMINATED,
+    NO_IMAGE,
     Candidate,
     Considered,
     Corrections,
@@ -37,7 +39,17 @@ from infra.planner.candidates import (
     service_workload,
 )
 from infra.planner.colocate import Bundle, member_nodes, unbundle
-from infra.planner.pipeline import ANY_NODE, CpuPlacement, Unit, paths, place_cpu, search, site, solved_units
+from infra.planner.pipeline import (
+    ANY_NODE,
+    CpuPlacement,
+    Unit,
+    paths,
+    place_cpu,
+    search,
+    site,
+    solved_units,
+    stage_model_key,
+)
 from infra.planner.placement import Placement, PlacementError, place, workers_of
 from infra.planner.solve import Limits, Solution, limits_from, minimal_conflict, solve
 from infra.planner.types import Allocation, DeploymentPlan
@@ -107,10 +119,12 @@ def _predicted(resolved: ResolvedIntent, rs: ResolvedService, cand: Candidate, l
                    device_spec=cand.device_spec, correction=correction_for(resolved, cand.estimate.deployment, wl))
     out = {}
     # A user's calibration of this model or deployment brings its own band; borrowed factors add an error the
-    # held-out band never saw: no figure rather than a flattering one.
+    # held-out band never saw, which the band of borrowed factors measures (None where the calibration has none:
+    # no figure rather than a flattering one).
     level = est.calibration.measured_level
     band = (calibrated_band(est.deployment.mode, level) if level else None) or (
-        error_band(est.deployment.mode) if est.calibration.calibrated else None)
+        error_band(est.deployment.mode) if est.calibration.calibrated else
+        borrowed_band(est.deployment.mode, est.calibration.vendor_measured))
     for (metric, pct), target in sorted(objectives(rs.service).items()):
         values = getattr(est.prediction, metric)
         got = values.get(pct, values["p99"])
@@ -281,7 +295,8 @@ def _stage_entry(resolved: ResolvedIntent, rs: ResolvedService, unit: Unit, cand
         allocs.append(_allocation(resolved, c, sol.replicas[c.key], load, placed, {}, predicted))
     return _entry(resolved, rs, unit.name, mine, sol, limits, allocs, capacity,
                   {k: _r(v * 1000, 6) for k, v in sorted(targets.items())},
-                  {"model": unit.model.name, "model_id": unit.model.hf_id, "pipeline": rs.service.name,
+                  {"model": stage_model_key(unit.stage, unit.model, resolved), "model_id": unit.model.hf_id,
+                   "pipeline": rs.service.name,
                    "stage": unit.stage.name, "kind": unit.model.kind})
 
 
@@ -810,14 +825,22 @@ def _core_problems(resolved: ResolvedIntent, core: list[str], relax: list[Proble
                 stage = target[len(owner) + 1:].split("+")[0]  # a co-located run is named by its first stage
                 if kind == "demand" and not any(c.service == target for c in cands):
                     ti = next(i for i, st in enumerate(svc.pipeline or []) if st.name == stage)
+                    where = doc.locate(("spec", "services", si, "pipeline", ti))
+                    refused = _refused(resolved, considered, f"{owner}-{stage}", f"stage {stage} of service {owner}")
+                    if refused is not None:
+                        problems.append(_refusal(resolved, refused, where))
+                        continue
                     problems.append(Problem(
                         f"no replica shape of stage {stage} of service {owner} meets its share of the objectives "
                         f"at any load ({sum(1 for c in considered if c.service == f'{owner}-{stage}')} shapes "
-                        "tried; with -o DIR, DIR/report.md lists each and why)",
-                        doc.locate(("spec", "services", si, "pipeline", ti)), fix))
+                        "tried; with -o DIR, DIR/report.md lists each and why)", where, fix))
                     continue
                 target = f"{owner} (stage {stage})"
             elif kind == "demand" and not any(c.service == target for c in cands):
+                refused = _refused(resolved, considered, target, f"service {target}")
+                if refused is not None:
+                    problems.append(_refusal(resolved, refused, doc.locate(("spec", "services", si, "model"))))
+                    continue
                 tried = sum(1 for c in considered if c.service == target)
                 problems.append(Problem(f"no replica shape of service {target} meets its objectives at any load "
                                         f"({tried} shapes tried; with -o DIR, DIR/report.md lists each and why)"
@@ -832,6 +855,66 @@ def _core_problems(resolved: ResolvedIntent, core: list[str], relax: list[Proble
             problems.append(Problem(f"service {target} cannot {words} together with the other constraints",
                                     doc.locate(("spec", "services", si) + path), fix))
     return problems
+
+
+REFUSALS_SHOWN = 3
+"""Distinct refusal reasons a headline names before it points at the report for the rest."""
+
+
+def _refused(resolved: ResolvedIntent, considered: list[Considered], service: str,
+             label: str) -> tuple[str, str, str | None] | None:
+    """(message, fix, pool) when no shape of a service (or pipeline stage) got as far as its objectives: each was
+    refused for what it is (no released image, a model that does not fit, a quirk of the device, a model no
+    catalog holds). Those reasons are then the whole story, and loosening the objectives cannot help; `pool` names
+    the first pool of the profile at fault when the cause is the device's (no image), else None. None when any
+    shape was weighed against the objectives."""
+    mine = [c for c in considered if c.service == service]
+    if not mine or any(c.misses or c.outcome in ("candidate", DOMINATED) for c in mine):
+        return None
+    count: dict[str, int] = {}
+    for c in mine:
+        count[c.outcome] = count.get(c.outcome, 0) + 1
+    reasons = sorted(count, key=lambda r: (-count[r], r))
+    shown = "; ".join(f"{r} ({count[r]} shape{'s' if count[r] > 1 else ''})" for r in reasons[:REFUSALS_SHOWN])
+    if len(reasons) > REFUSALS_SHOWN:
+        shown += f"; and {len(reasons) - REFUSALS_SHOWN} other reason(s) (with -o DIR, DIR/report.md lists each)"
+    if all(NO_IMAGE in r for r in reasons):
+        # One cause: no engine allowed on these devices has a released image to roll out. Said per device, with
+        # the catalog's reason where it marks the device unplannable.
+        engines: dict[str, list[str]] = {}
+        specs = {}
+        for c in mine:
+            dev = resolved.pools.get(c.pool)
+            if dev is not None:
+                specs[dev.name] = dev
+                fws = engines.setdefault(dev.name, [])
+                fws += [] if c.framework in fws else [c.framework]
+        parts = []
+        for name, fws in sorted(engines.items()):
+            why = specs[name].unplannable
+            parts.append(f"no engine allowed on {name} has an image pinned to a release ({', '.join(sorted(fws))})"
+                         + (f": {why.reason} ({why.source})" if why is not None else ""))
+        example = min(engines) if engines else "<device>"
+        return (f"{label} cannot be deployed: {'; '.join(parts)}",
+                f"pin an engine image for {', '.join(sorted(engines)) or 'the device'} in a --catalog overlay "
+                f"(frameworks/<framework>.yaml: `images: {{{example}: <registry>/<image>:<tag>}}`), or allow a pool "
+                "whose device has one (`infra catalog frameworks`); loosening the objectives cannot help",
+                next((p.name for p in resolved.loaded.cluster.pools if p.name in {c.pool for c in mine}), None))
+    head = (f"every replica shape of {label} was refused for one reason: {shown}" if len(reasons) == 1 else
+            f"every replica shape of {label} was refused before its objectives were weighed: {shown}")
+    fix = ("remove what each reason names (allow a device, precision or framework that can serve the model, or give "
+           "a model the catalog or its config.json describes); loosening the objectives cannot help, no shape got as "
+           "far as them")
+    return head, fix, None
+
+
+def _refusal(resolved: ResolvedIntent, refused: tuple[str, str, str | None], where: Location) -> Problem:
+    """A refusal placed at the pool whose device is at fault (its `device` line in the profile), else `where`."""
+    message, fix, pool = refused
+    if pool is not None:
+        idx = next(i for i, p in enumerate(resolved.loaded.cluster.pools) if p.name == pool)
+        where = resolved.loaded.cluster_document().locate(resolved.loaded.cluster_path() + ("pools", idx, "device"))
+    return Problem(message, where, fix)
 
 
 def _closest(considered: list[Considered], service: str) -> Considered | None:

@@ -3,44 +3,112 @@
 Only the planner creates a plan; rendering, verification and GitOps read it through `load_plan`, so the file is
 validated in both directions (a plan that does not fit this model is never written, and a hand-edited one that
 breaks it is refused with its line).
+
+Every number is finite and bounded by what a cluster physically holds (the bounds below, each said in its field's
+description): a plan edited to ask for four billion attention groups or an exabyte-long step is refused at load,
+with its file, line and field, before a simulator or renderer sizes anything by it. The parts a plan copies from
+its intent (a service's `workload` and `availability`, a stage's `work`) validate as the intent's models do, and
+the names one part gives another (a stage's `unit`, the pools) must exist and be unique.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
-from infra.errors import IntentError
-from infra.intent.base import Name
+from infra.catalog.schema import Vendor
+from infra.errors import IntentError, Location, Problem
+from infra.intent.base import (LabelKey, LabelValue, Name, ResourceName, Subdomain, percentile_value,
+                               require_unique)
+from infra.intent.models import MAX_CLIENTS
+from infra.intent.profile import MAX_DEVICES_PER_NODE, MAX_NODES
+from infra.intent.units import MAX_BANDWIDTH_GBS, MAX_EXACT, MAX_MONEY_PER_HOUR, MAX_SECONDS
+from infra.limits import shown
+
+MAX_DEGREE = MAX_DEVICES_PER_NODE
+"""Largest parallel degree (tp, pp, ep, moe_tp, attention_dp, sp) and workers of a role per replica: 1024, the most
+devices a node may state; no model has more heads, layers or experts to split among more."""
+MAX_WORKER_DEVICES = 65_536
+"""Most devices one worker (one engine instance) may span: 64 racks of 1024; the largest served deployments span
+a few hundred."""
+MAX_DEVICES = MAX_NODES * MAX_DEVICES_PER_NODE
+"""Most devices (or device-equivalents) a pool, and so an allocation, may hold: its nodes times their devices."""
+MAX_STEP_TOKENS = 2 ** 31 - 1
+"""Most tokens in a request or an engine step: engines count them in 32-bit integers."""
+MAX_SEQS = 2 ** 20
+"""Most sequences one engine batches at once (a million; engines run hundreds)."""
+MAX_KV_TOKENS = 2 ** 40
+"""Most tokens a KV cache may hold (a trillion: petabytes of cache)."""
+MAX_MS = MAX_SECONDS * 1000
+"""Longest time a plan states, in milliseconds: a year, as the intent's durations."""
+MAX_LOAD = float(MAX_CLIENTS)
+"""Largest load (requests/s or concurrent clients) a plan states: the intent's most clients, above its most rate."""
+MAX_COST_PER_HOUR = MAX_DEVICES * MAX_MONEY_PER_HOUR
+"""Most dollars an hour a plan states: every device a pool may hold at the highest price a profile may state."""
+MAX_RATIO = 1e12
+"""Largest measured ratio (utilisation, measured over predicted, a correction's scale) a plan states: beyond it
+a figure is garbage."""
+
+
+_METRICS = ("ttft", "tpot", "itl", "e2e", "first_output", "latency")
+"""Metrics a plan's objective keys name: the intent's, and a pipeline stage's first output and latency."""
+_PERCENTILE = re.compile(r"p\d{1,2}(\.\d+)?")
+
+
+def _objective_targets(value: dict[str, float], stages: bool = False) -> dict[str, float]:
+    """Objective key -> target in milliseconds, each key `<metric>_<percentile>` or `<metric>_mean` (`stages`:
+    also `<stage>_first_output_<percentile>`, as a pipeline's objectives) and each target above 0, at most a
+    year."""
+    for key, target in value.items():
+        head, _, pct = key.rpartition("_")
+        known = head in _METRICS or (stages and head.endswith("_first_output") and len(head) > len("_first_output"))
+        statistic = pct == "mean" or (_PERCENTILE.fullmatch(pct) and 0 < percentile_value(pct) < 100)
+        if not known or not statistic:
+            raise ValueError(f"objective {shown(key)} is not <metric>_<percentile> or <metric>_mean; name one of "
+                             f"{', '.join(_METRICS)} and a percentile, e.g. ttft_p99, or re-plan the intent")
+        if not 0 < target <= MAX_MS:
+            raise ValueError(f"{key}: target {target:g} ms is not above 0 and at most a year; re-plan the intent")
+    return value
 
 
 class PlanModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    # allow_inf_nan=False: every float of a plan is finite (a plan is YAML a person may edit: `.nan`, `.inf` and
+    # numbers past 1e308 are refused at load).
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
 
 
 class Layout(PlanModel):
-    """Parallel layout of one worker."""
+    """Parallel layout of one worker. Every degree is from 1 to 1024 (`MAX_DEGREE`)."""
 
-    tp: int
-    pp: int
-    ep: int
-    moe_tp: int
-    attention_dp: int
-    sp: int = 1
-    """Sequence parallel degree (diffusion transformers)."""
+    tp: int = Field(ge=1, le=MAX_DEGREE)
+    """Tensor parallel degree (1 to 1024)."""
+    pp: int = Field(ge=1, le=MAX_DEGREE)
+    """Pipeline parallel degree (1 to 1024)."""
+    ep: int = Field(ge=1, le=MAX_DEGREE)
+    """Expert parallel degree (1 to 1024)."""
+    moe_tp: int = Field(ge=1, le=MAX_DEGREE)
+    """Tensor parallel degree inside each expert (1 to 1024)."""
+    attention_dp: int = Field(ge=1, le=MAX_DEGREE)
+    """Attention data parallel groups of the worker, each its own engine (1 to 1024)."""
+    sp: int = Field(default=1, ge=1, le=MAX_DEGREE)
+    """Sequence parallel degree (diffusion transformers; 1 to 1024)."""
 
 
 class Objective(PlanModel):
     """One latency objective at one percentile, as predicted at the planned load."""
 
-    target_ms: float
-    predicted_ms: float
-    margin: float
-    """1 - predicted / target: the share of the target left unused (negative would mean missed)."""
-    held_out: float | None = None
+    target_ms: float = Field(gt=0, le=MAX_MS)
+    """The objective's target (above 0, at most a year)."""
+    predicted_ms: float = Field(ge=0)
+    """The prediction at the planned load (finite, 0 or more)."""
+    margin: float = Field(le=1)
+    """1 - predicted / target: the share of the target left unused (negative would mean missed; finite, at most
+    1)."""
+    held_out: float | None = Field(default=None, ge=0, le=1)
     """Share of the held-out measurements (models left out of the calibration fit) that came in within this margin
     of their prediction: how often a margin this size has held for a model the fit never saw. Read off the
     committed error band of the mode, between 5% and 95%; None where no band applies (E2E, pipeline stages, devices
@@ -50,23 +118,23 @@ class Objective(PlanModel):
 class Engine(PlanModel):
     """Engine settings of one worker role, as the prediction assumed them; rendered into the engine's arguments."""
 
-    max_num_seqs: int = Field(ge=1)
+    max_num_seqs: int = Field(ge=1, le=MAX_SEQS)
     """Most sequences one attention group runs at once (vLLM `--max-num-seqs`, SGLang `--max-running-requests`):
     a quarter above the batch the prediction holds at capacity, within what the KV cache holds at the mean
-    request length."""
-    max_num_batched_tokens: int = Field(ge=1)
-    """Tokens one step may process (the chunked-prefill budget)."""
-    max_model_len: int = Field(ge=1)
+    request length (1 to 2^20)."""
+    max_num_batched_tokens: int = Field(ge=1, le=MAX_STEP_TOKENS)
+    """Tokens one step may process (the chunked-prefill budget; 1 to 2^31 - 1)."""
+    max_model_len: int = Field(ge=1, le=MAX_STEP_TOKENS)
     """Longest request in tokens: the service's max_context (else the model's), never more than the KV cache
-    holds, so the engine starts."""
+    holds, so the engine starts (1 to 2^31 - 1)."""
     memory_utilization: float = Field(gt=0, le=1)
     """Fraction of device memory the engine may take (vLLM `--gpu-memory-utilization`)."""
     kv_cache_dtype: Literal["auto", "fp8"]
     """`fp8` halves the KV cache; `auto` keeps the model's dtype."""
     quantization: str | None = None
     """Weight precision when it differs from the published checkpoint's (e.g. `fp8` online quantisation)."""
-    kv_cache_tokens: int = Field(ge=0)
-    """Predicted KV-cache capacity per attention group, in tokens."""
+    kv_cache_tokens: int = Field(ge=1, le=MAX_KV_TOKENS)
+    """Predicted KV-cache capacity per attention group, in tokens (1 to 2^40)."""
     chunked_prefill: bool
     prefix_caching: bool
 
@@ -80,31 +148,41 @@ class Allocation(PlanModel):
     precision: str
     mode: Literal["agg", "disagg"]
     parallel: Layout
-    prefill_workers: int | None = None
-    decode_workers: int | None = None
+    prefill_workers: int | None = Field(default=None, ge=1, le=MAX_DEGREE)
+    """Prefill workers of one disaggregated replica (1 to 1024)."""
+    decode_workers: int | None = Field(default=None, ge=1, le=MAX_DEGREE)
+    """Decode workers of one disaggregated replica (1 to 1024)."""
     decode_pool: str | None = None
     """Pool of the decode workers when it is not `pool` (prefill and decode on different device types)."""
     decode_device: str | None = None
     decode_parallel: Layout | None = None
     """Layout of each decode worker when it differs from `parallel`."""
-    share: float | None = None
-    """Fraction of a device per replica when devices are sliced (HAMi)."""
-    devices_per_worker: int = Field(ge=1)
-    """Devices one worker (one engine instance) spans: tp x attention_dp (or moe_tp x ep) x pp."""
-    nodes_per_worker: int = Field(ge=1)
-    """Nodes one worker spans; above 1 the worker is a leader with followers (LeaderWorkerSet)."""
+    share: float | None = Field(default=None, gt=0, le=1)
+    """Fraction of a device per replica when devices are sliced (HAMi; above 0, at most 1)."""
+    devices_per_worker: int = Field(ge=1, le=MAX_WORKER_DEVICES)
+    """Devices one worker (one engine instance) spans: tp x attention_dp (or moe_tp x ep) x pp (1 to 65,536)."""
+    nodes_per_worker: int = Field(ge=1, le=MAX_WORKER_DEVICES)
+    """Nodes one worker spans; above 1 the worker is a leader with followers (LeaderWorkerSet; 1 to 65,536)."""
     engines: dict[str, Engine]
     """Role (`agg`, or `prefill` and `decode`) -> engine settings."""
-    nodes_used: int = Field(ge=1)
-    """Nodes the allocation's workers occupy (shared with other allocations where they fit together)."""
+    nodes_used: int = Field(ge=1, le=2 * MAX_NODES)
+    """Nodes the allocation's workers occupy (shared with other allocations where they fit together; at most
+    those of its two pools)."""
     placement: dict[str, int] | None = None
-    """Node -> workers, when the profile lists its nodes by name."""
-    replicas: int = Field(ge=1)
-    devices_per_replica: float
-    devices: float
-    capacity_per_replica: float
-    load_per_replica: float
-    cost_per_hour: float
+    """Node -> workers, when the profile lists its nodes by name (1 to `MAX_DEVICES` workers a node)."""
+    replicas: int = Field(ge=1, le=MAX_DEVICES)
+    """Replicas of this shape (1 to `MAX_DEVICES`, a replica per device of the largest pool)."""
+    devices_per_replica: float = Field(gt=0, le=MAX_DEVICES)
+    """Devices (or device-equivalents, when sliced) one replica takes (above 0, at most a pool's devices)."""
+    devices: float = Field(gt=0, le=2 * MAX_DEVICES)
+    """Devices the allocation takes (above 0, at most those of its two pools)."""
+    capacity_per_replica: float = Field(gt=0, le=MAX_LOAD)
+    """Load one replica carries within the objectives, in the service's demand unit (above 0, at most 1e7)."""
+    load_per_replica: float = Field(ge=0, le=MAX_LOAD)
+    """Load one replica gets at the peak, in the service's demand unit (0 to 1e7)."""
+    cost_per_hour: float = Field(ge=0, le=2 * MAX_COST_PER_HOUR)
+    """Dollars an hour (0 for owned devices priced at $0/h; at most `MAX_COST_PER_HOUR` of each of its two
+    pools)."""
     predicted: dict[str, Objective]
     """Objective key (`ttft_p99`) -> prediction at this allocation's share of the peak load."""
     calibrated: bool
@@ -112,6 +190,15 @@ class Allocation(PlanModel):
     measured: str | None = None
     """What the user's calibration corrected in these figures (the level matched, its measured points and their
     dates); absent where they rest on the packaged prior alone."""
+
+    @field_validator("placement")
+    @classmethod
+    def _placement(cls, value: dict[str, int] | None) -> dict[str, int] | None:
+        for node, workers in (value or {}).items():
+            if not 1 <= workers <= MAX_DEVICES:
+                raise ValueError(f"node {shown(node)}: {workers} workers is not from 1 to {MAX_DEVICES:,}; re-plan "
+                                 "the intent")
+        return value
 
     def role_device(self, role: str) -> str:
         """The device a role's workers run on."""
@@ -149,7 +236,8 @@ class Allocation(PlanModel):
 
 
 class Quantity(PlanModel):
-    value: float
+    value: float = Field(ge=0)
+    """The load (finite, 0 or more)."""
     unit: str
 
 
@@ -174,8 +262,9 @@ class ServicePlan(PlanModel):
         codecs, diffusion transformers) run on vLLM-Omni from a stage config."""
         return self.kind in (None, "llm")
     objectives: dict[str, float] = {}
-    """Objective key (`ttft_p99`) -> target in milliseconds, from the intent."""
-    confidence: float | None = None
+    """Objective key (`ttft_p99`: a metric, `_`, a percentile) -> target in milliseconds, from the intent (above
+    0, at most a year)."""
+    confidence: float | None = Field(default=None, gt=0, lt=1)
     """The intent's `slo.confidence`: each objective was planned to hold with this probability given the
     performance model's error band (the predictions meet the targets over the band's ratio at that quantile)."""
     availability: dict[str, Any] = {}
@@ -188,14 +277,23 @@ class ServicePlan(PlanModel):
     required: Quantity
     """Capacity the plan had to provide: demand plus the intent's headroom."""
     capacity: Quantity
-    headroom: float
-    served: float
+    headroom: float = Field(ge=-1)
+    """Capacity over the peak demand, less 1 (finite, at least -1)."""
+    served: float = Field(ge=0, le=1)
     """Share of the peak demand the plan carries within the objectives (below 1 only for the goodput
     objective)."""
     allocations: list[Allocation]
-    cost_per_hour: float
-    cost_per_million_tokens: float | None = None
-    cost_per_request: float | None = None
+    cost_per_hour: float = Field(ge=0)
+    """Dollars an hour (finite, 0 or more)."""
+    cost_per_million_tokens: float | None = Field(default=None, ge=0)
+    """Dollars per million output tokens at the peak (finite, 0 or more)."""
+    cost_per_request: float | None = Field(default=None, ge=0)
+    """Dollars per request at the peak (finite, 0 or more)."""
+
+    @field_validator("objectives")
+    @classmethod
+    def _objectives(cls, value: dict[str, float]) -> dict[str, float]:
+        return _objective_targets(value)
 
 
 class Handoff(PlanModel):
@@ -203,12 +301,12 @@ class Handoff(PlanModel):
 
     link: Literal["device", "node", "switch", "zone"]
     """The path: one device, one node (or NVLink/HCCS domain), the zone's network, or across zones."""
-    bandwidth_gbs: float
-    """GB/s one transfer gets on that link."""
-    first_ms: float
-    """Time to move the stage's first output unit to the next stage."""
-    total_ms: float
-    """Time to move all of one request's output to the next stage."""
+    bandwidth_gbs: float = Field(gt=0, le=MAX_BANDWIDTH_GBS)
+    """GB/s one transfer gets on that link (above 0, at most 1e6)."""
+    first_ms: float = Field(ge=0)
+    """Time to move the stage's first output unit to the next stage (finite, 0 or more)."""
+    total_ms: float = Field(ge=0)
+    """Time to move all of one request's output to the next stage (finite, 0 or more)."""
 
 
 class PipelineStage(PlanModel):
@@ -221,19 +319,20 @@ class PipelineStage(PlanModel):
     streams: bool
     """Hands its output on as it produces it (the next stage starts at its first output)."""
     budget_ms: dict[str, float] = {}
-    """The share of the pipeline's objectives this stage was planned against."""
-    cpu_cores: int | None = None
-    """Cores a CPU stage needs at peak."""
+    """The share of the pipeline's objectives this stage was planned against (each above 0, at most a year)."""
+    cpu_cores: int | None = Field(default=None, ge=1, le=MAX_EXACT)
+    """Cores a CPU stage needs at peak (1 to 2^53)."""
     work: dict[str, Any] = {}
     """The stage's work per request as the intent writes it (validates as `infra.intent.models.StageWork`), so
     that verification can time the stage from the plan alone."""
     pool: str | None = None
     """CPU pool a CPU stage runs on (one of `spec.cluster.cpu_pools`); unset when the profile has none and the
     cores are requested on any node."""
-    nodes: int | None = None
-    """Nodes of `pool` the CPU stage takes: its cores over the usable cores of one node, rounded up."""
-    cost_per_hour: float | None = None
-    """What a CPU stage's nodes cost (model stages are priced in their service entries)."""
+    nodes: int | None = Field(default=None, ge=1, le=MAX_EXACT)
+    """Nodes of `pool` the CPU stage takes: its cores over the usable cores of one node, rounded up (1 to
+    2^53)."""
+    cost_per_hour: float | None = Field(default=None, ge=0)
+    """What a CPU stage's nodes cost (model stages are priced in their service entries; finite, 0 or more)."""
     handoff: Handoff | None = None
     """The hand-off to the next stage as planned (absent for the last stage and stages that declare none)."""
     colocated_with: str | None = None
@@ -242,8 +341,13 @@ class PipelineStage(PlanModel):
     """Container image of a CPU stage (its preprocessing server); without one no workload is rendered for it."""
     command: list[str] | None = None
     """Command of that container (the image's entrypoint when unset)."""
-    port: int | None = None
-    """Port that container takes the stage's input on."""
+    port: int | None = Field(default=None, ge=1, le=65535)
+    """Port that container takes the stage's input on (1 to 65535)."""
+
+    @field_validator("budget_ms")
+    @classmethod
+    def _budgets(cls, value: dict[str, float]) -> dict[str, float]:
+        return _objective_targets(value)
 
 
 class PipelinePlan(PlanModel):
@@ -254,9 +358,16 @@ class PipelinePlan(PlanModel):
     objectives: dict[str, Objective]
     """The service's objectives (and stages' first-output objectives) with the stages' predictions summed along
     the pipeline."""
-    cost_per_hour: float
-    """Every stage's cost, CPU stages included."""
-    cost_per_request: float | None = None
+    cost_per_hour: float = Field(ge=0)
+    """Every stage's cost, CPU stages included (finite, 0 or more)."""
+    cost_per_request: float | None = Field(default=None, ge=0)
+    """Dollars per request at the peak (finite, 0 or more)."""
+
+    @field_validator("objectives")
+    @classmethod
+    def _objectives(cls, value: dict[str, Objective]) -> dict[str, Objective]:
+        _objective_targets({k: v.target_ms for k, v in value.items()}, stages=True)
+        return value
     notes: list[str] = []
     """Hand-off and co-location decisions, and where co-location was wanted but impossible."""
 
@@ -277,21 +388,35 @@ class Solver(PlanModel):
     engine: Literal["cp-sat"]
     objective: Literal["cost", "goodput"]
     status: str
-    gap: float
-    candidates: int
-    considered: int
+    gap: float = Field(ge=0)
+    """Relative gap between the plan's cost and the solver's bound (0 when optimal; finite)."""
+    candidates: int = Field(ge=0, le=MAX_EXACT)
+    """Replica shapes the solver chose among (0 to 2^53)."""
+    considered: int = Field(ge=0, le=MAX_EXACT)
+    """Shapes enumerated before pruning (0 to 2^53)."""
 
 
 class Cost(PlanModel):
-    per_hour: float
+    per_hour: float = Field(ge=0)
+    """Dollars an hour of the whole plan (finite, 0 or more)."""
     by_pool: dict[str, float]
+    """Pool -> dollars an hour (each finite, 0 or more)."""
+
+    @field_validator("by_pool")
+    @classmethod
+    def _by_pool(cls, value: dict[str, float]) -> dict[str, float]:
+        for pool, cost in value.items():
+            if cost < 0:
+                raise ValueError(f"{shown(pool)}: {cost:g} $/h is below 0; re-plan the intent")
+        return value
 
 
 class PartlyIdle(PlanModel):
     node: str
-    device: int
-    """Index of the device on its node."""
-    idle_fraction: float
+    device: int = Field(ge=0, lt=MAX_DEVICES_PER_NODE)
+    """Index of the device on its node (0 to 1023)."""
+    idle_fraction: float = Field(ge=0, le=1)
+    """Share of the device no replica holds (0 to 1)."""
 
 
 class PoolUse(PlanModel):
@@ -299,17 +424,18 @@ class PoolUse(PlanModel):
 
     pool: str
     device: str
-    devices: int
-    """Devices holding at least one worker or slice."""
-    nodes: int
-    allocated: float
+    devices: int = Field(ge=0, le=MAX_DEVICES)
+    """Devices holding at least one worker or slice (at most a pool's devices)."""
+    nodes: int = Field(ge=0, le=MAX_NODES)
+    """Nodes holding them (at most 100,000)."""
+    allocated: float = Field(ge=0, le=MAX_DEVICES)
     """Device-equivalents allocated to replicas (slices count their share)."""
-    idle_fraction: float
-    """Share of the devices used that no replica holds (parts of devices left over by slices)."""
+    idle_fraction: float = Field(ge=0, le=1)
+    """Share of the devices used that no replica holds (parts of devices left over by slices; 0 to 1)."""
     partly_idle: list[PartlyIdle] = []
     """Every device used that slices leave partly empty, with its idle share; the other devices used are wholly
     allocated."""
-    busy_at_peak: float | None = None
+    busy_at_peak: float | None = Field(default=None, ge=0)
     """Load at peak over the capacity allocated on this pool's devices (device-weighted): the share of what the
     pool's replicas can carry within the objectives that the peak demand uses."""
 
@@ -318,45 +444,54 @@ class Alternative(PlanModel):
     """The best plan of another kind (other device, framework, or serving mode)."""
 
     label: str
-    cost_per_hour: float
+    cost_per_hour: float = Field(ge=0)
+    """Dollars an hour (finite, 0 or more)."""
     delta_per_hour: float
+    """Dollars an hour more than the chosen plan (finite)."""
     uses: list[str]
 
 
 class PoolResources(PlanModel):
-    """How pods of this pool request devices: the cluster's resource names for the pool's vendor."""
+    """How pods of this pool request devices: the cluster's resource names for the pool's vendor (Kubernetes
+    resource names, as the profile's conventions)."""
 
-    count: str
-    shared_count: str | None = None
-    memory: str | None = None
-    memory_unit: int | None = None
-    """Bytes per unit of `memory`."""
-    cores: str | None = None
+    count: ResourceName | Literal[""]
+    """Resource for whole devices; empty for CPU devices."""
+    shared_count: ResourceName | None = None
+    memory: ResourceName | None = None
+    memory_unit: int | None = Field(default=None, ge=1, le=MAX_EXACT)
+    """Bytes per unit of `memory` (1 to 2^53)."""
+    cores: ResourceName | None = None
 
 
 class PoolNic(PlanModel):
     name: str
     kind: str
-    bandwidth_gbps: float
+    bandwidth_gbps: float = Field(gt=0, le=8 * MAX_BANDWIDTH_GBS)
+    """Gb/s (above 0, at most 8e6)."""
     pcie_root: str | None = None
 
 
 class ClusterPool(PlanModel):
     """One pool of the cluster profile, with what rendering and validation need to place pods on it."""
 
-    name: str
+    name: Name
     device: str
-    vendor: str
-    nodes: int
-    devices_per_node: int
-    device_memory_gb: float
-    """Memory per device the scheduler hands out (the pool's allocatable figure, else the catalog's)."""
-    node_selector: dict[str, str] = {}
-    node_names: list[str] = []
+    vendor: Vendor
+    """The device's vendor, as the catalog names it."""
+    nodes: int = Field(ge=1, le=MAX_NODES)
+    """Nodes of the pool (1 to 100,000, as a profile)."""
+    devices_per_node: int = Field(ge=1, le=MAX_DEVICES_PER_NODE)
+    """Devices per node (1 to 1024, as a profile)."""
+    device_memory_gb: float = Field(gt=0, le=MAX_EXACT)
+    """Memory per device the scheduler hands out (the pool's allocatable figure, else the catalog's; above 0)."""
+    node_selector: dict[LabelKey, LabelValue] = {}
+    """Labels that select the pool's nodes (Kubernetes label keys and values, as the profile)."""
+    node_names: list[Subdomain] = []
     """Nodes listed by name in the profile (empty when the pool gives a count)."""
-    zone: str | None = None
-    switch: str | None = None
-    scale_up_domain: str | None = None
+    zone: LabelValue | None = None
+    switch: LabelValue | None = None
+    scale_up_domain: LabelValue | None = None
     nics: list[PoolNic] = []
     resources: PoolResources
     spot: bool = False
@@ -366,17 +501,21 @@ class ClusterPool(PlanModel):
 class ClusterCpuPool(PlanModel):
     """A pool of nodes without accelerators, where the CPU stages of pipelines run."""
 
-    name: str
-    nodes: int
-    cores_per_node: int
-    usable_cores_per_node: int
+    name: Name
+    nodes: int = Field(ge=1, le=MAX_NODES)
+    """Nodes of the pool (1 to 100,000, as a profile)."""
+    cores_per_node: int = Field(ge=1, le=1_000_000)
+    """Cores per node (1 to a million, as a profile)."""
+    usable_cores_per_node: int = Field(ge=0, le=1_000_000)
     """Cores per node less those reserved for the system."""
-    memory_gb_per_node: float
-    price_per_node_hour: float
-    node_selector: dict[str, str] = {}
-    node_names: list[str] = []
-    zone: str | None = None
-    switch: str | None = None
+    memory_gb_per_node: float = Field(ge=0, le=MAX_EXACT)
+    """Memory per node in GB."""
+    price_per_node_hour: float = Field(ge=0, le=MAX_MONEY_PER_HOUR)
+    """Dollars an hour per node (0 to $1e6, as a profile)."""
+    node_selector: dict[LabelKey, LabelValue] = {}
+    node_names: list[Subdomain] = []
+    zone: LabelValue | None = None
+    switch: LabelValue | None = None
     nics: list[PoolNic] = []
     spot: bool = False
 
@@ -386,15 +525,20 @@ class ClusterPlan(PlanModel):
 
     name: Name
     """The cluster profile's name; it names each service's overlay directory."""
-    namespace: str
-    scheduler: str
+    namespace: Name
+    scheduler: Subdomain
     crds: dict[str, str] = {}
     """Installed custom resources (profile key, e.g. `leaderworkerset`) -> served API version."""
-    model_cache: str | None = None
+    model_cache: Subdomain | None = None
     """PersistentVolumeClaim with model weights."""
     pools: list[ClusterPool]
     cpu_pools: list[ClusterCpuPool] = []
     """The profile's pools of CPU-only nodes (for the CPU stages of pipelines)."""
+
+    @model_validator(mode="after")
+    def _unique_pools(self) -> ClusterPlan:
+        require_unique([p.name for p in self.pools] + [p.name for p in self.cpu_pools], "pool")
+        return self
 
 
 class MeasuredCalibration(PlanModel):
@@ -404,7 +548,7 @@ class MeasuredCalibration(PlanModel):
     path: str
     """The file as given."""
     sha256: str
-    points: int
+    points: int = Field(ge=0, le=MAX_EXACT)
     """Measured load points it learned from."""
 
 
@@ -447,18 +591,20 @@ class VerifiedObjective(PlanModel):
     """One objective as verification measured it."""
 
     key: str
-    target_ms: float
-    predicted_ms: float | None = None
-    """What the plan predicted (the slowest allocation's prediction at its planned load)."""
-    measured_ms: float | None = None
+    target_ms: float = Field(gt=0, le=MAX_MS)
+    """The objective's target (above 0, at most a year)."""
+    predicted_ms: float | None = Field(default=None, ge=0)
+    """What the plan predicted (the slowest allocation's prediction at its planned load; finite)."""
+    measured_ms: float | None = Field(default=None, ge=0)
     """The measured percentile; None when there was no sample or failed requests put it beyond any value."""
     measured_ms_note: str | None = None
     """Why `measured_ms` is null although there were samples (failed requests reach the percentile)."""
-    ci_ms: list[float | None] | None = None
+    ci_ms: list[float | None] | None = Field(default=None, max_length=2)
     """95% bootstrap interval of the measured percentile (None for an unbounded end)."""
     ci_ms_note: str | None = None
     """Why an end of `ci_ms` is null."""
-    n: int
+    n: int = Field(ge=0, le=MAX_EXACT)
+    """Samples measured."""
     verdict: Literal["pass", "fail", "inconclusive"]
     reason: str
 
@@ -467,10 +613,12 @@ class VerifiedService(PlanModel):
     service: str
     verdict: Literal["pass", "fail", "inconclusive"]
     objectives: list[VerifiedObjective]
-    attainment: float
+    attainment: float = Field(ge=0, le=1)
     """Requests meeting every bound at once, over all requests (failed ones included)."""
-    goodput_rps: float
-    failed: int
+    goodput_rps: float = Field(ge=0, le=MAX_LOAD)
+    """Requests a second meeting every bound."""
+    failed: int = Field(ge=0, le=MAX_EXACT)
+    """Requests that failed."""
     notes: list[str] = []
 
 
@@ -479,17 +627,25 @@ class VerifiedStage(PlanModel):
 
     name: str
     kind: str
-    servers: int
+    servers: int = Field(ge=0, le=MAX_EXACT)
     """What serves it in parallel: engines (LLM stages), replicas (encoders, codecs, DiTs) or cores (CPU)."""
-    utilisation: float
+    utilisation: float = Field(ge=0, le=MAX_RATIO)
     """Busy time over servers x the run's span."""
     wait_ms: dict[str, float] = {}
     """Time a request queues for a free server before its work starts (mean, p99); for LLM stages the queueing
     is inside the stage's TTFT."""
     bubble_ms: dict[str, float]
     """Time a request spends in this stage waiting on the stage before it for more input (mean, p99)."""
-    bubble_share: float
-    """Bubble time over all the time requests spend in this stage."""
+
+    @field_validator("wait_ms", "bubble_ms")
+    @classmethod
+    def _times(cls, value: dict[str, float]) -> dict[str, float]:
+        for key, ms in value.items():
+            if ms < 0:
+                raise ValueError(f"{shown(key)}: {ms:g} ms is below 0; re-plan the intent")
+        return value
+    bubble_share: float = Field(ge=0, le=1)
+    """Bubble time over all the time requests spend in this stage (0 to 1)."""
 
 
 class VerifiedPipeline(PlanModel):
@@ -498,7 +654,7 @@ class VerifiedPipeline(PlanModel):
     service: str
     verdict: Literal["pass", "fail", "inconclusive"]
     objectives: list[VerifiedObjective]
-    failed: int
+    failed: int = Field(ge=0, le=MAX_EXACT)
     """Requests that failed in some stage."""
     stages: list[VerifiedStage]
     notes: list[str] = []
@@ -509,12 +665,13 @@ class Correction(PlanModel):
 
     service: str
     objective: str
-    scale: float
-    measured_over_predicted: float | None = None
+    scale: float = Field(gt=0, le=MAX_RATIO)
+    """Factor on the target (above 0)."""
+    measured_over_predicted: float | None = Field(default=None, ge=0, le=MAX_RATIO)
 
 
 class VerificationRound(PlanModel):
-    round: int
+    round: int = Field(ge=0, le=MAX_EXACT)
     verdict: Literal["pass", "fail", "inconclusive"]
     services: list[VerifiedService]
     corrections: list[Correction] = []
@@ -532,9 +689,10 @@ class Verification(PlanModel):
 
     method: Literal["simulation"]
     seed: int
-    requests: int
+    """The simulation's seed (`--seed`, any integer)."""
+    requests: int = Field(ge=1, le=MAX_EXACT)
     """Requests simulated per service and round."""
-    plan_round: int
+    plan_round: int = Field(ge=0, le=MAX_EXACT)
     """The round whose plan this is: the first that did not fail, else the one that missed least."""
     verdict: Literal["pass", "fail", "inconclusive"]
     """That round's verdict."""
@@ -570,6 +728,16 @@ class DeploymentPlan(PlanModel):
     kind: Literal["DeploymentPlan"]
     metadata: Metadata
     spec: PlanSpec
+    _source: Any = PrivateAttr(default=None)
+    """The source map of the file `load_plan` read the plan from (None for a plan made in memory)."""
+
+    def locate(self, path: tuple[str | int, ...]) -> Location:
+        """Where a field of the plan is: file, line and column when it was read from a file, else its path."""
+        if self._source is not None:
+            return self._source.locate(path)
+        from infra.intent.yamlio import dotted
+
+        return Location(path=dotted(path))
 
 
 def load_plan(path: str | Path) -> DeploymentPlan:
@@ -580,6 +748,81 @@ def load_plan(path: str | Path) -> DeploymentPlan:
     text = read_text(Path(path), "plan")
     data, smap = load_yaml(text, str(path))
     try:
-        return DeploymentPlan.model_validate(data)
+        plan = DeploymentPlan.model_validate(data)
     except PydanticValidationError as exc:
         raise IntentError(problems_from_pydantic(exc, DeploymentPlan, data, smap)) from None
+    problems = _copies_and_references(plan, data, smap)
+    if problems:
+        raise IntentError(problems)
+    plan._source = smap
+    return plan
+
+
+def allocation_problems(plan: DeploymentPlan, locate: Any) -> list[Problem]:
+    """Allocations whose parts contradict each other: a pool the cluster lacks, engines that are not the mode's
+    roles, a disaggregated allocation without its workers, devices that do not split over the worker's nodes.
+    `locate(path)` gives the Location of a field path."""
+    problems: list[Problem] = []
+    pools = {p.name for p in plan.spec.cluster.pools}
+    for si, svc in enumerate(plan.spec.services):
+        for ai, a in enumerate(svc.allocations):
+            aw = ("spec", "services", si, "allocations", ai)
+            for field_name in ("pool", "decode_pool"):
+                name = getattr(a, field_name)
+                if name is not None and name not in pools:
+                    problems.append(Problem(f"allocation uses pool {shown(name)}, which is not in spec.cluster.pools "
+                                            f"({', '.join(sorted(pools))})", locate((*aw, field_name)),
+                                            "name a pool listed under spec.cluster.pools, or re-plan"))
+            roles = sorted(a.engines)
+            want = ["agg"] if a.mode == "agg" else ["decode", "prefill"]
+            if svc.runs_llm_engine and roles != want:
+                problems.append(Problem(f"mode {a.mode} needs engines for {', '.join(want)}, found "
+                                        f"{', '.join(shown(r) for r in roles) or 'none'}", locate((*aw, "engines")),
+                                        "give one engine entry per role, or re-plan"))
+            if a.mode == "disagg" and not (a.prefill_workers and a.decode_workers):
+                problems.append(Problem("a disaggregated allocation needs prefill_workers and decode_workers",
+                                        locate(aw), "set both to 1 or more, or re-plan"))
+            if a.devices_per_worker % a.nodes_per_worker:
+                problems.append(Problem(f"devices_per_worker {a.devices_per_worker} does not split evenly over "
+                                        f"nodes_per_worker {a.nodes_per_worker}", locate((*aw, "devices_per_worker")),
+                                        "make devices_per_worker a multiple of nodes_per_worker, or re-plan"))
+    return problems
+
+
+def _copies_and_references(plan: DeploymentPlan, data: dict[str, Any], smap: Any) -> list[Problem]:
+    """What the plan copies from its intent, validated as the intent's models (a service's workload and
+    availability, a stage's work), and the services its pipeline stages name; each problem located in the plan
+    file."""
+    from infra.intent.loader import problems_from_pydantic
+    from infra.intent.models import Availability, StageWork, Workload
+
+    def copied(model: type[BaseModel], value: dict[str, Any], path: tuple[str | int, ...]) -> list[Problem]:
+        try:
+            model.model_validate(value)
+            return []
+        except PydanticValidationError as exc:
+            return problems_from_pydantic(exc, model, value, smap.within(path))
+
+    problems: list[Problem] = []
+    for i, svc in enumerate(plan.spec.services):
+        if svc.workload:
+            problems += copied(Workload, svc.workload, ("spec", "services", i, "workload"))
+        if svc.availability:
+            problems += copied(Availability, svc.availability, ("spec", "services", i, "availability"))
+    problems += allocation_problems(plan, smap.locate)
+    services = [s.name for s in plan.spec.services]
+    for i, pipe in enumerate(plan.spec.pipelines):
+        for j, stage in enumerate(pipe.stages):
+            where = ("spec", "pipelines", i, "stages", j)
+            if stage.work:
+                problems += copied(StageWork, stage.work, (*where, "work"))
+            if stage.unit is None and stage.kind != "cpu":
+                problems.append(Problem(
+                    f"stage {shown(stage.name)} ({shown(stage.kind)}) names no unit, the service entry that plans it",
+                    smap.locate(where), "add `unit: <pipeline>-<stage>`, or re-plan the intent"))
+            elif stage.unit is not None and stage.unit not in services:
+                problems.append(Problem(
+                    f"stage {shown(stage.name)} is served by {shown(stage.unit)}, which is none of the plan's "
+                    "services", smap.locate((*where, "unit")),
+                    "name the service entry that plans the stage (`<pipeline>-<stage>`), or re-plan the intent"))
+    return problems

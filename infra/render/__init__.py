@@ -15,25 +15,35 @@ __all__ = ["Rendered", "render_plan", "render_tree"]
 
 
 def render_tree(plan: DeploymentPlan, *, templates: Path | None = None, catalog_dirs: tuple[Path, ...] = (),
-                plan_file: str | None = None) -> Rendered:
+                plan_file: str | None = None, target: str = "kubernetes") -> Rendered:
     """Manifests and notes for a plan; `templates` overrides packaged templates (and settings.yaml) by file name.
-    `plan_file`, the file the plan was read from, lets problems with the plan name their line."""
+    `plan_file`, the file the plan was read from, lets problems with the plan name their line. `target` is the
+    stack the objects are for (`infra.catalog.targets.TARGETS`): infra's own workloads (`kubernetes`), or NVIDIA
+    Dynamo, llm-d or KServe resources (infra.render.targets), which refuse what they cannot express."""
     from infra.catalog.loader import load_catalog
+    from infra.catalog.targets import DEFAULT_TARGET, check_target
     from infra.render.context import build
     from infra.render.env import Templates
     from infra.render.settings import load_settings
     from infra.render.tree import assemble
 
+    check_target(target)
     tpl = Templates(Path(templates) if templates is not None else None)
     settings = load_settings(tpl.override_dir)
-    built = build(plan, load_catalog(tuple(catalog_dirs)), settings, _locator(plan_file))
-    return assemble(built, tpl, plan.spec.cluster.name, plan.spec.cluster.namespace)
+    catalog = load_catalog(tuple(catalog_dirs))
+    if target == DEFAULT_TARGET:
+        built = build(plan, catalog, settings, _locator(plan_file))
+        return assemble(built, tpl, plan.spec.cluster.name, plan.spec.cluster.namespace)
+    from infra.render import targets
+
+    built, values = targets.build(plan, catalog, settings, _locator(plan_file), target)
+    return assemble(built, tpl, plan.spec.cluster.name, plan.spec.cluster.namespace, values)
 
 
 def render_plan(plan: DeploymentPlan, *, templates: Path | None = None,
-                catalog_dirs: tuple[Path, ...] | list[Path] = ()) -> dict[str, str]:
+                catalog_dirs: tuple[Path, ...] | list[Path] = (), target: str = "kubernetes") -> dict[str, str]:
     """Relative posix path -> file text of every manifest for `plan` (same plan, same bytes)."""
-    return render_tree(plan, templates=templates, catalog_dirs=tuple(catalog_dirs)).files
+    return render_tree(plan, templates=templates, catalog_dirs=tuple(catalog_dirs), target=target).files
 
 
 def _locator(plan_file: str | None):

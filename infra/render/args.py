@@ -41,6 +41,16 @@ def spell(setting: str, value: Any, cli: EngineCli) -> str:
     return cli.values.get(setting, {}).get(text, text)  # type: ignore[call-overload]
 
 
+def kv_transfer(template: str, prefill: Any, decode: Any) -> str:
+    """A role's KV connector JSON (catalog `cli.values.kv_transfer_config`) with the plan's layouts written in:
+    `${prefill_tp}`, `${prefill_dp}`, `${decode_tp}`, `${decode_dp}` (tensor-parallel size, attention data-parallel
+    groups of each role's workers), for connectors that must know both sides (vllm-ascend's Mooncake)."""
+    for role, layout in (("prefill", prefill), ("decode", decode)):
+        template = template.replace(f"${{{role}_tp}}", str(layout.tp)).replace(f"${{{role}_dp}}",
+                                                                               str(layout.attention_dp))
+    return template
+
+
 def format_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"

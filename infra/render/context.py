@@ -18,8 +18,8 @@ from infra.catalog.hfids import checkpoint_precision
 from infra.catalog.loader import Catalog
 from infra.catalog.schema import BYTES_PER_PARAM, EngineCli, FrameworkSpec
 from infra.errors import CatalogError, InfraError, IntentError, Location, Problem
-from infra.planner.types import Allocation, ClusterPool, DeploymentPlan, ServicePlan
-from infra.render.args import config_file_content, engine_settings, model_args
+from infra.planner.types import Allocation, ClusterPool, DeploymentPlan, ServicePlan, allocation_problems
+from infra.render.args import config_file_content, engine_settings, kv_transfer, model_args
 from infra.render.settings import Settings
 
 RDMA_KINDS = ("infiniband", "roce", "efa")
@@ -67,7 +67,6 @@ def path_only(plan_file: str | None) -> Locate:
 def check_plan(plan: DeploymentPlan, catalog: Catalog, locate: Locate) -> None:
     """Cross-field checks the schema cannot make; each problem names the field (and line) and the fix."""
     problems: list[Problem] = []
-    pools = {p.name for p in plan.spec.cluster.pools}
     for pi, pool in enumerate(plan.spec.cluster.pools):
         for key, name in pool.resources.model_dump(exclude_none=True).items():
             if isinstance(name, str) and "{" in name:
@@ -89,32 +88,11 @@ def check_plan(plan: DeploymentPlan, catalog: Catalog, locate: Locate) -> None:
                                     "re-plan with `infra plan`, which records the model's Hugging Face id"))
         for ai, a in enumerate(svc.allocations):
             aw = (*where, "allocations", ai)
-            for field_name in ("pool", "decode_pool"):
-                name = getattr(a, field_name)
-                if name is not None and name not in pools:
-                    problems.append(Problem(f"allocation uses pool {name!r}, which is not in spec.cluster.pools "
-                                            f"({', '.join(sorted(pools))})", locate((*aw, field_name)),
-                                            "name a pool listed under spec.cluster.pools, or re-plan"))
-            roles = sorted(a.engines)
-            want = ["agg"] if a.mode == "agg" else ["decode", "prefill"]
-            if svc.runs_llm_engine and roles != want:
-                problems.append(Problem(f"mode {a.mode} needs engines for {', '.join(want)}, found "
-                                        f"{', '.join(roles) or 'none'}", locate((*aw, "engines")),
-                                        "give one engine entry per role, or re-plan"))
-            if a.mode == "disagg" and not (a.prefill_workers and a.decode_workers):
-                problems.append(Problem("a disaggregated allocation needs prefill_workers and decode_workers",
-                                        locate(aw), "set both to 1 or more, or re-plan"))
-            if a.devices_per_worker % a.nodes_per_worker:
-                problems.append(Problem(f"devices_per_worker {a.devices_per_worker} does not split evenly over "
-                                        f"nodes_per_worker {a.nodes_per_worker}", locate((*aw, "devices_per_worker")),
-                                        "make devices_per_worker a multiple of nodes_per_worker, or re-plan"))
-            if a.share is not None and not 0 < a.share <= 1:
-                problems.append(Problem(f"share {a.share} is not a fraction of a device", locate((*aw, "share")),
-                                        "use a value in (0, 1]"))
             try:
                 catalog.framework(a.framework)
             except CatalogError as exc:
                 problems += [Problem(p.message, locate((*aw, "framework")), p.fix) for p in exc.problems]
+    problems += allocation_problems(plan, locate)  # what `load_plan` refuses too, for a plan made in memory
     if problems:
         raise IntentError(problems)
 
@@ -274,6 +252,9 @@ class AllocationBuilder:
         self.pool: ClusterPool = sb.pools[a.pool]
         self.header: list[str] = []
         self.devices_per_pod = a.devices_per_worker // a.nodes_per_worker
+        self.layouts = (a.parallel, a.decode_parallel or a.parallel)
+        """(prefill, decode) layouts of a disaggregated allocation, which a KV connector may need to know both of
+        (a decode builder on another pool sees only its own layout as `a.parallel`)."""
         self.rdma = [n for n in self.pool.nics if n.kind in RDMA_KINDS]
         self.device = sb.catalog.tables["devices"].find(a.device)
         """The allocation's device in the catalog (None when the catalog rendering uses lacks it)."""
@@ -283,14 +264,13 @@ class AllocationBuilder:
         if self.cpu is None and not self.pool.resources.count:
             raise CatalogError(Problem(
                 f"pool {self.pool.name} names no device resource, and {a.device} is not a CPU device of the catalog "
-                "(whose pods request cores and memory instead)", Location(path=f"spec.cluster.pools.{self.pool.name}"),
+                "(whose pods request cores and memory instead)",
+                sb.locate(("spec", "cluster", "pools", list(sb.pools).index(self.pool.name), "resources", "count")),
                 f"render with the catalog the plan was made with (--catalog), or give conventions.devices."
                 f"{self.pool.vendor}.count in the cluster profile and re-plan"))
-        pods_per_replica = a.nodes_per_worker * (1 if a.mode == "agg"
-                                                 else int((a.prefill_workers or 1) + (a.decode_workers or 1)))
-        # A Volcano gang only where one replica needs several pods at once (a multi-node worker, a P/D group).
-        self.gang = (pods_per_replica if sb.cluster.scheduler == "volcano" and sb.crds.get("volcano")
-                     and pods_per_replica > 1 else 0)
+        self.gang = 0
+        """minMember of the allocation's Volcano PodGroup, which every pod of its Deployments names (0: none is
+        rendered); set by `build` (`_gang_size`)."""
 
     def note(self, text: str) -> None:
         self.sb.note(text, self.header)
@@ -319,6 +299,11 @@ class AllocationBuilder:
                 self.sb.locate(("spec", "cluster", "crds")),
                 "install LeaderWorkerSet and add `leaderworkerset: leaderworkerset.x-k8s.io/v1` to the cluster "
                 "profile's conventions.crds, then re-plan"))
+        use_ds = a.mode == "disagg" and bool(crds.get("disaggregatedset"))
+        builders = [self._for_role(role) for role in roles]
+        self.gang = self._gang_size([b.a for b in builders], use_ds)
+        for b in builders:
+            b.gang = self.gang
         colocate = a.mode == "disagg" and self.pool.switch is None and self.pool.nodes > 1
         if a.mode == "disagg" and self.pool.switch is not None:
             self.header.append(f"Prefill and decode share leaf switch {self.pool.switch}: every node of pool "
@@ -329,12 +314,10 @@ class AllocationBuilder:
                       f"the headless Services {self.name}-prefill and {self.name}-decode; they keep "
                       f"{a.replicas} group(s) without autoscaling")
         workloads = []
-        for role in roles:
-            b = self._for_role(role)
+        for role, b in zip(roles, builders):
             workloads.append(b._workload(role, image if b is self else b._image(), quantization,
                                          b.a.nodes_per_worker > 1, colocate))
         config = self._config_maps(workloads)
-        use_ds = a.mode == "disagg" and bool(crds.get("disaggregatedset"))
         if use_ds:
             self._disaggregated_set(workloads)
         else:
@@ -356,6 +339,27 @@ class AllocationBuilder:
         if a.mode == "agg":
             self._autoscaler(workloads[0])
 
+    def _gang_size(self, views: list[Allocation], use_ds: bool) -> int:
+        """minMember of the one Volcano PodGroup this allocation renders, or 0 for none. A gang is wanted where a
+        replica needs several pods at once (a multi-node worker, a prefill/decode unit) and the scheduler is
+        Volcano. LeaderWorkerSet groups (multi-node workers, DisaggregatedSet roles) are ganged one PodGroup per
+        group by the LWS controller itself when it runs with Volcano as its gang-scheduling provider; a static
+        PodGroup there would be shared by every group. The pods of Deployments all carry the same template, so
+        their one PodGroup gangs every pod of the allocation: minMember = all of them."""
+        a = self.a
+        per_replica = sum(v.nodes_per_worker for v in views) if a.mode == "agg" else (
+            views[0].nodes_per_worker * int(a.prefill_workers or 1)
+            + views[-1].nodes_per_worker * int(a.decode_workers or 1))
+        if not (self.sb.cluster.scheduler == "volcano" and self.sb.crds.get("volcano")) or per_replica <= 1:
+            return 0
+        if use_ds or any(v.nodes_per_worker > 1 for v in views):
+            self.note(f"{self.name}: Volcano gangs each LeaderWorkerSet group through the LWS controller, which "
+                      "creates one PodGroup per group (minMember = its pods) when it runs with "
+                      "gangSchedulingManagement.schedulerProvider: volcano; configure it so, else the groups are "
+                      "scheduled pod by pod")
+            return 0
+        return a.replicas * per_replica
+
     def _service_index(self) -> int:
         return next(i for i, x in enumerate(self.sb.plan.spec.services) if x is self.sb.svc)
 
@@ -368,6 +372,7 @@ class AllocationBuilder:
         view = a.role_view(role, self.sb.pools[a.decode_pool].devices_per_node)
         other = AllocationBuilder(self.sb, self.index, view, self.fw, self.model)
         other.header = self.header
+        other.layouts = self.layouts
         return other
 
     # --- images, quantization -----------------------------------------------------------------------------------
@@ -375,9 +380,10 @@ class AllocationBuilder:
     def _image(self) -> str:
         image, pinned = self.fw.image_for(self.a.device, self.pool.vendor)
         if not pinned:
+            why = self.device.unplannable if self.device is not None else None
             raise CatalogError(Problem(
                 f"framework {self.fw.name} has no image pinned to a release for {self.a.device} "
-                f"({image or 'none listed'})",
+                f"({image or 'none listed'})" + (f": {why.reason} ({why.source})" if why is not None else ""),
                 Location(self.sb.catalog.tables["frameworks"].files.get(self.fw.name), path="image"),
                 f"give `images: {{{self.a.device}: <registry>/<image>:<tag>}}` (or `image:` with a tag) in a "
                 f"--catalog overlay's frameworks/{self.fw.name}.yaml"))
@@ -442,7 +448,7 @@ class AllocationBuilder:
         }
         if role != "agg":
             connector = self.cli.values.get("kv_transfer_config", {})
-            v["kv_transfer_config"] = role if role in connector else None
+            v["kv_transfer_config"] = kv_transfer(connector[role], *self.layouts) if role in connector else None
             v["disaggregation_mode"] = role
             v["disaggregation_transfer_backend"] = TRANSFER_BACKEND
             stated = set(self.cli.flags) | set(self.cli.config_file.keys if self.cli.config_file else {})
@@ -496,9 +502,13 @@ class AllocationBuilder:
             {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": s.hf_token_secret, "key": "token",
                                                                 "optional": True}}},
         ]
-        if "NixlConnector" in self.cli.values.get("kv_transfer_config", {}).get(role, ""):
+        connector = self.cli.values.get("kv_transfer_config", {}).get(role, "")
+        if "NixlConnector" in connector:
             env.append({"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath":
                                                                                           "status.podIP"}}})
+        if "MooncakeConnector" in connector:
+            # vllm-ascend's Mooncake transfer binds HCCL to this address (its Kubernetes P/D guide sets the pod IP).
+            env.append({"name": "HCCL_IF_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
         if self.cpu is not None:
             from infra.render.cpu import engine_env
 

@@ -72,6 +72,17 @@ class Templates:
     def render(self, name: str, context: dict[str, Any]) -> dict[str, Any]:
         """Render `name` and parse the result: one Kubernetes object as plain data."""
         origin = self.origin(name)
+        data = self.render_data(name, context)
+        if not isinstance(data, dict) or not all(k in data for k in ("apiVersion", "kind", "metadata")) \
+                or not isinstance(data.get("metadata"), dict) or not data["metadata"].get("name"):
+            raise TemplateError(Problem("rendered output is not one Kubernetes object (apiVersion, kind and "
+                                        "metadata.name are required)", Location(origin, 1),
+                                        "make the template render a single object with those fields"))
+        return data
+
+    def render_data(self, name: str, context: dict[str, Any]) -> Any:
+        """Render `name` and parse the result as one YAML document (a values file, or an object)."""
+        origin = self.origin(name)
         try:
             template = self.env.get_template(name)
         except jinja2.TemplateSyntaxError as exc:
@@ -104,11 +115,6 @@ class Templates:
                 f"rendered output is not valid YAML ({getattr(exc, 'problem', exc)}) at rendered line {out_line}",
                 Location(origin, self._source_line(name, text, out_line)),
                 "check the indentation and quoting of that template line (values go through `| json`)")) from None
-        if not isinstance(data, dict) or not all(k in data for k in ("apiVersion", "kind", "metadata")) \
-                or not isinstance(data.get("metadata"), dict) or not data["metadata"].get("name"):
-            raise TemplateError(Problem("rendered output is not one Kubernetes object (apiVersion, kind and "
-                                        "metadata.name are required)", Location(origin, 1),
-                                        "make the template render a single object with those fields"))
         return data
 
     def _frame(self, exc: BaseException, name: str) -> tuple[str, int | None]:

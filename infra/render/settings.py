@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from infra.errors import IntentError, Location, Problem
+from infra.intent.yamlio import read_text
+from infra.limits import check_tree, scan_yaml
 
 SETTINGS_FILE = "settings.yaml"
 
@@ -53,6 +55,9 @@ class Settings(BaseModel):
     """Prometheus that KEDA queries for the engines' running-request gauge."""
     weights_headroom: float = Field(ge=1)
     """emptyDir size as a multiple of the weight bytes (tokenizer, config, download temporaries)."""
+    epp_image: str = "ghcr.io/llm-d/llm-d-inference-scheduler:v0.7.1"
+    """Image of the endpoint picker the `llm-d` target deploys next to each InferencePool (llm-d's inference
+    scheduler, which carries the Gateway API Inference Extension's plugins and llm-d's prefill/decode ones)."""
     dra_device_classes: dict[str, str] = {}
     """DRA DeviceClass per device vendor, and `rdma` for RDMA NICs, used when the cluster lists `dra`."""
 
@@ -70,7 +75,10 @@ def load_settings(override_dir: Path | None) -> Settings:
     if override_dir is not None and (override_dir / SETTINGS_FILE).is_file():
         source = str(override_dir / SETTINGS_FILE)
         try:
-            extra = YAML(typ="safe").load((override_dir / SETTINGS_FILE).read_text(encoding="utf-8")) or {}
+            text = read_text(override_dir / SETTINGS_FILE, "settings")  # bounded in size, UTF-8
+            scan_yaml(text, source, IntentError)  # nesting and alias bombs refused before a tree is built
+            extra = YAML(typ="safe").load(text) or {}
+            check_tree(extra, source, error=IntentError)
         except YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             raise IntentError(Problem(f"YAML syntax error: {getattr(exc, 'problem', exc)}",

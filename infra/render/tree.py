@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from infra.errors import Location, Problem
 from infra.render.context import Built
@@ -21,9 +22,15 @@ class Rendered:
     notes: list[str]
 
 
-def assemble(built: Built, templates: Templates, cluster: str, namespace: str) -> Rendered:
-    """Render every object, file it under its service, and add the kustomizations."""
+def assemble(built: Built, templates: Templates, cluster: str, namespace: str,
+             values: tuple[Any, ...] | list[Any] = ()) -> Rendered:
+    """Render every object, file it under its service, and add the kustomizations; `values` are files that are no
+    Kubernetes objects (Helm values, infra.render.targets.ValuesFile), written where they say, outside the
+    kustomize tree."""
     files: dict[str, str] = {}
+    for v in values:
+        header = "".join(f"# {line}\n" for line in v.header)
+        files[v.path] = header + dump_yaml(templates.render_data(v.template, v.context))
     by_service: dict[str, list[str]] = {}
     origin: dict[str, str] = {}
     for doc in built.docs:

@@ -81,14 +81,14 @@ def print_catalog(console: Console, cat: Catalog, kind: str | None, name: str | 
             t.add_row(d.name, d.vendor, _fig(d.memory_gb), _fig(d.memory_bandwidth_tbps),
                       _fig(d.tflops.get("bf16") or d.tflops.get("fp16")), _fig(d.tflops.get("fp8")),
                       f"{d.interconnect.kind} {d.interconnect.bandwidth_gbs.value:g}GB/s",
-                      _fig(d.reference_price_per_hour), ",".join(d.precisions))
+                      _fig(d.reference_price_per_hour), ", ".join(d.precisions))
         console.print(t)
     if section in (None, "frameworks"):
         t = Table(title=f"frameworks ({len(cat.frameworks)})", title_justify="left")
         for col in ("name", "version", "vendors", "precisions", "features"):
             t.add_column(col)
         for f in sorted(cat.frameworks.values(), key=lambda f: f.name):
-            t.add_row(f.name, f.version, ",".join(f.vendors), ",".join(f.precisions), ",".join(f.features))
+            t.add_row(f.name, f.version, ", ".join(f.vendors), ", ".join(f.precisions), ", ".join(f.features))
         console.print(t)
 
 

@@ -211,13 +211,14 @@ def print_plan(console: Console, plan: dict[str, Any], considered: list[Consider
     spec = plan["spec"]
     t = Table(title=f"plan {plan['metadata']['name']}: ${spec['cost']['per_hour']:.2f}/h ({spec['solver']['status']})",
               title_justify="left")
-    for col in ("service", "replicas", "device", "layout", "framework", "precision", "$/h", "objectives (predicted/target)"):
-        t.add_column(col)
+    for col in ("service", "replicas", "device, layout", "engine", "$/h", "predicted / target"):
+        t.add_column(col, justify="right" if col in ("replicas", "$/h") else "left")
     for svc in spec["services"]:
         for a in svc["allocations"]:
-            obj = ", ".join(f"{k} {v['predicted_ms']:g}/{v['target_ms']:g}ms" for k, v in a["predicted"].items())
-            t.add_row(svc["name"], str(a["replicas"]), a["device"], _layout(a), a["framework"], a["precision"],
-                      f"{a['cost_per_hour']:.2f}", obj)
+            # One objective a line keeps the table within an ordinary terminal however many objectives there are.
+            obj = "\n".join(f"{k} {v['predicted_ms']:g}/{v['target_ms']:g}ms" for k, v in a["predicted"].items())
+            t.add_row(svc["name"], str(a["replicas"]), f"{a['device']} {_layout(a)}",
+                      f"{a['framework']} {a['precision']}", f"{a['cost_per_hour']:.2f}", obj)
     console.print(t)
     counts = Counter(c.outcome if c.outcome == "candidate" else "dropped" for c in considered)
     console.print(f"{counts['candidate']} candidates scored, {counts['dropped']} shapes dropped "

@@ -9,6 +9,8 @@ from typing import Any
 
 from infra.catalog.loader import Catalog
 from infra.catalog.schema import EngineCli, FrameworkSpec
+from infra.errors import InfraError
+from infra.limits import loads_json, scan_yaml
 
 SHELLS = {"sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/env"}
 
@@ -127,7 +129,7 @@ def engine_args(container: dict[str, Any], catalog: Catalog,
     # Engines may share a launcher (vLLM and vLLM-Omni both run `vllm serve`): the one that knows the most of the
     # flags given is the one running (`--omni` is vLLM-Omni's), the first by name on a tie.
     best: tuple[int, EngineArgs] | None = None
-    for name, fw in sorted(catalog.frameworks.items()):
+    for _name, fw in sorted(catalog.frameworks.items()):
         found = parse(words, fw)
         if found is not None:
             known = len(found.settings)
@@ -152,8 +154,6 @@ def file_settings(pod_spec: dict[str, Any], cli: EngineCli, config_maps: dict[st
                   ) -> tuple[dict[str, Any] | None, str]:
     """Settings an engine reads from its config file, as a ConfigMap of the tree mounted into the pod ships it:
     (setting -> value, "") or (None, why they cannot be read)."""
-    import json
-
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
@@ -168,8 +168,14 @@ def file_settings(pod_spec: dict[str, Any], cli: EngineCli, config_maps: dict[st
         if not isinstance(data, dict) or name not in data:
             continue
         try:
-            doc = json.loads(data[name]) if cf.format == "json" else YAML(typ="safe", pure=True).load(data[name])
+            if cf.format == "json":
+                doc = loads_json(str(data[name]), name)
+            else:
+                scan_yaml(str(data[name]), name)  # nesting and alias bombs refused before the pure-Python parser
+                doc = YAML(typ="safe", pure=True).load(data[name])
         except (ValueError, YAMLError) as exc:
             return None, f"{name} in ConfigMap {ref.get('name')} does not parse as {cf.format}: {exc}"
+        except InfraError as exc:
+            return None, f"{name} in ConfigMap {ref.get('name')} is refused: {exc.problems[0]}"
         return {s: _dotted(doc, p) for s, p in cf.keys.items() if _dotted(doc, p) is not None}, ""
     return None, f"no ConfigMap of the tree mounted into the pod holds {name}"

@@ -6,15 +6,16 @@ never stops at the first bad file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-from infra.errors import IntentError
+from infra.errors import InfraError, IntentError
 from infra.intent.yamlio import PathKey, SourceMap, flatten
+from infra.limits import MAX_DEPTH, deep_point, read_limited, scan_yaml
 from infra.validators.findings import Finding
 from infra.validators.rules import rule
 
@@ -79,6 +80,32 @@ class Manifest:
         return rule(rule_id).at(self.file, self.line(path, key), self.ref, message, field=dotted(path), **kw)
 
 
+class ValuesFile(Manifest):
+    """The values of one Helm release (`helm/<chart>/<release>.values.yaml`, as the `llm-d` target writes them):
+    no Kubernetes object, checked against the chart's values schema."""
+
+    @property
+    def ref(self) -> str:
+        return f"HelmValues/{self.release}"
+
+    @property
+    def chart(self) -> str:
+        return Path(self.file).parent.name
+
+    @property
+    def release(self) -> str:
+        return Path(self.file).name.removesuffix(VALUES_SUFFIX)
+
+
+VALUES_SUFFIX = ".values.yaml"
+VALUES_DIR = "helm"
+
+
+def is_values_file(path: Path) -> bool:
+    """`helm/<chart>/<release>.values.yaml`."""
+    return path.name.endswith(VALUES_SUFFIX) and path.parent.parent.name == VALUES_DIR
+
+
 @dataclass
 class Tree:
     """Everything read under one path."""
@@ -88,6 +115,8 @@ class Tree:
     manifests: list[Manifest]
     kustomizations: list[Manifest]
     findings: list[Finding]
+    values: list[ValuesFile] = field(default_factory=list)
+    """Helm values files (`helm/*.values.yaml`), which are not manifests."""
 
 
 def yaml_files(root: Path) -> list[Path]:
@@ -112,23 +141,41 @@ def _yaml_error(file: str, exc: Exception) -> Finding:
     return rule("YAML001").at(file, 1, "-", f"YAML error: {exc}")
 
 
-def read_file(path: Path, shown: str) -> tuple[list[Manifest], list[Finding]]:
-    """The objects of one file and the problems that kept documents from being read."""
+def _bounded_text(path: Path, shown: str) -> tuple[str | None, list[Finding]]:
+    """The file's text, or why it is not read: unreadable, not UTF-8, over `infra.limits.MAX_DOCUMENT_BYTES`, or
+    nested deeper / aliased wider than `infra.limits` allows (refused from the event stream, before ruamel, whose
+    scanner a line of ten thousand `[` makes quadratic)."""
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = read_limited(path, "manifest").decode("utf-8")
+        scan_yaml(text, shown)
     except UnicodeDecodeError as exc:
         line = exc.object[: exc.start].count(b"\n") + 1
-        return [], [rule("YAML001").at(shown, line, "-", f"not UTF-8 text ({exc.reason})",
-                                       fix="save the file as UTF-8")]
+        return None, [rule("YAML001").at(shown, line, "-", f"not UTF-8 text ({exc.reason})",
+                                         fix="save the file as UTF-8")]
     except OSError as exc:
-        return [], [rule("YAML001").at(shown, 1, "-", f"cannot read the file: {exc.strerror}",
-                                       fix="check the path and the file's permissions")]
+        return None, [rule("YAML001").at(shown, 1, "-", f"cannot read the file: {exc.strerror}",
+                                         fix="check the path and the file's permissions")]
+    except InfraError as exc:
+        p = exc.problems[0]
+        return None, [rule("YAML001").at(shown, p.location.line or 1, "-", p.message, fix=p.fix)]
+    return text, []
+
+
+def read_file(path: Path, shown: str) -> tuple[list[Manifest], list[Finding]]:
+    """The objects of one file and the problems that kept documents from being read."""
+    text, unread = _bounded_text(path, shown)
+    if text is None:
+        return [], unread
     yaml = YAML(typ="rt")
     yaml.allow_duplicate_keys = False
     try:
         docs = list(yaml.load_all(text))
     except (YAMLError, ValueError, TypeError) as exc:
         return [], [_yaml_error(shown, exc)]
+    except RecursionError:
+        line, _ = deep_point(text)
+        return [], [rule("YAML001").at(shown, line, "-", f"nested more than {MAX_DEPTH} levels deep",
+                                       fix="nest mappings and lists less deeply")]
     out: list[Manifest] = []
     problems: list[Finding] = []
     starts = _document_lines(text)
@@ -187,10 +234,41 @@ def read_tree(root: Path) -> Tree:
         findings += problems
         kustomizations += objs
     patches = patch_files(kustomizations)
+    values: list[ValuesFile] = []
     for path in files:
         if path.name in KUSTOMIZATION_FILES or path.resolve() in patches:
+            continue
+        if is_values_file(path):
+            found, problems = read_values(path, str(path))
+            findings += problems
+            values += found
             continue
         objs, problems = read_file(path, str(path))
         findings += problems
         manifests += objs
-    return Tree(root, files, manifests, kustomizations, findings)
+    return Tree(root, files, manifests, kustomizations, findings, values)
+
+
+def read_values(path: Path, shown: str) -> tuple[list[ValuesFile], list[Finding]]:
+    """A Helm values file: one mapping."""
+    text, unread = _bounded_text(path, shown)
+    if text is None:
+        return [], unread
+    yaml = YAML(typ="rt")
+    yaml.allow_duplicate_keys = False
+    try:
+        doc = yaml.load(text)
+    except (YAMLError, ValueError, TypeError) as exc:
+        return [], [_yaml_error(shown, exc)]
+    except RecursionError:
+        line, _ = deep_point(text)
+        return [], [rule("YAML001").at(shown, line, "-", f"nested more than {MAX_DEPTH} levels deep",
+                                       fix="nest mappings and lists less deeply")]
+    try:
+        data, smap = flatten(doc, shown)
+    except IntentError as exc:
+        p = exc.problems[0]
+        return [], [rule("YAML001").at(shown, p.location.line or 1, "-", p.message, fix=p.fix)]
+    if not isinstance(data, dict):
+        return [], [rule("YAML002").at(shown, 1, "-", "Helm values must be a mapping")]
+    return [ValuesFile(shown, 0, data, smap)], []

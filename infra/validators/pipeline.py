@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from infra.errors import InfraError
+from infra.limits import scan_yaml
 from infra.planner.types import DeploymentPlan, PipelinePlan
 from infra.validators.findings import Finding
 from infra.validators.manifests import Manifest
@@ -41,9 +43,12 @@ def _stage_doc(cm: Manifest) -> tuple[dict[str, Any] | None, str]:
     if not isinstance(text, str):
         return None, f"it holds no {STAGE_CONFIG_FILE}"
     try:
+        scan_yaml(text, STAGE_CONFIG_FILE)  # nesting and alias bombs refused before the pure-Python parser
         doc = YAML(typ="safe", pure=True).load(text)
     except YAMLError as exc:
         return None, f"its {STAGE_CONFIG_FILE} does not parse ({exc})"
+    except InfraError as exc:
+        return None, f"its {STAGE_CONFIG_FILE} is refused: {exc.problems[0]}"
     if not isinstance(doc, dict) or doc.get("kind") != STAGE_CONFIG_KIND:
         return None, f"its {STAGE_CONFIG_FILE} is not a {STAGE_CONFIG_KIND}"
     return doc, ""
@@ -200,7 +205,8 @@ def _address(cm: Manifest, key: str, address: str, service: str, services: dict[
         port = parts.port
     except ValueError:
         port = None
-    known = {service, f"{service}.{namespace}", f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"}
+    known = {service, f"{service}.{namespace}", f"{service}.{namespace}.svc",
+             f"{service}.{namespace}.svc.cluster.local"}
     obj = services.get(service)
     if host not in known or obj is None:
         why = f"Service {service} is not in the tree" if obj is None else f"it is not Service {service}'s name"

@@ -36,6 +36,8 @@ _ALL = [
          "correct the field as the custom resource's CRD describes it (see `infra validate --rules` for versions)"),
     Rule("SCH003", "error", "schema", "the kind is known (a built-in kind or a custom resource with a schema)",
          "use a built-in Kubernetes kind or one of the custom resources infra knows, with its exact apiVersion"),
+    Rule("SCH004", "error", "schema", "Helm values files (helm/<chart>/*.values.yaml) match the chart's values "
+         "schema at the pinned version", "use only the keys and types the chart's values.schema.json allows"),
     Rule("KUS001", "error", "kustomize", "paths a Kustomization lists exist",
          "create the file or directory, or remove it from the kustomization"),
     Rule("KUS002", "error", "kustomize", "a Kustomization uses only kustomize's fields",
@@ -75,6 +77,13 @@ _ALL = [
     Rule("SEM014", "error", "semantic", "DRA device selectors are valid CEL",
          "write a CEL expression over device.driver / device.attributes / device.capacity, e.g. "
          "device.driver == \"gpu.nvidia.com\""),
+    Rule("SEM015", "error", "semantic", "prefill and decode workers carry the KV connector that moves the KV cache "
+         "between them", "give the engine's KV-transfer setting (vLLM --kv-transfer-config, SGLang "
+         "--disaggregation-mode, TensorRT-LLM cache_transceiver_config), as `infra render` writes it"),
+    Rule("SEM016", "error", "semantic", "a Volcano PodGroup gangs exactly the pods of one group: its minMember "
+         "equals the pods that name it, and no LeaderWorkerSet shares one PodGroup between its groups",
+         "one PodGroup per gang with minMember = its pods; for a LeaderWorkerSet let the LWS controller create "
+         "one per group (gangSchedulingManagement.schedulerProvider: volcano) and name none in its templates"),
     # Cluster profile
     Rule("PRO001", "error", "profile", "extended resources are ones the cluster offers",
          "use a resource name of the cluster profile's conventions.devices (or fix the profile)"),
@@ -121,6 +130,8 @@ _ALL = [
          "resources) and carry the engine's CPU environment, its KV cache within the pod's memory",
          "request cpu and memory within the allocation's sockets, requests equal to limits, no extended resources, "
          "and set the framework's CPU environment (`infra render` does)"),
+    Rule("PLN010", "error", "plan", "a deployment target's engine image is the one the plan's framework runs on "
+         "the allocation's device there", "use the image `infra render --target` writes for the framework"),
     # Pipelines (plan consistency of spec.pipelines)
     Rule("PIP001", "error", "plan", "every pipeline stage has its stage config (ConfigMap <stage>-stage, stage.yaml)",
          "render the plan again (`infra render PLAN -o DIR`)"),

@@ -12,7 +12,7 @@ from infra.validators.findings import Report
 from infra.validators.kustomize import check_builds, check_kustomization, check_unlisted
 from infra.validators.manifests import read_tree
 from infra.validators.profile import check_profile
-from infra.validators.schema import check_object, kubernetes_version
+from infra.validators.schema import check_object, check_values, kubernetes_version
 from infra.validators.security import check_security
 from infra.validators.semantic import check_semantic
 
@@ -50,6 +50,8 @@ def validate_tree(path: str | Path, profile: str | Path | None = None, plan: str
     for m in tree.manifests:
         report.findings += check_object(m)
         report.findings += check_security(m)
+    for v in tree.values:
+        report.findings += check_values(v, v.chart)
     for k in tree.kustomizations:
         report.findings += check_kustomization(k)
     report.findings += check_unlisted(tree.kustomizations, tree.files)
@@ -57,7 +59,9 @@ def validate_tree(path: str | Path, profile: str | Path | None = None, plan: str
     report.findings += built
     report.notes += notes
     names = device_names(cluster, catalog)
-    report.findings += check_semantic(tree.manifests, names, catalog)
+    from infra.validators.targets import charted_pod_labels
+
+    report.findings += check_semantic(tree.manifests, names, catalog, charted_pod_labels(tree.values))
     if cluster is not None:
         report.checks.append("profile")
         for m in tree.manifests:
@@ -66,7 +70,7 @@ def validate_tree(path: str | Path, profile: str | Path | None = None, plan: str
         from infra.validators.plan import check_plan
 
         report.checks.append("plan")
-        findings, notes = check_plan(tree.manifests, loaded_plan, str(plan), catalog)
+        findings, notes = check_plan(tree.manifests, loaded_plan, str(plan), catalog, tree.values)
         report.findings += findings
         report.notes += notes
     if live_client is not None:

@@ -225,3 +225,59 @@ def check_object(m: Manifest) -> list[Finding]:
         if len(out) >= MAX_ERRORS_PER_OBJECT:
             break
     return out
+
+
+# --- Helm chart values --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Chart:
+    """A Helm chart's values schema as shipped (`charts/<chart>.values.schema.yaml`)."""
+
+    name: str
+    release: str
+    source: str
+    schema: dict[str, Any]
+
+
+@lru_cache(maxsize=1)
+def charts() -> dict[str, Chart]:
+    """Chart name -> its pinned values schema."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML(typ="safe", pure=True)
+    folder = resources.files("infra.validators") / "charts"
+    out = {}
+    for f in sorted((f for f in folder.iterdir() if f.name.endswith(".values.schema.yaml")), key=lambda f: f.name):
+        doc = yaml.load(f.read_text(encoding="utf-8"))
+        out[doc["chart"]] = Chart(doc["chart"], doc["release"], doc["source"], doc["schema"])
+    return out
+
+
+@lru_cache(maxsize=None)
+def values_validator(chart: str) -> jsonschema.protocols.Validator | None:
+    c = charts().get(chart)
+    return jsonschema.Draft7Validator(c.schema) if c is not None else None
+
+
+def check_values(v: Manifest, chart: str) -> list[Finding]:
+    """SCH004 findings of one Helm values file against its chart's pinned values schema (none for a chart infra
+    ships no schema of)."""
+    validator = values_validator(chart)
+    if validator is None:
+        return []
+    out = []
+    for error in sorted(validator.iter_errors(v.data), key=lambda e: [str(p) for p in e.absolute_path]):
+        error = _best(error)
+        path = tuple(error.absolute_path)
+        unknown = _unknown_fields(error)
+        if unknown:
+            allowed = sorted(error.schema.get("properties", {}))
+            for key in unknown:
+                near = difflib.get_close_matches(key, allowed, n=1)
+                fix = f"did you mean {near[0]!r}?" if near else f"known keys here: {', '.join(allowed)}"
+                out.append(v.finding("SCH004", path + (key,), f"unknown key {key!r}", fix=fix, key=True))
+        else:
+            out.append(v.finding("SCH004", path, _describe(error)))
+        if len(out) >= MAX_ERRORS_PER_OBJECT:
+            break
+    return out

@@ -1,5 +1,6 @@
 """What a schema cannot see: labels and selectors, names, whole devices, requests against limits, the parallel
-layout against the devices, ports and probes, duplicates, quantities, references inside a pod."""
+layout against the devices, ports and probes, duplicates, quantities, references inside a pod, the KV connector
+of prefill/decode workers, Volcano gangs against the pods that join them."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from decimal import Decimal
 from typing import Any, Iterable
 
 from infra.catalog.loader import Catalog
+from infra.catalog.schema import KV_TRANSFER_SETTINGS
 from infra.validators.cluster import DeviceNames
 from infra.validators.engine_args import EngineArgs, engine_args, file_settings
 from infra.validators.findings import Finding
@@ -221,8 +223,11 @@ def _selected(selector, manifests: list[Manifest]) -> list[PodTemplate]:
     return [t for x in manifests for t in pod_templates(x) if selects(selector, t.labels)]
 
 
-def check_service_targets(m: Manifest, manifests: list[Manifest]) -> list[Finding]:
-    """SEM002 / SEM008: Services, InferencePools and PDBs select pods of the tree, on ports those pods declare."""
+def check_service_targets(m: Manifest, manifests: list[Manifest],
+                          charted: list[dict[str, str]] | None = None) -> list[Finding]:
+    """SEM002 / SEM008: Services, InferencePools and PDBs select pods of the tree, on ports those pods declare.
+    `charted` are the labels of pods a Helm values file of the tree has a chart create (an InferencePool over
+    llm-d's model-service pods selects those)."""
     spec = m.data.get("spec")
     if not isinstance(spec, dict):
         return []
@@ -251,6 +256,8 @@ def check_service_targets(m: Manifest, manifests: list[Manifest]) -> list[Findin
         if sel is None:
             return []
         pods = _selected(sel, manifests)
+        if not pods and any(selects(sel, labels) for labels in charted or []):
+            return []
         if not pods:
             return [m.finding("SEM002", ("spec", "selector"), "selector selects no pod template in the tree")]
         numbers = set().union(*(_ports(t)[0] for t in pods))
@@ -487,18 +494,127 @@ def check_cel(m: Manifest) -> list[Finding]:
     return out
 
 
-def check_semantic(manifests: list[Manifest], names: DeviceNames, catalog: Catalog) -> list[Finding]:
-    """Every semantic rule over every object of the tree."""
-    out = check_duplicate_objects(manifests)
+PD_ROLES = ("prefill", "decode")
+ROLE_LABEL = "infra.dev/role"
+
+
+def pd_role(t: PodTemplate) -> str | None:
+    """`prefill` or `decode` for a pod of a disaggregated deployment: by its role label (MANIFESTS.md), or the
+    DisaggregatedSet role it belongs to; None otherwise."""
+    role = t.labels.get(ROLE_LABEL) or t.role.split("/", 1)[0]
+    return role if role in PD_ROLES else None
+
+
+def check_kv_connector(m: Manifest, catalog: Catalog, manifests: list[Manifest]) -> list[Finding]:
+    """SEM015: a prefill or decode worker tells its engine how the KV cache moves between the two (vLLM's
+    --kv-transfer-config connector, SGLang's --disaggregation-mode / transfer backend, TensorRT-LLM's
+    cache_transceiver_config). Without it each worker serves whole requests alone and the disaggregation the plan
+    was verified with never happens."""
+    out = []
+    for t in pod_templates(m):
+        role = pd_role(t)
+        found = engine_of(t, catalog, manifests) if role is not None else None
+        if found is None:
+            continue  # not a prefill/decode pod, or an engine the catalog does not know (SEM012)
+        path, _, args, unread = found
+        if unread or any(args.settings.get(s) not in (None, "", False) for s in KV_TRANSFER_SETTINGS):
+            continue  # a missing config file is reported on its own (SEM012)
+        cli = catalog.framework(args.framework).cli
+        spelled = [cli.flags[s] for s in KV_TRANSFER_SETTINGS if cli is not None and s in cli.flags]
+        if cli is not None and cli.config_file is not None:
+            spelled += [f"{cli.config_file.keys[s]} in {cli.config_file.path}" for s in KV_TRANSFER_SETTINGS
+                        if s in cli.config_file.keys]
+        out.append(m.finding(
+            "SEM015", path + ("args",),
+            f"{role} worker runs {args.framework} with no KV connector, so it never hands the KV cache "
+            f"{'to decode' if role == 'prefill' else 'over from prefill'}: the deployment is not disaggregated",
+            fix=(f"give {' or '.join(spelled)} (as `infra render` does for {args.framework})" if spelled else
+                 f"{args.framework}'s catalog cli names no KV-transfer setting: serve it aggregated, or use an "
+                 "engine that states one")))
+    return out
+
+
+GROUP_NAME = "scheduling.k8s.io/group-name"
+"""Pod annotation naming the Volcano PodGroup a pod joins."""
+LWS_KINDS = ("LeaderWorkerSet", "DisaggregatedSet")
+
+
+def _node(data: Any, path: tuple) -> Any:
+    for step in path:
+        if isinstance(data, dict):
+            data = data.get(step)
+        elif isinstance(data, list) and isinstance(step, int) and 0 <= step < len(data):
+            data = data[step]
+        else:
+            return None
+    return data
+
+
+def _groups_of(t: PodTemplate) -> int:
+    """Replicas (groups) of the object or DisaggregatedSet role a pod template belongs to (1 when unset)."""
+    m = t.manifest
+    if m.kind == "Pod":
+        return 1
+    spec = _node(m.data, t.path[:4]) if m.kind == "DisaggregatedSet" else m.data.get("spec")
+    value = spec.get("replicas", 1) if isinstance(spec, dict) else 1
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 1
+
+
+def check_gangs(manifests: list[Manifest]) -> list[Finding]:
+    """SEM016: a Volcano PodGroup gangs exactly one group of pods. Its minMember equals the pods that name it (more
+    and the gang never forms; fewer and it does not hold them together), and no LeaderWorkerSet names one PodGroup
+    from its templates while running several groups: every group would join the same gang, so one group's pods
+    could start without their peers. The LWS controller makes one PodGroup per group itself (Volcano provider)."""
+    groups = {m.name: m for m in manifests
+              if m.kind == "PodGroup" and m.api_version.startswith("scheduling.volcano.sh/")}
+    members: dict[str, list[tuple[PodTemplate, int]]] = {}
+    out = []
+    for m in manifests:
+        shared = False
+        for t in pod_templates(m):
+            meta = _node(m.data, t.path + ("metadata",)) if m.kind != "Pod" else m.data.get("metadata")
+            annotations = meta.get("annotations") if isinstance(meta, dict) else None
+            name = annotations.get(GROUP_NAME) if isinstance(annotations, dict) else None
+            if not isinstance(name, str) or not name:
+                continue
+            n = _groups_of(t)
+            members.setdefault(name, []).append((t, n * t.pods_per_group))
+            if m.kind in LWS_KINDS and n > 1 and not shared:
+                shared = True
+                out.append(m.finding(
+                    "SEM016", t.path + ("metadata", "annotations"),
+                    f"the {n} groups of {m.kind} {m.name} all join PodGroup {name}, so Volcano gangs them as one: "
+                    "a group's leader and workers are not held together"))
+    for name, pg in sorted(groups.items()):
+        named = members.get(name)
+        want = pg.data.get("spec", {}).get("minMember") if isinstance(pg.data.get("spec"), dict) else None
+        if not named or not isinstance(want, int) or isinstance(want, bool):
+            continue
+        pods = sum(k for _, k in named)
+        if want != pods:
+            t = named[0][0]
+            out.append(t.manifest.finding(
+                "SEM016", t.path + ("metadata", "annotations"),
+                f"{pods} pod(s) join PodGroup {name} but its minMember is {want}: "
+                + ("the gang can never form" if want > pods else "the gang does not hold all its pods together"),
+                fix=f"set PodGroup {name}'s minMember to {pods}, or give each gang its own PodGroup"))
+    return out
+
+
+def check_semantic(manifests: list[Manifest], names: DeviceNames, catalog: Catalog,
+                   charted: list[dict[str, str]] | None = None) -> list[Finding]:
+    """Every semantic rule over every object of the tree; `charted`: labels of pods Helm values of the tree create."""
+    out = check_duplicate_objects(manifests) + check_gangs(manifests)
     for m in manifests:
         out += check_names(m)
         out += check_duplicates(m)
         out += check_references(m, manifests)
         out += check_workload_selector(m)
         out += check_probes(m)
-        out += check_service_targets(m, manifests)
+        out += check_service_targets(m, manifests, charted)
         out += check_resources(m, names)
         out += check_parallel(m, names, catalog, manifests)
+        out += check_kv_connector(m, catalog, manifests)
         out += check_cel(m)
     return out
 

@@ -144,8 +144,8 @@ def test_a_p99_certainly_missed_fails_and_its_json_is_strict():
     with server(every_third_fails) as url:
         out = infra("bench", "--endpoint", url, "--requests", "40", "--concurrency", "2", "--output-tokens", "4",
                     "--warmup", "0", "--slo", "ttft_p99=1s", "--json")
-        shown = infra("bench", "--endpoint", url, "--requests", "40", "--concurrency", "2", "--output-tokens", "4",
-                      "--warmup", "0", "--slo", "ttft_p99=1s")
+        shown = infra("--wide", "bench", "--endpoint", url, "--requests", "40", "--concurrency", "2",
+                      "--output-tokens", "4", "--warmup", "0", "--slo", "ttft_p99=1s")
     assert out.returncode == 3, out.stderr
     data = strict(out.stdout)
     v = data["verdict"]

@@ -232,3 +232,67 @@ spec:
     assert "model: tiny/config.json" in plan
     sim = infra("bench", "--simulate", "out/plan.yaml", "--requests", "100", cwd=tmp_path)
     assert sim.returncode in (0, 3), sim.stderr
+
+
+def test_a_pipeline_stage_whose_model_is_a_config_json_plans(tmp_path):
+    """Issue 44: the LLM stage of a pipeline given as a config.json was scored under the name read from the file,
+    which no catalog holds: every shape was dropped as 'unknown model' and the headline said to loosen the
+    objectives. The stage, like a service, is named by its path, so it plans, renders and validates."""
+    (tmp_path / "vl").mkdir()
+    (tmp_path / "vl" / "config.json").write_text(json.dumps({
+        "model_type": "qwen2_5_vl", "num_hidden_layers": 28, "hidden_size": 3584, "num_attention_heads": 28,
+        "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064,
+        "max_position_embeddings": 128000}))
+    text = (ROOT / "examples" / "vision-language.yaml").read_text()
+    text = text.replace("profile: profiles/", f"profile: {ROOT / 'examples' / 'profiles'}/")
+    assert "model: Qwen2.5-VL-7B\n" in text
+    (tmp_path / "vl.yaml").write_text(text.replace("model: Qwen2.5-VL-7B\n", "model: vl/config.json\n"))
+    out = infra("plan", "vl.yaml", "-o", "out", "--no-verify", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "unknown model" not in out.stdout + out.stderr
+    stages = YAML(typ="safe").load((tmp_path / "out" / "plan.yaml").read_text())["spec"]["services"]
+    assert any(s.get("model") == "vl/config.json" for s in stages), [s.get("model") for s in stages]
+    assert "no errors" in out.stdout
+
+
+INTENT_ON = """\
+apiVersion: infra.dev/v1alpha1
+kind: ServingIntent
+metadata: {{name: bring-your-device}}
+spec:
+  cluster:
+    pools:
+      - {{name: p, device: {device}, nodes: 1, devices_per_node: 8, price: $1/h}}
+  services:
+    - name: chat
+      model: Qwen3-8B
+      workload: {{rate: 1/s, input_tokens: {{mean: 1k, max: 2k}}, output_tokens: {{mean: 200, max: 512}}}}
+      slo: {{ttft: {{p99: 3s}}, tpot: {{p99: 100ms}}}}
+"""
+
+
+def test_a_device_no_official_registry_has_an_image_for_is_refused_for_that_reason(tmp_path):
+    """Issue 44: MLU590, MLU370, BI-V150, S60 (and P800, whose only image was a personal registry account's) could
+    not be planned for want of an image, and the error said to loosen the objectives. The catalog marks each
+    unplannable with the reason; the one error names the device, its engines and that reason at the pool's line,
+    and says that loosening the objectives cannot help. A catalog overlay that pins an image makes it plannable."""
+    for device, vendor_word in (("MLU590", "Cambricon"), ("MLU370-X8", "Cambricon"), ("BI-V150", "Iluvatar"),
+                                ("S60", "Enflame"), ("P800", "vLLM-Kunlun")):
+        (tmp_path / f"{device}.yaml").write_text(INTENT_ON.format(device=device))
+        out = infra("plan", f"{device}.yaml", "--no-verify", cwd=tmp_path)
+        assert out.returncode == 2, out.stdout + out.stderr
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1, lines
+        assert f"{device}.yaml:7:" in lines[0] and "pools[0].device" in lines[0]
+        assert f"chat cannot be deployed: no engine allowed on {device} has an image pinned" in lines[0]
+        assert vendor_word in lines[0] and "https://github.com/" in lines[0]
+        head, fix = lines[0].split(" — To fix: ")
+        assert "loosen the objectives" not in head and "loosening the objectives cannot help" in fix
+    overlay = tmp_path / "catalog" / "frameworks"
+    overlay.mkdir(parents=True)
+    (overlay / "vllm-kunlun.yaml").write_text(
+        "name: vllm-kunlun\nimages: {P800: registry.example.com/vllm-kunlun:v0.11.1}\n")
+    out = infra("plan", "P800.yaml", "--no-verify", "--catalog", str(tmp_path / "catalog"), "-o", "out", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "registry.example.com/vllm-kunlun:v0.11.1" in (tmp_path / "out" / "manifests" / "chat" / "base" /
+                                                          "deployment-chat-a0.yaml").read_text()

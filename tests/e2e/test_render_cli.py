@@ -75,3 +75,23 @@ def test_an_edited_decode_pool_that_is_not_in_the_cluster_is_located(tmp_path):
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "plan.yaml:" in out.stderr and "decode_pool" in out.stderr and "'h21'" in out.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_render_for_each_deployment_target_validates_and_refusals_are_one_line(tmp_path):
+    plan = ROOT / "tests" / "golden" / "pd-across-devices" / "plan.yaml"
+    for target, first in (("dynamo", "chat/base/dynamographdeployment-chat.yaml"),
+                          ("kserve", "chat/base/llminferenceservice-chat-a0.yaml"),
+                          ("llm-d", "chat/helm/llm-d-modelservice/chat-a0.values.yaml")):
+        out = infra("render", str(plan), "-o", str(tmp_path / target), "--target", target, "--json")
+        assert out.returncode == 0, out.stderr
+        assert first in json.loads(out.stdout)["files"]
+        checked = infra("validate", str(tmp_path / target), "--plan", str(plan))
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert f"plan consistency read from the {target} target's resources" in checked.stdout
+    refused = infra("render", str(ROOT / "tests" / "golden" / "chat-mixed-fleet" / "plan.yaml"), "-o",
+                    str(tmp_path / "ascend"), "--target", "dynamo")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().count("\n") == 0 and "service chat" in refused.stderr and "huawei" in refused.stderr
+    assert not (tmp_path / "ascend").exists()
+    unknown = infra("render", str(plan), "-o", str(tmp_path / "x"), "--target", "openshift")
+    assert unknown.returncode == 1 and "unknown deployment target 'openshift'" in unknown.stderr

@@ -8,6 +8,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -312,6 +313,15 @@ def test_fuzz_verdicts():
         ("error", "")
     assert fuzz.classify(case, [_result(["check"], 1, stderr="error: bad — To fix: x\n")])[0] == "wrong_exit"
     assert fuzz.classify(case, [_result(["check"], 4)])[0] == "traceback"
+    # A file's field without its line is not located, whatever the case; a flag's error needs only its fix.
+    unlocated = "error: /w/plan.yaml: spec.services.chat.workload.rate: bad — To fix: x\n"
+    assert fuzz.classify(case, [_result(["check"], 1, stderr=unlocated)])[0] == "wrong_exit"
+    flags = fuzz.Case(1, "flag", "bench flags", ["m"], commands=[["bench"]], flag_case=True)
+    assert fuzz.classify(flags, [_result(["bench"], 1, stderr=unlocated)])[0] == "wrong_exit"
+    assert fuzz.classify(flags, [_result(["bench"], 1, stderr="error: --requests: 0 is not positive — To fix: x\n")]) \
+        == ("error", "")
+    assert fuzz.classify(flags, [_result(["bench"], 1, stderr="error: deployment.agg: pp 9 — To fix: x\n")]) == \
+        ("error", "")
     crashed = _result(["plan"], None, exception={"type": "ValueError", "message": "m", "where": "a.py:1 in f"})
     assert fuzz.classify(case, [crashed]) == ("traceback", "plan: ValueError: m (at a.py:1 in f)")
     assert fuzz._json_problem('{"a": NaN}').startswith("non-finite")
@@ -324,3 +334,287 @@ def test_fuzz_documents_are_deterministic():
     for seed in range(30):
         one = fuzz.build_document(base, fuzz.random.Random(seed))
         assert one == fuzz.build_document(base, fuzz.random.Random(seed))
+
+
+# --- planning at the edges of what an intent may say ------------------------------------------------------------------
+
+def test_a_free_owned_pool_is_planned_not_divided_by(tmp_path):
+    # A pool priced $0/h (owned, already paid for) beside a priced one: pairing pools for prefill and decode
+    # ranked them by FLOPs and bandwidth per dollar, and divided by zero.
+    (tmp_path / "profiles").mkdir()
+    profile = (ROOT / "examples" / "profiles" / "cpu-nodes.yaml").read_text()
+    free = re.sub(r"price: \$[0-9.]+/h", "price: $0/h", profile, count=1)
+    assert free != profile
+    (tmp_path / "profiles" / "cpu-nodes.yaml").write_text(free)
+    intent = tmp_path / "intent.yaml"
+    intent.write_text((ROOT / "examples" / "cpu-small-model.yaml").read_text())
+    result = api.plan(intent)
+    assert result.plan["spec"]["cost"]["per_hour"] == 0
+
+
+def test_a_stage_budget_below_a_microsecond_is_stated_not_rounded_to_zero():
+    # A pipeline objective of 1e-300ms left each LLM stage a budget that printed as 0.000ms, which the stage's own
+    # objectives refused (a traceback); stated as a microsecond, the search finds no shape that fast.
+    from infra.planner.pipeline import plan_units, stage_service
+
+    resolved = api.load_intent(ROOT / "examples" / "omni-speech.yaml")
+    rs = resolved.services[0]
+    llm = next(u for u in plan_units(rs, resolved) if u.stage.kind == "llm")
+    llm.first, llm.full = {"p99": 1e-303}, {"p99": 1e-303}
+    svc = stage_service(llm, rs)
+    assert svc.slo.ttft["p99"] == svc.slo.e2e["p99"] == pytest.approx(1e-6)
+
+
+def test_a_memory_unit_of_less_than_a_byte_is_refused(tmp_path):
+    # `1e-9MiB` rounded to 0 bytes, and the plan it made broke its own contract.
+    (tmp_path / "profile.yaml").write_text(PROFILE.replace("NODES", "2").replace("PRICE", "$2/h").replace(
+        "SELECTOR", "").replace("{count: COUNT}", "{count: nvidia.com/gpu, memory_unit: 1e-9MiB}"))
+    _refused(_intent(tmp_path), "memory_unit is 0 bytes")
+
+
+def test_allocatable_memory_below_a_mebibyte_is_refused(tmp_path):
+    # `1e-300GiB` is 0 bytes; the plan made on it broke its own contract (device memory above 0).
+    profile = _profile(tmp_path)
+    profile.write_text(profile.read_text().replace("devices_per_node: 8", "devices_per_node: 8\n"
+                                                   "      allocatable_memory: 1e-300GiB"))
+    _refused(_intent(tmp_path), "allocatable_memory is 0 bytes, below 1MiB")
+
+
+def test_a_nic_without_bandwidth_is_refused(tmp_path):
+    # `0Gbps` made a plan whose own contract (NIC bandwidth above 0) refused it: a traceback from `plan`.
+    profile = _profile(tmp_path)
+    profile.write_text(profile.read_text().replace("devices_per_node: 8", "devices_per_node: 8\n"
+                                                   "      nics: [{name: mlx5_0, bandwidth: 0Gbps}]"))
+    _refused(_intent(tmp_path), "bandwidth is 0")
+
+
+def test_a_rate_below_one_request_a_year_is_refused():
+    # At 1e-300/s the plan's spare capacity and cost per request ran past any float.
+    from infra.intent.units import parse_rate
+
+    with pytest.raises(ValueError, match="below the one request a year"):
+        parse_rate("1e-300/s")
+    assert parse_rate("1/day") == pytest.approx(1 / 86400) and parse_rate(0) == 0
+
+
+def test_estimate_objective_of_zero_is_refused_as_in_an_intent():
+    case = {"model": "Llama-3.1-8B-Instruct", "device": "H100-SXM", "isl": "2k", "osl": 256, "rate": "5/s",
+            "max_rate": True, "slo": {"ttft_p99": "0ms"}}
+    with pytest.raises(InfraError) as info:
+        api.estimate(case)
+    text = str(info.value.problems[0])
+    assert text.startswith("slo: objective ttft_p99 is 0ms") and "give a time above zero" in text
+
+
+# --- the plan contract: every number bounded, copies of the intent validated, references resolved -------------------
+
+def _plan_file(tmp_path: Path, name: str, change: Any) -> Path:
+    """A golden plan with `change(data)` applied, written as YAML."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / "tests" / "golden" / name / "plan.yaml").read_text())
+    change(data)
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False, width=10_000))
+    return path
+
+
+def _set(path: str, value: Any) -> Any:
+    def change(data: Any) -> None:
+        keys = [int(k) if k.isdigit() and len(k) < 10 else k for k in path.split("/")]
+        node = data
+        for key in keys[:-1]:
+            node = node[key]
+        node[keys[-1]] = value
+    return change
+
+
+def _plan_refused(path: Path, *fragments: str) -> str:
+    from infra.planner.types import load_plan
+
+    with pytest.raises(IntentError) as info:
+        load_plan(path)
+    text = str(info.value.problems[0])
+    assert LOCATED.match(text), text
+    assert "\n" not in text
+    for fragment in fragments:
+        assert fragment in text, text
+    return text
+
+
+ALLOC = "spec/services/0/allocations/0"
+
+
+@pytest.mark.parametrize("name,path,value,fragments", [
+    # Each crashed `bench --simulate` (MemoryError, OverflowError) or `render` before it was bounded.
+    ("chat-mixed-fleet", f"{ALLOC}/parallel/attention_dp", 4294967297, ["parallel.attention_dp", "1024"]),
+    ("chat-mixed-fleet", f"{ALLOC}/parallel/sp", 10 ** 300, ["parallel.sp"]),
+    ("pd-across-devices", f"{ALLOC}/prefill_workers", 10 ** 9, ["prefill_workers"]),
+    ("pd-across-devices", f"{ALLOC}/engines/decode/max_num_batched_tokens", 10 ** 300, ["max_num_batched_tokens"]),
+    ("omni-speech", "spec/services/2/allocations/0/devices_per_worker", 10 ** 9, ["devices_per_worker"]),
+    ("omni-speech", "spec/services/3/allocations/0/replicas", 10 ** 300, ["replicas"]),
+    ("chat-mixed-fleet", f"{ALLOC}/predicted/ttft_p99/target_ms", float("nan"), ["target_ms", "finite"]),
+    ("omni-speech", "spec/pipelines/0/objectives/code2wav_first_output_p99/target_ms", float("nan"), ["target_ms"]),
+    ("chat-mixed-fleet", "spec/services/0/objectives/" + "9" * 100_000, 5.0, ["(100,000 characters)"]),
+    ("chat-mixed-fleet", "spec/cluster/pools/0/resources/count", "x" * 10_000, ["resources.count"]),
+    ("chat-mixed-fleet", "spec/cluster/pools/1/vendor", "9" * 50_000, ["vendor"]),
+])
+def test_plan_numbers_and_names_are_bounded_at_load(tmp_path, name, path, value, fragments):
+    _plan_refused(_plan_file(tmp_path, name, _set(path, value)), *fragments)
+
+
+@pytest.mark.parametrize("path,value,fragments", [
+    ("rate/peak", "1/s", ["workload.rate:", "baseline (8/s) is above peak (1/s)"]),
+    ("rate/", 1, ["workload.rate.", "unknown field"]),
+    ("input_tokens/mean", 10 ** 15, ["workload.input_tokens", "raise max"]),
+    ("output_tokens", [1, 2], ["workload.output_tokens", "a list"]),
+    ("output_tokens/percentiles/bogus", 5, ["percentiles"]),
+])
+def test_the_plans_copy_of_the_workload_is_validated_at_its_line(tmp_path, path, value, fragments):
+    # These were told only when `bench` read the workload, as `FILE: spec.services.chat.workload...` (no line).
+    _plan_refused(_plan_file(tmp_path, "chat-mixed-fleet", _set(f"spec/services/0/workload/{path}", value)),
+                  "spec.services[0].workload", *fragments)
+
+
+def test_the_plans_copy_of_availability_is_validated_at_its_line(tmp_path):
+    # `render` read min_replicas with int() and stopped with a ValueError.
+    _plan_refused(_plan_file(tmp_path, "chat-mixed-fleet", _set("spec/services/0/availability/min_replicas", "5Gbps")),
+                  "spec.services[0].availability.min_replicas", "a whole number")
+
+
+def test_a_stages_work_and_unit_are_checked_at_load(tmp_path):
+    _plan_refused(_plan_file(tmp_path, "omni-speech", _set("spec/pipelines/0/stages/0/work/audio", "1e308s")),
+                  "spec.pipelines[0].stages[0].work.audio", "above a year")
+    # A unit naming no service entry made `bench` stop with StopIteration.
+    _plan_refused(_plan_file(tmp_path, "omni-speech", _set("spec/pipelines/0/stages/2/unit", "a b a")),
+                  "spec.pipelines[0].stages[2].unit", "none of the plan's services")
+
+    def drop_unit(data: Any) -> None:
+        del data["spec"]["pipelines"][0]["stages"][0]["unit"]
+
+    _plan_refused(_plan_file(tmp_path, "omni-speech", drop_unit), "names no unit")
+
+
+def test_allocations_that_contradict_themselves_are_refused_at_load(tmp_path):
+    # An aggregated allocation marked disagg (or one losing an engine) ended `bench` in a KeyError.
+    _plan_refused(_plan_file(tmp_path, "chat-mixed-fleet", _set(f"{ALLOC}/mode", "disagg")),
+                  "allocations[0].engines", "needs engines for decode, prefill, found 'agg'")
+
+    def drop_prefill(data: Any) -> None:
+        del data["spec"]["services"][0]["allocations"][0]["engines"]["prefill"]
+
+    _plan_refused(_plan_file(tmp_path, "pd-across-devices", drop_prefill), "found 'decode'")
+    _plan_refused(_plan_file(tmp_path, "chat-mixed-fleet", _set(f"{ALLOC}/pool", "nope")),
+                  "allocations[0].pool", "not in spec.cluster.pools")
+
+
+def test_pool_names_are_unique_in_a_plan(tmp_path):
+    _plan_refused(_plan_file(tmp_path, "chat-mixed-fleet", _set("spec/cluster/pools/1/name", "h100-a")),
+                  "spec.cluster", "h100-a")
+
+
+def test_valid_plans_still_load():
+    from infra.planner.types import load_plan
+
+    for path in sorted((ROOT / "tests" / "golden").glob("*/plan.yaml")):
+        load_plan(path)
+
+
+# --- bench --simulate: what the performance model refuses is told at the plan's line ----------------------------------
+
+def _bench(path: Path, **kw: Any) -> str:
+    with pytest.raises(InfraError) as info:
+        api.bench(simulate=path, requests=kw.pop("requests", 5), **kw)
+    text = str(info.value.problems[0])
+    assert "\n" not in text
+    return text
+
+
+@pytest.mark.parametrize("name,path,value,fragment", [
+    ("chat-mixed-fleet", f"{ALLOC}/parallel/pp", 1000, "spec.services[0].allocations[0].parallel: pp 1000 exceeds"),
+    ("pd-across-devices", f"{ALLOC}/decode_parallel/ep", 1000,
+     "spec.services[0].allocations[0].decode_parallel: decode: Llama-3.1-70B has no experts"),
+    ("pd-across-devices", f"{ALLOC}/engines/prefill/max_num_batched_tokens", 10 ** 9,
+     "spec.services[0].allocations[0].parallel: Llama-3.1-70B fp8 tp2 on H200: does not fit"),
+])
+def test_shapes_the_model_refuses_are_located_in_the_plan(tmp_path, name, path, value, fragment):
+    text = _bench(_plan_file(tmp_path, name, _set(path, value)))
+    assert LOCATED.match(text) and fragment in text, text
+
+
+@pytest.mark.parametrize("name,path,fragment", [
+    ("chat-mixed-fleet", "spec/services/0/model", "spec.services[0].model: unknown model"),
+    ("chat-mixed-fleet", f"{ALLOC}/framework", "spec.services[0].allocations[0].framework: unknown framework"),
+    ("omni-speech", "spec/services/0/allocations/0/device", "spec.services[0].allocations[0].device: unknown device"),
+])
+def test_names_the_catalog_lacks_are_located_in_the_plan(tmp_path, name, path, fragment):
+    flags = {"service": "voice"} if name == "omni-speech" else {}
+    text = _bench(_plan_file(tmp_path, name, _set(path, "ab\x00" * 1000)), **flags)
+    assert LOCATED.match(text) and fragment in text and "(3,000 characters)" in text, text
+
+
+def test_a_simulation_of_more_engines_than_memory_holds_is_refused(tmp_path):
+    text = _bench(_plan_file(tmp_path, "chat-mixed-fleet", _set(f"{ALLOC}/replicas", 100_000)))
+    assert LOCATED.match(text) and "allocations[1].replicas" in text and "above the 100,000" in text, text
+
+
+@pytest.mark.parametrize("flags,fragment", [
+    ({"requests": 10 ** 6}, "--requests: 1,000,000 is above the 100,000"),
+    ({"requests": 10 ** 23}, "--requests"),
+    ({"concurrency": 10 ** 23, "service": "voice"}, "--concurrency"),
+])
+def test_simulated_load_flags_are_bounded(flags, fragment):
+    # 1e6 requests ran past the fuzzer's 30 s; 1e23 clients or requests ended in numpy's IndexError/ValueError.
+    assert fragment in _bench(ROOT / "tests" / "golden" / "omni-speech" / "plan.yaml", **flags)
+
+
+# --- readers of records and side files stay within the limits -------------------------------------------------------
+
+def test_json_lines_nested_deeply_are_refused_at_their_line(tmp_path):
+    from infra.limits import read_jsonl
+
+    path = tmp_path / "trace.jsonl"
+    path.write_text('{"input_tokens": 5}\n' + "[" * 100_000 + "\n")
+    with pytest.raises(InfraError, match=r"trace\.jsonl:2: nested more than"):
+        read_jsonl(path, "trace file")
+
+
+def test_benchmark_results_nested_deeply_are_located(tmp_path):
+    from infra.bench.results import read_results
+
+    path = tmp_path / "r.json"
+    path.write_text('{"a":\n' + "[" * 100_000 + "\n")
+    with pytest.raises(InfraError, match=r"r\.json:2:\d+: nested more than"):
+        read_results(path, "vllm-bench")
+    path = tmp_path / "r.yaml"
+    path.write_text("x-bomb: 1\n" + BOMB)
+    with pytest.raises(InfraError, match=r"r\.yaml:\d+:\d+: YAML aliases expand"):
+        read_results(path, "guidellm")
+
+
+def test_model_config_nested_deeply_is_a_located_catalog_error(tmp_path):
+    from infra.catalog.hf import model_from_hf_config
+
+    path = tmp_path / "config.json"
+    path.write_text("[" * 100_000)
+    with pytest.raises(CatalogError, match=r"config\.json:1:\d+: nested more than"):
+        model_from_hf_config(path)
+
+
+def test_manifest_of_deep_brackets_is_a_finding_not_a_recursion_error(tmp_path):
+    from infra.validators.manifests import read_file
+
+    path = tmp_path / "m.yaml"
+    path.write_text("kind: ConfigMap\ndata: " + "[" * 2000 + "]" * 2000 + "\n")
+    started = time.perf_counter()
+    objs, findings = read_file(path, "m.yaml")
+    assert objs == [] and findings[0].line == 2 and "nested more than" in findings[0].message
+    assert time.perf_counter() - started < 1.0
+
+
+def test_settings_override_bomb_is_refused(tmp_path):
+    from infra.render.settings import load_settings
+
+    (tmp_path / "settings.yaml").write_text(BOMB)
+    with pytest.raises(IntentError, match=r"settings\.yaml:\d+:\d+: YAML aliases expand"):
+        load_settings(tmp_path)

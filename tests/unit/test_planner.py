@@ -10,8 +10,9 @@ import types
 import pytest
 
 from infra import api
+from infra.catalog.loader import load_catalog
 from infra.errors import InfeasibleError
-from infra.perf.calibration import error_band
+from infra.perf.calibration import borrowed_band, error_band, lookup
 from infra.perf.shape import Parallel
 from infra.planner.candidates import Candidate, length_stats
 from infra.planner.solve import Limits, _solve_apart, _solve_joint, minimal_conflict, solve
@@ -218,7 +219,10 @@ def test_planning_at_a_confidence_buys_margin_against_the_models_error(tmp_path)
     # Every prediction keeps under its target over the error band's 70th-percentile ratio (measured / predicted).
     svc = sure["services"][0]
     for a in svc["allocations"]:
-        band = error_band(a["mode"], svc["model"] if a["calibrated"] else None)
+        # Borrowed factors (the Ascend pool's: a vendor no measurement covers) bring the band of borrowed factors.
+        band = error_band(a["mode"], svc["model"]) if a["calibrated"] else (
+            borrowed_band(a["mode"], lookup(a["framework"], load_catalog().device(a["device"])).vendor_measured)
+            or error_band(a["mode"]))
         assert band is not None
         for key, v in a["predicted"].items():
             metric = key.split("_")[0]
@@ -384,7 +388,8 @@ def test_confidence_tightens_each_objective_by_its_band_and_never_loosens():
     dep = Deployment("Llama-3.1-70B", "H100-SXM", "vllm", "fp8", "agg", agg=Role(Parallel(tp=4)))
     slo = {("ttft", "p99"): 1.0, ("tpot", "p99"): 0.05, ("itl", "p99"): 0.1, ("e2e", "p99"): 30.0}
     assert confident(slo, dep, None, True) == slo
-    own, held = error_band("agg", "Llama-3.1-70B"), error_band("agg")
+    # Factors borrowed for an unmeasured device bring the band of borrowed factors where the calibration has one.
+    own, held = error_band("agg", "Llama-3.1-70B"), borrowed_band("agg") or error_band("agg")
     for calibrated, band in ((True, own), (False, held)):
         out = confident(slo, dep, 0.9, calibrated)
         r_ttft, r_tpot = band.ratio("ttft", 0.9), band.ratio("tpot", 0.9)
@@ -411,3 +416,21 @@ def test_too_high_a_confidence_is_explained_with_the_highest_that_fits(tmp_path)
     assert "instead of 90%" in fixes[0].message and f"{path}:29:" in str(fixes[0])
     lowered = fixes[0].fix.removeprefix("set confidence: ").rstrip("%")
     assert lowered == "remove confidence" or int(lowered) < 90
+
+
+def test_a_service_whose_every_shape_was_refused_hears_that_reason_not_to_loosen_its_objectives():
+    """Issue 44: when no shape of a service got as far as its objectives (each refused for what it is), the
+    headline names the refusal and its fix, not "loosen the objectives"; once any shape was weighed against the
+    objectives, the usual explanation (closest miss, relaxations) applies."""
+    from infra.planner.candidates import Considered
+    from infra.planner.plan import _refused
+
+    why = "unknown model 'vl'"
+    refused = [Considered("s", "p", "vllm", "bf16", f"tp{t}", why) for t in (1, 2, 4)]
+    message, fix, pool = _refused(None, refused, "s", "service s")  # type: ignore[misc, arg-type]
+    assert message == "every replica shape of service s was refused for one reason: unknown model 'vl' (3 shapes)"
+    assert "loosening the objectives cannot help" in fix and pool is None
+    two = refused + [Considered("s", "p", "vllm", "fp8", "tp1", "fp8 does not run on this device")]
+    assert "before its objectives were weighed" in _refused(None, two, "s", "service s")[0]  # type: ignore[index, arg-type]
+    missed = Considered("s", "p", "vllm", "bf16", "tp8", "misses ttft_p99", misses=(("ttft_p99", 1.0, 0.5),))
+    assert _refused(None, refused + [missed], "s", "service s") is None  # type: ignore[arg-type]

@@ -54,6 +54,8 @@ def pinned_overlay(tmp_path_factory) -> Path:
         "name: vllm-mlu\nimage: registry.example.com/cambricon_vllm_container:v0.11.2\n")
     (root / "frameworks" / "vllm-fl.yaml").write_text(
         "name: vllm-fl\nimages: {iluvatar: registry.example.com/vllm-plugin-fl:corex4.5-vllm0.20.2}\n")
+    (root / "frameworks" / "vllm-kunlun.yaml").write_text(
+        "name: vllm-kunlun\nimages: {P800: registry.example.com/vllm-kunlun:v0.11.1}\n")
     return root
 
 
@@ -81,8 +83,9 @@ def test_every_framework_renders(framework, pinned_overlay):
         alloc(d)["engines"]["agg"].update(quantization=None, kv_cache_dtype="auto")
 
     plan = edited("small-model-shared", change)
-    # only the two frameworks without a pinned image for these devices need the overlay (a fresh catalog load)
-    overlay = (pinned_overlay,) if framework in ("vllm-mlu", "vllm-fl") else ()
+    # only the frameworks without a pinned image for these devices (no official registry publishes one: the
+    # devices are marked unplannable) need the overlay (a fresh catalog load)
+    overlay = (pinned_overlay,) if framework in ("vllm-mlu", "vllm-fl", "vllm-kunlun") else ()
     files = render_tree(plan, catalog_dirs=overlay).files
     dep = objs(files)["deployment-summarise-a0.yaml"]
     c = pod_spec(dep)["containers"][0]
@@ -143,6 +146,8 @@ def test_framework_without_a_pinned_image_is_refused_with_the_fix():
     with pytest.raises(CatalogError, match="no image pinned") as err:
         render_tree(edited("small-model-shared", change))
     assert "--catalog overlay" in err.value.problems[0].fix
+    # The catalog says why: the device is marked unplannable, with where its vendor ships the engine instead.
+    assert "cambricon" in err.value.problems[0].message.lower() and "https://" in err.value.problems[0].message
 
 
 def _multi_node(d, i=0, nodes=2):
@@ -286,19 +291,48 @@ def test_dra_claim_pairs_gpus_with_nics_on_one_pcie_root():
     assert c["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"]}
 
 
-def test_volcano_podgroup_for_multi_node_gangs():
+def test_volcano_gangs_each_leaderworkerset_group_through_the_lws_controller():
+    """Issue 44: one static PodGroup (minMember 2) was shared by every group of a LeaderWorkerSet. The LWS
+    controller, run with Volcano as its gang-scheduling provider, makes one PodGroup per group (minMember = the
+    group's size) and names it in each pod; a static one would gang all groups as one. So none is rendered for a
+    LeaderWorkerSet, its pods name none, they are scheduled by Volcano, and a note says what the controller needs."""
     def change(d):
         d["spec"]["cluster"]["scheduler"] = "volcano"
         _multi_node(d, 1)
+        alloc(d, 1)["replicas"] = 2
 
-    o = objs(render_tree(edited("chat-mixed-fleet", change)).files)
-    pg = o["podgroup-chat-a1.yaml"]
-    assert pg["apiVersion"] == "scheduling.volcano.sh/v1beta1" and pg["spec"]["minMember"] == 2
-    lws = o["leaderworkerset-chat-a1.yaml"]["spec"]["leaderWorkerTemplate"]
+    files = render_tree(edited("chat-mixed-fleet", change)).files
+    o = objs(files)
+    assert not [n for n in o if n.startswith("podgroup-")]
+    lws = o["leaderworkerset-chat-a1.yaml"]
+    assert lws["spec"]["replicas"] == 2
     for t in ("leaderTemplate", "workerTemplate"):
-        assert lws[t]["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "chat-a1"
-        assert lws[t]["spec"]["schedulerName"] == "volcano"
+        tmpl = lws["spec"]["leaderWorkerTemplate"][t]
+        assert "scheduling.k8s.io/group-name" not in (tmpl["metadata"].get("annotations") or {})
+        assert tmpl["spec"]["schedulerName"] == "volcano"
+    text = next(t for p, t in files.items() if p.endswith("leaderworkerset-chat-a1.yaml"))
+    assert "gangSchedulingManagement.schedulerProvider: volcano" in text
     assert "podgroup-chat-a0.yaml" not in o  # single-pod replicas need no gang
+
+
+def test_volcano_gangs_prefill_decode_deployments_with_one_podgroup_of_all_their_pods():
+    """Deployments' pods share one template, so the PodGroup they name gangs them all: minMember counts every pod
+    of the allocation (2 units x (1 prefill + 2 decode) = 6), not one unit's 3, which would leave it short."""
+    def change(d):
+        _disagg(d)
+        d["spec"]["cluster"]["scheduler"] = "volcano"
+        d["spec"]["cluster"]["crds"] = {"volcano": "scheduling.volcano.sh/v1beta1"}
+
+    o = objs(render_tree(edited("small-model-shared", change)).files)
+    pg = o["podgroup-summarise-a0.yaml"]
+    assert alloc(plan_of("small-model-shared").model_dump(mode="json", by_alias=True))["replicas"] == 2
+    assert pg["spec"]["minMember"] == 6
+    pods = 0
+    for role in ("prefill", "decode"):
+        dep = o[f"deployment-summarise-a0-{role}.yaml"]
+        assert dep["spec"]["template"]["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "summarise-a0"
+        pods += dep["spec"]["replicas"]
+    assert pods == pg["spec"]["minMember"]
 
 
 def test_autoscaling_bounds_from_baseline_and_min_replicas():

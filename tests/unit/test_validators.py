@@ -91,6 +91,19 @@ DEFECTS = [
     ("SEM014", "resourceclaimtemplate-chat-a4.yaml", "expression: device.capacity", "expression: this is not CEL or",
      None),
     ("SEM012", "deployment-chat-a0.yaml", "command: [vllm, serve]", "command: [trtllm-serve]", None),
+    # A prefill worker that never hands its KV cache to decode: the P/D deployment is not disaggregated.
+    ("SEM015", "deployment-chat-a2-prefill.yaml", "fp8_e4m3, --disaggregation-mode, prefill]", "fp8_e4m3]", None),
+    # The leader of a LeaderWorkerSet group names a PodGroup whose minMember (2) counts leader and worker, but only
+    # the leader joins it: the gang never forms.
+    ("SEM016", "leaderworkerset-chat-a1.yaml", "    leaderTemplate:\n      metadata:\n",
+     "    leaderTemplate:\n      metadata:\n        annotations: {scheduling.k8s.io/group-name: chat-a1}\n", None),
+    # Two groups of a LeaderWorkerSet share one PodGroup (the issue: minMember 2, two groups).
+    ("SEM016", "leaderworkerset-chat-a1.yaml",
+     "  replicas: 1\n  startupPolicy: LeaderCreated\n  leaderWorkerTemplate:\n    size: 2\n"
+     "    restartPolicy: RecreateGroupOnPodRestart\n    leaderTemplate:\n      metadata:\n",
+     "  replicas: 2\n  startupPolicy: LeaderCreated\n  leaderWorkerTemplate:\n    size: 2\n"
+     "    restartPolicy: RecreateGroupOnPodRestart\n    leaderTemplate:\n      metadata:\n"
+     "        annotations: {scheduling.k8s.io/group-name: chat-a1}\n", None),
     ("SEM013", "deployment-chat-a3.yaml", "limits: {cpu: \"8\", memory: 64Gi, nvidia.com/gpu: 1,",
      "limits: {cpu: \"8\", memory: 64Gi, nvidia.com/gpu: 2,", None),
     ("PRO001", "deployment-chat-a3.yaml", "nvidia.com/gpucores: 25}\n            requests",
@@ -154,7 +167,9 @@ def test_overlay_that_does_not_build_is_caught(tree: Path):
 
 
 def test_every_rule_is_planted_or_needs_a_plan_or_cluster():
-    planted = {d[0] for d in DEFECTS} | {"KUS004"}
+    from .test_render_targets import DEFECTS as TARGET_DEFECTS  # Helm values (SCH004) come from the llm-d target
+
+    planted = {d[0] for d in DEFECTS} | {"KUS004"} | {d[2] for d in TARGET_DEFECTS}
     rest = {r for r in RULES if r.startswith(("PLN", "PIP", "LIV", "YAML"))}
     assert set(RULES) - planted - rest == set()
 
@@ -173,10 +188,21 @@ def test_shipped_crd_schemas_record_their_source():
     known = crds()
     assert {("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"), ("disaggregatedset.x-k8s.io/v1", "DisaggregatedSet"),
             ("scheduling.volcano.sh/v1beta1", "PodGroup"), ("keda.sh/v1alpha1", "ScaledObject"),
-            ("inference.networking.k8s.io/v1", "InferencePool")} <= set(known)
+            ("inference.networking.k8s.io/v1", "InferencePool"), ("nvidia.com/v1alpha1", "DynamoGraphDeployment"),
+            ("serving.kserve.io/v1alpha1", "LLMInferenceService")} <= set(known)
     for (api, kind), crd in known.items():
         assert crd.source.startswith("https://github.com/") and crd.release
         assert crd_validator(api, kind) is not None
+
+
+def test_shipped_chart_values_schemas_record_their_source():
+    from infra.validators.schema import charts, values_validator
+
+    known = charts()
+    assert "llm-d-modelservice" in known
+    for name, chart in known.items():
+        assert chart.source.startswith("https://github.com/") and "commit" in chart.release
+        assert values_validator(name) is not None
 
 
 def test_volcano_podgroup_is_checked_against_volcano_not_kubernetes():

@@ -159,3 +159,110 @@ def test_hami_slice_renders_requests_that_validate(tmp_path: Path):
     dep.write_text(dep.read_text().replace("nvidia.com/gpumem: 11444", "nvidia.com/gpumem: 20000"))
     found = [f for f in validate_tree(tree, plan=plan).findings]
     assert [f.rule for f in found] == ["PLN005"] and "11444" in found[0].message
+
+
+def _edited_plan(tmp_path: Path, fn) -> Path:
+    """The small-model golden plan edited in place (as data) and written back as a plan file."""
+    import yaml
+
+    data = load_plan(GOLDEN).model_dump(mode="json", by_alias=True, exclude_none=True)
+    fn(data)
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _prefill_decode(data: dict, framework: str) -> None:
+    """Allocation 0 as 2 units of 1 prefill + 2 decode workers of `framework`."""
+    a = data["spec"]["services"][0]["allocations"][0]
+    engine = a["engines"].pop("agg")
+    engine.update(quantization=None, kv_cache_dtype="auto")
+    a.update(mode="disagg", prefill_workers=1, decode_workers=2, framework=framework, precision="bf16",
+             engines={"prefill": engine, "decode": engine})
+
+
+def test_ascend_prefill_decode_carries_the_mooncake_connector_and_a_worker_without_it_is_an_error(tmp_path: Path):
+    """Issue 44: vllm-ascend prefill/decode rendered with no KV connector validated with 0 warnings. Now each role
+    gets vllm-ascend's MooncakeConnectorV1 (producer / consumer, both roles' TP and DP sizes) and the pod IP for
+    HCCL, the tree validates clean, and a prefill worker stripped of its connector is an error (SEM015)."""
+    import json
+
+    def change(d):
+        pool = next(p for p in d["spec"]["cluster"]["pools"] if p["name"] == d["spec"]["services"][0]
+                    ["allocations"][0]["pool"])
+        pool.update(device="Ascend-910B3", vendor="huawei", resources={"count": "huawei.com/Ascend910B3"})
+        _prefill_decode(d, "vllm-ascend")
+        d["spec"]["services"][0]["allocations"][0]["device"] = "Ascend-910B3"
+
+    plan = _edited_plan(tmp_path, change)
+    tree = write_files(render_plan(load_plan(plan)), tmp_path / "m")
+    a = load_plan(plan).spec.services[0].allocations[0]
+    for role, kv_role in (("prefill", "kv_producer"), ("decode", "kv_consumer")):
+        text = (tree / f"summarise/base/deployment-summarise-a0-{role}.yaml").read_text()
+        config = json.loads(re.search(r"- --kv-transfer-config\n\s+- '(.*)'\n", text).group(1))
+        assert config["kv_connector"] == "MooncakeConnectorV1" and config["kv_role"] == kv_role
+        assert config["kv_connector_extra_config"] == {
+            r: {"dp_size": a.parallel.attention_dp, "tp_size": a.parallel.tp} for r in ("prefill", "decode")}
+        assert "name: HCCL_IF_IP" in text
+    report = validate_tree(tree, plan=plan)
+    assert report.errors == [] and report.warnings == [], [str(f) for f in report.findings]
+
+    prefill = tree / "summarise/base/deployment-summarise-a0-prefill.yaml"
+    prefill.write_text(re.sub(r"        - --kv-transfer-config\n        - '.*'\n", "", prefill.read_text()))
+    found = [f for f in validate_tree(tree, plan=plan).findings if f.rule == "SEM015"]
+    assert len(found) == 1 and found[0].severity == "error" and found[0].file == str(prefill)
+    assert "prefill worker" in found[0].message and "--kv-transfer-config" in found[0].fix
+
+
+def test_volcano_podgroup_of_prefill_decode_deployments_counts_every_pod_it_gangs(tmp_path: Path):
+    """The PodGroup that prefill/decode Deployments name gangs all of their pods: rendered with minMember equal to
+    them, it validates; one unit's worth (the old minMember) is caught (SEM016)."""
+    def change(d):
+        _prefill_decode(d, "vllm")
+        d["spec"]["cluster"]["scheduler"] = "volcano"
+        d["spec"]["cluster"]["crds"] = {"volcano": "scheduling.volcano.sh/v1beta1"}
+
+    plan = _edited_plan(tmp_path, change)
+    tree = write_files(render_plan(load_plan(plan)), tmp_path / "m")
+    pg = tree / "summarise/base/podgroup-summarise-a0.yaml"
+    assert "minMember: 6\n" in pg.read_text()  # 2 units x (1 prefill + 2 decode)
+    report = validate_tree(tree, plan=plan)
+    assert report.errors == [], [str(f) for f in report.errors]
+    _edit(pg, "minMember: 6\n", "minMember: 3\n")
+    found = [f for f in validate_tree(tree, plan=plan).findings if f.rule == "SEM016"]
+    assert len(found) == 1 and found[0].severity == "error"
+    assert "6 pod(s)" in found[0].message and "minMember is 3" in found[0].message
+
+
+def test_leaderworkerset_groups_sharing_one_podgroup_is_an_error(tmp_path: Path):
+    """Issue 44: two groups of a LeaderWorkerSet shared one PodGroup (minMember 2). Rendered now with the LWS
+    controller making each group's PodGroup, the tree names none and validates; a static one named from its
+    templates, shared by the two groups, is caught (SEM016)."""
+    def change(d):
+        a = d["spec"]["services"][0]["allocations"][0]
+        a["parallel"]["tp"] = 2
+        a.update(devices_per_worker=2, nodes_per_worker=2, replicas=2)
+        a["engines"]["agg"].update(quantization=None, kv_cache_dtype="auto")
+        d["spec"]["cluster"]["scheduler"] = "volcano"
+        d["spec"]["cluster"]["crds"] = {"volcano": "scheduling.volcano.sh/v1beta1",
+                                       "leaderworkerset": "leaderworkerset.x-k8s.io/v1"}
+
+    plan = _edited_plan(tmp_path, change)
+    tree = write_files(render_plan(load_plan(plan)), tmp_path / "m")
+    lws = tree / "summarise/base/leaderworkerset-summarise-a0.yaml"
+    assert not list(tree.glob("*/base/podgroup-*.yaml")) and "group-name" not in lws.read_text()
+    assert not [f for f in validate_tree(tree, plan=plan).findings if f.rule == "SEM016"]
+    text = lws.read_text()
+    for t in ("leaderTemplate", "workerTemplate"):
+        text = text.replace(f"    {t}:\n      metadata:\n",
+                            f"    {t}:\n      metadata:\n        annotations:\n"
+                            "          scheduling.k8s.io/group-name: summarise-a0\n", 1)
+    lws.write_text(text)
+    (lws.parent / "podgroup-summarise-a0.yaml").write_text(
+        "apiVersion: scheduling.volcano.sh/v1beta1\nkind: PodGroup\nmetadata:\n  name: summarise-a0\n"
+        "spec:\n  minMember: 2\n")
+    k = lws.parent / "kustomization.yaml"
+    k.write_text(k.read_text().replace("resources:\n", "resources:\n- podgroup-summarise-a0.yaml\n", 1))
+    found = [f for f in validate_tree(tree, plan=plan).findings if f.rule == "SEM016"]
+    assert found and all(f.severity == "error" for f in found)
+    assert any("2 groups" in f.message and f.file == str(lws) for f in found), [str(f) for f in found]

@@ -1,0 +1,101 @@
+"""Deployment targets: the stacks a plan renders for, and how each launches an engine where it differs from the
+framework's own launcher (`data/targets.yaml`).
+
+`kubernetes` (the default) is infra's own Deployments and LeaderWorkerSets; `dynamo` is NVIDIA Dynamo's
+DynamoGraphDeployment, `llm-d` the values of llm-d's model-service chart with the Gateway API Inference Extension's
+InferencePool and endpoint picker, `kserve` KServe's LLMInferenceService. Rendering and validation both derive the
+engine's `EngineCli` for a target here, so that what one writes the other reads back the same way.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from pydantic import Field
+
+from infra.catalog.schema import CatalogModel, EngineCli, EngineSetting, FrameworkSpec
+from infra.errors import IntentError, Location, Problem
+
+DEFAULT_TARGET = "kubernetes"
+TARGETS = ("kubernetes", "dynamo", "llm-d", "kserve")
+
+
+class Launcher(CatalogModel):
+    """How one target runs one framework (see the header of data/targets.yaml)."""
+
+    backend: str
+    image: str | None = None
+    command: list[str] | None = None
+    model_flag: str | None = None
+    model_path: str | None = None
+    drop: list[EngineSetting] = []
+    flags: dict[EngineSetting, str] = {}
+    config_flag: str | None = None
+    roles: dict[str, list[str]] = {}
+    args: list[str] = []
+    https: bool = False
+    port: int | None = Field(default=None, ge=1, le=65535)
+    source: str
+
+
+class Target(CatalogModel):
+    source: str
+    frameworks: dict[str, Launcher]
+
+
+@lru_cache(maxsize=1)
+def targets() -> dict[str, Target]:
+    """Every target but `kubernetes`, by name."""
+    from importlib import resources
+
+    import yaml
+
+    data = yaml.safe_load((resources.files("infra.catalog") / "data" / "targets.yaml").read_text(encoding="utf-8"))
+    return {name: Target.model_validate(value) for name, value in data.items()}
+
+
+def check_target(name: str) -> str:
+    """The target's name, or IntentError naming the ones there are."""
+    if name not in TARGETS:
+        raise IntentError(Problem(f"unknown deployment target {name!r}", Location(path="--target"),
+                                  f"use one of {', '.join(TARGETS)}"))
+    return name
+
+
+def launcher(target: str, framework: str) -> Launcher | None:
+    """How `target` runs `framework`, or None when it does not run it."""
+    t = targets().get(target)
+    return t.frameworks.get(framework) if t is not None else None
+
+
+def target_cli(fw: FrameworkSpec, how: Launcher) -> EngineCli:
+    """The framework's launcher as the target runs it: command, model flag and flags replaced, settings the target
+    sets itself dropped."""
+    assert fw.cli is not None
+    cli = fw.cli
+    flags = {k: v for k, v in {**cli.flags, **how.flags}.items() if k not in how.drop}
+    update: dict[str, Any] = {
+        "flags": flags,
+        "switches": [s for s in cli.switches if s in flags],
+        "negations": {k: v for k, v in cli.negations.items() if k not in how.drop},
+    }
+    if how.command is not None:
+        update["command"] = list(how.command)
+    if how.model_flag is not None:
+        update["model_flag"] = how.model_flag
+    if how.port is not None:
+        update["port"] = how.port
+    if cli.config_file is not None and how.config_flag is not None:
+        update["config_file"] = cli.config_file.model_copy(update={"flag": how.config_flag})
+    return cli.model_copy(update=update)
+
+
+def target_framework(fw: FrameworkSpec, how: Launcher) -> FrameworkSpec:
+    """The framework with its launcher as the target runs it."""
+    return fw.model_copy(update={"cli": target_cli(fw, how)})
+
+
+def extra_args(how: Launcher, role: str) -> list[str]:
+    """Arguments the target adds after the engine settings: its own, then the role's."""
+    return list(how.args) + list(how.roles.get(role, []))
