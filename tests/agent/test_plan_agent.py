@@ -46,7 +46,7 @@ def test_patches_are_solved_shown_and_applied_only_when_accepted(cli, intent, tm
         {"content": "Allowing L4 keeps every objective."},
     ]
     with ChatServer(script) as server:
-        run = cli("plan", str(intent), "-o", str(out), "--agent", env=server.env(), stdin="")  # end of input: no
+        run = cli("--wide", "plan", str(intent), "-o", str(out), "--agent", env=server.env(), stdin="")  # input ends: no
     assert run.code == 0, run.stderr
     # Each refusal went back to the model with its reason.
     results = [json.loads(m["content"]) for m in server.requests[-1]["messages"] if m["role"] == "tool"]
