@@ -156,10 +156,13 @@ def test_plan_example_meets_everything(tmp_path):
         for key, v in a["predicted"].items():
             assert v["predicted_ms"] <= v["target_ms"] * 1.0001
             # How often a margin this size held on models the fit never saw: more margin, more often.
-            if a["calibrated"] and not key.startswith("e2e"):
+            # Borrowed factors carry the band of borrowed factors where one was measured.
+            if key.startswith("e2e"):
+                assert v.get("held_out") is None
+            elif a["calibrated"]:
                 assert 0.05 <= v["held_out"] <= 0.95
             else:
-                assert v.get("held_out") is None
+                assert v.get("held_out") is None or 0.05 <= v["held_out"] <= 0.95
     assert spec["cost"]["per_hour"] <= 90  # the intent's budget
     assert (tmp_path / "plan.yaml").read_text().startswith("apiVersion: infra.dev/v1alpha1")
     report = (tmp_path / "report.md").read_text()

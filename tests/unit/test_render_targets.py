@@ -106,7 +106,7 @@ VALUES = "chat/helm/llm-d-modelservice/chat-a0.values.yaml"
 
 # (target, plan, rule, file to edit, old, new)
 DEFECTS = [
-    ("dynamo", PD, "PLN003", DGD, "      replicas: 10\n", "      replicas: 9\n"),
+    ("dynamo", PD, "PLN003", DGD, "      replicas: 8\n", "      replicas: 9\n"),
     ("dynamo", PD, "PLN004", DGD, "- --tensor-parallel-size\n          - '2'",
      "- --tensor-parallel-size\n          - '4'"),
     ("dynamo", PD, "PLN004", DGD, "          - --is-prefill-worker\n", ""),
@@ -122,16 +122,16 @@ DEFECTS = [
     ("dynamo", PD, "SCH002", DGD, "      subComponentType: decode\n", "      subComponentTyp: decode\n"),
     ("dynamo", MOE, "PLN004", "deepseek/base/configmap-deepseek-a0-prefill.yaml", "free_gpu_memory_fraction: 0.9",
      "free_gpu_memory_fraction: 0.5"),
-    ("kserve", PD, "PLN003", LLMISVC, "  replicas: 10\n", "  replicas: 11\n"),
+    ("kserve", PD, "PLN003", LLMISVC, "  replicas: 8\n", "  replicas: 11\n"),
     ("kserve", PD, "PLN004", LLMISVC, "    tensor: 2\n", "    tensor: 4\n"),
     ("kserve", PD, "PLN004", LLMISVC, "uri: hf://meta-llama/Llama-3.1-70B-Instruct", "uri: hf://Qwen/Qwen3-8B"),
-    ("kserve", PD, "PLN004", LLMISVC, "- --max-num-seqs\n      - '32'", "- --max-num-seqs\n      - '64'"),
+    ("kserve", PD, "PLN004", LLMISVC, "- --max-num-seqs\n      - '40'", "- --max-num-seqs\n      - '64'"),
     ("kserve", PD, "PLN005", LLMISVC, "nvidia.com/gpu: 2\n        requests", "nvidia.com/gpu: 1\n        requests"),
     ("kserve", PD, "PLN007", LLMISVC, "infra.dev/plan-fingerprint: sha256:", "infra.dev/plan-fingerprint: sha256:00"),
     ("kserve", PD, "PLN004", LLMISVC, "      - --enable-ssl-refresh\n", ""),
     ("kserve", PD, "PLN010", LLMISVC, "image: vllm/vllm-openai:v0.18.0", "image: vllm/vllm-openai:v0.17.0"),
     ("kserve", PD, "SCH002", LLMISVC, "    name: chat\n", "    name: chat\n    criticality: Urgent\n"),
-    ("llm-d", PD, "PLN003", VALUES, "  replicas: 10\n", "  replicas: 12\n"),
+    ("llm-d", PD, "PLN003", VALUES, "  replicas: 8\n", "  replicas: 12\n"),
     ("llm-d", PD, "PLN004", VALUES, "uri: hf://meta-llama/Llama-3.1-70B-Instruct", "uri: hf://Qwen/Qwen3-8B"),
     ("llm-d", PD, "PLN004", VALUES, "- --tensor-parallel-size\n    - '2'", "- --tensor-parallel-size\n    - '1'"),
     ("llm-d", PD, "PLN005", VALUES, "nvidia.com/gpu: 2\n      requests", "nvidia.com/gpu: 3\n      requests"),
