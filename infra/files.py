@@ -271,27 +271,3 @@ def _swap_in(root: Path, staging: Path, rels: list[str], stale: list[str]) -> No
             d = d.parent
 
 
-def read_jsonl(path: str | Path, what: str, missing_fix: str = "check the path") -> list[tuple[int, dict]]:
-    """(line number, object) for every non-empty line of a JSON Lines file; a located error otherwise."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise InfraError(Problem(f"{what} not found", Location(str(path), 1, 1), missing_fix)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InfraError(Problem(f"cannot read {what}: {exc}", Location(str(path), 1, 1),
-                                 "save it as UTF-8 text, one JSON object per line")) from None
-    out = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InfraError(Problem(f"invalid JSON: {exc.msg}", Location(str(path), n, exc.colno),
-                                     "write one JSON object per line")) from None
-        if not isinstance(obj, dict):
-            raise InfraError(Problem("each line must be a JSON object", Location(str(path), n, 1),
-                                     "write one JSON object per line")) from None
-        out.append((n, obj))
-    return out
