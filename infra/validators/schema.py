@@ -209,6 +209,12 @@ def check_object(m: Manifest) -> list[Finding]:
                 + ", ".join(known))
         return [m.finding("SCH003", ("apiVersion",), f"no schema for kind {m.kind} in apiVersion {m.api_version}; "
                                                "it cannot be validated", fix=hint)]
+    return _schema_findings(m, validator, rule_id, "field")
+
+
+def _schema_findings(m: Manifest, validator: Any, rule_id: str, word: str) -> list[Finding]:
+    """A document's schema errors as findings of `rule_id` (an unknown `word` named with its nearest known one),
+    at most MAX_ERRORS_PER_OBJECT."""
     out = []
     for error in sorted(validator.iter_errors(m.data), key=lambda e: [str(p) for p in e.absolute_path]):
         error = _best(error)
@@ -218,8 +224,8 @@ def check_object(m: Manifest) -> list[Finding]:
             allowed = sorted(error.schema.get("properties", {}))
             for key in unknown:
                 near = difflib.get_close_matches(key, allowed, n=1)
-                fix = f"did you mean {near[0]!r}?" if near else f"known fields here: {', '.join(allowed)}"
-                out.append(m.finding(rule_id, path + (key,), f"unknown field {key!r}", fix=fix, key=True))
+                fix = f"did you mean {near[0]!r}?" if near else f"known {word}s here: {', '.join(allowed)}"
+                out.append(m.finding(rule_id, path + (key,), f"unknown {word} {key!r}", fix=fix, key=True))
         else:
             out.append(m.finding(rule_id, path, _describe(error)))
         if len(out) >= MAX_ERRORS_PER_OBJECT:
@@ -265,19 +271,4 @@ def check_values(v: Manifest, chart: str) -> list[Finding]:
     validator = values_validator(chart)
     if validator is None:
         return []
-    out = []
-    for error in sorted(validator.iter_errors(v.data), key=lambda e: [str(p) for p in e.absolute_path]):
-        error = _best(error)
-        path = tuple(error.absolute_path)
-        unknown = _unknown_fields(error)
-        if unknown:
-            allowed = sorted(error.schema.get("properties", {}))
-            for key in unknown:
-                near = difflib.get_close_matches(key, allowed, n=1)
-                fix = f"did you mean {near[0]!r}?" if near else f"known keys here: {', '.join(allowed)}"
-                out.append(v.finding("SCH004", path + (key,), f"unknown key {key!r}", fix=fix, key=True))
-        else:
-            out.append(v.finding("SCH004", path, _describe(error)))
-        if len(out) >= MAX_ERRORS_PER_OBJECT:
-            break
-    return out
+    return _schema_findings(v, validator, "SCH004", "key")
