@@ -20,6 +20,7 @@ from infra.perf.correction import Correction, scaled, with_ttft
 from infra.perf.serving import (
     PERCENTILES,
     Prediction,
+    batch_slots,
     closed_loop_agg,
     disagg,
     open_loop_agg,
@@ -98,6 +99,12 @@ class Estimate:
     devices: int
     """Devices the deployment occupies in total."""
     notes: list[str] = field(default_factory=list)
+    workers: dict[str, Worker] = field(default_factory=dict, repr=False, compare=False)
+    """The compiled workers the prediction was made with, per role."""
+
+    def slots(self, role: str) -> int:
+        """The batch the prediction let one attention group of `role` run (`serving.batch_slots`)."""
+        return batch_slots(self.workers[role], self.deployment.roles()[role], self.workload)
 
     def to_json(self) -> dict[str, Any]:
         p = self.prediction
@@ -273,7 +280,7 @@ class Compiled:
         `infra.perf.vector`)."""
         devices = sum(w.parallel.devices * pred.workers.get(name, 1) for name, w in self.workers.items())
         return Estimate(self.deployment, load, pred, {name: w.memory for name, w in self.workers.items()},
-                        self.calibration, devices, self.notes + unmeasured_regime(load.isl, load.osl))
+                        self.calibration, devices, self.notes + unmeasured_regime(load.isl, load.osl), self.workers)
 
 
 def compile_deployment(dep: Deployment, catalog: Catalog, *, device_memory_gb: float | None = None,

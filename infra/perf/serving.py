@@ -177,12 +177,19 @@ def peak_context(wl: Workload) -> float:
     return resident_context(wl)
 
 
+def batch_slots(w: Worker, role: Role, wl: Workload) -> int:
+    """Sequences one attention group of a decoding (or aggregated) worker runs at once under `wl`: its batch cap,
+    or what the KV cache holds at the context each sequence keeps resident. The planner renders this as the
+    engine's max_num_seqs, so that the engine runs the batch the prediction assumed."""
+    return min(role.batch_cap or 1 << 30, w.max_sequences(peak_context(wl)))
+
+
 def _agg_basics(w: Worker, role: Role, wl: Workload) -> tuple[int, int, float, float, float]:
     """(workers, attention groups, prompt tokens to compute, mean context, sequences one group can hold)."""
     workers = role.workers or 1
     isl_eff = wl.isl * (1 - wl.prefix_hit)
     ctx = resident_context(wl)
-    cap = min(role.batch_cap or 1 << 30, w.max_sequences(peak_context(wl)))
+    cap = batch_slots(w, role, wl)
     return workers, workers * w.parallel.attention_dp, isl_eff, ctx, cap
 
 
@@ -833,7 +840,7 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
         n_d, cap, assumed_d = _size_decode(wd, decode, wl.concurrency, peak_context(wl))
     else:
         # Open loop: size decode for the rate at the batch cap's step time.
-        cap = min(decode.batch_cap or 1 << 30, wd.max_sequences(ctx))
+        cap = batch_slots(wd, decode, wl)
         if cap < 1:
             return _unstable({"prefill": 0, "decode": 0}, float("inf"), "one request does not fit decode KV cache")
         per_group = cap / (osl * wd.step(cap, ctx))

@@ -441,6 +441,9 @@ def _search(compiled: Compiled, dep: Deployment, wl: Workload, slo: dict[tuple[s
     return float(lo), best
 
 
+MAX_NUM_SEQS = 1024
+"""The most sequences a planned engine batches (max_num_seqs), the ceiling vLLM itself picks on large-memory
+GPUs. Every scored role carries it as its batch cap, so predictions assume the batch the engine will run."""
 SLOTS_PER_DEVICE = 4
 SHARES = (0.25, 0.5)
 """Slices a device may be cut into for small models: halves and quarters pack whole devices exactly."""
@@ -458,12 +461,13 @@ def _deployments(rs: ResolvedService, svc: Service, device: DeviceSpec, fw: Fram
     out: list[tuple[Deployment, int]] = []
     mode = svc.preferences.disaggregation
     if mode != "on":
-        out.append((Deployment(rs.model_key, device.name, fw.name, precision, agg=Role(par)), 0))
+        out.append((Deployment(rs.model_key, device.name, fw.name, precision, agg=Role(par, MAX_NUM_SEQS)), 0))
     # A device quirk can rule disaggregation out for a framework that has it elsewhere (vLLM's CPU backend).
     if mode != "off" and renders_pd(fw) and not device.feature_quirk(fw.name, "pd_disaggregation"):
         for k in DECODE_WORKERS:
             out.append((Deployment(rs.model_key, device.name, fw.name, precision, "disagg",
-                                   prefill=Role(par, workers=1), decode=Role(par, workers=k)), k))
+                                   prefill=Role(par, MAX_NUM_SEQS, workers=1),
+                                   decode=Role(par, MAX_NUM_SEQS, workers=k)), k))
     return out
 
 
@@ -574,7 +578,8 @@ def _cross_units(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tupl
                 for pb in _smallest_layouts(rs, db, fw, precision, b, resolved):
                     for k in DECODE_WORKERS:
                         dep = Deployment(rs.model_key, da.name, fw.name, precision, "disagg",
-                                         prefill=Role(pa, workers=1), decode=Role(pb, workers=k),
+                                         prefill=Role(pa, MAX_NUM_SEQS, workers=1),
+                                         decode=Role(pb, MAX_NUM_SEQS, workers=k),
                                          decode_device=db.name, kv_precision=kv_a)
                         label = f"P {pa.label()} + {k}xD {pb.label()} on {b.name}"
                         if pa.devices > a.device_count or k * pb.devices > b.device_count:
@@ -653,7 +658,7 @@ def _shared(rs: ResolvedService, svc: Service, device: DeviceSpec, fw: Framework
                        price_per_device_hour=price, spot=pool.spot, zone=zone, decode_workers=0, share=share,
                        device_spec=scaled, memory_gb=memory)
         out.append(_Job(Considered(svc.name, pool.name, fw.name, precision, f"tp1@{share:g}", ""),
-                        Deployment(rs.model_key, device.name, fw.name, precision, agg=Role(Parallel())),
+                        Deployment(rs.model_key, device.name, fw.name, precision, agg=Role(Parallel(), MAX_NUM_SEQS)),
                         pool, scaled, (pool.name, fw.name, "agg"), share, make, memory))
     return out
 

@@ -60,6 +60,7 @@ from infra.planner.candidates import (
     Candidate,
     Considered,
     Corrections,
+    MAX_NUM_SEQS,
     _price,
     enumerate_candidates,
     no_image,
@@ -185,7 +186,7 @@ def _llm_unloaded(model: ModelSpec, rs: ResolvedService, stage: Stage, resolved:
                 while tp <= pool.devices_per_node and not tp_refusal(device, fw, Parallel(tp=tp)):
                     try:
                         e = estimate(Deployment(stage_model_key(stage, model, resolved), device.name, fw.name,
-                                                precision, agg=Role(Parallel(tp=tp))),
+                                                precision, agg=Role(Parallel(tp=tp), MAX_NUM_SEQS)),
                                      wl, resolved.catalog, device_memory_gb=pool_device_memory_gb(pool, device))
                     except InfraError:
                         tp *= 2

@@ -33,6 +33,7 @@ from infra.planner.candidates import (
     Candidate,
     Considered,
     Corrections,
+    MAX_NUM_SEQS,
     correction_for,
     millis,
     objectives,
@@ -57,6 +58,8 @@ from infra.planner.types import Allocation, DeploymentPlan
 PLAN_VERSION = "infra.dev/v1alpha1"
 SLO_STEPS = (1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)
 """How far objectives are loosened, in turn, to find the smallest relaxation that makes an intent feasible."""
+PREFILL_SEQS = 256
+"""Prompts a prefill worker takes in at once at least (the step's token budget may ask more of short prompts)."""
 
 
 def _r(x: float, nd: int = 4) -> float:
@@ -504,14 +507,16 @@ def _engines(resolved: ResolvedIntent, rs: ResolvedService, c: Candidate) -> dic
     for name, role in dep.roles().items():
         kv_tokens = c.estimate.memory[name].kv_tokens
         if name == "prefill":
-            # A prefill worker holds a sequence only while it computes its prompt.
-            want = 256
-            fits = kv_tokens // max(1, round(wl.isl))
+            # A prefill worker holds a sequence only while it computes its prompt: enough for a step's token
+            # budget of prompts, as the prefill model assumes, within what its KV cache holds.
+            seqs = min(max(PREFILL_SEQS, math.ceil(role.max_num_tokens / max(1.0, wl.isl))),
+                       kv_tokens // max(1, round(wl.isl)), MAX_NUM_SEQS)
         else:
-            want = 8 * math.ceil(1.25 * max(c.estimate.prediction.batch, 1.0) / 8)
-            fits = kv_tokens // max(1, round(wl.isl + wl.osl))
+            # The batch the prediction assumed: a smaller cap queues requests the prediction never queued.
+            seqs = c.estimate.slots(name)
         out[name] = {
-            "max_num_seqs": max(1, min(want, fits, 1024)),
+            "max_num_seqs": max(1, seqs),
+            **({} if name == "prefill" else {"batch_at_capacity": _r(c.estimate.prediction.batch, 3)}),
             "max_num_batched_tokens": role.max_num_tokens,
             "max_model_len": max(1, min(context, kv_tokens)),
             "memory_utilization": dep.memory_utilization,

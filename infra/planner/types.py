@@ -120,8 +120,11 @@ class Engine(PlanModel):
 
     max_num_seqs: int = Field(ge=1, le=MAX_SEQS)
     """Most sequences one attention group runs at once (vLLM `--max-num-seqs`, SGLang `--max-running-requests`):
-    a quarter above the batch the prediction holds at capacity, within what the KV cache holds at the mean
-    request length (1 to 2^20)."""
+    the batch the prediction let it run, which is what the KV cache holds at the context a request keeps resident,
+    at most 1024; a prefill worker's holds a step's token budget of prompts, at least 256 (1 to 2^20)."""
+    batch_at_capacity: float | None = Field(default=None, ge=0, le=MAX_SEQS)
+    """Sequences one attention group runs on average at the replica's capacity, as predicted (decoding and
+    aggregated roles): an autoscaler's target is this at the planned share of capacity."""
     max_num_batched_tokens: int = Field(ge=1, le=MAX_STEP_TOKENS)
     """Tokens one step may process (the chunked-prefill budget; 1 to 2^31 - 1)."""
     max_model_len: int = Field(ge=1, le=MAX_STEP_TOKENS)

@@ -787,11 +787,13 @@ class AllocationBuilder:
             self.note(f"{self.name}: {self.fw.name} states no running-requests metric (catalog cli."
                       f"running_metric), so it keeps {peak} replicas without autoscaling")
             return
-        # The target is the batch one replica runs at the planned load: the engine's sequence cap scaled by the
-        # planned load over the replica's capacity.
+        # The target is the batch one replica runs at the planned load: the predicted batch at capacity (of every
+        # attention group) scaled by the planned load over the replica's capacity.
         engine = self.a.engines["agg"]
         load = self.a.load_per_replica / self.a.capacity_per_replica if self.a.capacity_per_replica else 1.0
-        target = max(1, round(engine.max_num_seqs * min(1.0, load)))
+        batch = (engine.batch_at_capacity * self.a.parallel.attention_dp if engine.batch_at_capacity is not None
+                 else engine.max_num_seqs)
+        target = max(1, round(batch * min(1.0, load)))
         ref = {"api_version": w.get("api_version", "apps/v1"), "kind": w["kind"], "name": w["name"]}
         if w["kind"] == "LeaderWorkerSet":
             ref["api_version"] = self.sb.crds["leaderworkerset"]

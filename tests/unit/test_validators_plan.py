@@ -61,7 +61,7 @@ DEFECTS = [
      "      calibrated: false\n      calibration_source: none\n    - pool: rtx4090"),
     ("PLN002", DEPLOYMENT, "  name: summarise-a0\n", "  name: summarise-a7\n"),
     ("PLN003", DEPLOYMENT, "  replicas: 2\n", "  replicas: 3\n"),
-    ("PLN004", DEPLOYMENT, "- --max-num-seqs\n        - '32'", "- --max-num-seqs\n        - '64'"),
+    ("PLN004", DEPLOYMENT, "- --max-num-seqs\n        - '52'", "- --max-num-seqs\n        - '64'"),
     ("PLN004", DEPLOYMENT, "        - --enable-prefix-caching\n", ""),
     ("PLN004", DEPLOYMENT, "        - --quantization\n        - fp8\n", ""),
     ("PLN004", DEPLOYMENT, "        - Qwen/Qwen3-8B\n", "        - Qwen/Qwen3-32B\n"),
