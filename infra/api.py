@@ -258,7 +258,7 @@ def _verify(resolved: ResolvedIntent, data: dict[str, Any], considered: list[Any
 def bench(*, simulate: str | Path | None = None, service: str | None = None, concurrency: int | None = None,
           rate: float | None = None, requests: int | None = None, input_tokens: int | None = None,
           output_tokens: int | None = None, seed: int = 0, intent: str | Path | None = None,
-          save: str | Path | None = None, router: str = "least-loaded", catalog_dirs: tuple[Path, ...] = (),
+          save: str | Path | None = None, router: str | None = None, catalog_dirs: tuple[Path, ...] = (),
           calibration: str | Path | None = None, force: bool = False) -> Any:
     """Drive one service of a plan and judge it against its objectives: a `infra.bench.run.BenchResult` (for a
     pipeline service, a `infra.bench.pipeline.PipelineBench`, stage by stage).
@@ -487,7 +487,7 @@ def emulate(plan: str | Path | None, *, port: int, host: str = "127.0.0.1", serv
         from infra.bench.emulator import EngineTiming
         from infra.bench.engine import plan_allocation
         from infra.bench.run import pick_service
-        from infra.bench.simulate import plan_groups
+        from infra.bench.simulate import plan_groups, plan_policy
         from infra.planner.types import load_plan
 
         p = load_plan(plan)
@@ -500,7 +500,7 @@ def emulate(plan: str | Path | None, *, port: int, host: str = "127.0.0.1", serv
             llm = [x.name for x in p.spec.services if x.runs_llm_engine]
             name = pick_service(p, service or (llm[0] if llm else p.spec.services[0].name), plan)
             svc, _ = plan_allocation(p, name, 0)
-            timing = EngineTiming(plan_groups(p, name))
+            timing = EngineTiming(plan_groups(p, name), plan_policy(p, name))
             names = [name] + ([svc.model_id] if getattr(svc, "model_id", None) and svc.model_id != name else [])
     try:
         sock = bind(host, port)
@@ -668,7 +668,8 @@ def verify(plan_path: str | Path, url: str, *, service: str | None = None, alloc
     calibration and say what would change. `allocation` names the one allocation of a service of several that
     the endpoint serves on its own (measured at its share of the load). With `write`, writes
     `measurements/*.jsonl`, `calibration.yaml` and the new plan (`plan/`) there (each measurement as soon as it
-    is taken, for it cannot be taken again; files infra did not write there are replaced only with `force`)."""
+    is taken, for it cannot be taken again; files infra did not write there are replaced only with `force`).
+    `progress(done, total, load)` hears each load's requests as they complete (`load` "peak" or "baseline")."""
     import tempfile
 
     from infra.bench.measurements import earlier_measurements
@@ -692,7 +693,9 @@ def verify(plan_path: str | Path, url: str, *, service: str | None = None, alloc
         for label, rate, clients in loads:
             result = bench_endpoint(url, model=model, api=api_kind, rate=rate, concurrency=clients,
                                     requests=requests, duration_s=duration_s, plan=plan_path, service=name,
-                                    warmup=warmup, timeout_s=timeout_s, seed=seed, progress=progress)
+                                    warmup=warmup, timeout_s=timeout_s, seed=seed,
+                                    progress=None if progress is None else
+                                    (lambda done, total, label=label: progress(done, total, label)))
             rel = f"measurements/{label}.jsonl"
             write_files(keep, {rel: saved_text(result.bench)}, force=force)
             files.append(keep / rel)

@@ -360,8 +360,11 @@ def bench(
                                                    "workload and objectives to test.", show_default=False)] = None,
     save: Annotated[Optional[Path], typer.Option(help="Write the measurements here (JSON Lines; calibration reads "
                                                  "them with --extra).", show_default=False)] = None,
-    router: Annotated[str, typer.Option(help="How the simulator spreads requests over replicas: least-loaded or "
-                                        "round-robin (both weighted by planned capacity).")] = "least-loaded",
+    router: Annotated[Optional[str], typer.Option(
+        help="How the simulator spreads requests over replicas; default: as the plan's manifests route "
+             "(spec.services[].routing). least-loaded (endpoint picker) or round-robin, both weighted by planned "
+             "capacity; weighted (HTTPRoute weights, random per request); random (a Service, even over pods).",
+        show_default=False)] = None,
     catalog: CatalogOpt = None,
     as_json: JsonOpt = False,
     endpoint: Annotated[Optional[str], typer.Option(help="Measure this OpenAI-compatible server instead, e.g. "
@@ -562,13 +565,29 @@ def verify(
 ) -> None:
     """Measure a deployed plan at its planned loads, judge its objectives, calibrate on the measurements and
     re-plan: what would change and why (exit 3 when an objective fails)."""
+    from contextlib import nullcontext
+
     from infra import api
     from infra.report.verify import print_verify, verify_json
 
-    result = api.verify(plan_file, endpoint, service=service, allocation=allocation, intent=intent,
-                        requests=requests, duration_s=duration, model=model, api_kind=api_kind, timeout_s=timeout,
-                        warmup=warmup, seed=seed, write=write, catalog_dirs=tuple(catalog or ()),
-                        force=force)
+    live = None
+    if sys.stderr.isatty() and not as_json:  # a progress bar only for a person watching
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        live = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=Console(stderr=True), transient=True)
+    with live or nullcontext():
+        task = live.add_task("measuring", total=None) if live else None
+
+        def progress(done: int, total: int, load: str) -> None:
+            if live is not None:
+                live.update(task, description=f"{load} load, requests", completed=done, total=total)
+
+        result = api.verify(plan_file, endpoint, service=service, allocation=allocation, intent=intent,
+                            requests=requests, duration_s=duration, model=model, api_kind=api_kind,
+                            timeout_s=timeout, warmup=warmup, seed=seed, write=write,
+                            catalog_dirs=tuple(catalog or ()), progress=progress, force=force)
     if as_json:
         print(json.dumps(verify_json(result), indent=2, sort_keys=True))
     else:

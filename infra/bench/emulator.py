@@ -119,27 +119,24 @@ class EngineTiming:
     the link, and then decodes, its first token reaching the client at the hand-over."""
 
     def __init__(self, groups: list[Any], policy: str = "least-loaded"):
-        from infra.bench.simulate import Router
+        from infra.bench.simulate import front_router
 
         self.engines: list[Any] = []
         self.entries: list[int] = []
         self.decode: list[list[int]] = []
         self.owner: list[int] = []
-        weights = []
         for g, grp in enumerate(groups):
             for e in grp.entry:
                 self.entries.append(len(self.engines))
                 self.engines.append(e)
                 self.owner.append(g)
-                weights.append(grp.weight)
             ids = []
             for e in grp.decode:
                 ids.append(len(self.engines))
                 self.engines.append(e)
                 self.owner.append(g)
             self.decode.append(ids)
-        self.front = Router(weights, policy)  # type: ignore[arg-type]
-        self.back = {g: Router([1.0] * len(ids), policy) for g, ids in enumerate(self.decode) if ids}  # type: ignore
+        self.front, self.back = front_router(groups, policy)  # type: ignore[arg-type]
         self.live: dict[int, asyncio.Queue[tuple[int, bool]]] = {}
         """Request id -> its token queue (a request's `entry` is its slot in the front router, `context` its slot in
         the router that placed it last)."""

@@ -120,7 +120,7 @@ def source_from(intent: Path | None, plan: Path | None, service: str | None) -> 
         if not base.exists():
             base = Path(p.spec.provenance.intent).parent
         return Source(Workload.model_validate(svc.workload), dict(svc.objectives), base, svc.name, f"plan {plan}",
-                      predicted(svc), plan=p)
+                      predicted(svc), attainment=svc.attainment, plan=p)
     if intent is not None:
         from infra.intent.loader import load_intent_file
 

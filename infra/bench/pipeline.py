@@ -243,7 +243,7 @@ def stage_lengths(plan: Any, unit: str, n: int, seed: int, intent: Any = None,
 
 def _llm_stage(plan: Any, unit: str, arrive: np.ndarray, ready: np.ndarray, *, seed: int, catalog: Any,
                intent: Any, plan_path: Any) -> StageRun:
-    from infra.bench.simulate import plan_groups, simulate
+    from infra.bench.simulate import plan_groups, plan_policy, simulate
 
     n = len(arrive)
     lengths = stage_lengths(plan, unit, n, seed, intent=intent, plan_path=plan_path)
@@ -255,7 +255,7 @@ def _llm_stage(plan: Any, unit: str, arrive: np.ndarray, ready: np.ndarray, *, s
         specs.append(RequestSpec(k, float(arrive[i]), s.input_tokens, s.output_tokens, s.prefix_group,
                                  s.prefix_tokens))
     groups = plan_groups(plan, unit, catalog)
-    sim = simulate(groups, Load(specs, None, None, "pipeline"))
+    sim = simulate(groups, Load(specs, None, None, "pipeline"), router=plan_policy(plan, unit), seed=seed)
     first = np.full(n, np.nan)
     own = np.full(n, np.nan)
     errors: dict[int, str] = {}

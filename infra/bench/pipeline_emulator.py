@@ -121,7 +121,7 @@ class PipelineTiming:
 
     def __init__(self, plan: Any, service: str, catalog: Any = None, seed: int = 0):
         from infra.bench.emulator import EngineTiming
-        from infra.bench.simulate import plan_groups
+        from infra.bench.simulate import plan_groups, plan_policy
         from infra.catalog.loader import load_catalog
 
         catalog = catalog or load_catalog()
@@ -132,7 +132,7 @@ class PipelineTiming:
             if st.kind == "llm":
                 # The simulator's draws for the same seed, in the same order.
                 lengths = stage_lengths(plan, st.unit, LENGTH_DRAWS, seed + 1 + k)
-                self.stages.append(_LLM(EngineTiming(plan_groups(plan, st.unit, catalog)),
+                self.stages.append(_LLM(EngineTiming(plan_groups(plan, st.unit, catalog), plan_policy(plan, st.unit)),
                                         [(r.input_tokens, r.output_tokens) for r in lengths]))
             elif st.kind == "cpu":
                 self.stages.append(_Servers([(_cpu_time(st.work), 0.0)] * int(st.cpu_cores or 1), 1.0))

@@ -169,16 +169,18 @@ def check_load(*, rate: float | None = None, concurrency: int | None = None, inp
 def simulate_service(plan: Any, *, service: str | None = None, requests: int = DEFAULT_REQUESTS, seed: int = 0,
                      rate: float | None = None, concurrency: int | None = None, input_tokens: int | None = None,
                      output_tokens: int | None = None, intent: str | Path | None = None,
-                     plan_path: str | Path | None = None, router: str = "least-loaded",
+                     plan_path: str | Path | None = None, router: str | None = None,
                      catalog: Any = None, calibration: Any = None) -> BenchResult:
-    """Simulate one service of a plan under its workload (or the given load) and judge it; with the user's
-    `calibration` (`infra.perf.correction.UserCalibration`), its engines corrected by it."""
-    from infra.bench.simulate import simulate_plan
+    """Simulate one service of a plan under its workload (or the given load) and judge it, routed as its manifests
+    route (`router` overrides: one of `infra.bench.simulate.POLICIES`); with the user's `calibration`
+    (`infra.perf.correction.UserCalibration`), its engines corrected by it."""
+    from infra.bench.simulate import plan_policy, simulate_plan
 
     check_load(rate=rate, concurrency=concurrency, input_tokens=input_tokens, output_tokens=output_tokens,
                requests=requests)
     name = pick_service(plan, service, plan_path)
     svc, _ = plan_allocation(plan, name, 0)
+    router = router or plan_policy(plan, name)
     sim = simulate_plan(plan, name, requests=requests, seed=seed, router=router, catalog=catalog,  # type: ignore[arg-type]
                         rate=rate, concurrency=concurrency, input_tokens=input_tokens, output_tokens=output_tokens,
                         intent=intent, plan_path=plan_path, calibration=calibration)
@@ -188,8 +190,12 @@ def simulate_service(plan: Any, *, service: str | None = None, requests: int = D
         # start-up wave is warm-up (as --warmup is against an endpoint), not the steady state the plan is for.
         warm = sim.load.concurrency
         judged = [r for r in sim.records if r.index >= warm]
-    summary = summarize(judged, svc.objectives, itl_pool=sim.itl_pool)
-    verdict = judge(judged, svc.objectives, itl_pool=sim.itl_pool, predicted=predicted(svc), seed=seed)
+    # What the plan held each replica to for its attainment is judged with the stated objectives, so that a miss
+    # says which metric's tail to tighten.
+    held = {**svc.objectives, **svc.attainment_objectives}
+    summary = summarize(judged, held, itl_pool=sim.itl_pool)
+    verdict = judge(judged, held, itl_pool=sim.itl_pool, predicted=predicted(svc), seed=seed,
+                    attainment_target=svc.attainment)
     load = {"requests": requests, "seed": seed, "arrival": sim.load.arrival, "router": router,
             **({"rate_rps": sim.load.rate} if sim.load.rate is not None else {}),
             **({"concurrency": sim.load.concurrency} if sim.load.concurrency is not None else {})}

@@ -1,11 +1,15 @@
 """Discrete-event simulation of a deployed service in virtual time: the embedded default of `infra bench`.
 
 Requests (seeded, from the service's workload) go through a router to engines (`infra.bench.engine`), one per
-attention group of every worker of every allocation; the router weighs allocations by the capacity the plan gave
-each replica. Disaggregated allocations send a request to a prefill engine, then, once its KV cache has crossed
-the link (`EngineModel.transfer_s`), to a decode engine chosen by the same policy; the client sees the first token
-when the decode side has it. Each engine's runs of identical decode steps are one event, cut short when a request
-arrives in the middle, so the cost grows with batch changes rather than with tokens.
+attention group of every worker of every allocation. The router is the one the plan's manifests render
+(`ServicePlan.routing`, `infra.planner.routing`): the endpoint picker's load-aware choice (least outstanding
+requests per unit of planned capacity), an HTTPRoute's weighted random choice of allocation (then least requests
+among its engines, as Envoy-based gateways balance by default), or a Service's even random choice of pod; any of
+them may be asked for instead, to see what another router would do. Disaggregated allocations send a request to
+a prefill engine, then, once its KV cache has crossed the link (`EngineModel.transfer_s`), to a decode engine of
+the allocation (by the same policy behind the endpoint picker, else by least outstanding requests); the client
+sees the first token when the decode side has it. Each engine's runs of identical decode steps are one event, cut
+short when a request arrives in the middle, so the cost grows with batch changes rather than with tokens.
 
 Results are the harness's own `RequestRecord`s with ITL pooled as (gap, occurrences), so every figure goes through
 `infra.bench.metrics.summarize` like an HTTP measurement does.
@@ -13,7 +17,9 @@ Results are the harness's own `RequestRecord`s with ITL pooled as (gap, occurren
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +33,8 @@ from infra.bench.workload import Load, RequestSpec, generate
 from infra.errors import IntentError, Location, Problem
 from infra.perf.shape import Workload as MeanLoad
 
-Policy = Literal["least-loaded", "round-robin"]
-POLICIES = ("least-loaded", "round-robin")
+Policy = Literal["least-loaded", "round-robin", "weighted", "random"]
+POLICIES = ("least-loaded", "round-robin", "weighted", "random")
 MAX_ENGINES = 100_000
 """Most engines (attention groups) one simulated service may run: each is a scheduler in memory, and 100,000 take
 about 200 MB; a thousand replicas of eight data-parallel groups is a large fleet."""
@@ -38,19 +44,25 @@ _FOREVER = 1 << 40
 @dataclass
 class Group:
     """The engines of one allocation: entry engines (aggregated, or prefill) and, when disaggregated, decode
-    engines; `weight` is the load share of one entry engine (the replica's planned capacity over its entries)."""
+    engines; `weight` is the load share of one entry engine (the replica's planned capacity over its entries),
+    `route` the allocation's weight in an HTTPRoute, `per_replica` its entry engines per replica (pod)."""
 
     entry: list[Engine]
     decode: list[Engine] = field(default_factory=list)
     weight: float = 1.0
     label: str = ""
+    route: float = 1.0
+    per_replica: int = 1
 
 
 class Router:
-    """Spreads requests over engines of unequal capacity: least outstanding requests per unit of weight, or
-    smooth weighted round-robin; ties go to the lowest index so runs repeat exactly."""
+    """Spreads requests over engines: `least-loaded`, least outstanding requests per unit of weight; `round-robin`,
+    smooth weighted round-robin; `random`, a seeded random engine with probability in proportion to its weight;
+    `weighted`, a seeded random group (allocation) in proportion to its `route` weight, then the least loaded of
+    its engines (`owner` gives each engine's group). Ties go to the lowest index so runs repeat exactly."""
 
-    def __init__(self, weights: list[float], policy: Policy = "least-loaded"):
+    def __init__(self, weights: list[float], policy: Policy = "least-loaded", *, owner: list[int] | None = None,
+                 route: list[float] | None = None, seed: int = 0):
         if policy not in POLICIES:
             raise IntentError(Problem(f"unknown router policy {policy!r}", Location(path="router"),
                                       f"use one of {', '.join(POLICIES)}"))
@@ -60,6 +72,23 @@ class Router:
         self.load = [0] * len(weights)
         self._credit = [0.0] * len(weights)
         self._total = float(sum(weights))
+        self._rng = random.Random(seed)
+        self._cum: list[float] = []
+        self._members: list[list[int]] = []
+        if policy == "random":
+            self._cum = _cumulative(self.weights)
+        elif policy == "weighted":
+            owner = owner if owner is not None else [0] * len(weights)
+            route = route if route is not None else [1.0] * (max(owner, default=0) + 1)
+            members: list[list[int]] = [[] for _ in route]
+            for i, g in enumerate(owner):
+                members[g].append(i)
+            # A group without engines gets nothing, whatever its route weight says.
+            self._members = members
+            self._cum = _cumulative([r if members[g] else 0.0 for g, r in enumerate(route)])
+        if policy in ("random", "weighted") and (not self._cum or self._cum[-1] <= 0):
+            raise IntentError(Problem("no engine has any route weight", Location(path="routing.weights"),
+                                      "give at least one allocation a weight above 0"))
 
     def pick(self) -> int:
         """The engine for the next request (counted as outstanding there until `done`)."""
@@ -70,6 +99,15 @@ class Router:
                 s = (load[i] + 1) * inv[i]
                 if s < score:
                     best, score = i, s
+        elif self.policy == "random":
+            best = _draw(self._cum, self._rng)
+        elif self.policy == "weighted":
+            members = self._members[_draw(self._cum, self._rng)]
+            load = self.load
+            best = members[0]
+            for i in members[1:]:
+                if load[i] < load[best]:
+                    best = i
         else:
             credit = self._credit
             for i, w in enumerate(self.weights):
@@ -81,6 +119,36 @@ class Router:
 
     def done(self, i: int) -> None:
         self.load[i] -= 1
+
+
+def _cumulative(weights: list[float]) -> list[float]:
+    out, total = [], 0.0
+    for w in weights:
+        total += max(w, 0.0)
+        out.append(total)
+    return out
+
+
+def _draw(cum: list[float], rng: random.Random) -> int:
+    """Index i with probability weight[i] / total (a zero weight is never drawn)."""
+    return min(bisect.bisect_right(cum, rng.random() * cum[-1]), len(cum) - 1)
+
+
+def front_router(groups: list[Group], policy: Policy, seed: int = 0) -> tuple[Router, dict[int, Router]]:
+    """The router over the groups' entry engines (in group order) and, per disaggregated group, the router over its
+    decode engines. `random` weighs each entry engine as an even share of its pod (what a Service's kube-proxy
+    does); the others weigh it by its planned capacity. Decode engines behind an HTTPRoute or a Service are
+    chosen by the least outstanding requests: the P/D router inside the allocation sees their load."""
+    weights: list[float] = []
+    owner: list[int] = []
+    for g, grp in enumerate(groups):
+        for _ in grp.entry:
+            weights.append(1.0 / max(grp.per_replica, 1) if policy == "random" else grp.weight)
+            owner.append(g)
+    front = Router(weights, policy, owner=owner, route=[grp.route for grp in groups], seed=seed)
+    inner: Policy = "least-loaded" if policy in ("random", "weighted") else policy
+    back = {g: Router([1.0] * len(grp.decode), inner) for g, grp in enumerate(groups) if grp.decode}
+    return front, back
 
 
 @dataclass
@@ -113,8 +181,9 @@ class SimResult:
     """Requests whose output was cut at the engine's max_model_len."""
 
 
-def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded") -> SimResult:
-    """Run `load` through the engines of `groups` until every request has finished or failed."""
+def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded", seed: int = 0) -> SimResult:
+    """Run `load` through the engines of `groups` until every request has finished or failed; `seed` drives the
+    router's random choices."""
     t0 = time.perf_counter()
     specs = load.requests
     n = len(specs)
@@ -122,14 +191,12 @@ def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded"
     owner: list[int] = []
     entry_idx: list[list[int]] = []
     decode_idx: list[list[int]] = []
-    weights: list[float] = []
     for g, grp in enumerate(groups):
         ids = []
         for e in grp.entry:
             ids.append(len(engines))
             engines.append(e)
             owner.append(g)
-            weights.append(grp.weight)
         entry_idx.append(ids)
         dids = []
         for e in grp.decode:
@@ -138,8 +205,7 @@ def simulate(groups: list[Group], load: Load, *, router: Policy = "least-loaded"
             owner.append(g)
         decode_idx.append(dids)
     entries = [i for ids in entry_idx for i in ids]
-    front = Router(weights, router)
-    back = {g: Router([1.0] * len(ids), router) for g, ids in enumerate(decode_idx) if ids}
+    front, back = front_router(groups, router, seed)
 
     t_send = np.zeros(n)
     first = np.full(n, np.nan)
@@ -323,8 +389,10 @@ def plan_groups(plan: Any, service: str, catalog: Any = None, calibration: Any =
                 "simulate a plan of fewer replicas (re-plan the intent), or measure the deployment itself with "
                 "--endpoint"))
     groups = []
+    weights = _route_weights(svc)
     for a, alloc in enumerate(svc.allocations):
         dp = alloc.parallel.attention_dp
+        route = float(weights.get(f"a{a}", 0))
         roles = sorted(alloc.engines)
         models = {role: engine_model(plan, service, a, role, catalog, calibration, workload) for role in roles}
         label = f"{alloc.device}/{alloc.framework}/{alloc.mode}#{a}"
@@ -335,12 +403,31 @@ def plan_groups(plan: Any, service: str, catalog: Any = None, calibration: Any =
                      for w in range(per_p)]
             decode = [Engine(models["decode"], "decode", f"{label}/r{r}/d{w}") for r in range(alloc.replicas)
                       for w in range(per_d)]
-            groups.append(Group(entry, decode, alloc.capacity_per_replica / per_p, label))
+            groups.append(Group(entry, decode, alloc.capacity_per_replica / per_p, label, route, per_p))
         else:
             entry = [Engine(models["agg"], "agg", f"{label}/r{r}/g{w}") for r in range(alloc.replicas)
                      for w in range(dp)]
-            groups.append(Group(entry, [], alloc.capacity_per_replica / dp, label))
+            groups.append(Group(entry, [], alloc.capacity_per_replica / dp, label, route, dp))
     return groups
+
+
+def _route_weights(svc: Any) -> dict[str, int]:
+    """The HTTPRoute weights of a service's allocations: the plan's, or (for a plan routed otherwise, simulated
+    with --router weighted) those an HTTPRoute would carry."""
+    from infra.planner.routing import route_weights
+
+    if svc.routing.weights:
+        return dict(svc.routing.weights)
+    return route_weights([a.model_dump(mode="json") for a in svc.allocations])
+
+
+def plan_policy(plan: Any, service: str) -> Policy:
+    """The router policy of what the plan's manifests render for the service (`ServicePlan.routing`)."""
+    from infra.bench.engine import plan_allocation
+    from infra.planner.routing import policy
+
+    svc, _ = plan_allocation(plan, service, 0)
+    return policy(svc.routing.router)  # type: ignore[return-value]
 
 
 def service_load(plan: Any, service: str, *, requests: int, seed: int = 0, rate: float | None = None,
@@ -381,12 +468,12 @@ def _intent_dir(plan: Any, intent: str | Path | None, plan_path: str | Path | No
                               "give --intent with the intent file the plan was made from"))
 
 
-def simulate_plan(plan: Any, service: str, *, requests: int = 2000, seed: int = 0, router: Policy = "least-loaded",
+def simulate_plan(plan: Any, service: str, *, requests: int = 2000, seed: int = 0, router: Policy | None = None,
                   catalog: Any = None, load: Load | None = None, calibration: Any = None,
                   **load_args: Any) -> SimResult:
     """Simulate a service of a DeploymentPlan under its workload (or `load`, or the overrides in `load_args`:
-    rate, concurrency, input_tokens, output_tokens, intent, plan_path); with the user's `calibration`, its engines
-    corrected by it."""
+    rate, concurrency, input_tokens, output_tokens, intent, plan_path), routed as its manifests route (or by
+    `router`); with the user's `calibration`, its engines corrected by it."""
     if load is None:
         load = service_load(plan, service, requests=requests, seed=seed, **load_args)
     mean = None
@@ -395,7 +482,8 @@ def simulate_plan(plan: Any, service: str, *, requests: int = 2000, seed: int = 
         mean = MeanLoad(isl=max(1.0, sum(r.input_tokens for r in load.requests) / n),
                         osl=max(1.0, sum(r.output_tokens for r in load.requests) / n),
                         concurrency=load.concurrency, rate=None if load.concurrency else (load.rate or 1.0))
-    return simulate(plan_groups(plan, service, catalog, calibration, mean), load, router=router)
+    return simulate(plan_groups(plan, service, catalog, calibration, mean), load,
+                    router=router or plan_policy(plan, service), seed=seed)
 
 
 __all__ = [
@@ -404,7 +492,9 @@ __all__ = [
     "RequestSpec",
     "Router",
     "SimResult",
+    "front_router",
     "plan_groups",
+    "plan_policy",
     "service_load",
     "simulate",
     "simulate_plan",

@@ -19,10 +19,12 @@ endpoint's `--max-failed`), with the Wilson interval of the failed share:
 - pass: the observed share is within it.
 A run with no objective still fails on its failures; without failures and objectives it is inconclusive.
 
-The service passes when every objective (and the failed share, when judged) passes, fails when any fails, and is
-inconclusive otherwise. Attainment (requests meeting every bound at once) and goodput are reported beside it with
-a Wilson interval; the intent's attainment target, when known, gets its own verdict, which the overall one does
-not include because plans are sized for the percentile objectives. The JSON forms hold no inf or NaN: see
+The service passes when every objective (and the failed share, when judged, and the attainment, when a target is
+known) passes, fails when any fails, and is inconclusive otherwise. Attainment (requests within each metric's
+loosest percentile target at once, `metrics.request_bounds`) and goodput are reported with a Wilson interval; the
+intent's attainment target is judged on that interval like the failed share: fail when it lies wholly below the
+target, pass when wholly at or above, inconclusive otherwise. Plans are sized for it (`planner.candidates.
+attainment_objectives`). The JSON forms hold no inf or NaN: see
 `metrics.json_number`.
 """
 
@@ -288,14 +290,14 @@ def judge(records: list[RequestRecord], objectives: dict[str, float], *,
     failed_ci, failed_reason = wilson(summary.failed, total), ""
     if max_failed is not None:
         failed_verdict, failed_ci, failed_reason = judge_failures(summary.failed, total, max_failed)
-    outcomes = {o.verdict for o in out} | ({failed_verdict} if failed_verdict else set())
-    overall: Outcome = "fail" if "fail" in outcomes else "inconclusive" if "inconclusive" in outcomes or not out \
-        else "pass"
     ci = wilson(summary.good, total)
     att_verdict: Outcome | None = None
     if attainment_target is not None:
         att_verdict = "pass" if ci[0] >= attainment_target else "fail" if ci[1] < attainment_target \
             else "inconclusive"
+    outcomes = {o.verdict for o in out} | {v for v in (failed_verdict, att_verdict) if v}
+    overall: Outcome = "fail" if "fail" in outcomes else "inconclusive" if "inconclusive" in outcomes or not out \
+        else "pass"
     notes = []
     if summary.failed:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(summary.errors.items()))

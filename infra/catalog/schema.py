@@ -429,6 +429,14 @@ class EngineCli(CatalogModel):
     source: Url
     """URL of the engine's documentation of these arguments."""
 
+    def tensor_parallel(self, tp: int, attention_dp: int) -> int:
+        """The tensor-parallel size the engine is given for a worker of `tp` x `attention_dp` attention groups: an
+        engine whose data-parallel attention splits its tensor-parallel ranks (an `attention_dp` switch: SGLang
+        --enable-dp-attention, TensorRT-LLM enable_attention_dp) counts every device of the worker; one that runs
+        each attention group as its own engine core (vLLM --data-parallel-size) counts one group's."""
+        stated = set(self.flags) | set(self.config_file.keys if self.config_file is not None else {})
+        return tp * attention_dp if attention_dp > 1 and "attention_dp" in stated else tp
+
     @property
     def kv_transfer(self) -> bool:
         """Whether the engine states how prefill and decode workers hand the KV cache over: a disaggregation flag
@@ -504,6 +512,14 @@ class FrameworkSpec(CatalogModel):
     def env_for(self, device: str, vendor: str) -> EngineEnv | None:
         """The environment the engine needs on a device: its own entry in `env`, else its vendor's."""
         return self.env.get(device) or self.env.get(vendor)
+
+    @property
+    def launches_multi_node(self) -> bool:
+        """Whether its launcher can start one engine over several nodes: it has the feature and the flags that
+        tell each node its rank and where to find the first."""
+        flags = set(self.cli.flags) if self.cli is not None else set()
+        return ("multi_node" in self.features and {"nnodes", "node_rank"} <= flags
+                and bool(flags & {"master_addr", "dist_init_addr"}))
 
     def image_for(self, device: str, vendor: str) -> tuple[str, bool]:
         """(image, pinned) for a device: its own entry in `images`, else its vendor's, else `image` when the vendor

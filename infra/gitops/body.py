@@ -51,11 +51,15 @@ def _objective_label(key: str) -> str:
 
 def _devices(a: Allocation) -> str:
     per = f"{a.share:g} of a" if a.share else f"{a.devices_per_worker} x"
-    if a.decode_pool and a.decode_parallel is not None:
+    if a.decode_parallel is not None:
+        decode = a.role_view("decode", 1).devices_per_worker
+        if not a.decode_pool:
+            return (f"prefill {per} {a.device}, decode {decode} x {a.device} per worker ({a.devices:g} in all, "
+                    f"pool {a.pool})")
         by = a.devices_by_type()
         return (f"prefill {per} {a.device} per worker ({by[a.device]:g} in all, pool {a.pool}); decode "
-                f"{a.decode_parallel.tp * a.decode_parallel.pp} x {a.decode_device} per worker "
-                f"({by[a.decode_device or a.device]:g} in all, pool {a.decode_pool})")
+                f"{decode} x {a.decode_device} per worker ({by[a.decode_device or a.device]:g} in all, pool "
+                f"{a.decode_pool})")
     return f"{per} {a.device} per worker ({a.devices:g} in all, pool {a.pool})"
 
 

@@ -4,7 +4,9 @@
     <service>/overlays/<cluster>/...
     clusters/<cluster>/<service>.yaml       optional: an Argo CD Application or a Flux Kustomization per overlay
     .infra/<plan name>/plan.yaml            the plan itself, so the next pull request diffs against it
-    .infra/<plan name>/intent.yaml          the intent as written (and cluster-profile.yaml when it references one)
+    .infra/<plan name>/intent.yaml          the intent as written, and beside it every file it reads (cluster
+                                            profile, calibration, traces) where it points, so the copy checks in
+                                            place (infra.gitops.inputs)
     .infra/<plan name>/files.txt            every file above that the plan owns, so a re-plan removes stale ones
 
 The `.infra` directory sits beside the applications, never inside a path a controller applies.

@@ -185,9 +185,11 @@ def _read_previous(git: Git, commit: str, path: str) -> tuple[DeploymentPlan | N
 def _foreign_owners(git: Git, commit: str, root: str, name: str, paths: set[str]) -> None:
     """Refuse to write files another plan in the same root owns."""
     state = inside(root, STATE_DIR)
+    depth = len(state.split("/")) + 2
     for listing in git.files_under(commit, state):
         parts = listing.split("/")
-        if parts[-1] != "files.txt" or parts[-2] == name:
+        # Only `.infra/<plan>/files.txt` lists a plan's files; a kept input deeper down may share the name.
+        if len(parts) != depth or parts[-1] != "files.txt" or parts[-2] == name:
             continue
         theirs = {inside(root, p) for p in owned_from(git.show(commit, listing), listing)}
         clash = sorted(theirs & paths)
@@ -211,11 +213,11 @@ def check_fingerprint(plan: DeploymentPlan, expected: str, plan_path: str | Path
 
 
 def intent_records(resolved: ResolvedIntent) -> dict[str, str]:
-    """The intent (and its cluster profile file) as the next pull request diffs against them."""
-    records = {"intent.yaml": resolved.loaded.document.path.read_text(encoding="utf-8")}
-    if resolved.loaded.profile_document is not None:
-        records["cluster-profile.yaml"] = resolved.loaded.profile_document.path.read_text(encoding="utf-8")
-    return records
+    """The intent and every file it reads (cluster profile, calibration, traces, config.json models), laid out so
+    that the kept copy checks in place; the next pull request diffs against them."""
+    from infra.gitops.inputs import kept_inputs
+
+    return kept_inputs(resolved)
 
 
 def preflight(req: PrRequest) -> tuple[Git, str]:
@@ -286,7 +288,8 @@ def prepare(plan: DeploymentPlan, plan_text: str, render: Renderer, records: dic
 
     merge_base = git.run("merge-base", base, head).strip() if head else base
     changes = git.numstat(merge_base, head or base, root)
-    record_list = [pr_body.Record(name, git.show(base, f"{sdir}/{name}"), text) for name, text in sorted(records.items())]
+    record_list = [pr_body.Record(name, git.show(base, f"{sdir}/{name}"), text) for name, text in
+                   sorted(records.items(), key=lambda kv: (kv[0] != "intent.yaml", kv[0]))]
     title = pr_body.title(plan, cluster)
     text = pr_body.pr_body(plan, cluster=cluster, base=req.base, previous=previous, previous_error=previous_error,
                            records=record_list, files=changes, command=req.command, notes=notes)

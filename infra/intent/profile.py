@@ -240,7 +240,12 @@ class Crds(Strict):
     kserve: ApiVersion | None = None
     """KServe API version."""
     inference_extension: ApiVersion | None = None
-    """Gateway API Inference Extension InferencePool version (e.g. `inference.networking.k8s.io/v1`)."""
+    """Gateway API Inference Extension InferencePool version (e.g. `inference.networking.k8s.io/v1`): requests
+    reach a service's pods through its load-aware endpoint picker."""
+    gateway_api: ApiVersion | None = None
+    """Gateway API version serving HTTPRoute (`gateway.networking.k8s.io/v1`): without the Inference Extension, a
+    service's requests are split over its allocations by an HTTPRoute's weighted backendRefs, each allocation's
+    weight its planned share of the load; without either, one Service spreads them evenly over pods."""
     keda: ApiVersion | None = None
     """KEDA ScaledObject version (`keda.sh/v1alpha1`); without it autoscaling renders an HPA."""
     dra: ApiVersion | None = None

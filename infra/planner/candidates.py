@@ -64,7 +64,10 @@ class Candidate:
     estimate: Estimate | StageEstimate
     """The prediction at that capacity (a pipeline stage that is not an LLM has a stage estimate)."""
     decode_workers: int = 0
-    """Disaggregated units: decode workers (each of layout `parallel`) per prefill worker; 0 = aggregated."""
+    """Disaggregated units: decode workers (each of layout `decode_parallel`, else `parallel`) per unit; 0 =
+    aggregated."""
+    prefill_workers: int = 1
+    """Disaggregated units: prefill workers (each of layout `parallel`) per unit."""
     share: float = 1.0
     """Fraction of one device a replica takes when devices are shared through memory/core slices (HAMi)."""
     device_spec: DeviceSpec | None = None
@@ -110,10 +113,12 @@ class Candidate:
 
     def workers_on(self, pool: str) -> list[tuple[int, float, int]]:
         """(devices per worker, share of each device, workers) that one replica runs on `pool`."""
-        if self.decode_pool is None or self.decode_parallel is None:
-            return [(self.parallel.devices, self.share, 1 + self.decode_workers)] if pool == self.pool else []
-        return ([(self.parallel.devices, 1.0, 1)] if pool == self.pool else []) + (
-            [(self.decode_parallel.devices, 1.0, self.decode_workers)] if pool == self.decode_pool else [])
+        prefill = self.prefill_workers if self.decode_workers else 1
+        if self.decode_parallel is None:
+            return [(self.parallel.devices, self.share, prefill + self.decode_workers)] if pool == self.pool else []
+        return ([(self.parallel.devices, 1.0, prefill)] if pool == self.pool else []) + (
+            [(self.decode_parallel.devices, 1.0, self.decode_workers)]
+            if pool == (self.decode_pool or self.pool) else [])
 
     def devices_on(self, pool: str) -> float:
         return sum(d * share * k for d, share, k in self.workers_on(pool))
@@ -140,14 +145,19 @@ class Candidate:
             return f"{self.parallel.label()}@{self.share:g}"
         if not self.decode_workers:
             return self.parallel.label()
-        if self.decode_parallel is not None and self.decode_pool is not None:
-            return (f"P {self.parallel.label()} + {self.decode_workers}xD {self.decode_parallel.label()} on "
-                    f"{self.decode_pool}")
-        return f"P {self.parallel.label()} + {self.decode_workers}xD {self.parallel.label()}"
+        return pd_label(self.prefill_workers, self.parallel, self.decode_workers, self.decode_parallel,
+                        self.decode_pool)
 
     @property
     def key(self) -> str:
         return f"{self.service}/{self.pool}/{self.framework}/{self.precision}/{self.layout}"
+
+
+def pd_label(prefill: int, prefill_layout: Parallel, decode: int, decode_layout: Parallel | None = None,
+             decode_pool: str | None = None) -> str:
+    """`P tp8 + 2xD tp8`, `2xP tp8 + 1xD tp1-ep8-dp8 on h20`: a disaggregated unit's workers and layouts."""
+    return (f"{f'{prefill}x' if prefill > 1 else ''}P {prefill_layout.label()} + {decode}xD "
+            f"{(decode_layout or prefill_layout).label()}" + (f" on {decode_pool}" if decode_pool else ""))
 
 
 def length_stats(dist: LengthDistribution | None) -> tuple[float, float]:
@@ -233,10 +243,52 @@ def service_workload(svc: Service, base: Path) -> Workload:
 
 
 def objectives(svc: Service) -> dict[tuple[str, str], float]:
+    """The objectives the intent states, (metric, percentile or `mean`) -> seconds."""
     return {(metric, pct): seconds for metric, pct, seconds in svc.slo.targets()}
 
 
-def _tp_options(model: ModelSpec, pool: Pool, allow_multi: bool) -> list[Parallel]:
+def attainment_objectives(svc: Service) -> dict[tuple[str, str], float]:
+    """What `slo.attainment` asks, as percentile objectives: a request is good when each of its TTFT, TPOT and E2E
+    is within the loosest percentile target of that metric (`bench.metrics.request_bounds`), so a share A of good
+    requests holds when each of those k metrics stays within its bound at percentile 1 - (1 - A) / k (the union
+    bound: it asks no correlation between the metrics). Those at or below a percentile the intent already holds
+    to that bound are left out."""
+    if svc.slo.attainment is None:
+        return {}
+    bounds: dict[str, tuple[float, float]] = {}
+    for metric, pct, seconds in svc.slo.targets():
+        if pct != "mean" and metric in ("ttft", "tpot", "e2e"):
+            q = float(pct[1:])
+            if metric not in bounds or seconds > bounds[metric][0] or (seconds == bounds[metric][0]
+                                                                        and q > bounds[metric][1]):
+                bounds[metric] = (seconds, q)
+    if not bounds:
+        return {}
+    # Hundredths of a percent, rounded up: the objective is never looser than the attainment asks.
+    want = math.ceil((100 - (1 - svc.slo.attainment) * 100 / len(bounds)) * 100 - 1e-6) / 100
+    return {(metric, f"p{want:g}"): seconds for metric, (seconds, q) in sorted(bounds.items()) if want > q}
+
+
+def held_objectives(svc: Service) -> dict[tuple[str, str], float]:
+    """Every objective a plan holds each replica to: the stated ones and what the attainment asks."""
+    return {**objectives(svc), **attainment_objectives(svc)}
+
+
+SCALE_UP_WIDTHS = 4
+"""Doublings of a node's devices tried for one worker spread over a scale-up domain (NVL72 trays, super-nodes)."""
+
+
+def _tp_options(model: ModelSpec, pool: Pool, allow_multi: bool, device: DeviceSpec | None = None,
+                fw: FrameworkSpec | None = None) -> list[Parallel]:
+    """Layouts of one worker on `pool`: tensor parallelism over a node's devices (with the experts split by
+    expert or tensor parallelism); for a MoE model whose framework runs attention data parallelism, attention
+    groups over the node with the experts spread over all of them (the wide-EP layout DeepSeek-class models are
+    served with); across nodes, pipeline stages of a node each, or, where the pool's nodes share a scale-up domain
+    (`topology.scale_up_domain`) wider than a node, one tensor- or expert-parallel group over several nodes."""
+    attention_dp = fw is not None and "attention_dp" in fw.features
+    # Attention groups over several nodes start as one tensor-parallel world where DP attention splits the TP
+    # ranks (SGLang, TensorRT-LLM); engines that run each group as its own core (vLLM) need per-rank flags.
+    wide_dp = attention_dp and fw is not None and fw.cli is not None and fw.cli.tensor_parallel(1, 2) == 2
     out = []
     tp = 1
     while tp <= pool.devices_per_node:
@@ -248,6 +300,8 @@ def _tp_options(model: ModelSpec, pool: Pool, allow_multi: bool) -> list[Paralle
         if model.moe is not None:
             shapes.append(Parallel(tp=t, ep=t))
         shapes.append(Parallel(tp=t, moe_tp=t if model.moe is not None else 1))
+        if model.moe is not None and attention_dp and t > 1:
+            shapes.append(Parallel(tp=1, ep=t, attention_dp=t))
     shapes = list(dict.fromkeys(shapes))
     if allow_multi and pool.node_count > 1:
         for pp in (2, 4):
@@ -256,6 +310,19 @@ def _tp_options(model: ModelSpec, pool: Pool, allow_multi: bool) -> list[Paralle
                 if model.moe is not None:
                     shapes.append(Parallel(tp=base, pp=pp, ep=base))
                 shapes.append(Parallel(tp=base, pp=pp, moe_tp=base if model.moe is not None else 1))
+        domain = device.interconnect.domain_size.value if device is not None else 0
+        if pool.topology.scale_up_domain and domain > pool.devices_per_node:
+            width = pool.devices_per_node * 2
+            for _ in range(SCALE_UP_WIDTHS):
+                if width > min(domain, pool.device_count):
+                    break
+                if model.moe is not None:
+                    shapes.append(Parallel(tp=width, ep=width))
+                    if wide_dp:
+                        shapes.append(Parallel(tp=1, ep=width, attention_dp=width))
+                else:
+                    shapes.append(Parallel(tp=width))
+                width *= 2
     return list(dict.fromkeys(shapes))
 
 
@@ -448,26 +515,49 @@ SLOTS_PER_DEVICE = 4
 SHARES = (0.25, 0.5)
 """Slices a device may be cut into for small models: halves and quarters pack whole devices exactly."""
 DECODE_WORKERS = (1, 2, 4)
+"""Decode workers per prefill worker in a unit across device types (the prefill:decode ratios tried there)."""
+PD_RATIOS = ((1, 1), (1, 2), (1, 4), (2, 1), (4, 1))
+"""(prefill, decode) workers of a disaggregated unit on one pool: decode-heavy units for long answers,
+prefill-heavy ones (tried only for `PREFILL_HEAVY` workloads) for long prompts and short answers."""
+PREFILL_HEAVY = 8.0
+"""Prompt tokens to compute per output token from which units with more prefill than decode workers are tried:
+a decode token costs one step of the batch, a prompt token a share of a chunk, so below it one prefill worker
+keeps up with a decode worker and the extra shapes would only be scored to be dominated."""
 PREFILL_POOLS = 1
 """Prefill pools tried for prefill/decode units across device types: the one with the most compute per dollar."""
-"""Decode workers per prefill worker in a disaggregated unit (the prefill:decode ratios tried)."""
 
 
 def _deployments(rs: ResolvedService, svc: Service, device: DeviceSpec, fw: FrameworkSpec, precision: str,
-                 par: Parallel, pool: Pool) -> list[tuple[Deployment, int]]:
-    """The aggregated deployment of a layout and, where the intent and framework allow, its disaggregated units
-    (one prefill worker and k decode workers of the same layout)."""
+                 par: Parallel, wl: Workload) -> list[tuple[Deployment, int, int]]:
+    """(deployment, prefill workers, decode workers): the aggregated deployment of a layout (0, 0) and, where the
+    intent and framework allow, its disaggregated units: prefill workers of the layout and decode workers of it or
+    of `decode_layouts`, in each of `PD_RATIOS`."""
     assert rs.model is not None
-    out: list[tuple[Deployment, int]] = []
+    out: list[tuple[Deployment, int, int]] = []
     mode = svc.preferences.disaggregation
     if mode != "on":
-        out.append((Deployment(rs.model_key, device.name, fw.name, precision, agg=Role(par, MAX_NUM_SEQS)), 0))
+        out.append((Deployment(rs.model_key, device.name, fw.name, precision, agg=Role(par, MAX_NUM_SEQS)), 0, 0))
     # A device quirk can rule disaggregation out for a framework that has it elsewhere (vLLM's CPU backend).
     if mode != "off" and renders_pd(fw) and not device.feature_quirk(fw.name, "pd_disaggregation"):
-        for k in DECODE_WORKERS:
-            out.append((Deployment(rs.model_key, device.name, fw.name, precision, "disagg",
-                                   prefill=Role(par, MAX_NUM_SEQS, workers=1),
-                                   decode=Role(par, MAX_NUM_SEQS, workers=k)), k))
+        heavy = wl.isl * (1 - wl.prefix_hit) >= PREFILL_HEAVY * wl.osl
+        for decode in decode_layouts(rs.model, fw, par):
+            for p, k in (r for r in PD_RATIOS if heavy or r[0] <= r[1]):
+                out.append((Deployment(rs.model_key, device.name, fw.name, precision, "disagg",
+                                       prefill=Role(par, MAX_NUM_SEQS, workers=p),
+                                       decode=Role(decode, MAX_NUM_SEQS, workers=k)), p, k))
+    return out
+
+
+def decode_layouts(model: ModelSpec, fw: FrameworkSpec, prefill: Parallel) -> list[Parallel]:
+    """Layouts of the decode workers paired with a prefill worker of layout `prefill`: the same, and for a MoE
+    model on a framework with attention data parallelism, attention groups over the same devices with the experts
+    spread over all of them (decode is bound by reading the KV cache and the experts, which that layout spreads
+    without replicating attention; prefill is bound by compute, which tensor parallelism splits)."""
+    out = [prefill]
+    width = prefill.devices // prefill.pp
+    if (model.moe is not None and "attention_dp" in fw.features and prefill.attention_dp == 1 and prefill.pp == 1
+            and prefill.sp == 1 and width > 1):
+        out.append(Parallel(tp=1, ep=width, attention_dp=width))
     return out
 
 
@@ -581,7 +671,7 @@ def _cross_units(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tupl
                                          prefill=Role(pa, MAX_NUM_SEQS, workers=1),
                                          decode=Role(pb, MAX_NUM_SEQS, workers=k),
                                          decode_device=db.name, kv_precision=kv_a)
-                        label = f"P {pa.label()} + {k}xD {pb.label()} on {b.name}"
+                        label = pd_label(1, pa, k, pb, b.name)
                         if pa.devices > a.device_count or k * pb.devices > b.device_count:
                             continue
                         record, scored = _score(Considered(svc.name, a.name, fw.name, precision, label, ""),
@@ -839,7 +929,7 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
                              "(infra.planner.pipeline.search)")
         wl = service_workload(svc, base)
         fix = corrections or Corrections()
-        slo = {k: v * slo_scale * fix.scale(svc.name, *k) for k, v in objectives(svc).items()}
+        slo = {k: v * slo_scale * fix.scale(svc.name, *k) for k, v in held_objectives(svc).items()}
         # Refusals are recorded where they are found; shapes to score wait in their place (`_score_jobs`).
         items: list[Considered | _Job] = []
         for pool in resolved.loaded.cluster.pools:
@@ -860,8 +950,8 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
                 for precision, why in quirk_refusals(list(svc.precisions), rs.model, device, fw):
                     items.append(Considered(svc.name, pool.name, fw.name, precision, "-", why))
                 for precision in _precisions(svc, rs.model, device, fw):
-                    allow_multi = (pool.multi_node and svc.preferences.multi_node and "multi_node" in fw.features)
-                    for par in _tp_options(rs.model, pool, allow_multi):
+                    allow_multi = pool.multi_node and svc.preferences.multi_node and fw.launches_multi_node
+                    for par in _tp_options(rs.model, pool, allow_multi, device, fw):
                         label = par.label()
                         refused = tp_refusal(device, fw, par)
                         why = [refused] if refused else shape_problems(rs.model, device, fw, precision, par)
@@ -874,9 +964,10 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
                             continue
                         if par == Parallel() and _can_share(resolved, svc, device):
                             items += _shared(rs, svc, device, fw, precision, pool, resolved, price, zone)
-                        for dep, workers in _deployments(rs, svc, device, fw, precision, par, pool):
-                            devices = par.devices * (1 + workers)
-                            shown = label if not workers else f"P {label} + {workers}xD {label}"
+                        for dep, prefill, workers in _deployments(rs, svc, device, fw, precision, par, wl):
+                            decode = dep.decode.parallel if workers and dep.decode.parallel != par else None
+                            devices = max(prefill, 1) * par.devices + workers * (decode or par).devices
+                            shown = label if not workers else pd_label(prefill, par, workers, decode)
                             if devices > pool.device_count:
                                 items.append(Considered(svc.name, pool.name, fw.name, precision, shown,
                                                         f"needs {devices} devices, pool has {pool.device_count}"))
@@ -884,7 +975,8 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
 
                             make = partial(Candidate, svc.name, pool.name, device.name, fw.name, precision, par,
                                            devices, price_per_device_hour=price, spot=pool.spot, zone=zone,
-                                           decode_workers=workers, memory_gb=memory)
+                                           decode_workers=workers, memory_gb=memory, decode_parallel=decode,
+                                           prefill_workers=max(prefill, 1))
                             items.append(_Job(Considered(svc.name, pool.name, fw.name, precision, shown, ""), dep,
                                               pool, device, (pool.name, fw.name, "disagg" if workers else "agg"),
                                               float(devices), make))

@@ -22,7 +22,7 @@ from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_me
 from infra.perf.arch import kv_precision_for
 from infra.perf.calibration import borrowed_band, calibrated_band, error_band
 from infra.perf.calibration import table as calibration_table
-from infra.perf.estimate import Estimate, estimate
+from infra.perf.estimate import Estimate, estimate, max_rate, meets, objective_value
 from infra.perf.handoff import ASSUMPTIONS as HANDOFF_ASSUMPTIONS
 from infra.perf.handoff import Site, Transfer, device_link, network_link, node_link, slowest, transfer
 from infra.perf.serving import z_of
@@ -34,7 +34,9 @@ from infra.planner.candidates import (
     Considered,
     Corrections,
     MAX_NUM_SEQS,
+    attainment_objectives,
     correction_for,
+    held_objectives,
     millis,
     objectives,
     service_workload,
@@ -52,6 +54,7 @@ from infra.planner.pipeline import (
     stage_model_key,
 )
 from infra.planner.placement import Placement, PlacementError, place, workers_of
+from infra.planner.routing import replica_loads, router_for
 from infra.planner.solve import Limits, Solution, limits_from, minimal_conflict, solve
 from infra.planner.types import Allocation, DeploymentPlan
 
@@ -109,15 +112,111 @@ def _tokens_per_request(resolved: ResolvedIntent) -> dict[str, float]:
     return out
 
 
-def _predicted(resolved: ResolvedIntent, rs: ResolvedService, cand: Candidate, load: float,
-               replicas: int) -> dict[str, Any]:
-    """Metrics of one replica at its share of the load (behind the router, among the service's `replicas`),
-    against the service's objectives."""
+MAX_RESIZES = 8
+"""Rounds of lowering the capacity of replicas whose predictions miss at the load the rendered router gives them
+(each round only lowers capacities or drops shapes, so the rounds end; a plan still missing then is refused)."""
+
+
+def _router(resolved: ResolvedIntent, rs: ResolvedService, mine: list[Candidate]) -> str:
+    """The router the manifests will render for the service (`routing.router_for`); a pipeline's LLM stage is
+    handed requests through its Service."""
+    crds = {k: v for k, v in resolved.loaded.cluster.conventions.crds.model_dump().items() if v}
+    router = router_for(crds, True, any(c.mode == "agg" for c in mine))
+    staged = rs.service.name not in {r.service.name for r in resolved.services}
+    return "service" if staged and router == "http-route" else router
+
+
+def _replica_loads(resolved: ResolvedIntent, rs: ResolvedService, mine: list[Candidate],
+                   sol: Solution) -> dict[str, Any]:
+    """Candidate key -> the workload one of its replicas meets behind the rendered router."""
+    wl = service_workload(rs.service, resolved.loaded.document.path.parent)
+    spec = rs.service.workload
+    wl = dataclasses.replace(wl, rate=float(spec.rate.peak_rps)) if spec.rate is not None else dataclasses.replace(
+        wl, concurrency=int(spec.concurrency or 0))
+    return replica_loads(_router(resolved, rs, mine), wl,
+                         [(c.key, sol.replicas[c.key], c.capacity, c.mode == "agg") for c in mine])
+
+
+def _routed(resolved: ResolvedIntent, services: list[ResolvedService], cands: list[Candidate],
+            sol: Solution) -> dict[str, Candidate | None]:
+    """Shapes to change before the plan holds behind the router its manifests render: chosen replicas whose
+    predictions miss an objective at the load that router gives them, each with the capacity it has there, and
+    shapes it would give no requests at all (None). A replica's capacity is searched behind a load-aware router
+    among the peers its own shape would need; a plan with fewer replicas (mixing shapes), a gateway that splits at
+    random by weight, or a Service that splits evenly whatever the pods' capacities gives some replicas a
+    burstier or larger share. Behind an even split every aggregated shape of the service is worth at most the
+    least chosen one; behind a Service or an HTTPRoute, prefill/decode units beside aggregated replicas get no
+    requests (only a P/D-aware picker feeds them)."""
+    catalog = _catalog(resolved)
+    out: dict[str, Candidate | None] = {}
+    for rs in services:
+        if rs.model is None:
+            continue
+        mine = [c for c in cands if c.service == rs.service.name and c.key in sol.replicas
+                and isinstance(c.estimate, Estimate) and c.decode_pool is None]
+        if not mine or not sum(c.capacity * sol.replicas[c.key] for c in mine):
+            continue
+        router = _router(resolved, rs, mine)
+        if router != "inference-pool" and any(c.mode == "agg" for c in mine) and any(c.mode != "agg" for c in mine):
+            out.update({c.key: None for c in cands if c.service == rs.service.name and c.mode != "agg"})
+            continue
+        loads = _replica_loads(resolved, rs, mine, sol)
+        slo = held_objectives(rs.service)
+        resized: dict[str, Candidate] = {}
+        for c in mine:
+            assert isinstance(c.estimate, Estimate)
+            wl, dep = loads[c.key], c.estimate.deployment
+            measured = correction_for(resolved, dep, wl)
+            est = estimate(dep, wl, catalog, device_memory_gb=c.memory_gb, device_spec=c.device_spec,
+                           correction=measured)
+            if meets(est.prediction, slo):
+                continue
+            if wl.rate is not None:
+                cap, at = max_rate(dep, wl, slo, catalog, device_memory_gb=c.memory_gb, device_spec=c.device_spec,
+                                   correction=measured)
+            else:
+                # The busiest pod holds more clients than the replica's share: it is worth that much less.
+                assert wl.concurrency is not None
+                cap, at = (c.capacity * c.capacity / wl.concurrency if wl.concurrency > c.capacity
+                           else c.capacity - 1), est
+            if cap < c.capacity:
+                resized[c.key] = dataclasses.replace(c, capacity=cap, estimate=at)
+        if router == "service" and sum(1 for c in mine if c.mode == "agg") > 1:
+            least = min(resized.get(c.key, c).capacity for c in mine if c.mode == "agg")
+            for c in cands:
+                now = resized.get(c.key, c)
+                if c.service == rs.service.name and c.mode == "agg" and now.capacity > least:
+                    resized[c.key] = dataclasses.replace(now, capacity=least)
+        out.update(resized)
+    return out
+
+
+def _hold_routing(resolved: ResolvedIntent, services: list[ResolvedService], cands: list[Candidate],
+                  limits: Limits, sol: Solution, objective: str, strict: bool = True) -> tuple[list[Candidate],
+                                                                                           Solution]:
+    """The candidates and solution once every chosen replica holds its objectives behind the rendered router
+    (`_routed`, solved again after each change); `strict` refuses a plan still missing after `MAX_RESIZES`."""
+    for round_ in range(MAX_RESIZES + 1):
+        resized = _routed(resolved, services, cands, sol) if sol.status in ("OPTIMAL", "FEASIBLE") else {}
+        if not resized:
+            break
+        if round_ == MAX_RESIZES:
+            if not strict:
+                break
+            raise InfraError(Problem(
+                "the chosen replicas still miss their objectives at the load the rendered router gives them after "
+                f"{MAX_RESIZES} rounds of re-sizing ({', '.join(sorted(resized))})",
+                Location(str(resolved.loaded.document.path), 1, 1),
+                "install the Gateway API Inference Extension (load-aware routing) and list it in the profile's "
+                "conventions.crds, or report this plan"))
+        cands = [c2 for c in cands if (c2 := resized.get(c.key, c)) is not None and c2.capacity > 0]
+        sol = solve(cands, limits, objective=objective)
+    return cands, sol
+
+
+def _predicted(resolved: ResolvedIntent, rs: ResolvedService, cand: Candidate, wl: Any) -> dict[str, Any]:
+    """Metrics of one replica under `wl`, what the rendered router gives it, against the service's objectives."""
     assert isinstance(cand.estimate, Estimate)
-    base = resolved.loaded.document.path.parent
-    wl = dataclasses.replace(service_workload(rs.service, base), peers=max(replicas, 1))
-    wl = dataclasses.replace(wl, rate=load) if wl.rate is not None else dataclasses.replace(
-        wl, concurrency=max(1, int(round(load))))
     est = estimate(cand.estimate.deployment, wl, _catalog(resolved), device_memory_gb=cand.memory_gb,
                    device_spec=cand.device_spec, correction=correction_for(resolved, cand.estimate.deployment, wl))
     out = {}
@@ -128,9 +227,8 @@ def _predicted(resolved: ResolvedIntent, rs: ResolvedService, cand: Candidate, l
     band = (calibrated_band(est.deployment.mode, level) if level else None) or (
         error_band(est.deployment.mode) if est.calibration.calibrated else
         borrowed_band(est.deployment.mode, est.calibration.vendor_measured))
-    for (metric, pct), target in sorted(objectives(rs.service).items()):
-        values = getattr(est.prediction, metric)
-        got = values.get(pct, values["p99"])
+    for (metric, pct), target in sorted(held_objectives(rs.service).items()):
+        got = objective_value(est.prediction, metric, pct)
         out[f"{metric}_{pct}"] = {"target_ms": _r(target * 1000), "predicted_ms": _r(got * 1000),
                                   "margin": _r(1 - got / target, 3)}
         # The band was measured on means; a percentile's error is taken to scale the same way.
@@ -204,10 +302,9 @@ def _allocation(resolved: ResolvedIntent, c: Candidate, n: int, load: float, pla
     return {
         "pool": c.pool, "device": c.device, "framework": c.framework, "precision": c.precision,
         "mode": c.mode, "parallel": dataclasses.asdict(c.parallel),
-        **({"prefill_workers": 1, "decode_workers": c.decode_workers} if c.decode_workers else {}),
-        **({"decode_pool": c.decode_pool, "decode_device": c.decode_device,
-            "decode_parallel": dataclasses.asdict(c.decode_parallel)}
-           if c.decode_pool and c.decode_parallel else {}),
+        **({"prefill_workers": c.prefill_workers, "decode_workers": c.decode_workers} if c.decode_workers else {}),
+        **({"decode_pool": c.decode_pool, "decode_device": c.decode_device} if c.decode_pool else {}),
+        **({"decode_parallel": dataclasses.asdict(c.decode_parallel)} if c.decode_parallel else {}),
         **({"share": c.share} if c.share < 1 else {}),
         "devices_per_worker": c.parallel.devices, "nodes_per_worker": -(-c.parallel.devices // pool.devices_per_node),
         "engines": engines,
@@ -260,15 +357,22 @@ def _llm_entry(resolved: ResolvedIntent, rs: ResolvedService, cands: list[Candid
     demand = float(wl.rate.peak_rps if wl.rate is not None else wl.concurrency)
     served = min(demand, capacity)
     allocs = []
-    replicas = sum(sol.replicas[c.key] for c in mine)
+    loads = _replica_loads(resolved, rs, mine, sol) if capacity else {}
     for c in mine:
         load = served * c.capacity / capacity if capacity else 0.0
+        routed = loads.get(c.key)
+        if routed is not None:
+            load = routed.rate if routed.rate is not None else float(routed.concurrency)
         allocs.append(_allocation(resolved, c, sol.replicas[c.key], load, placed, _engines(resolved, rs, c),
-                                  _predicted(resolved, rs, c, max(load, 1e-6), replicas)))
+                                  _predicted(resolved, rs, c, routed) if routed is not None else {}))
     assert rs.model is not None
     return _entry(resolved, rs, s, mine, sol, limits, allocs, capacity,
                   {f"{m}_{q}": _r(v * 1000, 6) for (m, q), v in sorted(objectives(rs.service).items())},
                   {"model": rs.model_key, "model_id": rs.model.hf_id, **extra,
+                   **({"attainment": rs.service.slo.attainment,
+                       "attainment_objectives": {f"{m}_{q}": _r(v * 1000, 6) for (m, q), v in
+                                                 sorted(attainment_objectives(rs.service).items())}}
+                      if rs.service.slo.attainment is not None else {}),
                    **({"confidence": rs.service.slo.confidence} if rs.service.slo.confidence is not None else {})})
 
 
@@ -752,30 +856,44 @@ def _relaxations(resolved: ResolvedIntent, cands: list[Candidate], limits: Limit
     return out
 
 
+ATTAINMENT_STEPS = (0.005, 0.01, 0.02, 0.05, 0.1)
+"""How far an attainment is lowered, in turn, to find the highest at which an infeasible intent fits."""
+
+
 def _lower_confidence(resolved: ResolvedIntent, cands: list[Candidate], limits: Limits) -> list[Problem]:
-    """For each service planned at a confidence: the highest one (in steps of 5%, down to none) at which the
-    intent is feasible with every other limit as written, checked by a solve."""
+    """For each service planned at a confidence or an attainment: the highest one (confidence in steps of 5%,
+    attainment by `ATTAINMENT_STEPS`, down to none) at which the intent is feasible with every other limit as
+    written, checked by a solve."""
     doc = resolved.loaded.document
     out: list[Problem] = []
     for i, rs in enumerate(resolved.services):
-        conf = rs.service.slo.confidence
-        if conf is None:
-            continue
         name = rs.service.name
-        steps: list[float | None] = [k / 100 for k in range(round(conf * 100) - 5, 49, -5)]
-        for lower in steps + [None]:
-            svc = rs.service.model_copy(update={"slo": rs.service.slo.model_copy(update={"confidence": lower})})
-            trial_intent = dataclasses.replace(resolved, services=[
-                dataclasses.replace(r, service=svc) if r is rs else r for r in resolved.services])
-            mine = [c for c in search(trial_intent)[0] if limits.parent.get(c.service, c.service) == name]
-            others = [c for c in cands if limits.parent.get(c.service, c.service) != name]
-            trial = solve(others + mine, limits, time_limit_s=5.0)
-            if trial.status in ("OPTIMAL", "FEASIBLE"):
-                at = f"{lower:.0%} confidence" if lower is not None else "the bare predictions (no confidence)"
-                out.append(Problem(f"feasible with service {name}'s objectives planned at {at} instead of {conf:.0%} "
-                                   f"(${trial.cost_per_hour:.2f}/h)",
-                                   doc.locate(("spec", "services", i, "slo", "confidence")),
-                                   f"set confidence: {lower:.0%}" if lower is not None else "remove confidence"))
+        for field in ("confidence", "attainment"):
+            asked = getattr(rs.service.slo, field)
+            if asked is None:
+                continue
+            steps: list[float | None] = (
+                [k / 100 for k in range(round(asked * 100) - 5, 49, -5)] if field == "confidence"
+                else [round(asked - d, 4) for d in ATTAINMENT_STEPS if asked - d >= 0.5])
+            for lower in steps + [None]:
+                svc = rs.service.model_copy(update={"slo": rs.service.slo.model_copy(update={field: lower})})
+                trial_intent = dataclasses.replace(resolved, services=[
+                    dataclasses.replace(r, service=svc) if r is rs else r for r in resolved.services])
+                mine = [c for c in search(trial_intent)[0] if limits.parent.get(c.service, c.service) == name]
+                others = [c for c in cands if limits.parent.get(c.service, c.service) != name]
+                trial = solve(others + mine, limits, time_limit_s=5.0)
+                if trial.status not in ("OPTIMAL", "FEASIBLE"):
+                    continue
+                if field == "confidence":
+                    at = f"{lower:.0%} confidence" if lower is not None else "the bare predictions (no confidence)"
+                    what = f"objectives planned at {at} instead of {asked:.0%}"
+                else:
+                    at = f"{lower:.1%}" if lower is not None else "none (each percentile on its own)"
+                    what = f"attainment at {at} instead of {asked:.1%}"
+                out.append(Problem(f"feasible with service {name}'s {what} (${trial.cost_per_hour:.2f}/h)",
+                                   doc.locate(("spec", "services", i, "slo", field)),
+                                   f"set {field}: {lower:.{0 if field == 'confidence' else 1}%}" if lower is not None
+                                   else f"remove {field}"))
                 break
     return out
 
@@ -966,6 +1084,16 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost
     cpu = place_cpu(resolved, pipelines)
     limits = _less_cpu(limits, cpu, pipelines)
     sol = solve(cands, limits, objective=objective)
+    if sol.status in ("OPTIMAL", "FEASIBLE"):
+        cands, sol = _hold_routing(resolved, expanded, cands, limits, sol, objective)
+    else:
+        # What a budget must allow is what the plan costs once its replicas hold behind their router.
+        unbounded = dataclasses.replace(limits, budget_hour={k: None for k in limits.budget_hour},
+                                        total_budget_hour=None)
+        free = solve(cands, unbounded, objective=objective)
+        if free.status in ("OPTIMAL", "FEASIBLE"):
+            cands, _ = _hold_routing(resolved, expanded, cands, unbounded, free, objective, strict=False)
+            sol = solve(cands, limits, objective=objective)
     if sol.status not in ("OPTIMAL", "FEASIBLE") and not explain:
         raise InfeasibleError(Problem("no deployment meets the corrected objectives",
                                       Location(str(resolved.loaded.document.path), 1, 1),

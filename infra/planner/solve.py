@@ -7,6 +7,10 @@ Formulation (all services jointly, one inventory):
     demand      sum_{c of s} cap[c] * n[c] >= D[s]                 for every service s      [literal demand:s]
     replicas    sum_{c of s} n[c] >= min_replicas[s]                                        [literal replicas:s]
     zones       z[s, zone] <= sum_{c of s in zone} n[c];  sum_zone z[s, zone] >= zones[s]   [literal zones:s]
+                and, for zones[s] > 1, for every zone y the service has a candidate in:
+                sum_{c of s, zone(c) labelled and != y} cap[c] * n[c] >= K[s]                 [literal zones:s]
+                (K: `zone_keep`, the capacity that must survive losing any one zone; pools without a zone label
+                could be in the lost zone, so they count for no survivor)
     inventory   sum_{c on pool p} slots[c] * n[c] <= 4 * devices[p]   for every pool p       [literal pool:p]
                 (slots are quarter devices: a whole-device replica of k devices takes 4k, a HAMi slice 1 or 2)
     nodes       only for pools whose nodes differ in size: y[p, g, q] nodes of size group g running pattern q
@@ -78,6 +82,17 @@ class Limits:
     fixed: dict[str, float] = field(default_factory=dict)
     """Service -> $/h it spends outside the solve (CPU stages on CPU pools), already taken off its budget and the
     total budget above."""
+    zone_keep: dict[str, float] = field(default_factory=dict)
+    """Service -> capacity (demand units) its replicas outside any one zone must hold (`zone_share`); absent or 0:
+    only the spread over `zones` is required."""
+
+
+def zone_share(zones: int) -> float:
+    """Share of peak demand that must survive the loss of any one zone for `availability.zones` = `zones`: what an
+    even spread of the peak over the zones leaves, (zones - 1) / zones. A spread met by a token replica would
+    leave the other zones nothing to fail over to; requiring the whole peak in every N - 1 zones would multiply the
+    fleet by N / (N - 1), which the intent does not ask for (headroom is where it says so)."""
+    return (zones - 1) / zones if zones > 1 else 0.0
 
 
 def limits_from(resolved: ResolvedIntent, tokens_per_request: dict[str, float],
@@ -86,7 +101,7 @@ def limits_from(resolved: ResolvedIntent, tokens_per_request: dict[str, float],
     the solved units of each pipeline service (each carries the service's whole demand)."""
     intent = resolved.loaded.intent
     units = units or {}
-    demand, min_r, zones, budget, parent = {}, {}, {}, {}, {}
+    demand, min_r, zones, budget, parent, keep = {}, {}, {}, {}, {}, {}
     for rs in resolved.services:
         svc = rs.service
         wl = svc.workload
@@ -95,6 +110,8 @@ def limits_from(resolved: ResolvedIntent, tokens_per_request: dict[str, float],
             demand[name] = peak * (1 + svc.availability.headroom)
             min_r[name] = svc.availability.min_replicas
             zones[name] = svc.availability.zones
+            if svc.availability.zones > 1:
+                keep[name] = peak * zone_share(svc.availability.zones)
             if name != svc.name:
                 parent[name] = svc.name
         caps = []
@@ -111,7 +128,7 @@ def limits_from(resolved: ResolvedIntent, tokens_per_request: dict[str, float],
                   {p.name: p.device_count for p in resolved.loaded.cluster.pools},
                   intent.spec.budget.per_hour,
                   {p.name: (p.devices_per_node, tuple((g.devices, len(g.names)) for g in node_groups(p)))
-                   for p in resolved.loaded.cluster.pools if not uniform(p)}, parent)
+                   for p in resolved.loaded.cluster.pools if not uniform(p)}, parent, zone_keep=keep)
 
 
 def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 20.0,
@@ -151,6 +168,7 @@ def _solve_apart(parts: list[str], cands: list[Candidate], limits: Limits, time_
         sub = replace(limits, demand={s: d for s, d in limits.demand.items() if s in services},
                       min_replicas={s: v for s, v in limits.min_replicas.items() if s in services},
                       zones={s: v for s, v in limits.zones.items() if s in services},
+                      zone_keep={s: v for s, v in limits.zone_keep.items() if s in services},
                       budget_hour={s: v for s, v in limits.budget_hour.items() if s == part},
                       total_budget_hour=None)
         sol = _solve_joint(mine, sub, time_limit_s, extra_devices, None, objective)
@@ -222,6 +240,16 @@ def _solve_joint(cands: list[Candidate], limits: Limits, time_limit_s: float, ex
                 m.add(zv <= sum(n[c.key] for c in mine if c.zone == z))
                 zvars.append(zv)
             m.add(sum(zvars) >= limits.zones[s]).only_enforce_if(lit(f"zones:{s}"))
+            keep = math.ceil(limits.zone_keep.get(s, 0.0) * CAP_SCALE - 1e-9)
+            if keep > 0:
+                # Capacity, not presence: whichever zone is lost, the others still carry `keep`.
+                for z in zs:
+                    survivors = [math.floor(c.capacity * CAP_SCALE + 1e-9) * n[c.key] for c in mine
+                                 if c.zone not in (z, "-")]
+                    if survivors:
+                        m.add(sum(survivors) >= keep).only_enforce_if(lit(f"zones:{s}"))
+                    else:
+                        m.add(lit(f"zones:{s}") == 0)
     for s, cap in sorted(limits.budget_hour.items()):
         if cap is not None:
             terms = [t for u in services if limits.parent.get(u, u) == s for t in cost_terms[u]]

@@ -227,13 +227,15 @@ class Allocation(PlanModel):
         return (self.devices - decode if self.pool == pool else 0.0) + (decode if self.decode_pool == pool else 0.0)
 
     def role_view(self, role: str, devices_per_node: int) -> Allocation:
-        """The allocation as the workers of one role see it: for decode workers on another pool (prefill and decode
-        on different device types), that pool, device and layout; otherwise the allocation itself."""
-        if role != "decode" or self.decode_pool is None or self.decode_parallel is None:
+        """The allocation as the workers of one role see it: for decode workers of their own layout (on another
+        pool and device type, or beside the prefill worker), that pool, device and layout; otherwise the
+        allocation itself."""
+        if role != "decode" or self.decode_parallel is None:
             return self
         d = self.decode_parallel
         devices = max(d.tp * d.attention_dp, d.moe_tp * d.ep) * d.pp * d.sp
-        return self.model_copy(update={"pool": self.decode_pool, "device": self.decode_device or self.device,
+        return self.model_copy(update={"pool": self.decode_pool or self.pool,
+                                       "device": self.decode_device or self.device,
                                        "parallel": d, "devices_per_worker": devices,
                                        "nodes_per_worker": -(-devices // devices_per_node)})
 
@@ -242,6 +244,31 @@ class Quantity(PlanModel):
     value: float = Field(ge=0)
     """The load (finite, 0 or more)."""
     unit: str
+
+
+class Routing(PlanModel):
+    """How the service's requests reach its allocations (`infra.planner.routing`): the router its manifests
+    render and the simulator routes with."""
+
+    router: Literal["inference-pool", "http-route", "service"]
+    """`inference-pool`: the Inference Extension's endpoint picker (load-aware); `http-route`: a Gateway API
+    HTTPRoute over one Service per allocation, split by `weights`; `service`: one ClusterIP Service, even over
+    pods."""
+    weights: dict[str, int] | None = None
+    """For `http-route`: allocation id (`a0`) -> its backendRef weight (relative; 0 to 1,000,000), the
+    allocation's planned share of the load in ten-thousandths."""
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, value: dict[str, int] | None) -> dict[str, int] | None:
+        if value is None:
+            return None
+        for key, w in value.items():
+            if not re.fullmatch(r"a\d{1,4}", key):
+                raise ValueError(f"{key!r} is not an allocation id (a0, a1, ...)")
+            if not 0 <= w <= 1_000_000:
+                raise ValueError(f"weight {w} of {key} is outside 0 to 1,000,000 (Gateway API backendRef weight)")
+        return dict(sorted(value.items(), key=lambda kv: int(kv[0][1:])))
 
 
 class ServicePlan(PlanModel):
@@ -267,6 +294,13 @@ class ServicePlan(PlanModel):
     objectives: dict[str, float] = {}
     """Objective key (`ttft_p99`: a metric, `_`, a percentile) -> target in milliseconds, from the intent (above
     0, at most a year)."""
+    attainment: float | None = Field(default=None, gt=0, le=1)
+    """The intent's `slo.attainment`: the share of requests that must be within each metric's loosest percentile
+    target at once; planned as `attainment_objectives` and judged when the plan is verified or benchmarked."""
+    attainment_objectives: dict[str, float] = {}
+    """What the attainment asks of each replica, as percentile objectives (key -> target ms): each metric with a
+    per-request bound held to it at percentile 1 - (1 - attainment) / (metrics bounded); predicted in each
+    allocation and judged by verification like the stated objectives."""
     confidence: float | None = Field(default=None, gt=0, lt=1)
     """The intent's `slo.confidence`: each objective was planned to hold with this probability given the
     performance model's error band (the predictions meet the targets over the band's ratio at that quantile)."""
@@ -292,6 +326,9 @@ class ServicePlan(PlanModel):
     """Dollars per million output tokens at the peak (finite, 0 or more)."""
     cost_per_request: float | None = Field(default=None, ge=0)
     """Dollars per request at the peak (finite, 0 or more)."""
+    routing: Routing
+    """The router in front of the allocations; a plan that states none gets the one its cluster's custom
+    resources give (`infra.planner.routing.fill_routing`)."""
 
     @field_validator("objectives")
     @classmethod
@@ -617,7 +654,14 @@ class VerifiedService(PlanModel):
     verdict: Literal["pass", "fail", "inconclusive"]
     objectives: list[VerifiedObjective]
     attainment: float = Field(ge=0, le=1)
-    """Requests meeting every bound at once, over all requests (failed ones included)."""
+    """Requests within each metric's loosest percentile target at once, over all requests (failed ones
+    included)."""
+    attainment_target: float | None = Field(default=None, gt=0, le=1)
+    """The intent's attainment, when it states one."""
+    attainment_ci: list[float] | None = Field(default=None, min_length=2, max_length=2)
+    """95% Wilson interval of the attainment."""
+    attainment_verdict: Literal["pass", "fail", "inconclusive"] | None = None
+    """pass: the interval lies at or above the target; fail: wholly below it; inconclusive: it holds the target."""
     goodput_rps: float = Field(ge=0, le=MAX_LOAD)
     """Requests a second meeting every bound."""
     failed: int = Field(ge=0, le=MAX_EXACT)
@@ -732,6 +776,13 @@ class DeploymentPlan(PlanModel):
     metadata: Metadata
     spec: PlanSpec
     _source: Any = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _routing(cls, data: Any) -> Any:
+        from infra.planner.routing import fill_routing
+
+        return fill_routing(data)
     """The source map of the file `load_plan` read the plan from (None for a plan made in memory)."""
 
     def locate(self, path: tuple[str | int, ...]) -> Location:
@@ -789,7 +840,29 @@ def allocation_problems(plan: DeploymentPlan, locate: Any) -> list[Problem]:
                 problems.append(Problem(f"devices_per_worker {a.devices_per_worker} does not split evenly over "
                                         f"nodes_per_worker {a.nodes_per_worker}", locate((*aw, "devices_per_worker")),
                                         "make devices_per_worker a multiple of nodes_per_worker, or re-plan"))
+        problems += _routing_problems(svc, ("spec", "services", si, "routing"), locate)
     return problems
+
+
+def _routing_problems(svc: ServicePlan, where: tuple[str | int, ...], locate: Any) -> list[Problem]:
+    """Route weights that name no aggregated allocation (an HTTPRoute sends requests only to those), or that
+    give none any requests, or that a router other than an HTTPRoute would ignore."""
+    r = svc.routing
+    weights = r.weights or {}
+    if r.router != "http-route":
+        if r.weights is not None:
+            return [Problem(f"routing.weights apply to an http-route, not to router {r.router}",
+                            locate((*where, "weights")), "remove the weights, or re-plan")]
+        return []
+    ids = [f"a{i}" for i, a in enumerate(svc.allocations) if a.mode == "agg"]
+    out = [Problem(f"routing.weights name {shown(key)}, which is no aggregated allocation of the service "
+                   f"({', '.join(ids) or 'none'})", locate((*where, "weights", key)),
+                   "weigh only the service's aggregated allocations, or re-plan")
+           for key in weights if key not in ids]
+    if not any(weights.get(key, 0) for key in ids):
+        out.append(Problem("routing.weights give no allocation any requests", locate((*where, "weights")),
+                           "give at least one aggregated allocation a weight above 0, or re-plan"))
+    return out
 
 
 def _copies_and_references(plan: DeploymentPlan, data: dict[str, Any], smap: Any) -> list[Problem]:

@@ -194,9 +194,54 @@ class ServiceBuilder:
                       "Gateway API Inference Extension's endpoint picker under that name)")
         if not self.settings.service_account:
             self.add("serviceaccount.yaml.j2", {"name": svc.name})
-        if any(a.mode == "agg" for a in svc.allocations):
-            self.add("service.yaml.j2", {"name": svc.name, "port": endpoint_port, "selector": {
-                "infra.dev/service": svc.name, "infra.dev/role": "agg", SERVES: "true"}})
+        routed = svc.routing.router == "http-route" and svc.runs_llm_engine
+        if routed:
+            self._route()
+        per_pod = sorted({a.capacity_per_replica for a in svc.allocations if a.mode == "agg"})
+        if svc.routing.router == "service" and svc.runs_llm_engine and len(per_pod) > 1 and \
+                per_pod[0] < 0.9 * per_pod[-1]:
+            self.note(f"Service {svc.name} spreads requests evenly over pods whose planned capacities differ "
+                      f"({per_pod[0]:g} to {per_pod[-1]:g} {svc.demand.unit} each), so the smaller ones get more "
+                      "than they were planned for: list the Gateway API (crds.gateway_api) or the Inference "
+                      "Extension in the cluster profile and re-plan, for a router that splits by capacity")
+        # A weighted route is the service's way in; a Service over every pod beside it would split evenly, so it
+        # is kept only where a pipeline's stage config hands off to it.
+        if any(a.mode == "agg" for a in svc.allocations) and (not routed or self.stage is not None):
+            self.add("service.yaml.j2", {"name": svc.name, "port": endpoint_port, "labels": self.base_labels,
+                                         "selector": {"infra.dev/service": svc.name, "infra.dev/role": "agg",
+                                                      SERVES: "true"}})
+
+    def _route(self) -> None:
+        """One Service per aggregated allocation and the HTTPRoute that splits the service's requests over them by
+        the plan's weights (its allocations' planned shares of the load)."""
+        svc = self.svc
+        backends = []
+        for i, a in enumerate(svc.allocations):
+            if a.mode != "agg":
+                continue
+            weight = (svc.routing.weights or {}).get(f"a{i}", 0)
+            name = f"{svc.name}-a{i}"
+            fw = self.catalog.framework(a.framework)
+            assert fw.cli is not None  # build() refused a framework without one
+            self.add("service.yaml.j2", {
+                "name": name, "port": fw.cli.port,
+                "labels": {**self.base_labels, "infra.dev/allocation": f"a{i}"},
+                "selector": {"infra.dev/service": svc.name, "infra.dev/allocation": f"a{i}",
+                             "infra.dev/role": "agg", SERVES: "true"}})
+            backends.append({"group": "", "kind": "Service", "name": name, "port": fw.cli.port, "weight": weight})
+        namespace, _, gateway = self.settings.gateway.rpartition("/")
+        parent = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gateway,
+                  **({"namespace": namespace} if namespace else {})}
+        line = (f"HTTPRoute {svc.name} attaches to Gateway {self.settings.gateway} (settings.yaml `gateway`) and "
+                "splits requests over the allocations' Services by weight, each its planned share of the load")
+        self.note(line)
+        if any(a.mode != "agg" for a in svc.allocations):
+            self.note("prefill/decode allocations take no share of the HTTPRoute: route them through a P/D-aware "
+                      "router (the Inference Extension's endpoint picker)")
+        self.add("httproute.yaml.j2", {
+            "api_version": self.crds["gateway_api"], "name": svc.name, "labels": self.base_labels,
+            "annotations": {"infra.dev/plan-fingerprint": self.plan.spec.fingerprint},
+            "parents": [parent], "backends": backends}, [line])
 
     def _model(self) -> dict[str, Any]:
         ref = self.svc.model or self.svc.model_id or ""
@@ -367,9 +412,9 @@ class AllocationBuilder:
         """The builder of one role's pods: this one, or for decode workers on another pool (prefill and decode on
         different device types) one that sees the decode pool, device and layout under the same names."""
         a = self.a
-        if role != "decode" or a.decode_pool is None:
+        if role != "decode" or a.decode_parallel is None:
             return self
-        view = a.role_view(role, self.sb.pools[a.decode_pool].devices_per_node)
+        view = a.role_view(role, self.sb.pools[a.decode_pool or a.pool].devices_per_node)
         other = AllocationBuilder(self.sb, self.index, view, self.fw, self.model)
         other.header = self.header
         other.layouts = self.layouts
@@ -437,7 +482,8 @@ class AllocationBuilder:
         p = self.a.parallel
         v: dict[str, Any] = {
             "model": self._model_path(), "served_model_name": self.sb.svc.name, "host": "0.0.0.0",
-            "port": self.cli.port, "tensor_parallel": p.tp, "pipeline_parallel": p.pp,
+            "port": self.cli.port, "tensor_parallel": self.cli.tensor_parallel(p.tp, p.attention_dp),
+            "pipeline_parallel": p.pp,
             "data_parallel": p.attention_dp if p.attention_dp > 1 else None, "attention_dp": p.attention_dp > 1,
             "expert_parallel": (True if "expert_parallel" in self.cli.switches else p.ep) if p.ep > 1 else None,
             "max_num_seqs": engine.max_num_seqs, "max_num_batched_tokens": engine.max_num_batched_tokens,
@@ -468,8 +514,7 @@ class AllocationBuilder:
         return model_id
 
     def _multi_values(self, kind: str) -> dict[str, Any]:
-        flags = set(self.cli.flags)
-        if not ({"nnodes", "node_rank"} <= flags and flags & {"master_addr", "dist_init_addr"}):
+        if not self.fw.launches_multi_node:
             raise CatalogError(Problem(
                 f"{self.fw.name} states no multi-node flags, but allocation {self.alloc_id} spans "
                 f"{self.a.nodes_per_worker} nodes",

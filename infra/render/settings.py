@@ -58,6 +58,10 @@ class Settings(BaseModel):
     epp_image: str = "ghcr.io/llm-d/llm-d-inference-scheduler:v0.7.1"
     """Image of the endpoint picker the `llm-d` target deploys next to each InferencePool (llm-d's inference
     scheduler, which carries the Gateway API Inference Extension's plugins and llm-d's prefill/decode ones)."""
+    gateway: str = Field(default="inference-gateway",
+                         pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    """The Gateway (`name` or `namespace/name`) each service's HTTPRoute attaches to when the cluster serves the
+    Gateway API without the Inference Extension."""
     dra_device_classes: dict[str, str] = {}
     """DRA DeviceClass per device vendor, and `rdma` for RDMA NICs, used when the cluster lists `dra`."""
 

@@ -197,9 +197,9 @@ class TargetAllocation(AllocationBuilder):
 
     def _for_role(self, role: str) -> AllocationBuilder:
         a = self.a
-        if role != "decode" or a.decode_pool is None:
+        if role != "decode" or a.decode_parallel is None:
             return self
-        view = a.role_view(role, self.sb.pools[a.decode_pool].devices_per_node)
+        view = a.role_view(role, self.sb.pools[a.decode_pool or a.pool].devices_per_node)
         other = TargetAllocation(self.sb, self.index, view, self.fw, self.model, self.target)
         other.cli = self.cli
         other.header = self.header

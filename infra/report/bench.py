@@ -31,6 +31,11 @@ def _val(o: dict[str, Any], key: str) -> str:
     return _ms(o.get(key))
 
 
+def _unit(text: str) -> str:
+    """A figure `_ms` wrote, with its unit: milliseconds unless it already says seconds."""
+    return text if text.endswith("s") or text in ("-", "inf") else f"{text}ms"
+
+
 def _ci(o: dict[str, Any]) -> str:
     ci = o.get("ci_ms")
     if not ci:
@@ -136,9 +141,13 @@ def print_verification(console: Console, v: dict[str, Any]) -> None:
     """One line per round: its verdict, the objectives that did not pass, and why the loop stopped."""
     for rnd in v["rounds"]:
         style = _STYLE[rnd["verdict"]]
-        misses = "; ".join(f"{s['service']} {o['key']} {_val(o, 'measured_ms')}ms vs {_ms(o['target_ms'])}ms "
-                           f"({o['verdict']})" for s in rnd["services"] + rnd.get("pipelines", [])
+        misses = "; ".join(f"{s['service']} {o['key']} {_unit(_val(o, 'measured_ms'))} vs "
+                           f"{_unit(_ms(o['target_ms']))} ({o['verdict']})"
+                           for s in rnd["services"] + rnd.get("pipelines", [])
                            for o in s["objectives"] if o["verdict"] != "pass")
+        misses += "".join(f"{'; ' if misses else ''}{s['service']} attainment {s['attainment']:.1%} vs "
+                          f"{s['attainment_target']:.1%} ({s['attainment_verdict']})" for s in rnd["services"]
+                          if s.get("attainment_verdict", "pass") != "pass")
         console.print(f"verification round {rnd['round']} ({v['method']}, {v['requests']} requests per service): "
                       f"[{style}]{rnd['verdict']}[/{style}]" + (f": {misses}" if misses else ""))
         for p in rnd.get("pipelines", []):
@@ -174,8 +183,11 @@ def verification_markdown(v: dict[str, Any]) -> str:
             out += _pipeline_stages(p)
         for svc in rnd["services"]:
             extra = "; ".join(svc.get("notes", []))
-            out.append(f"- {svc['service']}: attainment {svc['attainment']:.1%}, goodput {svc['goodput_rps']:.3f} "
-                       f"req/s, {svc['failed']} failed" + (f"; {extra}" if extra else ""))
+            target = (f" (target {svc['attainment_target']:.1%}, 95% CI {svc['attainment_ci'][0]:.1%} .. "
+                      f"{svc['attainment_ci'][1]:.1%}: {svc['attainment_verdict']})"
+                      if svc.get("attainment_verdict") else "")
+            out.append(f"- {svc['service']}: attainment {svc['attainment']:.1%}{target}, goodput "
+                       f"{svc['goodput_rps']:.3f} req/s, {svc['failed']} failed" + (f"; {extra}" if extra else ""))
         if rnd.get("corrections"):
             fixes = ", ".join(f"{c['service']} {c['objective']} x{c['scale']:g}" for c in rnd["corrections"])
             out.append(f"- corrections for the next round (objective used in scoring, scaled): {fixes}")

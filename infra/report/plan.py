@@ -11,7 +11,7 @@ from rich.table import Table
 from ruamel.yaml import YAML
 
 from infra.perf.shape import Parallel
-from infra.planner.candidates import Considered
+from infra.planner.candidates import Considered, pd_label
 
 
 def plan_yaml(plan: dict[str, Any]) -> str:
@@ -26,16 +26,22 @@ def plan_yaml(plan: dict[str, Any]) -> str:
 
 def _words(par: dict[str, int]) -> str:
     return (f"tp{par['tp']}" + (f" pp{par['pp']}" if par["pp"] > 1 else "")
-            + (f" ep{par['ep']}" if par["ep"] > 1 else "") + (f" sp{par['sp']}" if par.get("sp", 1) > 1 else ""))
+            + (f" ep{par['ep']}" if par["ep"] > 1 else "")
+            + (f" dp{par['attention_dp']}" if par.get("attention_dp", 1) > 1 else "")
+            + (f" sp{par['sp']}" if par.get("sp", 1) > 1 else ""))
 
 
 def _layout(a: dict[str, Any]) -> str:
     layout = _words(a["parallel"])
+    p = a.get("prefill_workers") or 1
+    prefill = f"{p} prefill worker{'s' if p > 1 else ''}"
     if a.get("decode_pool"):
-        return (f"1 prefill worker of {layout} + {a['decode_workers']} decode workers of "
+        return (f"{prefill} of {layout} + {a['decode_workers']} decode workers of "
                 f"{_words(a['decode_parallel'])} on {a['decode_device']} in pool {a['decode_pool']}")
+    if a.get("decode_parallel"):
+        return f"{prefill} of {layout} + {a['decode_workers']} decode workers of {_words(a['decode_parallel'])}"
     if a.get("mode") == "disagg":
-        return f"1 prefill + {a['decode_workers']} decode workers of {layout}"
+        return f"{p} prefill + {a['decode_workers']} decode workers of {layout}"
     if "share" in a:
         return f"{layout} on {a['share']:g} of a device"
     return layout
@@ -76,10 +82,10 @@ def _shape(a: dict[str, Any]) -> str:
     label = Parallel(**a["parallel"]).label()
     if a.get("share"):
         return f"{label}@{a['share']:g}"
-    if a.get("decode_pool"):
-        return f"P {label} + {a['decode_workers']}xD {Parallel(**a['decode_parallel']).label()} on {a['decode_pool']}"
     if a.get("mode") == "disagg":
-        return f"P {label} + {a['decode_workers']}xD {label}"
+        decode = Parallel(**a["decode_parallel"]) if a.get("decode_parallel") else None
+        return pd_label(a.get("prefill_workers") or 1, Parallel(**a["parallel"]), a["decode_workers"], decode,
+                        a.get("decode_pool"))
     return label
 
 

@@ -122,7 +122,8 @@ def _plan_settings(e: Expected, cli: EngineCli) -> dict[str, Any]:
         # A stage engine (encoder, codec, DiT) is sized by its layout alone: TP and the sequence-parallel degree.
         return {"tensor_parallel": p.tp if p.tp > 1 else None, "ulysses_degree": p.sp if p.sp > 1 else None}
     want: dict[str, Any] = {
-        "served_model_name": e.service, "tensor_parallel": p.tp, "pipeline_parallel": p.pp,
+        "served_model_name": e.service, "tensor_parallel": cli.tensor_parallel(p.tp, p.attention_dp),
+        "pipeline_parallel": p.pp,
         "data_parallel": p.attention_dp if p.attention_dp > 1 else None, "attention_dp": p.attention_dp > 1,
         "expert_parallel": (True if "expert_parallel" in cli.switches else p.ep) if p.ep > 1 else None,
         "max_num_seqs": engine.max_num_seqs, "max_num_batched_tokens": engine.max_num_batched_tokens,
@@ -467,6 +468,8 @@ def check_plan(manifests: list[Manifest], plan: DeploymentPlan, plan_path: str,
             out.append(m.finding("PLN002", ("metadata", "labels"), f"allocation {alloc!r} of {svc_label} is not in "
                                                                    "the plan"))
     from infra.validators.pipeline import check_pipelines
+    from infra.validators.routing import check_routing
 
     out += check_pipelines(manifests, plan, plan_path, pf.line)
+    out += check_routing(manifests, plan, plan_path, pf.line)
     return out, notes

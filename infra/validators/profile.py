@@ -26,6 +26,7 @@ CRD_KEYS = {
     ("batch.volcano.sh", "Job"): "volcano",
     ("keda.sh", "ScaledObject"): "keda",
     ("inference.networking.k8s.io", "InferencePool"): "inference_extension",
+    ("gateway.networking.k8s.io", "HTTPRoute"): "gateway_api",
     ("serving.kserve.io", "InferenceService"): "kserve",
     ("serving.kserve.io", "LLMInferenceService"): "kserve",
     ("resource.k8s.io", "ResourceClaim"): "dra",

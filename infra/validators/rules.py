@@ -132,6 +132,9 @@ _ALL = [
          "and set the framework's CPU environment (`infra render` does)"),
     Rule("PLN010", "error", "plan", "a deployment target's engine image is the one the plan's framework runs on "
          "the allocation's device there", "use the image `infra render --target` writes for the framework"),
+    Rule("PLN011", "error", "plan", "a service the plan routes by an HTTPRoute has it, with backendRefs to its "
+         "allocations' Services carrying exactly the plan's weights (routing.weights), each Service selecting "
+         "its allocation's pods", "render the plan again, or set each backendRef's weight to the plan's value"),
     # Pipelines (plan consistency of spec.pipelines)
     Rule("PIP001", "error", "plan", "every pipeline stage has its stage config (ConfigMap <stage>-stage, stage.yaml)",
          "render the plan again (`infra render PLAN -o DIR`)"),

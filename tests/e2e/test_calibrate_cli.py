@@ -273,3 +273,47 @@ def test_one_allocation_of_a_service_of_several_is_measured_and_calibrated_on_it
     assert result["runs"][0]["planned_load"] == f"{share:g}/s" and result["runs"][0]["load"]["rate_rps"] == share
     point = result["calibration"]["points"][0]
     assert point["deployment"].startswith(f"Llama-3.1-70B/{alloc['framework']}/{alloc['device']}/")
+
+
+def _stderr_on_a_terminal(*args: str, cwd: Path) -> tuple[int, str]:
+    """Run infra with its stderr on a pseudo-terminal (stdout a pipe): the exit status and what the terminal got."""
+    import os
+    import pty
+    import subprocess
+    import sys
+    import threading
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "infra", *args], stdout=subprocess.PIPE, stderr=slave, cwd=cwd,
+                            env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "120"})
+    os.close(slave)
+    chunks: list[bytes] = []
+
+    def drain() -> None:  # the child blocks once the terminal's buffer is full
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    proc.communicate(timeout=120)
+    reader.join(timeout=10)
+    os.close(master)
+    return proc.returncode, b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_verify_shows_its_progress_on_a_terminal_and_never_with_json(loop: Path):
+    assert infra("plan", str(loop / "loop.yaml"), "-o", str(loop / "out"), "--no-verify").returncode == 0
+    plan = str(loop / "out" / "plan.yaml")
+    with emulator("--ttft-ms", "20", "--itl-ms", "5") as url:
+        code, seen = _stderr_on_a_terminal("verify", plan, "--endpoint", url, "--requests", "12", cwd=loop)
+        assert code in (0, 3), seen
+        assert "peak load, requests" in seen and "baseline load, requests" in seen and "/12" in seen
+        code, seen = _stderr_on_a_terminal("verify", plan, "--endpoint", url, "--requests", "12", "--json", cwd=loop)
+        assert code in (0, 3), seen
+        assert "load, requests" not in seen

@@ -88,8 +88,12 @@ def test_render_for_each_deployment_target_validates_and_refusals_are_one_line(t
         checked = infra("validate", str(tmp_path / target), "--plan", str(plan))
         assert checked.returncode == 0, checked.stdout + checked.stderr
         assert f"plan consistency read from the {target} target's resources" in checked.stdout
-    refused = infra("render", str(ROOT / "tests" / "golden" / "chat-mixed-fleet" / "plan.yaml"), "-o",
-                    str(tmp_path / "ascend"), "--target", "dynamo")
+    # The chat plan with its first allocation moved onto the Ascend pool, for which Dynamo has no runtime.
+    ascend = tmp_path / "ascend-plan.yaml"
+    ascend.write_text((ROOT / "tests" / "golden" / "chat-mixed-fleet" / "plan.yaml").read_text().replace(
+        "  - pool: h100-a\n      device: H100-SXM\n      framework: vllm\n",
+        "  - pool: ascend-b\n      device: Ascend-910B3\n      framework: vllm-ascend\n", 1))
+    refused = infra("render", str(ascend), "-o", str(tmp_path / "ascend"), "--target", "dynamo")
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert refused.stderr.strip().count("\n") == 0 and "service chat" in refused.stderr and "huawei" in refused.stderr
     assert not (tmp_path / "ascend").exists()

@@ -146,7 +146,7 @@ def test_router_weights_and_policies():
     ll.done(1)
     assert ll.pick() == 1
     with pytest.raises(Exception, match="router"):
-        Router([1.0], "random")  # type: ignore[arg-type]
+        Router([1.0], "fastest")  # type: ignore[arg-type]
 
 
 def test_least_loaded_spreads_a_burst_over_replicas():

@@ -55,7 +55,8 @@ def test_simulating_a_planned_service(chat_plan, tmp_path):
     plan = DeploymentPlan.model_validate(chat_plan)
     result = simulate_service(plan, requests=600, seed=1, intent=CHAT)
     assert result.summary.completed == 600 and result.summary.failed == 0
-    assert {o.key for o in result.verdict.objectives} == set(plan.spec.services[0].objectives)
+    svc = plan.spec.services[0]
+    assert {o.key for o in result.verdict.objectives} == set(svc.objectives) | set(svc.attainment_objectives)
     assert all(o.predicted_ms for o in result.verdict.objectives)
     assert sum(g["requests"] for g in result.groups) == 600
     again = simulate_service(plan, requests=600, seed=1, intent=CHAT)

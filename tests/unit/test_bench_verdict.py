@@ -69,3 +69,18 @@ def test_service_verdict_and_attainment_interval():
     assert verdict.objectives[1].predicted_ms == 140.0
     lo, hi = wilson(90, 100)
     assert lo < 0.9 < hi and wilson(0, 0) == (0.0, 1.0)
+
+
+def test_an_attainment_short_of_its_target_fails_the_service_though_each_percentile_passes():
+    """TTFT p95 and E2E p95 each pass, but the slow TTFTs and the slow E2Es are different requests: only 92% of
+    requests are within both bounds, well short of a 99% attainment."""
+    n = 2000
+    ttft = np.full(n, 0.1)
+    ttft[:80] = 0.5  # 4% of requests with a slow first token...
+    recs = [RequestRecord(i, 0.0, float(i), ttft=float(t), e2e=float(t) + (5.0 if 80 <= i < 160 else 1.0),
+                          output_tokens=11) for i, t in enumerate(ttft)]  # ...and another 4% slow to finish
+    verdict = judge(recs, {"ttft_p95": 400.0, "e2e_p95": 3000.0}, attainment_target=0.99)
+    assert all(o.verdict == "pass" for o in verdict.objectives)
+    assert verdict.attainment == pytest.approx(0.92) and verdict.attainment_verdict == "fail"
+    assert verdict.overall == "fail"
+    assert judge(recs, {"ttft_p95": 400.0, "e2e_p95": 3000.0}, attainment_target=0.85).overall == "pass"

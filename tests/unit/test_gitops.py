@@ -461,3 +461,20 @@ def test_a_branch_checked_out_in_another_work_tree_is_left_alone(planned, repos,
     with pytest.raises(InfraError, match="checked out in another work tree"):
         run(replanned(planned, 3), clone)
     assert git(clone, "rev-parse", "infra/summariser").strip() == first.commit
+
+
+@pytest.mark.parametrize("written", [
+    "spec:\n  cluster: {profile: ../p/x.yaml, other: 1}  # the lab\n",
+    "spec:\n  cluster:\n    profile: '../p/x.yaml'   # the lab\n",
+    'spec:\n  cluster:\n    profile: "../p/x.yaml"\n',
+])
+def test_a_rewritten_reference_keeps_every_other_byte(written):
+    from infra.gitops.inputs import _rewrite
+    from infra.intent.yamlio import load_yaml
+
+    out = _rewrite(written, "intent.yaml", {("spec", "cluster", "profile"): "inputs/x.yaml"})
+    assert load_yaml(out, "intent.yaml")[0]["spec"]["cluster"]["profile"] == "inputs/x.yaml"
+    quoted = next(q for q in ("'../p/x.yaml'", '"../p/x.yaml"', "../p/x.yaml") if q in written)
+    assert out == written.replace(quoted, "inputs/x.yaml")
+    odd = _rewrite(written, "intent.yaml", {("spec", "cluster", "profile"): "inputs/a b: c.yaml"})
+    assert load_yaml(odd, "intent.yaml")[0]["spec"]["cluster"]["profile"] == "inputs/a b: c.yaml"

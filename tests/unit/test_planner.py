@@ -12,10 +12,12 @@ import pytest
 from infra import api
 from infra.catalog.loader import load_catalog
 from infra.errors import InfeasibleError
+from infra.intent.models import Service
 from infra.perf.calibration import borrowed_band, error_band, lookup
 from infra.perf.shape import Parallel
-from infra.planner.candidates import Candidate, length_stats
+from infra.planner.candidates import Candidate, attainment_objectives, length_stats
 from infra.planner.solve import Limits, _solve_apart, _solve_joint, minimal_conflict, solve
+from infra.planner.types import load_plan
 
 from ..conftest import ROOT
 
@@ -437,3 +439,53 @@ def test_a_service_whose_every_shape_was_refused_hears_that_reason_not_to_loosen
     assert "before its objectives were weighed" in _refused(None, two, "s", "service s")[0]  # type: ignore[index, arg-type]
     missed = Considered("s", "p", "vllm", "bf16", "tp8", "misses ttft_p99", misses=(("ttft_p99", 1.0, 0.5),))
     assert _refused(None, refused + [missed], "s", "service s") is None  # type: ignore[arg-type]
+
+
+def test_attainment_becomes_percentile_objectives_by_the_union_bound():
+    def held(slo):
+        svc = Service.model_validate({"name": "s", "model": "Qwen/Qwen3-8B", "workload": {
+            "rate": "1/s", "input_tokens": 100, "output_tokens": 10}, "slo": slo})
+        return attainment_objectives(svc)
+
+    # Three metrics bounded per request: each holds its loosest bound at 1 - 1% / 3, rounded up to p99.67.
+    assert held({"ttft": {"p50": "300ms", "p99": "1.5s"}, "tpot": {"p99": "60ms", "mean": "20ms"},
+                 "e2e": {"p99": "60s"}, "itl": {"p99": "100ms"}, "attainment": "99%"}) == {
+        ("e2e", "p99.67"): 60.0, ("tpot", "p99.67"): 0.06, ("ttft", "p99.67"): 1.5}
+    # The stated p99s already give 97% by themselves: nothing to add.
+    assert held({"ttft": {"p99": "1.5s"}, "tpot": {"p99": "60ms"}, "e2e": {"p99": "60s"}, "attainment": "97%"}) == {}
+    assert held({"ttft": {"p90": "1s"}, "attainment": "95%"}) == {("ttft", "p95"): 1.0}
+    assert held({"ttft": {"mean": "1s"}, "attainment": "95%"}) == {}
+    assert held({"ttft": {"p99": "1s"}}) == {}
+
+
+def test_a_plan_holds_every_replica_to_its_attainment(tmp_path):
+    plan = api.plan(EXAMPLE, top=0).plan["spec"]
+    svc = plan["services"][0]
+    assert svc["attainment"] == 0.99
+    held = svc["attainment_objectives"]
+    assert held == {"e2e_p99.67": 60000.0, "tpot_p99.67": 60.0, "ttft_p99.67": 1500.0}
+    for alloc in svc["allocations"]:
+        for key in held:
+            assert alloc["predicted"][key]["margin"] >= 0, (alloc["device"], key)
+    # A tighter attainment than the fleet can hold is refused with the highest that fits.
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "mixed-h100-ascend.yaml").write_text(
+        (ROOT / "examples" / "profiles" / "mixed-h100-ascend.yaml").read_text())
+    path = tmp_path / "intent.yaml"
+    path.write_text(EXAMPLE.read_text().replace("attainment: 99%", "attainment: 99.9%"))
+    with pytest.raises(InfeasibleError) as exc:
+        api.plan(path, top=0)
+    fixes = [p for p in exc.value.problems if p.location.path == "spec.services[0].slo.attainment"]
+    assert fixes and fixes[0].fix.startswith("set attainment: 9") and "instead of 99.9%" in fixes[0].message
+
+
+def test_no_example_plan_accepts_a_prediction_beyond_its_target():
+    """Each replica is predicted at the load the plan gives it among the replicas the plan has; none may miss."""
+    checked = 0
+    for path in sorted((ROOT / "tests" / "golden").glob("*/plan.yaml")):
+        for svc in load_plan(path).spec.services:
+            for alloc in svc.allocations:
+                for key, p in alloc.predicted.items():
+                    assert p.margin >= 0, (path.parent.name, svc.name, alloc.device, key, p.predicted_ms)
+                    checked += 1
+    assert checked > 50

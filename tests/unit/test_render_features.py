@@ -339,19 +339,22 @@ def test_autoscaling_bounds_from_baseline_and_min_replicas():
     plan = plan_of("chat-mixed-fleet")
     o = objs(render_tree(plan).files)
     svc = plan.spec.services[0]
-    # The allocation with room to scale (more than one replica) gets a ScaledObject: the profile lists keda.
-    i = next(i for i, a in enumerate(svc.allocations) if a.replicas > 1)
-    so = o[f"scaledobject-chat-a{i}.yaml"]
-    assert [n for n in o if n.startswith("scaledobject-")] == [f"scaledobject-chat-a{i}.yaml"]
-    a = svc.allocations[i]
-    total = sum(x.replicas * x.load_per_replica for x in svc.allocations)
-    baseline_share = 8.0 * a.replicas * a.load_per_replica / total
-    floor = max(math.ceil(baseline_share / a.capacity_per_replica),
-                math.ceil(svc.availability["min_replicas"] * a.replicas / sum(x.replicas for x in svc.allocations)))
-    assert so["spec"]["minReplicaCount"] == min(a.replicas, max(1, floor))
-    assert so["spec"]["maxReplicaCount"] == a.replicas
-    assert so["spec"]["triggers"][0]["type"] == "prometheus"
-    assert "vllm:num_requests_running" in so["spec"]["triggers"][0]["metadata"]["query"]
+    # Every allocation with room to scale (more than one replica) gets a ScaledObject: the profile lists keda.
+    scaling = [i for i, a in enumerate(svc.allocations) if a.replicas > 1]
+    assert scaling and [n for n in o if n.startswith("scaledobject-")] == [f"scaledobject-chat-a{i}.yaml"
+                                                                            for i in scaling]
+    for i in scaling:
+        so = o[f"scaledobject-chat-a{i}.yaml"]
+        a = svc.allocations[i]
+        total = sum(x.replicas * x.load_per_replica for x in svc.allocations)
+        baseline_share = 8.0 * a.replicas * a.load_per_replica / total
+        floor = max(math.ceil(baseline_share / a.capacity_per_replica),
+                    math.ceil(svc.availability["min_replicas"] * a.replicas /
+                              sum(x.replicas for x in svc.allocations)))
+        assert so["spec"]["minReplicaCount"] == min(a.replicas, max(1, floor))
+        assert so["spec"]["maxReplicaCount"] == a.replicas
+        assert so["spec"]["triggers"][0]["type"] == "prometheus"
+        assert "vllm:num_requests_running" in so["spec"]["triggers"][0]["metadata"]["query"]
     rag = plan_of("rag-long-context")
     hpa = objs(render_tree(rag).files)["horizontalpodautoscaler-rag-a0.yaml"]
     assert hpa["spec"]["minReplicas"] >= 1
@@ -392,8 +395,13 @@ def test_model_cache_pvc_when_the_profile_names_one():
     assert volumes["model-cache"]["persistentVolumeClaim"] == {"claimName": "model-weights"}
     assert volumes["shm"]["emptyDir"]["medium"] == "Memory"
     spec = pod_spec(o["deployment-chat-a0.yaml"])
-    assert spec["nodeSelector"]["accelerator"] == "ascend-910b3"
-    assert spec["affinity"]["nodeAffinity"]  # the pool lists its nodes by name
+    assert spec["nodeSelector"]["node.kubernetes.io/instance-type"] == "hgx-h100"
+    # Two pools share the instance-type label; the zone label keeps each allocation in its own pool's zone.
+    zones = {pod_spec(o[f"deployment-chat-a{i}.yaml"])["nodeSelector"]["topology.kubernetes.io/zone"]
+             for i in range(2)}
+    assert zones == {"cn-sh-a", "cn-sh-b"}
+    named = pod_spec(objs(render_tree(plan_of("small-model-shared")).files)["deployment-summarise-a0.yaml"])
+    assert named["affinity"]["nodeAffinity"]  # the pool lists its nodes by name
 
 
 def test_attention_data_parallel_and_expert_parallel_flags():

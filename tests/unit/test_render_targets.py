@@ -22,9 +22,6 @@ PLANS = sorted(p.parent.name for p in GOLDEN.glob("*/plan.yaml"))
 
 # Example plan -> targets that refuse it, with a piece of the reason.
 REFUSED = {
-    ("chat-mixed-fleet", "dynamo"): "service chat: allocation a0 runs on huawei devices (pool ascend-b)",
-    ("chat-mixed-fleet", "kserve"): "runs vllm-ascend, which KServe does not run",
-    ("chat-mixed-fleet", "llm-d"): "runs on huawei devices (pool ascend-b), for which llm-d has no runtime",
     ("cpu-small-model", "dynamo"): "service router: allocation a0 runs on CPU devices",
     ("cpu-small-model", "kserve"): "runs on CPU devices",
     ("cpu-small-model", "llm-d"): "runs on CPU devices",
@@ -32,7 +29,7 @@ REFUSED = {
     ("agent-workload", "llm-d"): "runs trtllm",
     ("deepseek-moe", "kserve"): "runs trtllm",
     ("deepseek-moe", "llm-d"): "runs trtllm",
-    ("multi-service", "kserve"): "service code: allocation a0 runs trtllm",
+    ("multi-service", "kserve"): "service reports: allocation a0 runs trtllm",
     ("multi-service", "llm-d"): "runs trtllm",
     **{(p, t): "a pipeline of stages" for p in ("omni-speech", "video-dit", "vision-language")
        for t in ("dynamo", "kserve", "llm-d")},
@@ -195,6 +192,23 @@ def test_workers_spanning_nodes(tmp_path: Path):
 
 
 def test_one_dynamo_graph_runs_one_backend(tmp_path: Path):
-    plan = _plan_with(tmp_path, GOLDEN / "multi-service" / "plan.yaml", "framework: trtllm", "framework: sglang", 3)
+    # Service code's second allocation on SGLang beside its first on vLLM.
+    plan = _plan_with(tmp_path, GOLDEN / "multi-service" / "plan.yaml", "framework: vllm", "framework: sglang", 3)
     with pytest.raises(IntentError, match="DynamoGraphDeployment has one backendFramework"):
         render_plan(load_plan(plan), target="dynamo")
+
+
+@pytest.mark.parametrize("target,reason", [
+    ("dynamo", "service chat: allocation a0 runs on huawei devices (pool ascend-b)"),
+    ("kserve", "runs vllm-ascend, which KServe does not run"),
+    ("llm-d", "runs on huawei devices (pool ascend-b), for which llm-d has no runtime"),
+])
+def test_an_allocation_on_ascend_is_refused_by_targets_without_its_runtime(tmp_path: Path, target: str,
+                                                                          reason: str):
+    plan = _plan_with(tmp_path, GOLDEN / "chat-mixed-fleet" / "plan.yaml",
+                      "  - pool: h100-a\n      device: H100-SXM\n      framework: vllm\n      precision: fp8",
+                      "  - pool: ascend-b\n      device: Ascend-910B3\n      framework: vllm-ascend\n"
+                      "      precision: fp8")
+    with pytest.raises(IntentError) as err:
+        render_plan(load_plan(plan), target=target)
+    assert reason in err.value.problems[0].message
