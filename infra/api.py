@@ -5,11 +5,13 @@ Each function takes paths or typed objects and returns typed results; printing i
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from infra.catalog.loader import Catalog, load_catalog
+from infra.errors import IntentError, Location, Problem
 from infra.files import plan_writes, write_file, write_files
 from infra.intent.loader import load_intent_file, load_profile_file, read_document
 from infra.intent.profile import ClusterProfile
@@ -200,9 +202,15 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
         out = Path(output)
         # Rendered and validated before anything is written, so that a template error or a broken rule leaves
         # the directory as it was.
-        rendered = render_tree(DeploymentPlan.model_validate(data),
-                               templates=Path(templates) if templates is not None else None,
-                               catalog_dirs=tuple(catalog_dirs), plan_file=str(out / "plan.yaml"), target=target)
+        try:
+            rendered = render_tree(DeploymentPlan.model_validate(data),
+                                   templates=Path(templates) if templates is not None else None,
+                                   catalog_dirs=tuple(catalog_dirs), plan_file=str(out / "plan.yaml"),
+                                   target=target)
+        except IntentError as exc:
+            # The plan is not written: what the target refuses is told at the intent's service.
+            raise IntentError([Problem(f"{p.message} (nothing was written)", _at_intent(resolved, data, p.location),
+                                       p.fix) for p in exc.problems]) from None
         validation = _validate_rendered(rendered.files, plan_yaml(data), out, catalog_dirs)
         write_files(out, {"plan.yaml": plan_yaml(data), "report.md": report,
                           **{f"manifests/{rel}": text for rel, text in rendered.files.items()}},
@@ -210,6 +218,20 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
         written = [out / "plan.yaml", out / "report.md", out / "manifests"]
         notes = tuple(rendered.notes) + ((validation,) if validation else ())
     return PlanResult(data, report, considered, written, verification, notes)
+
+
+def _at_intent(resolved: ResolvedIntent, data: dict[str, Any], where: Location) -> Location:
+    """The intent's line of the service a location in the (unwritten) plan `data` names, else the intent file."""
+    doc = resolved.loaded.document
+    found = re.match(r"spec\.services\[(\d+)\]", where.path or "")
+    services = data["spec"]["services"]
+    if found and int(found.group(1)) < len(services):
+        svc = services[int(found.group(1))]
+        name = svc.get("pipeline") or svc["name"]
+        names = [s.name for s in resolved.loaded.intent.spec.services]
+        if name in names:
+            return doc.locate(("spec", "services", names.index(name)))
+    return Location(str(doc.path), 1, 1)
 
 
 def _validate_rendered(files: dict[str, str], plan_text: str, out: Path, catalog_dirs: tuple[Path, ...]) -> str:

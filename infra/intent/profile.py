@@ -239,6 +239,9 @@ class Crds(Strict):
     """Volcano scheduling API version (e.g. `scheduling.volcano.sh/v1beta1`), for gang scheduling."""
     kserve: ApiVersion | None = None
     """KServe API version."""
+    dynamo: ApiVersion | None = None
+    """NVIDIA Dynamo operator API version serving DynamoGraphDeployment (`nvidia.com/v1alpha1`), for
+    `--target dynamo`."""
     inference_extension: ApiVersion | None = None
     """Gateway API Inference Extension InferencePool version (e.g. `inference.networking.k8s.io/v1`): requests
     reach a service's pods through its load-aware endpoint picker."""

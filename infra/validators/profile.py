@@ -17,7 +17,7 @@ from infra.validators.semantic import is_extended
 UNIVERSAL_LABELS = {"kubernetes.io/os", "kubernetes.io/arch", "kubernetes.io/hostname"}
 # conventions.crds keys of the custom resources deployment targets render (KServe's LLMInferenceService, llm-d's
 # InferencePool).
-TARGET_CRD_KEYS = {"kserve", "inference_extension"}
+TARGET_CRD_KEYS = {"kserve", "inference_extension", "dynamo"}
 # Custom-resource kinds -> the profile's `conventions.crds` key that says they are installed.
 CRD_KEYS = {
     ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): "leaderworkerset",
@@ -27,6 +27,7 @@ CRD_KEYS = {
     ("keda.sh", "ScaledObject"): "keda",
     ("inference.networking.k8s.io", "InferencePool"): "inference_extension",
     ("gateway.networking.k8s.io", "HTTPRoute"): "gateway_api",
+    ("nvidia.com", "DynamoGraphDeployment"): "dynamo",
     ("serving.kserve.io", "InferenceService"): "kserve",
     ("serving.kserve.io", "LLMInferenceService"): "kserve",
     ("resource.k8s.io", "ResourceClaim"): "dra",

@@ -297,3 +297,12 @@ def test_a_device_no_official_registry_has_an_image_for_is_refused_for_that_reas
     assert out.returncode == 0, out.stderr
     assert "registry.example.com/vllm-kunlun:v0.11.1" in (tmp_path / "out" / "manifests" / "chat" / "base" /
                                                           "deployment-chat-a0.yaml").read_text()
+
+
+def test_a_target_that_cannot_run_the_plan_is_told_at_the_intent_and_writes_nothing(tmp_path):
+    intent = ROOT / "examples" / "cpu-small-model.yaml"
+    out = infra("plan", str(intent), "-o", str(tmp_path / "out"), "--target", "llm-d")
+    assert out.returncode == 1, out.stdout
+    # At the service's line of the intent, not at a plan file that was never written.
+    assert f"{intent}:12:" in out.stderr and "nothing was written" in out.stderr and "plan.yaml" not in out.stderr
+    assert "--target kubernetes" in out.stderr and not (tmp_path / "out").exists()

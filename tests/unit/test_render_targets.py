@@ -212,3 +212,11 @@ def test_an_allocation_on_ascend_is_refused_by_targets_without_its_runtime(tmp_p
     with pytest.raises(IntentError) as err:
         render_plan(load_plan(plan), target=target)
     assert reason in err.value.problems[0].message
+
+
+def test_a_dynamo_graph_on_a_cluster_that_lists_no_dynamo_operator_is_warned(tmp_path: Path):
+    path = GOLDEN / "pd-across-devices" / "plan.yaml"
+    report = validate_tree(write(render_plan(load_plan(path), target="dynamo"), tmp_path / "m"), plan=path)
+    hits = [f for f in report.findings if f.rule == "PRO004"]
+    assert hits and all(f.severity == "warning" for f in hits) and "DynamoGraphDeployment" in hits[0].message
+    assert "conventions.crds.dynamo" in hits[0].fix
