@@ -42,6 +42,7 @@ from infra.perf.estimate import (
 from infra.perf.serving import PERCENTILES, z_of
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 from infra.perf.stages import StageEstimate
+from infra.planner.routing import router_for
 
 
 @dataclass(frozen=True)
@@ -242,6 +243,15 @@ def service_workload(svc: Service, base: Path) -> Workload:
                     isl_quantiles=length_quantiles(w.input_tokens, base, "input_tokens"))
 
 
+def service_router(resolved: ResolvedIntent, service: str, aggregated: bool = True) -> str:
+    """The router the manifests render for `service` (`routing.router_for` on the cluster's custom resources); a
+    pipeline's LLM stage is handed its requests through its Service."""
+    crds = {k: v for k, v in resolved.loaded.cluster.conventions.crds.model_dump().items() if v}
+    router = router_for(crds, True, aggregated)
+    staged = service not in {r.service.name for r in resolved.services}
+    return "service" if staged and router == "http-route" else router
+
+
 def objectives(svc: Service) -> dict[tuple[str, str], float]:
     """The objectives the intent states, (metric, percentile or `mean`) -> seconds."""
     return {(metric, pct): seconds for metric, pct, seconds in svc.slo.targets()}
@@ -412,13 +422,14 @@ def _compiled(scores: Scores, key: tuple[Any, ...], build: Callable[[], Compiled
 
 def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], resolved: ResolvedIntent,
               pool: Pool, device: DeviceSpec, memory_gb: float | None = None,
-              decode_pool: Pool | None = None, worth: float = 0.0) -> tuple[float | None, Estimate]:
+              decode_pool: Pool | None = None, worth: float = 0.0, even: bool = False) -> tuple[float | None, Estimate]:
     """(the most load one replica serves within the objectives, the estimate there); (0, the estimate at the
     lightest load) when even that misses them. With `worth`, the load this shape must carry to be worth more
     than one already scored: (None, the estimate at the lightest load) when the objectives already fail there
     (at the smoothest stream the pool's replicas could share), so that its capacity lies below it and the full
     search is not needed; the predictions grow with the load (`benchmarks/monotone.py`), which the full search
-    relies on as well."""
+    relies on as well. `even`: the service's requests are split evenly at random over its pods (a plain Service,
+    `infra.planner.routing`), not by a load-aware picker."""
     catalog = resolved.catalog
     assert catalog is not None
     mem = memory_gb if memory_gb is not None else pool_device_memory_gb(pool, device)
@@ -430,7 +441,7 @@ def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], 
     scores = scores_of(resolved)
     shape = (dep, id(device), mem, tuple(cross.values()), measured)
     room = pool.node_count * pool.devices_per_node
-    key = (shape, wl, tuple(sorted(slo.items())), room)
+    key = (shape, wl, tuple(sorted(slo.items())), room, even)
     hit = scores.capacity.get(key)
     if isinstance(hit, InfraError):
         raise hit
@@ -446,15 +457,17 @@ def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], 
                 found: tuple[float | None, Estimate] = (0.0, light)
             elif wl.rate is not None:
                 smoothest = room // max(light.devices, 1) if wl.arrival_cv > 0 else 1
-                probe = compiled.at(replace(wl, rate=worth, peers=max(smoothest, wl.peers)))
+                # An even random split smooths nothing; its stream is at its smoothest over many pods (cv -> 1).
+                probe = compiled.at(replace(wl, rate=worth, arrival_cv=min(wl.arrival_cv, 1.0), peers=1) if even
+                                    else replace(wl, rate=worth, peers=max(smoothest, wl.peers)))
                 found = (None, light) if overrun(probe.prediction, slo) > 0 else _search(compiled, dep, wl, slo,
-                                                                                          catalog, room)
+                                                                                          catalog, room, even)
             else:
                 probe = compiled.at(replace(wl, concurrency=math.ceil(worth)))
                 found = (None, light) if not meets(probe.prediction, slo) else _search(compiled, dep, wl, slo,
-                                                                                        catalog, room)
+                                                                                        catalog, room, even)
         else:
-            found = _search(compiled, dep, wl, slo, catalog, room)
+            found = _search(compiled, dep, wl, slo, catalog, room, even)
     except InfraError as exc:
         scores.capacity[key] = exc
         raise
@@ -464,10 +477,18 @@ def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], 
 
 
 def _search(compiled: Compiled, dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float],
-            catalog: Catalog, room: int) -> tuple[float, Estimate]:
+            catalog: Catalog, room: int, even: bool = False) -> tuple[float, Estimate]:
     """The full capacity search of `_capacity`, on a pool of `room` devices."""
     if wl.rate is not None:
         cap, est = max_rate(dep, wl, slo, catalog, compiled=compiled)
+        if even:
+            # Split evenly at random over n pods, each meets a thinned stream (cv^2 = c^2 / n + 1 - 1 / n,
+            # `routing.replica_loads`), smoothed by no picker: sized at the pods that capacity needs.
+            n = min(math.ceil(wl.rate / cap), room // max(est.devices, 1)) if cap > 0 else 0
+            if n > 1 and wl.arrival_cv != 1.0:
+                cv = math.sqrt(wl.arrival_cv ** 2 / n + 1 - 1 / n)
+                cap, est = max_rate(dep, replace(wl, arrival_cv=cv), slo, catalog, compiled=compiled)
+            return cap, est
         # The service's requests reach n replicas through the load-aware router a plan renders (the inference
         # gateway's endpoint picker; the simulator's least-loaded router): each meets a smoother stream
         # than the whole, and holds more of it. Sized at the replicas the smoother capacity needs (fewer, so
@@ -809,7 +830,7 @@ def no_image(fw: FrameworkSpec, device: DeviceSpec) -> str:
 def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float],
            resolved: ResolvedIntent, pool: Pool, device: DeviceSpec, memory_gb: float | None = None,
            longest: int | None = None, decode_pool: Pool | None = None, confidence: float | None = None,
-           worth: float = 0.0) -> tuple[Considered, tuple[float, Estimate] | None]:
+           worth: float = 0.0, even: bool = False) -> tuple[Considered, tuple[float, Estimate] | None]:
     """(the record with its outcome, (capacity, estimate) or None). A shape whose KV cache cannot hold the
     longest request is dropped too. With a `confidence`, the objectives are tightened by the deployment's error
     band first. With `worth` (see `_capacity`), a shape whose capacity lies below it is dominated."""
@@ -821,7 +842,7 @@ def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[st
                         cal.vendor_measured)
     try:
         cap, est = _capacity(dep, wl, slo, resolved, pool, device, memory_gb=memory_gb, decode_pool=decode_pool,
-                             worth=worth)
+                             worth=worth, even=even)
     except InfraError as exc:
         return dataclasses.replace(record, outcome=exc.problems[0].message), None
     if cap is not None and cap <= 0:
@@ -862,7 +883,8 @@ class _Job:
 
 
 def _score_jobs(jobs: list[_Job], wl: Workload, slo: dict[tuple[str, str], float], resolved: ResolvedIntent,
-                longest: int | None, confidence: float | None) -> list[tuple[Considered, Candidate | None]]:
+                longest: int | None, confidence: float | None,
+                even: bool = False) -> list[tuple[Considered, Candidate | None]]:
     """Score one service's shapes, in each group the smallest first: a shape must carry more load per device than
     every smaller one scored before it, else `prune_dominated` drops it, so a probe at that load is asked first
     and the full search runs only when it holds. Results come in the jobs' order."""
@@ -872,7 +894,8 @@ def _score_jobs(jobs: list[_Job], wl: Workload, slo: dict[tuple[str, str], float
         job = jobs[i]
         record, scored = _score(job.record, job.dep, wl, slo, resolved, job.pool, job.device,
                                 memory_gb=job.memory_gb, longest=longest, confidence=confidence,
-                                worth=top.get(job.group, 0.0) * job.consumption)
+                                worth=top.get(job.group, 0.0) * job.consumption,
+                                even=even and job.dep.mode == "agg")
         cand = job.make(capacity=scored[0], estimate=scored[1]) if scored is not None else None
         if cand is not None:
             top[job.group] = max(top.get(job.group, 0.0), cand.capacity / cand.consumption)
@@ -981,7 +1004,8 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
                                               pool, device, (pool.name, fw.name, "disagg" if workers else "agg"),
                                               float(devices), make))
         jobs = [x for x in items if isinstance(x, _Job)]
-        scored = iter(_score_jobs(jobs, wl, slo, resolved, longest_request(svc), svc.slo.confidence))
+        even = service_router(resolved, svc.name) == "service"
+        scored = iter(_score_jobs(jobs, wl, slo, resolved, longest_request(svc), svc.slo.confidence, even))
         for x in items:
             if isinstance(x, Considered):
                 seen.append(x)

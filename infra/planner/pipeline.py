@@ -57,10 +57,10 @@ from infra.perf.serving import z_of
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 from infra.perf.stages import StageEstimate, StageLoad, stage_capacity, stage_latency, stage_load, stage_timing
 from infra.planner.candidates import (
+    MAX_NUM_SEQS,
     Candidate,
     Considered,
     Corrections,
-    MAX_NUM_SEQS,
     _price,
     enumerate_candidates,
     no_image,

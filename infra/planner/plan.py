@@ -29,16 +29,17 @@ from infra.perf.serving import z_of
 from infra.perf.stages import StageEstimate, stage_latency
 from infra.planner.candidates import (
     DOMINATED,
+    MAX_NUM_SEQS,
     NO_IMAGE,
     Candidate,
     Considered,
     Corrections,
-    MAX_NUM_SEQS,
     attainment_objectives,
     correction_for,
     held_objectives,
     millis,
     objectives,
+    service_router,
     service_workload,
 )
 from infra.planner.colocate import Bundle, member_nodes, unbundle
@@ -54,7 +55,7 @@ from infra.planner.pipeline import (
     stage_model_key,
 )
 from infra.planner.placement import Placement, PlacementError, place, workers_of
-from infra.planner.routing import replica_loads, router_for
+from infra.planner.routing import replica_loads
 from infra.planner.solve import Limits, Solution, limits_from, minimal_conflict, solve
 from infra.planner.types import Allocation, DeploymentPlan
 
@@ -117,15 +118,6 @@ MAX_RESIZES = 8
 (each round only lowers capacities or drops shapes, so the rounds end; a plan still missing then is refused)."""
 
 
-def _router(resolved: ResolvedIntent, rs: ResolvedService, mine: list[Candidate]) -> str:
-    """The router the manifests will render for the service (`routing.router_for`); a pipeline's LLM stage is
-    handed requests through its Service."""
-    crds = {k: v for k, v in resolved.loaded.cluster.conventions.crds.model_dump().items() if v}
-    router = router_for(crds, True, any(c.mode == "agg" for c in mine))
-    staged = rs.service.name not in {r.service.name for r in resolved.services}
-    return "service" if staged and router == "http-route" else router
-
-
 def _replica_loads(resolved: ResolvedIntent, rs: ResolvedService, mine: list[Candidate],
                    sol: Solution) -> dict[str, Any]:
     """Candidate key -> the workload one of its replicas meets behind the rendered router."""
@@ -133,7 +125,7 @@ def _replica_loads(resolved: ResolvedIntent, rs: ResolvedService, mine: list[Can
     spec = rs.service.workload
     wl = dataclasses.replace(wl, rate=float(spec.rate.peak_rps)) if spec.rate is not None else dataclasses.replace(
         wl, concurrency=int(spec.concurrency or 0))
-    return replica_loads(_router(resolved, rs, mine), wl,
+    return replica_loads(service_router(resolved, rs.service.name, any(c.mode == "agg" for c in mine)), wl,
                          [(c.key, sol.replicas[c.key], c.capacity, c.mode == "agg") for c in mine])
 
 
@@ -141,11 +133,11 @@ def _routed(resolved: ResolvedIntent, services: list[ResolvedService], cands: li
             sol: Solution) -> dict[str, Candidate | None]:
     """Shapes to change before the plan holds behind the router its manifests render: chosen replicas whose
     predictions miss an objective at the load that router gives them, each with the capacity it has there, and
-    shapes it would give no requests at all (None). A replica's capacity is searched behind a load-aware router
-    among the peers its own shape would need; a plan with fewer replicas (mixing shapes), a gateway that splits at
+    shapes it would give no requests at all (None). A replica's capacity is searched behind the rendered router
+    as if the service ran that shape alone (`candidates._search`); a plan mixing shapes, a gateway that splits at
     random by weight, or a Service that splits evenly whatever the pods' capacities gives some replicas a
-    burstier or larger share. Behind an even split every aggregated shape of the service is worth at most the
-    least chosen one; behind a Service or an HTTPRoute, prefill/decode units beside aggregated replicas get no
+    burstier or larger share. Behind an even split each chosen aggregated shape is worth at most the least
+    chosen one; behind a Service or an HTTPRoute, prefill/decode units beside aggregated replicas get no
     requests (only a P/D-aware picker feeds them)."""
     catalog = _catalog(resolved)
     out: dict[str, Candidate | None] = {}
@@ -156,7 +148,7 @@ def _routed(resolved: ResolvedIntent, services: list[ResolvedService], cands: li
                 and isinstance(c.estimate, Estimate) and c.decode_pool is None]
         if not mine or not sum(c.capacity * sol.replicas[c.key] for c in mine):
             continue
-        router = _router(resolved, rs, mine)
+        router = service_router(resolved, rs.service.name, any(c.mode == "agg" for c in mine))
         if router != "inference-pool" and any(c.mode == "agg" for c in mine) and any(c.mode != "agg" for c in mine):
             out.update({c.key: None for c in cands if c.service == rs.service.name and c.mode != "agg"})
             continue
@@ -183,9 +175,9 @@ def _routed(resolved: ResolvedIntent, services: list[ResolvedService], cands: li
                 resized[c.key] = dataclasses.replace(c, capacity=cap, estimate=at)
         if router == "service" and sum(1 for c in mine if c.mode == "agg") > 1:
             least = min(resized.get(c.key, c).capacity for c in mine if c.mode == "agg")
-            for c in cands:
+            for c in mine:
                 now = resized.get(c.key, c)
-                if c.service == rs.service.name and c.mode == "agg" and now.capacity > least:
+                if c.mode == "agg" and now.capacity > least:
                     resized[c.key] = dataclasses.replace(now, capacity=least)
         out.update(resized)
     return out

@@ -22,8 +22,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from infra.catalog.schema import Vendor
 from infra.errors import IntentError, Location, Problem
-from infra.intent.base import (LabelKey, LabelValue, Name, ResourceName, Subdomain, percentile_value,
-                               require_unique)
+from infra.intent.base import LabelKey, LabelValue, Name, ResourceName, Subdomain, percentile_value, require_unique
 from infra.intent.models import MAX_CLIENTS
 from infra.intent.profile import MAX_DEVICES_PER_NODE, MAX_NODES
 from infra.intent.units import MAX_BANDWIDTH_GBS, MAX_EXACT, MAX_MONEY_PER_HOUR, MAX_SECONDS

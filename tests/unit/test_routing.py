@@ -15,7 +15,8 @@ from infra import api
 from infra.bench.run import simulate_service
 from infra.bench.simulate import Router, plan_policy
 from infra.errors import IntentError
-from infra.planner.routing import fill_routing, route_weights, router_for
+from infra.perf.shape import Workload
+from infra.planner.routing import fill_routing, replica_loads, route_weights, router_for
 from infra.planner.solve import Limits, solve, zone_share
 from infra.planner.types import load_plan
 from infra.render import render_plan
@@ -248,3 +249,25 @@ def test_the_chat_example_keeps_half_its_peak_in_each_zone():
     assert len(by_zone) == 2
     for lost in by_zone:
         assert sum(v for z, v in by_zone.items() if z != lost) >= peak * zone_share(2) - 1e-6
+
+
+def test_each_router_gives_each_replica_its_own_share_and_burstiness():
+    wl = Workload(isl=1000, osl=200, rate=20.0, arrival_cv=2.0)
+    allocs = [("big", 2, 10.0, True), ("small", 1, 5.0, True)]
+    picker = replica_loads("inference-pool", wl, allocs)
+    assert picker["big"].rate == pytest.approx(8.0) and picker["small"].rate == pytest.approx(4.0)
+    assert picker["big"].arrival_cv == 2.0 and picker["big"].peers == 3
+    route = replica_loads("http-route", wl, allocs)
+    # Thinned to its share p by a weighted random choice: cv^2 = p c^2 + 1 - p; smoothed over its own replicas.
+    assert route["big"].rate == pytest.approx(8.0) and route["big"].peers == 2
+    assert route["big"].arrival_cv == pytest.approx((0.8 * 4 + 0.2) ** 0.5)
+    assert route["small"].arrival_cv == pytest.approx((0.2 * 4 + 0.8) ** 0.5)
+    even = replica_loads("service", wl, allocs)
+    # Every pod a third, whatever its capacity: the small one is over its 5 requests/s.
+    assert even["big"].rate == even["small"].rate == pytest.approx(20 / 3) and even["small"].peers == 1
+    assert even["small"].arrival_cv == pytest.approx((4 / 3 + 2 / 3) ** 0.5)
+    # A closed loop behind a Service: the busiest of the pods holds more than its share of the clients.
+    clients = replica_loads("service", Workload(isl=1000, osl=200, concurrency=64), [("a", 2, 40.0, True)])
+    assert clients["a"].concurrency == 37
+    assert replica_loads("inference-pool", Workload(isl=1000, osl=200, concurrency=64),
+                         [("a", 2, 40.0, True)])["a"].concurrency == 32
