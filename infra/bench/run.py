@@ -76,6 +76,9 @@ def pick_service(plan: Any, service: str | None, plan_path: str | Path | None = 
         return names[0]
     pipelines = [p.service for p in plan.spec.pipelines]
     runs = [n for n in names if not any(s.name == n and s.pipeline for s in plan.spec.services)] + pipelines
+    if not runs:
+        raise IntentError(Problem("the plan has no service an LLM engine runs", Location(
+            str(plan_path) if plan_path else None, path="spec.services"), "plan the intent again with `infra plan`"))
     raise IntentError(Problem(f"the plan has {len(runs)} services to run ({', '.join(runs)})",
                               Location(str(plan_path) if plan_path else None, path="spec.services"),
                               f"pick one with --service, e.g. --service {runs[0]}"))

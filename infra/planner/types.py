@@ -751,7 +751,8 @@ class PlanSpec(PlanModel):
     solver: Solver
     cluster: ClusterPlan
     cost: Cost
-    services: list[ServicePlan]
+    services: list[ServicePlan] = Field(min_length=1)
+    """Every service of the intent (a pipeline's stages each as one), at least one."""
     pipelines: list[PipelinePlan] = []
     pools_used: list[PoolUse] = []
     binding: list[str]

@@ -508,6 +508,12 @@ def test_allocations_that_contradict_themselves_are_refused_at_load(tmp_path):
                   "allocations[0].pool", "not in spec.cluster.pools")
 
 
+def test_a_plan_without_services_is_refused_at_load(tmp_path):
+    # Fuzz seed 2, case 1643: `spec.services` aliased to an empty list ended `bench --simulate` in an IndexError.
+    _plan_refused(_plan_file(tmp_path, "chat-mixed-fleet", _set("spec/services", [])), "spec.services",
+                  "at least 1")
+
+
 def test_pool_names_are_unique_in_a_plan(tmp_path):
     _plan_refused(_plan_file(tmp_path, "chat-mixed-fleet", _set("spec/cluster/pools/1/name", "h100-a")),
                   "spec.cluster", "h100-a")
