@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.catalog.loader import Catalog, load_catalog
-from infra.errors import IntentError, Location, Problem
+from infra.errors import EndpointError, InfeasibleError, InfraError, IntentError, Location, Problem, ValidationError
 from infra.files import plan_writes, write_file, write_files
 from infra.intent.loader import load_intent_file, load_profile_file, read_document
 from infra.intent.profile import ClusterProfile
@@ -28,7 +28,6 @@ def load_intent(path: str | Path, catalog_dirs: tuple[Path, ...] = (),
     import dataclasses
     import os
 
-    from infra.errors import IntentError, Problem
     from infra.perf.correction import load_calibration
 
     resolved = resolve(load_intent_file(Path(path)), load_catalog(catalog_dirs))
@@ -97,7 +96,6 @@ def estimate(case: dict[str, Any], catalog_dirs: tuple[Path, ...] = (),
 
     `case` holds the fields of `infra.perf.cases.EstimateCase` (the same keys as `infra estimate --cases`);
     `calibration` a file of `infra calibrate` whose corrections apply where they match the deployment."""
-    from infra.errors import Location
     from infra.perf.cases import case_from, run_case
     from infra.perf.correction import load_calibration
 
@@ -108,7 +106,6 @@ def estimate(case: dict[str, Any], catalog_dirs: tuple[Path, ...] = (),
 def estimate_cases(path: str | Path, catalog_dirs: tuple[Path, ...] = (),
                    calibration: str | Path | None = None) -> list[dict[str, Any]]:
     """One result per line of a JSONL file of cases; a line that fails gives `{"line": n, "error": ...}`."""
-    from infra.errors import InfraError, Location
     from infra.perf.cases import case_from, read_cases, run_cases
     from infra.perf.correction import load_calibration
 
@@ -160,7 +157,6 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
     `infra calibrate` whose corrections every estimate takes (else the cluster profile's, if it names one).
     `target` is the stack the manifests are for (`infra.render.render_tree`)."""
     from infra.catalog.targets import check_target
-    from infra.errors import InfeasibleError
     from infra.planner.plan import build_plan
     from infra.report.plan import plan_markdown, plan_yaml
 
@@ -239,7 +235,6 @@ def _validate_rendered(files: dict[str, str], plan_text: str, out: Path, catalog
     files as they would be written under `out` when a rule breaks; otherwise a one-line summary."""
     import tempfile
 
-    from infra.errors import Location, Problem, ValidationError
     from infra.validators import validate_tree
 
     if not files:
@@ -289,7 +284,6 @@ def bench(*, simulate: str | Path | None = None, service: str | None = None, con
     file of `infra calibrate`) corrects the simulated engines."""
     from infra.bench.run import DEFAULT_REQUESTS, check_load, simulate_service
     from infra.bench.run import save as save_run
-    from infra.errors import IntentError, Location, Problem
     from infra.planner.types import load_plan
 
     if simulate is None:
@@ -444,7 +438,6 @@ def bench_endpoint(url: str, *, model: str | None = None, api: str = "chat", con
     from infra.bench.endpoint import bench_endpoint as run_bench
     from infra.bench.endpoint import check_client_flags, parse_objectives, plan_load, source_from
     from infra.bench.verdict import DEFAULT_MAX_FAILED
-    from infra.errors import IntentError, Location, Problem
 
     if api not in ("chat", "completions"):
         raise IntentError(Problem(f"--api {api!r} is not known", Location(path="--api"), "use chat or completions"))
@@ -481,7 +474,6 @@ def emulate(plan: str | Path | None, *, port: int, host: str = "127.0.0.1", serv
             tokens_per_chunk: int = 1, usage: bool = True, seed: int = 0, on_ready: Any = None) -> None:
     """Serve an emulated OpenAI-compatible endpoint until interrupted; `on_ready(url)` hears its address."""
     from infra.bench.emulator import Emulator, Faults, FixedTiming, bind, check_options, serve
-    from infra.errors import EndpointError, IntentError, Location, Problem
 
     check_options(port=port, ttft_ms=ttft_ms, itl_ms=itl_ms, error_rate=error_rate, stall_ms=stall_ms,
                   stall_rate=stall_rate, disconnect_rate=disconnect_rate, slow_start=slow_start_s,
@@ -620,7 +612,6 @@ def calibrate(measurements: list[str | Path], output: str | Path | None = None, 
     precision, tp ...), which override the plan's. An existing `output` with other content is replaced only with
     `force`."""
     from infra.bench.measurements import DEPLOYMENT_FIELDS, deployment_of_plan, read_measurements
-    from infra.errors import InfraError, Location, Problem
     from infra.perf.correction import dump
     from infra.perf.recalibrate import document, prepare
     from infra.planner.types import load_plan
@@ -697,7 +688,6 @@ def verify(plan_path: str | Path, url: str, *, service: str | None = None, alloc
     from infra.bench.measurements import earlier_measurements
     from infra.bench.replan import Run, changes, plan_loads
     from infra.bench.run import pick_service, saved_text
-    from infra.errors import InfeasibleError, InfraError
     from infra.planner.types import load_plan
 
     plan_doc = load_plan(plan_path)
