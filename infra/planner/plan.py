@@ -130,27 +130,22 @@ def _replica_loads(resolved: ResolvedIntent, rs: ResolvedService, mine: list[Can
 
 
 def _routed(resolved: ResolvedIntent, services: list[ResolvedService], cands: list[Candidate],
-            sol: Solution) -> dict[str, Candidate | None]:
+            sol: Solution) -> dict[str, Candidate]:
     """Shapes to change before the plan holds behind the router its manifests render: chosen replicas whose
-    predictions miss an objective at the load that router gives them, each with the capacity it has there, and
-    shapes it would give no requests at all (None). A replica's capacity is searched behind the rendered router
-    as if the service ran that shape alone (`candidates._search`); a plan mixing shapes, a gateway that splits at
-    random by weight, or a Service that splits evenly whatever the pods' capacities gives some replicas a
-    burstier or larger share. Behind an even split each chosen aggregated shape is worth at most the least
-    chosen one; behind a Service or an HTTPRoute, prefill/decode units beside aggregated replicas get no
-    requests (only a P/D-aware picker feeds them)."""
+    predictions miss an objective at the load that router gives them, each with the capacity it has there. A
+    replica's capacity is searched behind the rendered router as if the service ran that shape alone
+    (`candidates._search`), and the solve keeps an even split's shapes to those that hold its share and P/D units
+    apart from aggregated replicas where only the endpoint picker feeds both (`solve`); what is left to check is
+    what depends on the replica counts: a gateway that splits at random by weight thins a bursty stream only part
+    way, and the clients of a closed loop land on pods at random."""
     catalog = _catalog(resolved)
-    out: dict[str, Candidate | None] = {}
+    out: dict[str, Candidate] = {}
     for rs in services:
         if rs.model is None:
             continue
         mine = [c for c in cands if c.service == rs.service.name and c.key in sol.replicas
                 and isinstance(c.estimate, Estimate) and c.decode_pool is None]
         if not mine or not sum(c.capacity * sol.replicas[c.key] for c in mine):
-            continue
-        router = service_router(resolved, rs.service.name, any(c.mode == "agg" for c in mine))
-        if router != "inference-pool" and any(c.mode == "agg" for c in mine) and any(c.mode != "agg" for c in mine):
-            out.update({c.key: None for c in cands if c.service == rs.service.name and c.mode != "agg"})
             continue
         loads = _replica_loads(resolved, rs, mine, sol)
         slo = held_objectives(rs.service)
@@ -173,12 +168,6 @@ def _routed(resolved: ResolvedIntent, services: list[ResolvedService], cands: li
                            else c.capacity - 1), est
             if cap < c.capacity:
                 resized[c.key] = dataclasses.replace(c, capacity=cap, estimate=at)
-        if router == "service" and sum(1 for c in mine if c.mode == "agg") > 1:
-            least = min(resized.get(c.key, c).capacity for c in mine if c.mode == "agg")
-            for c in mine:
-                now = resized.get(c.key, c)
-                if c.mode == "agg" and now.capacity > least:
-                    resized[c.key] = dataclasses.replace(now, capacity=least)
         out.update(resized)
     return out
 
@@ -201,7 +190,7 @@ def _hold_routing(resolved: ResolvedIntent, services: list[ResolvedService], can
                 Location(str(resolved.loaded.document.path), 1, 1),
                 "install the Gateway API Inference Extension (load-aware routing) and list it in the profile's "
                 "conventions.crds, or report this plan"))
-        cands = [c2 for c in cands if (c2 := resized.get(c.key, c)) is not None and c2.capacity > 0]
+        cands = [c2 for c in cands if (c2 := resized.get(c.key, c)).capacity > 0]
         sol = solve(cands, limits, objective=objective)
     return cands, sol
 

@@ -6,6 +6,12 @@ Formulation (all services jointly, one inventory):
                 z[s, zone] in {0,1} service s has a replica in zone
     demand      sum_{c of s} cap[c] * n[c] >= D[s]                 for every service s      [literal demand:s]
     replicas    sum_{c of s} n[c] >= min_replicas[s]                                        [literal replicas:s]
+    even split  for a service behind a plain Service (`routing`: every pod the same share, whatever its
+                capacity), each aggregated shape c it uses holds that share: u[c] in {0,1}, n[c] = 0 unless u[c],
+                and u[c] => cap[c] * sum_{aggregated c' of s} n[c'] >= D[s]                 [literal demand:s]
+    one mode    behind a router that feeds prefill/decode units only when no aggregated replica is beside them
+                (anything but the inference gateway's endpoint picker): a[s] in {0,1}, n[aggregated c] = 0
+                unless a[s], n[prefill/decode c] = 0 if a[s]                                  [literal demand:s]
     zones       z[s, zone] <= sum_{c of s in zone} n[c];  sum_zone z[s, zone] >= zones[s]   [literal zones:s]
                 and, for zones[s] > 1, for every zone y the service has a candidate in:
                 sum_{c of s, zone(c) labelled and != y} cap[c] * n[c] >= K[s]                 [literal zones:s]
@@ -43,7 +49,7 @@ from dataclasses import dataclass, field, replace
 from ortools.sat.python import cp_model
 
 from infra.intent.resolve import ResolvedIntent
-from infra.planner.candidates import SLOTS_PER_DEVICE, Candidate
+from infra.planner.candidates import SLOTS_PER_DEVICE, Candidate, service_router
 from infra.planner.placement import node_groups, patterns, uniform
 
 CAP_SCALE = 1000
@@ -85,6 +91,11 @@ class Limits:
     zone_keep: dict[str, float] = field(default_factory=dict)
     """Service -> capacity (demand units) its replicas outside any one zone must hold (`zone_share`); absent or 0:
     only the spread over `zones` is required."""
+    even: frozenset[str] = frozenset()
+    """Services (units) whose aggregated replicas each get the same share of the load, whatever their capacity:
+    those behind a plain Service."""
+    one_mode: frozenset[str] = frozenset()
+    """Services (units) whose router sends no requests to prefill/decode units beside aggregated replicas."""
 
 
 def zone_share(zones: int) -> float:
@@ -102,6 +113,7 @@ def limits_from(resolved: ResolvedIntent, tokens_per_request: dict[str, float],
     intent = resolved.loaded.intent
     units = units or {}
     demand, min_r, zones, budget, parent, keep = {}, {}, {}, {}, {}, {}
+    even, one_mode = set(), set()
     for rs in resolved.services:
         svc = rs.service
         wl = svc.workload
@@ -114,6 +126,11 @@ def limits_from(resolved: ResolvedIntent, tokens_per_request: dict[str, float],
                 keep[name] = peak * zone_share(svc.availability.zones)
             if name != svc.name:
                 parent[name] = svc.name
+            router = service_router(resolved, name)
+            if router == "service":
+                even.add(name)
+            if router != "inference-pool":
+                one_mode.add(name)
         caps = []
         if svc.budget.per_hour is not None:
             caps.append(svc.budget.per_hour)
@@ -128,7 +145,8 @@ def limits_from(resolved: ResolvedIntent, tokens_per_request: dict[str, float],
                   {p.name: p.device_count for p in resolved.loaded.cluster.pools},
                   intent.spec.budget.per_hour,
                   {p.name: (p.devices_per_node, tuple((g.devices, len(g.names)) for g in node_groups(p)))
-                   for p in resolved.loaded.cluster.pools if not uniform(p)}, parent, zone_keep=keep)
+                   for p in resolved.loaded.cluster.pools if not uniform(p)}, parent, zone_keep=keep,
+                  even=frozenset(even), one_mode=frozenset(one_mode))
 
 
 def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 20.0,
@@ -169,6 +187,7 @@ def _solve_apart(parts: list[str], cands: list[Candidate], limits: Limits, time_
                       min_replicas={s: v for s, v in limits.min_replicas.items() if s in services},
                       zones={s: v for s, v in limits.zones.items() if s in services},
                       zone_keep={s: v for s, v in limits.zone_keep.items() if s in services},
+                      even=limits.even & services, one_mode=limits.one_mode & services,
                       budget_hour={s: v for s, v in limits.budget_hour.items() if s == part},
                       total_budget_hour=None)
         sol = _solve_joint(mine, sub, time_limit_s, extra_devices, None, objective)
@@ -229,8 +248,10 @@ def _solve_joint(cands: list[Candidate], limits: Limits, time_limit_s: float, ex
             # Served share of demand in thousandths: bounded by what the chosen replicas carry.
             served[s] = m.new_int_var(0, 1000, f"served[{s}]")
             m.add(served[s] * need <= 1000 * sum(cap_terms[s]))
+            _routed_split(m, s, mine, n, uppers, need, served[s] * need, limits, [])
         else:
             m.add(sum(cap_terms[s]) >= need).only_enforce_if(lit(f"demand:{s}"))
+            _routed_split(m, s, mine, n, uppers, need, 1000 * need, limits, [lit(f"demand:{s}")])
         m.add(sum(n[c.key] for c in mine) >= limits.min_replicas[s]).only_enforce_if(lit(f"replicas:{s}"))
         if limits.zones[s] > 1:
             zs = sorted({c.zone for c in mine if c.zone != "-"})  # a pool without a zone label proves no spread
@@ -322,6 +343,31 @@ def _solve_joint(cands: list[Candidate], limits: Limits, time_limit_s: float, ex
         if not core:
             core = sorted(k for k in lits if active is None or k in active)
     return Solution(name, {}, 0.0, 0.0, 0.0, 0.0, core)
+
+
+def _routed_split(m: cp_model.CpModel, s: str, mine: list[Candidate], n: dict[str, cp_model.IntVar],
+                  uppers: dict[str, int], need: int, served: cp_model.LinearExprT, limits: Limits,
+                  enforce: list[cp_model.IntVar]) -> None:
+    """The even split and one-mode constraints of service `s` (see the module's docstring): what its router gives
+    each replica is what the replica's capacity was searched for. `need` is its demand and `served` the load it
+    is planned to serve, both in thousandths of a request/s or client, `served` a thousand times over."""
+    agg = [c for c in mine if c.mode == "agg"]
+    split = [c for c in mine if c.mode != "agg"]
+    if s in limits.one_mode and agg and split:
+        a = m.new_bool_var(f"a[{s}]")
+        for c in agg:
+            m.add(n[c.key] == 0).only_enforce_if(~a)
+        for c in split:
+            m.add(n[c.key] == 0).only_enforce_if(a)
+    if s in limits.even and len(agg) > 1 and need > 0:
+        pods = sum(n[c.key] for c in agg)
+        for c in agg:
+            # A shape whose capacity carries the demand alone holds any even share of it.
+            if math.floor(c.capacity * CAP_SCALE + 1e-9) >= need:
+                continue
+            u = m.new_bool_var(f"u[{c.key}]")
+            m.add(n[c.key] <= uppers[c.key] * u)
+            m.add(1000 * math.floor(c.capacity * CAP_SCALE + 1e-9) * pods >= served).only_enforce_if([u, *enforce])
 
 
 def _node_patterns(m: cp_model.CpModel, pool: str, on: list[Candidate], n: dict[str, cp_model.IntVar],

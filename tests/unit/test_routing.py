@@ -5,6 +5,7 @@ availability over zones counts capacity, not replicas."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import io
 from pathlib import Path
 
@@ -236,6 +237,27 @@ def test_losing_any_zone_leaves_the_stated_share_of_peak():
     assert sol.replicas == {big.key: 1, token.key: 5}  # zone z2 alone carries 5, z1 alone 10
     few = Limits({"a": 10.0}, {"a": 1}, {"a": 2}, {"a": None}, {"p1": 8, "p2": 4}, zone_keep={"a": 5.0})
     assert solve(cands, few).status == "INFEASIBLE" and "zones:a" in solve(cands, few).core
+
+
+def test_an_even_split_uses_only_shapes_that_hold_its_share():
+    big = _cand("a", "p1", 1, 6.0, 1.0, tag="big")
+    small = _cand("a", "p2", 1, 4.0, 0.7, tag="small")
+    picked = Limits({"a": 10.0}, {"a": 1}, {"a": 1}, {"a": None}, {"p1": 8, "p2": 1})
+    # A load-aware picker fills each replica to its capacity: one of each is the cheapest.
+    assert solve([big, small], picked).replicas == {big.key: 1, small.key: 1}
+    even = dataclasses.replace(picked, even=frozenset({"a"}))
+    # Behind a Service each of two pods gets 5 requests/s, over the small one's 4: two big ones instead.
+    assert solve([big, small], even).replicas == {big.key: 2}
+    # A mix stays where every shape holds the share: 7 requests/s over two pods is 3.5 each.
+    assert solve([big, small], dataclasses.replace(even, demand={"a": 7.0})).replicas == {big.key: 1, small.key: 1}
+
+
+def test_prefill_decode_units_are_not_mixed_with_replicas_a_router_would_starve_them_beside():
+    agg = _cand("a", "p1", 1, 6.0, 1.0, tag="agg")
+    pd = dataclasses.replace(_cand("a", "p1", 1, 4.0, 0.6, tag="pd"), decode_workers=1)
+    limits = Limits({"a": 10.0}, {"a": 1}, {"a": 1}, {"a": None}, {"p1": 16})
+    assert solve([agg, pd], limits).replicas == {agg.key: 1, pd.key: 1}
+    assert solve([agg, pd], dataclasses.replace(limits, one_mode=frozenset({"a"}))).replicas == {pd.key: 3}
 
 
 def test_the_chat_example_keeps_half_its_peak_in_each_zone():
