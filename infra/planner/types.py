@@ -25,7 +25,7 @@ from infra.errors import IntentError, Location, Problem
 from infra.intent.base import LabelKey, LabelValue, Name, ResourceName, Subdomain, percentile_value, require_unique
 from infra.intent.models import MAX_CLIENTS
 from infra.intent.profile import MAX_DEVICES_PER_NODE, MAX_NODES
-from infra.intent.units import MAX_BANDWIDTH_GBS, MAX_EXACT, MAX_MONEY_PER_HOUR, MAX_SECONDS
+from infra.intent.units import MAX_BANDWIDTH_GBS, MAX_EXACT, MAX_MONEY_PER_HOUR, MAX_SECONDS, MIN_RATE_RPS
 from infra.limits import shown
 
 MAX_DEGREE = MAX_DEVICES_PER_NODE
@@ -178,8 +178,9 @@ class Allocation(PlanModel):
     """Devices (or device-equivalents, when sliced) one replica takes (above 0, at most a pool's devices)."""
     devices: float = Field(gt=0, le=2 * MAX_DEVICES)
     """Devices the allocation takes (above 0, at most those of its two pools)."""
-    capacity_per_replica: float = Field(gt=0, le=MAX_LOAD)
-    """Load one replica carries within the objectives, in the service's demand unit (above 0, at most 1e7)."""
+    capacity_per_replica: float = Field(ge=MIN_RATE_RPS, le=MAX_LOAD)
+    """Load one replica carries within the objectives, in the service's demand unit (at least a request a year,
+    the least rate an intent states, at most 1e7)."""
     load_per_replica: float = Field(ge=0, le=MAX_LOAD)
     """Load one replica gets at the peak, in the service's demand unit (0 to 1e7)."""
     cost_per_hour: float = Field(ge=0, le=2 * MAX_COST_PER_HOUR)

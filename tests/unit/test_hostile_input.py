@@ -514,6 +514,13 @@ def test_a_plan_without_services_is_refused_at_load(tmp_path):
                   "at least 1")
 
 
+def test_a_capacity_below_a_request_a_year_is_refused_at_load(tmp_path):
+    # Fuzz seed 3, case 56: a capacity of 5e-324 requests/s made `render`'s baseline replicas infinite.
+    _plan_refused(_plan_file(tmp_path, "omni-speech", _set("spec/services/1/allocations/0/capacity_per_replica",
+                                                          5e-324)),
+                  "capacity_per_replica", "greater than or equal")
+
+
 def test_pool_names_are_unique_in_a_plan(tmp_path):
     _plan_refused(_plan_file(tmp_path, "chat-mixed-fleet", _set("spec/cluster/pools/1/name", "h100-a")),
                   "spec.cluster", "h100-a")
