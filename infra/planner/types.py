@@ -330,7 +330,7 @@ class ServicePlan(PlanModel):
     """The router in front of the allocations; a plan that states none gets the one its cluster's custom
     resources give (`infra.planner.routing.fill_routing`)."""
 
-    @field_validator("objectives")
+    @field_validator("objectives", "attainment_objectives")
     @classmethod
     def _objectives(cls, value: dict[str, float]) -> dict[str, float]:
         return _objective_targets(value)

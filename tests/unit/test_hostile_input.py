@@ -521,6 +521,13 @@ def test_a_capacity_below_a_request_a_year_is_refused_at_load(tmp_path):
                   "capacity_per_replica", "greater than or equal")
 
 
+def test_an_attainment_objective_is_a_metric_and_a_percentile(tmp_path):
+    # Fuzz seed 4, case 380: a `<<` key under attainment_objectives ended `bench --simulate` in a ValueError.
+    _plan_refused(_plan_file(tmp_path, "pd-across-devices", _set("spec/services/0/attainment_objectives",
+                                                                {"<<": 100.0})),
+                  "attainment_objectives", "<metric>_<percentile>")
+
+
 def test_pool_names_are_unique_in_a_plan(tmp_path):
     _plan_refused(_plan_file(tmp_path, "chat-mixed-fleet", _set("spec/cluster/pools/1/name", "h100-a")),
                   "spec.cluster", "h100-a")
