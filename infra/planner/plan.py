@@ -149,7 +149,6 @@ def _routed(resolved: ResolvedIntent, services: list[ResolvedService], cands: li
             continue
         loads = _replica_loads(resolved, rs, mine, sol)
         slo = held_objectives(rs.service)
-        resized: dict[str, Candidate] = {}
         for c in mine:
             assert isinstance(c.estimate, Estimate)
             wl, dep = loads[c.key], c.estimate.deployment
@@ -167,8 +166,7 @@ def _routed(resolved: ResolvedIntent, services: list[ResolvedService], cands: li
                 cap, at = (c.capacity * c.capacity / wl.concurrency if wl.concurrency > c.capacity
                            else c.capacity - 1), est
             if cap < c.capacity:
-                resized[c.key] = dataclasses.replace(c, capacity=cap, estimate=at)
-        out.update(resized)
+                out[c.key] = dataclasses.replace(c, capacity=cap, estimate=at)
     return out
 
 
