@@ -392,16 +392,16 @@ class StageWork(Strict):
     """Generated tokens (LLM stages; defaults to the service's workload)."""
     images: float | None = Field(default=None, gt=0, le=MAX_MEDIA_ITEMS, allow_inf_nan=False)
     """Images per request (vision encoders)."""
-    audio: Duration | None = None
-    """Audio per request, in or out (audio encoders, codecs), e.g. 12s."""
+    audio: Duration | None = Field(default=None, gt=0)
+    """Audio per request, in or out (audio encoders, codecs), e.g. 12s; more than zero."""
     video_frames: int | None = Field(default=None, gt=0, le=MAX_MEDIA_ITEMS)
     """Frames generated or read per request (DiT, video encoders)."""
     resolution: str | None = Field(default=None, pattern=r"^[1-9]\d{0,5}x[1-9]\d{0,5}$")
     """Frame or image size `WIDTHxHEIGHT`, e.g. 1280x720."""
     denoise_steps: int | None = Field(default=None, gt=0, le=MAX_MEDIA_ITEMS)
     """Diffusion steps per request (DiT)."""
-    cpu_time: Duration | None = None
-    """CPU time per request (preprocessing stages), e.g. 40ms."""
+    cpu_time: Duration | None = Field(default=None, gt=0)
+    """CPU time per request (preprocessing stages), e.g. 40ms; more than zero."""
 
 
 class StageSlo(Strict):

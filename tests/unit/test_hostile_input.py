@@ -528,6 +528,12 @@ def test_an_attainment_objective_is_a_metric_and_a_percentile(tmp_path):
                   "attainment_objectives", "<metric>_<percentile>")
 
 
+def test_a_stage_brings_some_work(tmp_path):
+    # Fuzz seed 5: `work.audio: 0s` in a plan's pipeline ended `bench --simulate` in a ZeroDivisionError.
+    _plan_refused(_plan_file(tmp_path, "omni-speech", _set("spec/pipelines/0/stages/3/work/audio", "0s")),
+                  "work.audio", "greater than 0")
+
+
 def test_pool_names_are_unique_in_a_plan(tmp_path):
     _plan_refused(_plan_file(tmp_path, "chat-mixed-fleet", _set("spec/cluster/pools/1/name", "h100-a")),
                   "spec.cluster", "h100-a")
