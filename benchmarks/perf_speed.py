@@ -8,7 +8,9 @@ times at the workload's lengths, and the steady-state batch the KV cache allows,
 devices, precisions and tensor-parallel sizes. Full path: `estimate()` with the closed-loop serving model.
 Vector open loop: `infra.perf.vector.predict_open_agg` over every deployment of the sweep that fits, under a few
 length mixes at rates from a trickle to past saturation, full predictions (percentiles included) in one call;
-the scalar `open_loop_agg` on a sample of the same cases for comparison.
+the scalar `open_loop_agg` on a sample of the same cases for comparison. Vector disaggregated open loop:
+`predict_open_disagg` over the same layouts as prefill/decode units (one prefill and two decode workers), against
+the scalar `disagg` likewise.
 Single process, single thread.
 """
 
@@ -19,6 +21,7 @@ import itertools
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,9 +32,9 @@ from infra.errors import InfraError  # noqa: E402
 from infra.perf.arch import compile_worker  # noqa: E402
 from infra.perf.calibration import lookup  # noqa: E402
 from infra.perf.estimate import build_workers, estimate  # noqa: E402
-from infra.perf.serving import open_loop_agg  # noqa: E402
+from infra.perf.serving import disagg, open_loop_agg  # noqa: E402
 from infra.perf.shape import Deployment, Parallel, Role, Workload  # noqa: E402
-from infra.perf.vector import predict_open_agg  # noqa: E402
+from infra.perf.vector import predict_open_agg, predict_open_disagg  # noqa: E402
 
 MODELS = ["Llama-3.1-8B", "Llama-3.1-70B", "Qwen3-32B", "Qwen3-235B-A22B", "DeepSeek-V3", "gpt-oss-120b"]
 DEVICES = ["H100-SXM", "H200", "B200", "A100-80G", "L40S", "Ascend-910B3", "MI300X"]
@@ -55,6 +58,46 @@ def open_loop_cases(deps: list[Deployment], cat) -> list:
             for rate in OPEN_RATES:
                 cases.append((worker, dep.agg, Workload(isl=isl, osl=osl, rate=rate, isl_cv=isl_cv, osl_cv=osl_cv)))
     return cases
+
+
+def disagg_cases(deps: list[Deployment], cat) -> list:
+    """(prefill worker, decode worker, roles, workload, link) for every layout that fits as a unit of one prefill
+    and two decode workers, every length mix and every rate."""
+    cases = []
+    for dep in deps:
+        unit = replace(dep, mode="disagg", prefill=Role(dep.agg.parallel, workers=1),
+                       decode=Role(dep.agg.parallel, workers=2))
+        try:
+            workers, _, link = build_workers(unit, cat)
+        except InfraError:
+            continue
+        for isl, osl, isl_cv, osl_cv in OPEN_MIXES:
+            for rate in OPEN_RATES:
+                cases.append((workers["prefill"], workers["decode"], unit.prefill, unit.decode,
+                              Workload(isl=isl, osl=osl, rate=rate, isl_cv=isl_cv, osl_cv=osl_cv), link))
+    return cases
+
+
+def _best_of_three(predict, cases: list) -> tuple[float, int]:
+    """(predictions per second at the best of three calls, how many are stable), after a warm-up call."""
+    predict(cases[:100])  # warm-up: imports, first allocations
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        preds = predict(cases)
+        best = min(best, time.perf_counter() - start)
+        stable = sum(p.stable for p in preds)
+        del preds  # (freeing them is the caller's time, not the prediction's)
+    return len(cases) / best, stable
+
+
+def _scalar(fn, cases: list) -> float:
+    """Predictions per second of the scalar function on every `SCALAR_SAMPLE`th case."""
+    sample = cases[::SCALAR_SAMPLE]
+    start = time.perf_counter()
+    for case in sample:
+        fn(*case)
+    return len(sample) / (time.perf_counter() - start)
 
 
 def main() -> int:
@@ -100,27 +143,20 @@ def main() -> int:
     full = full_n / (time.perf_counter() - start)
 
     cases = open_loop_cases(deps, cat)
-    predict_open_agg(cases[:100])  # warm-up: imports, first allocations
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        preds = predict_open_agg(cases)
-        best = min(best, time.perf_counter() - start)
-        stable = sum(p.stable for p in preds)
-        del preds  # (freeing them is the caller's time, not the prediction's)
-    vector = len(cases) / best
-    sample = cases[::SCALAR_SAMPLE]
-    start = time.perf_counter()
-    for w, role, wl in sample:
-        open_loop_agg(w, role, wl)
-    scalar = len(sample) / (time.perf_counter() - start)
+    vector, stable = _best_of_three(predict_open_agg, cases)
+    scalar = _scalar(open_loop_agg, cases)
+    units = disagg_cases(deps, cat)
+    vector_pd, stable_pd = _best_of_three(predict_open_disagg, units)
+    scalar_pd = _scalar(disagg, units)
     print(f"fast path: {fast:,.0f} candidates/s ({scored} scored, {fits} fit memory)")
     print(f"full estimate: {full:,.0f} estimates/s ({full_n} deployments, closed loop)")
     print(f"vector open-loop: {vector:,.0f} predictions/s ({len(cases)} cases, {stable} stable; scalar "
           f"open_loop_agg {scalar:,.0f}/s on every {SCALAR_SAMPLE}th)")
+    print(f"vector disaggregated open-loop: {vector_pd:,.0f} predictions/s ({len(units)} cases, {stable_pd} stable; "
+          f"scalar disagg {scalar_pd:,.0f}/s on every {SCALAR_SAMPLE}th)")
     if args.json:
         print(json.dumps({"fast_path_per_s": round(fast), "full_estimate_per_s": round(full),
-                          "vector_open_loop_per_s": round(vector)}))
+                          "vector_open_loop_per_s": round(vector), "vector_disagg_per_s": round(vector_pd)}))
     return 0
 
 

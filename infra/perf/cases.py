@@ -18,20 +18,20 @@ from infra.intent.base import Strict, statistic
 from infra.intent.models import MAX_CV
 from infra.intent.units import Count, Duration, Fraction, Rate, parse_duration
 from infra.limits import read_jsonl
-from infra.perf.correction import UserCalibration, with_ttft
+from infra.perf.correction import UserCalibration
 from infra.perf.estimate import (
     TRICKLE_RPS,
     Compiled,
     Estimate,
     compile_deployment,
     estimate,
+    estimates,
     finite_ms,
     max_rate,
     missed,
     objective_value,
 )
 from infra.perf.shape import Deployment, Parallel, Role, Workload
-from infra.perf.vector import predict_open_agg
 
 _SLO_METRICS = ("ttft", "tpot", "itl", "e2e")
 
@@ -244,31 +244,27 @@ def _result(case: EstimateCase, est: Estimate) -> dict[str, Any]:
 
 def run_cases(cases: list[EstimateCase], catalog: Catalog,
               calibration: UserCalibration | None = None) -> list[dict[str, Any] | InfraError]:
-    """`run_case` of each case (or why it cannot run), the open loops of aggregated deployments predicted
-    together in one vector pass (`infra.perf.vector`, the scalar model's results) and the rest one by one."""
+    """`run_case` of each case (or why it cannot run): the capacity searches one by one, the predictions at a load
+    together (`infra.perf.estimate.estimates`: open loops in vector passes, the scalar model's results), each
+    deployment compiled once."""
     out: list[dict[str, Any] | InfraError | None] = [None] * len(cases)
-    together: list[tuple[int, Compiled, Workload]] = []
+    loads: list[tuple[int, Compiled, Workload]] = []
     compiled: dict[tuple[Any, ...], Compiled] = {}
     for i, case in enumerate(cases):
         try:
-            dep, wl = case.deployment(catalog), case.workload()
-            if case.max_rate or dep.mode != "agg" or wl.rate is None:
+            if case.max_rate:
                 out[i] = run_case(case, catalog, calibration)
                 continue
+            dep, wl = case.deployment(catalog), case.workload()
             measured = calibration.correction(dep, wl) if calibration is not None else None
             key = (dep, measured)
             if key not in compiled:
                 compiled[key] = compile_deployment(dep, catalog, correction=measured)
-            one = compiled[key]
-            if one.workers["agg"].max_sequences(wl.isl + wl.osl) < 1:
-                out[i] = _result(case, one.at(wl))  # raises the shape error that explains it
-                continue
-            together.append((i, one, wl))
+            loads.append((i, compiled[key], wl))
         except InfraError as exc:
             out[i] = exc
-    preds = predict_open_agg([(one.workers["agg"], one.deployment.agg, wl) for _, one, wl in together], exact=True)
-    for (i, one, wl), pred in zip(together, preds):
-        out[i] = _result(cases[i], one.estimate(wl, with_ttft(pred, one.calibration.ttft)))
+    for (i, _, _), got in zip(loads, estimates([(one, wl) for _, one, wl in loads])):
+        out[i] = got if isinstance(got, InfraError) else _result(cases[i], got)
     return out  # type: ignore[return-value]
 
 

@@ -8,6 +8,7 @@ this framework and device, and if not, where they were borrowed from and how far
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -27,6 +28,7 @@ from infra.perf.serving import (
     regula_falsi,
 )
 from infra.perf.shape import Deployment, Parallel, Role, Workload
+from infra.perf.vector import predict_open_agg, predict_open_disagg
 
 
 class ShapeError(InfraError):
@@ -271,14 +273,19 @@ class Compiled:
     link: float
     """Bytes/s of the link that carries KV caches from prefill to decode workers."""
     notes: list[str]
+    per_worker: tuple[tuple[str, int], ...] = field(init=False, repr=False, compare=False)
+    """(role, devices of one of its workers): what an estimate's device count is made of, taken once."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "per_worker", tuple((name, w.parallel.devices) for name, w in self.workers.items()))
 
     def at(self, load: Workload) -> Estimate:
         return self.estimate(load, predict(self.deployment, load, self.workers, self.link, self.calibration.ttft))
 
     def estimate(self, load: Workload, pred: Prediction) -> Estimate:
         """The estimate of a prediction made for this deployment at `load` (by `predict`, or many at once by
-        `infra.perf.vector`)."""
-        devices = sum(w.parallel.devices * pred.workers.get(name, 1) for name, w in self.workers.items())
+        `estimates`)."""
+        devices = sum(n * pred.workers.get(name, 1) for name, n in self.per_worker)
         return Estimate(self.deployment, load, pred, {name: w.memory for name, w in self.workers.items()},
                         self.calibration, devices, self.notes + unmeasured_regime(load.isl, load.osl), self.workers)
 
@@ -391,6 +398,43 @@ def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], 
     return lo, probes[lo]
 
 
+def estimates(loads: Sequence[tuple[Compiled, Workload]]) -> list[Estimate | InfraError]:
+    """`[compiled.at(load) for compiled, load in loads]`, each failure returned in its place: the open loops
+    predicted together in vector passes (`infra.perf.vector`, the scalar model's results), aggregated and
+    disaggregated apart, where there are enough of them for it to pay; the rest one by one."""
+    out: list[Estimate | InfraError | None] = [None] * len(loads)
+    agg, pd = [], []
+    for i, (one, wl) in enumerate(loads):
+        if wl.rate is None or wl.concurrency is not None:
+            continue
+        if one.deployment.mode != "agg":
+            pd.append(i)
+        elif one.workers["agg"].max_sequences(wl.isl + wl.osl) >= 1:
+            agg.append(i)
+    if len(agg) >= VECTOR_MIN:
+        preds = predict_open_agg([(loads[i][0].workers["agg"], loads[i][0].deployment.agg, loads[i][1])
+                                  for i in agg], exact=True)
+        for i, pred in zip(agg, preds):
+            out[i] = loads[i][0].estimate(loads[i][1], with_ttft(pred, loads[i][0].calibration.ttft))
+    if len(pd) >= VECTOR_MIN:
+        preds = predict_open_disagg([(one.workers["prefill"], one.workers["decode"], one.deployment.prefill,
+                                      one.deployment.decode, wl, one.link) for one, wl in (loads[i] for i in pd)],
+                                    exact=True)
+        for i, pred in zip(pd, preds):
+            out[i] = loads[i][0].estimate(loads[i][1], with_ttft(pred, loads[i][0].calibration.ttft))
+    for i, (one, wl) in enumerate(loads):
+        if out[i] is None:
+            try:
+                out[i] = one.at(wl)
+            except InfraError as exc:
+                out[i] = exc
+    return out  # type: ignore[return-value]
+
+
+VECTOR_MIN = 16
+"""Open loops below which a vector pass costs more than predicting them one by one (numpy's cost per call)."""
+
+
 __all__ = ["Compiled", "Estimate", "PERCENTILES", "ShapeError", "TRICKLE_RPS", "build_workers", "compile_deployment",
-           "estimate", "finite_ms", "max_rate", "meets", "missed", "objective_value", "overrun", "predict",
+           "estimate", "estimates", "finite_ms", "max_rate", "meets", "missed", "objective_value", "overrun", "predict",
            "shape_problems"]

@@ -32,7 +32,6 @@ Speed comes from few numpy calls over many elements, so the code avoids what cos
 from __future__ import annotations
 
 import dataclasses
-import gc
 import math
 from collections import namedtuple
 from collections.abc import Callable, Sequence
@@ -44,6 +43,7 @@ import numpy as np
 
 from infra.perf import serving
 from infra.perf.arch import GB, Worker
+from infra.perf.heap import collector_paused
 from infra.perf.serving import _CHUNK_Z, _PHI, CHUNK_POINTS, PERCENTILES, Prediction, z_of
 from infra.perf.shape import Role, Workload
 
@@ -743,21 +743,30 @@ def _step_percentiles(c: _Cases, t_mean: np.ndarray, t_decode: np.ndarray, durat
     return itl, tpot
 
 
-def _e2e(ttft: np.ndarray, tpot: np.ndarray, osl: np.ndarray, osl_cv: np.ndarray) -> np.ndarray:
-    """`serving._e2e` with no decode-slot wait (`open_loop_agg` puts that in the TTFT): its zero terms are left out,
-    which changes no sum."""
+def _e2e(ttft: np.ndarray, tpot: np.ndarray, osl: np.ndarray, osl_cv: np.ndarray,
+         slot: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """`serving._e2e`; `slot` the decode-slot wait as `_slot_wait`'s arrays, where there is one (disaggregated
+    decode). Without it (`open_loop_agg` puts that wait in the TTFT) its zero terms are left out, which changes no
+    sum."""
     mean = ttft[0] + (osl - 1) * tpot[0]
+    if slot is not None:
+        mean = mean + slot[0]
     out = np.empty_like(ttft)
     out[0] = mean
     for k, (q, z) in enumerate(zip(_Q, _Z)):
         length = _lognormal_q(osl, osl_cv, z)
+        wait = _slot_quantile(slot[1], slot[2], q) if slot is not None else None
         if q <= 0.5:
             out[k + 1] = ttft[k + 1] + (length - 1) * tpot[0]
+            if wait is not None:
+                out[k + 1] = out[k + 1] + wait
             continue
-        excess = np.sqrt(_square(np.maximum(ttft[k + 1] - ttft[0], 0.0))
-                         + _square(np.maximum(length - osl, 0.0) * tpot[0])
-                         + _square((osl - 1) * np.maximum(tpot[k + 1] - tpot[0], 0.0)))
-        out[k + 1] = mean + excess
+        squares = (_square(np.maximum(ttft[k + 1] - ttft[0], 0.0))
+                   + _square(np.maximum(length - osl, 0.0) * tpot[0])
+                   + _square((osl - 1) * np.maximum(tpot[k + 1] - tpot[0], 0.0)))
+        if wait is not None:
+            squares = squares + _square(np.maximum(wait - slot[0], 0.0))
+        out[k + 1] = mean + np.sqrt(squares)
     return out
 
 
@@ -853,7 +862,15 @@ def _open_loop(c: _Cases, out: _Outcome) -> None:
 
 
 def _worker_row(w: Worker) -> list[float]:
-    """A worker's step coefficients (`Worker.step_terms`, what its step closes over) and `_WORKER_TERMS`."""
+    """A worker's step coefficients (`Worker.step_terms`, what its step closes over) and `_WORKER_TERMS`, kept on
+    the worker (which never changes) once made: a planner packs the same workers in every round of its search."""
+    row = w.__dict__.get("_vector_row")
+    if row is None:
+        row = w.__dict__["_vector_row"] = _make_row(w)
+    return row
+
+
+def _make_row(w: Worker) -> list[float]:
     values = w.step_terms
     f = w.factors
     hold_steps = f.poll_steps + (f.balance_steps if w.parallel.attention_dp > 1 else 0.0)
@@ -978,21 +995,141 @@ def predict_open_agg(cases: Sequence[tuple[Worker, Role, Workload]], *, exact: b
     trillion times."""
     if not cases:
         return []
-    # The predictions are tens of thousands of new dicts and objects, none in a cycle: the cyclic collector would
-    # run over and over while they are made and free nothing.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        with np.errstate(all="ignore"):
-            # Masked-out branches compute with infinities and zeros (the secant of a bracket with an infinite end,
-            # the inverse normal of a probability out of range); their values are discarded, and so are warnings.
-            c = _pack(cases, exact)
-            out = _Outcome(len(cases))
-            _open_loop(c, out)
+    # The predictions are tens of thousands of new dicts and objects, none in a cycle.
+    with collector_paused(), np.errstate(all="ignore"):
+        # Masked-out branches compute with infinities and zeros (the secant of a bracket with an infinite end,
+        # the inverse normal of a probability out of range); their values are discarded, and so are warnings.
+        c = _pack(cases, exact)
+        out = _Outcome(len(cases))
+        _open_loop(c, out)
         return _predictions(cases, out)
-    finally:
-        if collecting:
-            gc.enable()
 
 
-__all__ = ["predict_open_agg"]
+# --- disagg, open loops ---------------------------------------------------------------------------------------------
+
+def _disagg_row(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, link_bytes_s: float
+                ) -> Prediction | tuple:
+    """What `serving.disagg` computes once per open-loop case before its decode solve (worker counts, the prefill
+    queue's rate, service time and load, the hand-off): the scalar code's own figures; or the case's unstable
+    Prediction where it returns one first."""
+    if wl.rate is None:
+        raise ValueError("predict_open_disagg predicts open loops: every workload needs a rate")
+    osl = wl.osl
+    cap, per_prefill_group, transfer, service, gaps = _disagg_fixed(wp, wd, prefill, decode, wl, link_bytes_s)
+    if cap < 1:
+        return serving._unstable({"prefill": 0, "decode": 0}, float("inf"), "one request does not fit decode KV cache")
+    if decode.workers:
+        n_d = decode.workers
+    else:
+        per_group = cap / (osl * wd.step(cap, serving.resident_context(wl)))
+        n_d = max(1, math.ceil(wl.rate / (serving.PREFILL_TARGET_LOAD * per_group) / wd.parallel.attention_dp))
+    lam = wl.rate
+    n_p = prefill.workers or max(1, math.ceil(lam / (serving.PREFILL_TARGET_LOAD * per_prefill_group)
+                                              / wp.parallel.attention_dp))
+    rho_pf = lam / (n_p * wp.parallel.attention_dp) / per_prefill_group
+    notes = [] if prefill.workers is not None and decode.workers is not None else [
+        serving._sized_note(prefill.workers is None, n_p, decode.workers is None, n_d, "sized for the rate")]
+    return (cap, lam / (n_d * wd.parallel.attention_dp), rho_pf, service, wp.request_s() + transfer, gaps, n_p, n_d,
+            notes)
+
+
+def _disagg_fixed(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload,
+                  link_bytes_s: float) -> tuple[int, float, float, float, float]:
+    """The figures of `_disagg_row` the arrival rate leaves alone (the decode slots, a prefill group's rate, the
+    hand-off, a prompt's prefill and the answer's token gaps), kept on the prefill worker (which never changes)
+    by decode worker, roles, lengths and link: a search over the rate asks for them again at every rate."""
+    key = (prefill, decode, wl.isl, wl.osl, wl.osl_cv, wl.prefix_hit, link_bytes_s)
+    kept = wp.__dict__.setdefault("_disagg_fixed", {})
+    entry = kept.get(id(wd))
+    if entry is None or entry[0] is not wd:
+        entry = kept[id(wd)] = (wd, {})
+    hit = entry[1].get(key)
+    if hit is None:
+        isl, osl = wl.isl, wl.osl
+        isl_eff = isl * (1 - wl.prefix_hit)
+        hit = entry[1][key] = (serving.batch_slots(wd, decode, wl),
+                               serving._prefill_rate(wp, isl_eff, isl, prefill.max_num_tokens),
+                               serving._kv_transfer(wp, isl, link_bytes_s) + wd.factors.transfer_ms * 1e-3,
+                               wp.step(0.0, 0.0, isl_eff, isl / 2),
+                               max(serving._lognormal_q(osl, wl.osl_cv, 0.0) - 1, 1.0))
+    return hit
+
+
+def _disagg(cases: Sequence[tuple[Worker, Worker, Role, Role, Workload, float]], exact: bool) -> list[Prediction]:
+    preds: list[Prediction | None] = [None] * len(cases)
+    rows, live = [], []
+    for i, case in enumerate(cases):
+        row = _disagg_row(*case)
+        if isinstance(row, Prediction):
+            preds[i] = row
+        else:
+            rows.append(row)
+            live.append(i)
+    if not live:
+        return preds  # type: ignore[return-value]
+    c = _pack([(cases[i][1], cases[i][3], cases[i][4]) for i in live], exact)
+    cap, lamd, rho_pf, service, extra, gaps = (np.array(col, float) for col in list(zip(*rows))[:6])
+    c.lamd = lamd
+
+    def rate_held(cs: _Cases, b: np.ndarray) -> np.ndarray:
+        """`disagg`'s decode fixed point: the sequences in a group's batch when b are."""
+        return cs.lamd * cs.osl * (_step(cs, b, cs.ctx) / cs.accept)
+
+    b = _least_fixed_point(rate_held, c, cap)
+    code = np.where((rho_pf >= 1) | (b > cap), _OVER, _STABLE)
+    ok = np.flatnonzero(code == _STABLE)
+    s = c.take(ok)
+    b_ok, cap_ok, tpot_mean = b[ok], cap[ok], _step(s, b[ok], s.ctx) / s.accept
+    slot = _slot_wait(s.lamd, cap_ok, (s.osl - 1) * tpot_mean, s.osl_cv)
+    sd = _batch_sd(s.lamd, b_ok, _step(s, b_ok + 1, s.ctx) / s.accept - tpot_mean, s.osl)
+    code[ok] = np.where(~np.isfinite(slot[0]), _SLOTS, np.where(~np.isfinite(sd), _GROWING, _STABLE))
+    rho_ok = rho_pf[ok]
+    wait = _kingman_wait(rho_ok, service[ok], s.arrival_cv, s.isl_cv)
+    ttft = _queue_percentiles(s, service[ok], wait, rho_ok, extra[ok], np.zeros(ok.size))
+    itl = np.empty_like(ttft)
+    itl[0] = tpot_mean
+    itl[1:] = _step(s, b_ok + np.array(_Z_UP)[:, None] * sd, s.ctx) / s.accept
+    tpot = np.empty_like(ttft)
+    tpot[0] = tpot_mean + slot[0] / np.maximum(s.osl - 1, 1.0)
+    for k, q in enumerate(_Q):
+        tpot[k + 1] = itl[k + 1] + _slot_quantile(slot[1], slot[2], q) / gaps[ok]
+    e2e = _e2e(ttft, itl, s.osl, s.osl_cv, slot)
+    # The busiest queue's load, where the slots or the batch's growth end a case: the decode batch's alone.
+    load = np.where((code == _SLOTS) | (code == _GROWING), b / cap, np.maximum(rho_pf, b / cap))
+    metrics = [m.T.tolist() for m in (ttft, tpot, itl, e2e)]
+    at = dict(zip(ok.tolist(), range(ok.size)))
+    for j, (i, row) in enumerate(zip(live, rows)):
+        workers = {"prefill": row[6], "decode": row[7]}
+        k = int(code[j])
+        if k != _STABLE:
+            preds[i] = serving._unstable(workers, float(load[j]), _DISAGG_NOTES[k])
+            continue
+        m = at[j]
+        wl = cases[i][4]
+        ttft_d, tpot_d, itl_d, e2e_d = (dict(zip(_KEYS, v[m])) for v in metrics)
+        preds[i] = _prediction(ttft_d, tpot_d, itl_d, e2e_d, wl.rate, wl.rate * wl.osl, float(b[j]),
+                               float(load[j]), True, workers, list(row[8]))
+    return preds  # type: ignore[return-value]
+
+
+_DISAGG_NOTES = {
+    _OVER: "arrival rate exceeds what the workers sustain",
+    _SLOTS: "arrival rate exceeds what the decode batch slots sustain",
+    _GROWING: "arrival rate is past the point where the decode batch keeps growing",
+}
+"""The notes of `serving.disagg`'s unstable open-loop results, word for word."""
+
+
+def predict_open_disagg(cases: Sequence[tuple[Worker, Worker, Role, Role, Workload, float]], *,
+                        exact: bool = False) -> list[Prediction]:
+    """`[serving.disagg(wp, wd, prefill, decode, wl, link) for wp, wd, prefill, decode, wl, link in cases]` for
+    open loops, all at once, as `predict_open_agg` does for aggregated ones (the same `exact`): what each case
+    computes once is the scalar code's (`_disagg_row`), the decode batch's fixed point, the slot wait, the batch's
+    spread and the percentiles are solved over all the cases together."""
+    if not cases:
+        return []
+    with collector_paused(), np.errstate(all="ignore"):
+        return _disagg(cases, exact)
+
+
+__all__ = ["predict_open_agg", "predict_open_disagg"]

@@ -39,6 +39,7 @@ from infra.perf.estimate import (
     overrun,
     shape_problems,
 )
+from infra.perf.heap import collector_paused
 from infra.perf.serving import PERCENTILES, z_of
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 from infra.perf.stages import StageEstimate
@@ -939,10 +940,17 @@ def enumerate_candidates(resolved: ResolvedIntent, slo_scale: float = 1.0,
     `slo_scale` multiplies every objective (used to find how far an objective must relax); `progress(done,
     total)` is told after each service; `corrections` tighten objectives per service from verification;
     `services` replaces the intent's services (pipelines expanded into their stages)."""
+    with collector_paused():  # a fleet's scoring keeps its estimates alive while it makes more (infra.perf.heap)
+        return _enumerate(resolved, slo_scale, progress, corrections,
+                          resolved.services if services is None else services)
+
+
+def _enumerate(resolved: ResolvedIntent, slo_scale: float, progress: Callable[[int, int], None] | None,
+               corrections: Corrections | None, services: list[ResolvedService]) -> tuple[list[Candidate],
+                                                                                          list[Considered]]:
     base = resolved.loaded.document.path.parent
     out: list[Candidate] = []
     seen: list[Considered] = []
-    services = resolved.services if services is None else services
     for done, rs in enumerate(services):
         if progress is not None:
             progress(done, len(services))

@@ -140,11 +140,14 @@ def _routed(resolved: ResolvedIntent, services: list[ResolvedService], cands: li
     way, and the clients of a closed loop land on pods at random."""
     catalog = _catalog(resolved)
     out: dict[str, Candidate] = {}
+    chosen: dict[str, list[Candidate]] = {}
+    for c in cands:
+        if c.key in sol.replicas and isinstance(c.estimate, Estimate) and c.decode_pool is None:
+            chosen.setdefault(c.service, []).append(c)
     for rs in services:
         if rs.model is None:
             continue
-        mine = [c for c in cands if c.service == rs.service.name and c.key in sol.replicas
-                and isinstance(c.estimate, Estimate) and c.decode_pool is None]
+        mine = chosen.get(rs.service.name, [])
         if not mine or not sum(c.capacity * sol.replicas[c.key] for c in mine):
             continue
         loads = _replica_loads(resolved, rs, mine, sol)
@@ -395,6 +398,7 @@ def _allocations(resolved: ResolvedIntent, cands: list[Candidate], sol: Solution
                  placed: dict[str, dict[str, int]], services: list[ResolvedService],
                  pipelines: dict[str, list[Unit]]) -> list[dict[str, Any]]:
     by_name = {rs.service.name: rs for rs in services}
+    cands = [c for c in cands if c.key in sol.replicas]  # the chosen shapes: each entry picks its own from them
     out = []
     for rs in resolved.services:
         if rs.service.name not in pipelines:

@@ -180,9 +180,16 @@ def _solve_apart(parts: list[str], cands: list[Candidate], limits: Limits, time_
     used: dict[str, int] = {}
     best = bound = 0.0
     optimal = True
+    # Each part's services and candidates gathered in one pass, in their order (not one pass per part).
+    part_services: dict[str, set[str]] = {}
+    for s in limits.demand:
+        part_services.setdefault(limits.parent.get(s, s), set()).add(s)
+    part_cands: dict[str, list[Candidate]] = {}
+    for c in cands:
+        part_cands.setdefault(limits.parent.get(c.service, c.service), []).append(c)
     for part in parts:
-        services = {s for s in limits.demand if limits.parent.get(s, s) == part}
-        mine = [c for c in cands if c.service in services]
+        services = part_services.get(part, set())
+        mine = [c for c in part_cands.get(part, []) if c.service in services]
         sub = replace(limits, demand={s: d for s, d in limits.demand.items() if s in services},
                       min_replicas={s: v for s, v in limits.min_replicas.items() if s in services},
                       zones={s: v for s, v in limits.zones.items() if s in services},
@@ -241,8 +248,11 @@ def _solve_joint(cands: list[Candidate], limits: Limits, time_limit_s: float, ex
         # Capacity rounds down and demand up, so that scaling to integers never lets a plan fall short.
         cap_terms[c.service].append(math.floor(c.capacity * CAP_SCALE + 1e-9) * n[c.key])
     served = {}
+    by_service: dict[str, list[Candidate]] = {s: [] for s in services}
+    for c in cands:
+        by_service[c.service].append(c)
     for s in services:
-        mine = [c for c in cands if c.service == s]
+        mine = by_service[s]
         need = math.ceil(limits.demand[s] * CAP_SCALE - 1e-9)
         if objective == "goodput":
             # Served share of demand in thousandths: bounded by what the chosen replicas carry.

@@ -23,7 +23,7 @@ from infra.perf import serving, vector
 from infra.perf.estimate import build_workers
 from infra.perf.serving import Prediction, open_loop_agg
 from infra.perf.shape import Deployment, Parallel, Role, Workload
-from infra.perf.vector import predict_open_agg
+from infra.perf.vector import predict_open_agg, predict_open_disagg
 
 CAT = load_catalog()
 MODELS = ("Llama-3.1-8B", "Llama-3.1-70B", "Qwen3-32B", "Qwen3-235B-A22B", "DeepSeek-V3", "gpt-oss-120b",
@@ -267,3 +267,114 @@ def test_a_file_of_cases_gives_what_each_case_gives_alone():
         else:
             assert got == alone
     assert sum(isinstance(r, InfraError) for r in together) == 2
+
+
+PD_KINDS = ("stable", "one request does not fit decode", "arrival rate exceeds what the workers",
+            "arrival rate exceeds what the decode batch slots", "arrival rate is past the point")
+
+
+def _pd_pairs() -> list[tuple[object, object, Role, Role, float]]:
+    """(prefill worker, decode worker, their roles, link bytes/s) for disaggregated layouts of the sweep that fit:
+    worker counts given or left to the model, batch caps set or left to memory, decode in attention-DP groups."""
+    out = []
+    for name, device, tp in itertools.product(MODELS[:6], DEVICES[:4], (2, 4, 8)):
+        model = CAT.model(name)
+        precision = model.native_precision if model.native_precision in CAT.device(device).precisions else "bf16"
+        par = Parallel(tp=tp, ep=tp, moe_tp=1) if model.moe else Parallel(tp=tp)
+        wide = Parallel(tp=1, ep=tp, moe_tp=1, attention_dp=tp) if model.moe else par
+        for (p, d), cap, budget in itertools.product(((1, 1), (2, 1), (1, 4), (None, None), (1, None)),
+                                                     (None, 16), (8192, 1024)):
+            prefill = Role(par, batch_cap=cap, workers=p, max_num_tokens=budget)
+            decode = Role(wide if d == 4 else par, batch_cap=cap, workers=d)
+            try:
+                workers, _, link = build_workers(Deployment(name, device, "vllm", precision, "disagg",
+                                                            prefill=prefill, decode=decode), CAT)
+            except InfraError:
+                continue
+            out.append((workers["prefill"], workers["decode"], prefill, decode, link))
+    return out
+
+
+def _pd_kinds(cases: list[tuple]) -> set[str]:
+    """Compare the vector and the scalar disaggregated open loops case by case; the kinds of result reached."""
+    want = [serving.disagg(*c) for c in cases]
+    got = predict_open_disagg(cases, exact=True)
+    assert len(got) == len(want)
+    for case, a, b in zip(cases, want, got):
+        assert _difference(a, b) <= REL, f"{case[2]} {case[3]} {case[4]}:\n  scalar {a}\n  vector {b}"
+    return {"stable" if p.stable else next(k for k in PD_KINDS if p.assumptions[0].startswith(k)) for p in want}
+
+
+def _pd_edges(configs: list[tuple]) -> list[float]:
+    """The largest stable rate of each disaggregated case from its own rate up (0 where that is unstable), to
+    some 1e-9: quadrupled until unstable, then its log bisected, all cases at once with the vector model."""
+    at, lo, hi = [c[4].rate for c in configs], [0.0] * len(configs), [math.inf] * len(configs)
+
+    def stable(rates: list[float]) -> list[bool]:
+        return [p.stable for p in predict_open_disagg([(*c[:4], dataclasses.replace(c[4], rate=x), c[5])
+                                                       for c, x in zip(configs, rates)])]
+
+    for _ in range(24):
+        for i, ok in enumerate(stable(at)):
+            if math.isinf(hi[i]):
+                lo[i], at[i], hi[i] = (at[i], at[i] * 4, hi[i]) if ok else (lo[i], at[i], at[i])
+    for _ in range(36):
+        mids = [math.sqrt(a * b) if a > 0 and math.isfinite(b) else 1.0 for a, b in zip(lo, hi)]
+        for i, ok in enumerate(stable(mids)):
+            if lo[i] > 0 and math.isfinite(hi[i]):
+                lo[i], hi[i] = (mids[i], hi[i]) if ok else (lo[i], mids[i])
+    return lo
+
+
+def test_vector_disaggregated_open_loop_equals_the_scalar_one_case_by_case():
+    rng = random.Random(11)
+    pairs = _pd_pairs()
+    cases = [(wp, wd, p, d, _workload(rng, 10 ** rng.uniform(-3, 3.5)), link)
+             for wp, wd, p, d, link in (rng.choice(pairs) for _ in range(2000))]
+    near = [(wp, wd, p, d, _workload(rng, 1e-3), link) for wp, wd, p, d, link in rng.sample(pairs, 300)]
+    for case, top in zip(near, _pd_edges(near)):
+        for f in (0.5, 0.999, 1 + 1e-6, 1.001, 1.1) if top > 0 else ():
+            cases.append((*case[:4], dataclasses.replace(case[4], rate=top * f), case[5]))
+    assert _pd_kinds(cases) >= set(PD_KINDS[:3])
+    assert predict_open_disagg([]) == []
+    with pytest.raises(ValueError, match="rate"):
+        predict_open_disagg([(*cases[0][:4], Workload(isl=128, osl=16, concurrency=4), cases[0][5])])
+
+
+def test_a_full_or_growing_decode_batch_is_unstable_alike(monkeypatch):
+    """No catalog deployment reaches the decode slots' or the batch spread's checks (the decode batch reaching its
+    cap stops it first), so both models get slots that fill and a tipping point nearer, the same in each."""
+    def busier(fn, k):
+        return lambda lam, *rest: fn(lam * k, *rest)
+
+    monkeypatch.setattr(serving, "_slot_wait", busier(serving._slot_wait, 1.5))
+    monkeypatch.setattr(vector, "_slot_wait", busier(vector._slot_wait, 1.5))
+    monkeypatch.setattr(serving, "_batch_sd", busier(serving._batch_sd, 5))
+    monkeypatch.setattr(vector, "_batch_sd", busier(vector._batch_sd, 5))
+    rng = random.Random(3)
+    near = [(wp, wd, p, d, _workload(rng, 1e-3), link) for wp, wd, p, d, link in rng.sample(_pd_pairs(), 200)]
+    cases = [(*case[:4], dataclasses.replace(case[4], rate=top * f), case[5])
+             for case, top in zip(near, _pd_edges(near)) for f in (0.3, 0.6, 0.9, 0.999) if top > 0]
+    assert _pd_kinds(cases) >= set(PD_KINDS[3:])
+
+
+def test_estimates_of_many_loads_are_those_of_each_alone():
+    from infra.perf.estimate import VECTOR_MIN, compile_deployment, estimates
+
+    rng = random.Random(2)
+    one = compile_deployment(Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16", agg=Role(Parallel(tp=1))), CAT)
+    pd = compile_deployment(Deployment("Llama-3.1-70B", "H200", "vllm", "fp8", "disagg",
+                                       prefill=Role(Parallel(tp=4), workers=1),
+                                       decode=Role(Parallel(tp=4), workers=2)), CAT)
+    loads = [(c, _workload(rng, 10 ** rng.uniform(-2, 3))) for c in (one, pd) for _ in range(2 * VECTOR_MIN)]
+    loads += [(one, Workload(isl=1024, osl=128, concurrency=8)), (one, Workload(isl=2e6, osl=128, rate=1.0))]
+    got = estimates(loads)
+    for (c, wl), est in zip(loads, got):
+        try:
+            alone = c.at(wl)
+        except InfraError as exc:
+            assert isinstance(est, InfraError) and est.problems == exc.problems
+            continue
+        assert _difference(alone.prediction, est.prediction) <= REL
+        assert (est.devices, est.notes, est.workload) == (alone.devices, alone.notes, alone.workload)
+    assert sum(isinstance(e, InfraError) for e in got) == 1
