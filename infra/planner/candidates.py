@@ -13,7 +13,7 @@ import math
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -141,8 +141,9 @@ class Candidate:
         return (self.devices_on(self.pool) * self.price_per_device_hour
                 + self.devices_on(self.decode_pool) * self.decode_price)
 
-    @property
+    @cached_property
     def layout(self) -> str:
+        # Cached (as `key`): a fleet's solve and plan ask for them millions of times, and they never change.
         if self.share < 1:
             return f"{self.parallel.label()}@{self.share:g}"
         if not self.decode_workers:
@@ -150,7 +151,7 @@ class Candidate:
         return pd_label(self.prefill_workers, self.parallel, self.decode_workers, self.decode_parallel,
                         self.decode_pool)
 
-    @property
+    @cached_property
     def key(self) -> str:
         return f"{self.service}/{self.pool}/{self.framework}/{self.precision}/{self.layout}"
 

@@ -681,7 +681,7 @@ def _alternatives(cands: list[Candidate], sol: Solution, limits: Limits, top: in
         if frozen in tried or len(exclude) == len(cands):
             continue
         tried.add(frozen)
-        alt = solve(cands, limits, exclude=exclude, time_limit_s=5.0)
+        alt = solve(cands, limits, exclude=exclude, time_limit_s=5.0, core=False)
         if alt.status not in ("OPTIMAL", "FEASIBLE"):
             continue
         used = [c for c in cands if c.key in alt.replicas]

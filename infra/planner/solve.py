@@ -44,7 +44,9 @@ single-threaded with a fixed seed and a deterministic time budget, so the same i
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ortools.sat.python import cp_model
 
@@ -151,7 +153,7 @@ def limits_from(resolved: ResolvedIntent, tokens_per_request: dict[str, float],
 
 def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 20.0,
           extra_devices: dict[str, int] | None = None, exclude: set[str] | None = None,
-          active: set[str] | None = None, objective: str = "cost") -> Solution:
+          active: set[str] | None = None, objective: str = "cost", core: bool = True) -> Solution:
     """Cheapest replica counts that meet every limit; `extra_devices` adds devices to pools and `exclude` drops
     candidates (both for relaxations and alternatives); `active`, when given, enforces only those constraint
     groups (for shrinking a conflict). `objective` "goodput" serves as much of each service's demand as the
@@ -161,21 +163,24 @@ def solve(candidates: list[Candidate], limits: Limits, *, time_limit_s: float = 
     units of its pipeline, which share its budget) is solved on its own first; when the parts together fit the
     pools and the total budget, no joint plan can cost less (each part is the cheapest it can be with the whole
     inventory to itself) and their margins are each the most at that cost, so theirs is the joint optimum,
-    found in models a few hundred times smaller. Otherwise the joint model decides."""
+    found in models a few hundred times smaller. Otherwise the joint model decides. `core` False: a caller that
+    needs only whether a plan exists (alternatives) is told INFEASIBLE as soon as one part alone has none, with
+    that part's conflict rather than the whole model's."""
     exclude = exclude or set()
     cands = [c for c in candidates if c.key not in exclude]
     parts = sorted({limits.parent.get(s, s) for s in limits.demand})
     if len(parts) > 1 and active is None:
-        apart = _solve_apart(parts, cands, limits, time_limit_s, extra_devices, objective)
+        apart = _solve_apart(parts, cands, limits, time_limit_s, extra_devices, objective, core)
         if apart is not None:
             return apart
     return _solve_joint(cands, limits, time_limit_s, extra_devices, active, objective)
 
 
 def _solve_apart(parts: list[str], cands: list[Candidate], limits: Limits, time_limit_s: float,
-                 extra_devices: dict[str, int] | None, objective: str) -> Solution | None:
+                 extra_devices: dict[str, int] | None, objective: str, core: bool = True) -> Solution | None:
     """The joint optimum from each part's own (see `solve`), or None when a part has no plan or the parts
-    together overrun a pool or the total budget. Pools whose nodes differ in size are packed jointly."""
+    together overrun a pool or the total budget. Pools whose nodes differ in size are packed jointly. Without
+    `core`, a part proven to have no plan is the answer (INFEASIBLE, with that part's conflict)."""
     scale = 1000 if objective == "goodput" else COST_SCALE
     used: dict[str, int] = {}
     best = bound = 0.0
@@ -197,7 +202,9 @@ def _solve_apart(parts: list[str], cands: list[Candidate], limits: Limits, time_
                       even=limits.even & services, one_mode=limits.one_mode & services,
                       budget_hour={s: v for s, v in limits.budget_hour.items() if s == part},
                       total_budget_hour=None)
-        sol = _solve_joint(mine, sub, time_limit_s, extra_devices, None, objective)
+        sol = _part(mine, sub, services, time_limit_s, extra_devices, objective)
+        if sol.status == "INFEASIBLE" and not core:
+            return sol  # no plan for this part with the whole inventory to itself: none for all of them
         if sol.status not in ("OPTIMAL", "FEASIBLE"):
             return None
         optimal = optimal and sol.status == "OPTIMAL"
@@ -217,6 +224,37 @@ def _solve_apart(parts: list[str], cands: list[Candidate], limits: Limits, time_
     gap = 0.0 if optimal else abs(best - bound) / max(abs(best), 1e-9)
     return Solution("OPTIMAL" if optimal else "FEASIBLE", dict(sorted(used.items())), round(cost, 6), best / scale,
                     (best if optimal else bound) / scale, gap)
+
+
+_PARTS: OrderedDict[tuple[Any, ...], list[tuple[frozenset[int], tuple[Candidate, ...], Solution]]] = OrderedDict()
+PARTS_KEPT = 4096
+"""Limits under which `_part` keeps the solutions it found, the most recently used: a fleet's plan solves every
+part again for each alternative and relaxation it tries, and most parts come out the same each time."""
+
+
+def _part(mine: list[Candidate], sub: Limits, services: set[str], time_limit_s: float,
+          extra_devices: dict[str, int] | None, objective: str) -> Solution:
+    """`_solve_joint` of one part, reusing an optimum found under the same limits (what the model reads of them)
+    for candidates that include these (the very objects, held with the solution) when it uses none of the others:
+    dropping shapes a plan does not use leaves it the cheapest."""
+    key = (time_limit_s, objective, tuple(sorted((extra_devices or {}).items())),
+           *(tuple(sorted(getattr(sub, f).items())) for f in ("demand", "min_replicas", "zones", "zone_keep",
+                                                               "budget_hour", "pool_devices", "pool_nodes")),
+           tuple(sorted((u, sub.parent[u]) for u in services if u in sub.parent)), sub.total_budget_hour,
+           tuple(sorted(sub.even)), tuple(sorted(sub.one_mode)))
+    ids = frozenset(map(id, mine))
+    keys = {c.key for c in mine}
+    found = _PARTS.get(key, [])
+    for held, _, sol in found:
+        if ids <= held and sol.status == "OPTIMAL" and keys.issuperset(sol.replicas):
+            _PARTS.move_to_end(key)
+            return sol
+    sol = _solve_joint(mine, sub, time_limit_s, extra_devices, None, objective)
+    _PARTS[key] = [*found[-3:], (ids, tuple(mine), sol)]
+    _PARTS.move_to_end(key)
+    if len(_PARTS) > PARTS_KEPT:
+        _PARTS.popitem(last=False)
+    return sol
 
 
 def _solve_joint(cands: list[Candidate], limits: Limits, time_limit_s: float, extra_devices: dict[str, int] | None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from dataclasses import replace
 import random
 import types
 
@@ -102,6 +103,33 @@ def test_services_that_fit_apart_but_not_together_are_solved_jointly():
     assert _solve_apart(["a", "b"], cands, limits, 20.0, None, "cost") is None  # both want all of p1
     sol = solve(cands, limits)
     assert sol.status == "OPTIMAL" and sol.cost_per_hour == 16.0
+
+
+def test_a_part_is_solved_again_only_when_what_it_used_is_gone(monkeypatch):
+    from infra.planner import solve as solve_module
+
+    calls = []
+    joint = solve_module._solve_joint
+    monkeypatch.setattr(solve_module, "_solve_joint", lambda cands, *a: calls.append(len(cands)) or joint(cands, *a))
+    cands = [_cand(s, "p1", 1, 2.0, price, tag=tag) for s in ("a", "b")
+             for tag, price in (("cheap", 1.0), ("dear", 3.0))]
+    limits = Limits({"a": 3.0, "b": 3.0}, {"a": 1, "b": 1}, {"a": 1, "b": 1}, {"a": None, "b": None}, {"p1": 64})
+    first = solve(cands, limits)
+    assert len(calls) == 2 and first.cost_per_hour == 4.0
+    # Dropping shapes neither part uses leaves both optima as they were: nothing is solved again.
+    assert solve(cands, limits, exclude={"a/p1/dear/fp8/tp1", "b/p1/dear/fp8/tp1"}) == first
+    assert len(calls) == 2
+    # Dropping one that a part uses solves that part again, and only it.
+    alt = solve(cands, limits, exclude={"a/p1/cheap/fp8/tp1"})
+    assert calls[2:] == [1] and alt.cost_per_hour == 8.0
+    # A part under other limits is another problem; the part whose limits stay is not solved again.
+    solve(cands, replace(limits, demand={"a": 5.0, "b": 3.0}))
+    assert len(calls) == 4
+    # A part with no plan: the whole has none. Asked without the conflict, no joint model is built for it.
+    none = replace(limits, demand={"a": 500.0, "b": 3.0})
+    assert solve(cands, none, core=False).status == "INFEASIBLE"
+    assert all(n <= 2 for n in calls)
+    assert solve(cands, none).status == "INFEASIBLE" and calls[-1] == 4
 
 
 def test_minimal_conflict_drops_innocent_groups():
