@@ -58,6 +58,7 @@ _CDF_TAIL = tuple(1 - _PHI.cdf(z) for z in _Z_UP)
 """`_arrivals_quantile`'s `tail` at each percentile (it depends on the percentile alone)."""
 _SQRT_2PI = math.sqrt(2 * math.pi)
 _SQRT_2 = math.sqrt(2)
+_SQRT_PI = math.sqrt(math.pi)
 _NO_SLOTS = 1 << 30
 """`role.batch_cap or 1 << 30`, and what `max_sequences` gives a worker that keeps no per-sequence state."""
 
@@ -552,16 +553,42 @@ def _kingman_wait(rho: np.ndarray, service: np.ndarray, ca: np.ndarray, cs: np.n
     return (ca * ca + cs * cs) / 2 * rho / (1 - rho) * service
 
 
-def _queue_percentiles(c: _Cases, service: np.ndarray, wait: np.ndarray, rho: np.ndarray, extra: np.ndarray,
-                       phase: np.ndarray) -> np.ndarray:
-    """`serving._queue_percentiles` with the cases' prompt-length ratios (`known`, NaN where not given): rows mean,
-    p50 .. p99.9."""
+def _service_spread(c: _Cases, price: Callable[[np.ndarray], np.ndarray]
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`serving._service_spread` of each case (`price` maps (j, n) lengths to their service times): the mean,
+    the CV and the rows p50 .. p99.9, with the cases' known prompt-length ratios (`known`, NaN where not given)."""
+    isl, isl_cv = c.isl, c.isl_cv
+    s2 = np.log1p(isl_cv * isl_cv)
+    sd = np.sqrt(s2)
+    times = price(np.stack([isl * np.exp(sd * _SQRT_2 * x - s2 / 2) for x, _ in serving._HERMITE]))
+    first = np.zeros(c.n)
+    second = np.zeros(c.n)
+    for (_, weight), t in zip(serving._HERMITE, times):
+        first = first + weight * t
+        second = second + weight * t * t
+    first = first / _SQRT_PI
+    second = second / _SQRT_PI
+    cv = np.where(first > 0, np.sqrt(np.maximum(second / (first * first) - 1, 0.0)), 0.0)
+    lengths = np.where(np.isnan(c.known), _lognormal_q(isl, isl_cv, np.array(_Z)[:, None]), isl * c.known)
+    quantiles = price(lengths)
+    flat = isl_cv <= 0
+    if flat.any():
+        one = price(isl[None, :])[0]
+        first = np.where(flat, one, first)
+        cv = np.where(flat, 0.0, cv)
+        quantiles = np.where(flat, one, quantiles)
+    return first, cv, quantiles
+
+
+def _queue_percentiles(service: np.ndarray, wait: np.ndarray, rho: np.ndarray, extra: np.ndarray,
+                       phase: np.ndarray, service_q: np.ndarray) -> np.ndarray:
+    """`serving._queue_percentiles` with the service's own percentiles (`service_q`, rows p50 .. p99.9): rows
+    mean, p50 .. p99.9."""
     out = np.empty((len(_KEYS), service.size))
     out[0] = extra + service + wait + phase / 2
-    for k, (q, tail, z) in enumerate(zip(_Q, _TAIL, _Z)):
+    for k, (q, tail) in enumerate(zip(_Q, _TAIL)):
         queued = np.where((rho > tail) & (rho > 0), (wait / rho) * np.log(rho / tail), 0.0)
-        known = c.known[k]
-        own = np.where(np.isnan(known), _lognormal_q(service, c.isl_cv, z), service * known)
+        own = service_q[k]
         if q <= 0.5:
             out[k + 1] = extra + own + queued + phase * q
             continue
@@ -840,11 +867,14 @@ def _open_loop(c: _Cases, out: _Outcome) -> None:
     if not c.n:
         return
     b, t, rho, accept = c.b, c.t, c.rho, c.accept
-    wait = _kingman_wait(rho, c.own, c.arrival_cv, c.isl_cv)
+    keep = 1 - c.prefix_hit
+    service, service_cv, service_q = _service_spread(
+        c, lambda n: _step(c, b, c.ctx, np.minimum(n * keep, c.chunk), n / 2) * np.maximum(1.0, n * keep / c.chunk))
+    wait = _kingman_wait(rho, service, c.arrival_cv, service_cv)
     # With Poisson arrivals a group is decoding with probability 1 - exp(-b) (`_scheduler_hold`'s `busy`).
     busy = -np.expm1(-b)
     extra = c.request_s + c.hold_steps * t * np.minimum(np.maximum(busy, 0.0), 1.0)
-    ttft = _queue_percentiles(c, c.own, wait, rho, extra, t)
+    ttft = _queue_percentiles(service, wait, rho, extra, t, service_q)
     ttft[0] = ttft[0] + c.slot_mean
     for k, q in enumerate(_Q):
         ttft[k + 1] = ttft[k + 1] + _slot_quantile(c.slot_prob, c.slot_decay, q)
@@ -1034,11 +1064,11 @@ def _disagg_row(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workloa
 
 
 def _disagg_fixed(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload,
-                  link_bytes_s: float) -> tuple[int, float, float, float, float]:
+                  link_bytes_s: float) -> tuple[int, float, float, tuple[float, float, dict[str, float]], float]:
     """The figures of `_disagg_row` the arrival rate leaves alone (the decode slots, a prefill group's rate, the
     hand-off, a prompt's prefill and the answer's token gaps), kept on the prefill worker (which never changes)
     by decode worker, roles, lengths and link: a search over the rate asks for them again at every rate."""
-    key = (prefill, decode, wl.isl, wl.osl, wl.osl_cv, wl.prefix_hit, link_bytes_s)
+    key = (prefill, decode, wl.isl, wl.osl, wl.osl_cv, wl.prefix_hit, wl.isl_cv, wl.isl_quantiles, link_bytes_s)
     kept = wp.__dict__.setdefault("_disagg_fixed", {})
     entry = kept.get(id(wd))
     if entry is None or entry[0] is not wd:
@@ -1047,10 +1077,12 @@ def _disagg_fixed(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workl
     if hit is None:
         isl, osl = wl.isl, wl.osl
         isl_eff = isl * (1 - wl.prefix_hit)
+        keep = 1 - wl.prefix_hit
         hit = entry[1][key] = (serving.batch_slots(wd, decode, wl),
                                serving._prefill_rate(wp, isl_eff, isl, prefill.max_num_tokens),
                                serving._kv_transfer(wp, isl, link_bytes_s) + wd.factors.transfer_ms * 1e-3,
-                               wp.step(0.0, 0.0, isl_eff, isl / 2),
+                               serving._service_spread(lambda n: wp.step(0.0, 0.0, n * keep, n / 2), isl,
+                                                       wl.isl_cv, wl.isl_quantiles),
                                max(serving._lognormal_q(osl, wl.osl_cv, 0.0) - 1, 1.0))
     return hit
 
@@ -1068,7 +1100,11 @@ def _disagg(cases: Sequence[tuple[Worker, Worker, Role, Role, Workload, float]],
     if not live:
         return preds  # type: ignore[return-value]
     c = _pack([(cases[i][1], cases[i][3], cases[i][4]) for i in live], exact)
-    cap, lamd, rho_pf, service, extra, gaps = (np.array(col, float) for col in list(zip(*rows))[:6])
+    columns = list(zip(*rows))
+    cap, lamd, rho_pf, extra, gaps = (np.array(columns[k], float) for k in (0, 1, 2, 4, 5))
+    service = np.array([spread[0] for spread in columns[3]])
+    service_cv = np.array([spread[1] for spread in columns[3]])
+    service_q = np.array([[spread[2][p] for spread in columns[3]] for p in PERCENTILES]).reshape(len(PERCENTILES), -1)
     c.lamd = lamd
 
     def rate_held(cs: _Cases, b: np.ndarray) -> np.ndarray:
@@ -1084,8 +1120,8 @@ def _disagg(cases: Sequence[tuple[Worker, Worker, Role, Role, Workload, float]],
     sd = _batch_sd(s.lamd, b_ok, _step(s, b_ok + 1, s.ctx) / s.accept - tpot_mean, s.osl)
     code[ok] = np.where(~np.isfinite(slot[0]), _SLOTS, np.where(~np.isfinite(sd), _GROWING, _STABLE))
     rho_ok = rho_pf[ok]
-    wait = _kingman_wait(rho_ok, service[ok], s.arrival_cv, s.isl_cv)
-    ttft = _queue_percentiles(s, service[ok], wait, rho_ok, extra[ok], np.zeros(ok.size))
+    wait = _kingman_wait(rho_ok, service[ok], s.arrival_cv, service_cv[ok])
+    ttft = _queue_percentiles(service[ok], wait, rho_ok, extra[ok], np.zeros(ok.size), service_q[:, ok])
     itl = np.empty_like(ttft)
     itl[0] = tpot_mean
     itl[1:] = _step(s, b_ok + np.array(_Z_UP)[:, None] * sd, s.ctx) / s.accept

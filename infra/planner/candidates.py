@@ -885,11 +885,12 @@ class _Job:
 
 
 def _score_jobs(jobs: list[_Job], wl: Workload, slo: dict[tuple[str, str], float], resolved: ResolvedIntent,
-                longest: int | None, confidence: float | None,
-                even: bool = False) -> list[tuple[Considered, Candidate | None]]:
+                longest: int | None, confidence: float | None, even: bool = False,
+                units_even: bool = False) -> list[tuple[Considered, Candidate | None]]:
     """Score one service's shapes, in each group the smallest first: a shape must carry more load per device than
     every smaller one scored before it, else `prune_dominated` drops it, so a probe at that load is asked first
-    and the full search runs only when it holds. Results come in the jobs' order."""
+    and the full search runs only when it holds. Results come in the jobs' order. `even` / `units_even`: the
+    router splits the requests evenly at random over aggregated replicas / prefill/decode units."""
     out: list[tuple[Considered, Candidate | None]] = [(job.record, None) for job in jobs]
     top: dict[tuple[str, str, str], float] = {}
     for i in sorted(range(len(jobs)), key=lambda i: (jobs[i].group, jobs[i].consumption, i)):
@@ -897,7 +898,7 @@ def _score_jobs(jobs: list[_Job], wl: Workload, slo: dict[tuple[str, str], float
         record, scored = _score(job.record, job.dep, wl, slo, resolved, job.pool, job.device,
                                 memory_gb=job.memory_gb, longest=longest, confidence=confidence,
                                 worth=top.get(job.group, 0.0) * job.consumption,
-                                even=even and job.dep.mode == "agg")
+                                even=even if job.dep.mode == "agg" else units_even)
         cand = job.make(capacity=scored[0], estimate=scored[1]) if scored is not None else None
         if cand is not None:
             top[job.group] = max(top.get(job.group, 0.0), cand.capacity / cand.consumption)
@@ -1013,8 +1014,9 @@ def _enumerate(resolved: ResolvedIntent, slo_scale: float, progress: Callable[[i
                                               pool, device, (pool.name, fw.name, "disagg" if workers else "agg"),
                                               float(devices), make))
         jobs = [x for x in items if isinstance(x, _Job)]
-        even = service_router(resolved, svc.name) == "service"
-        scored = iter(_score_jobs(jobs, wl, slo, resolved, longest_request(svc), svc.slo.confidence, even))
+        router = service_router(resolved, svc.name)
+        scored = iter(_score_jobs(jobs, wl, slo, resolved, longest_request(svc), svc.slo.confidence,
+                                  router == "service", router != "inference-pool"))
         for x in items:
             if isinstance(x, Considered):
                 seen.append(x)

@@ -103,20 +103,21 @@ def replica_loads(router: str, wl: Workload, allocations: list[tuple[str, int, f
     - `http-route`: the same share; the gateway picks the allocation at random by weight, which thins the
       stream (a renewal stream of cv c thinned to a share p has cv^2 = p c^2 + 1 - p), and balances its own
       replicas by least requests (`peers`: the allocation's replicas);
-    - `service`: every pod the same share, at random, whatever its capacity (no smoothing); clients of a closed
+    - `service`: every pod the same share, at random, whatever its capacity (no smoothing), a prefill/decode
+      unit's replica counting as one pod among the service's units (one mode holds behind it); clients of a closed
       loop land on pods at random too, so the busiest of n pods holds some standard deviations more than its
       share (about sqrt(2 ln n) of them).
     """
     capacity = sum(n * cap for _, n, cap, _ in allocations)
     demand = float(wl.rate if wl.rate is not None else wl.concurrency or 0)
     served = min(demand, capacity)
-    pods = sum(n for _, n, _, agg in allocations if agg)
     total = sum(n for _, n, _, _ in allocations)
     out: dict[str, Workload] = {}
     for key, n, cap, agg in allocations:
         share = cap / capacity if capacity else 0.0
         cv, peers = wl.arrival_cv, max(total, 1)
-        if router == "service" and agg and pods:
+        pods = sum(m for _, m, _, kind in allocations if kind == agg)
+        if router == "service" and pods:
             share = 1.0 / pods
             cv, peers = math.sqrt(share * wl.arrival_cv ** 2 + 1 - share), 1
         elif router == "http-route" and agg:

@@ -7,8 +7,10 @@ Formulation (all services jointly, one inventory):
     demand      sum_{c of s} cap[c] * n[c] >= D[s]                 for every service s      [literal demand:s]
     replicas    sum_{c of s} n[c] >= min_replicas[s]                                        [literal replicas:s]
     even split  for a service behind a plain Service (`routing`: every pod the same share, whatever its
-                capacity), each aggregated shape c it uses holds that share: u[c] in {0,1}, n[c] = 0 unless u[c],
-                and u[c] => cap[c] * sum_{aggregated c' of s} n[c'] >= D[s]                 [literal demand:s]
+                capacity), each shape c it uses holds that share: u[c] in {0,1}, n[c] = 0 unless u[c], and
+                u[c] => cap[c] * sum_{c' of s of c's mode} n[c'] >= D[s] (aggregated replicas and P/D units
+                apart: one mode holds behind such a router); P/D units likewise behind any router but the
+                endpoint picker, which renders them a plain Service                          [literal demand:s]
     one mode    behind a router that feeds prefill/decode units only when no aggregated replica is beside them
                 (anything but the inference gateway's endpoint picker): a[s] in {0,1}, n[aggregated c] = 0
                 unless a[s], n[prefill/decode c] = 0 if a[s]                                  [literal demand:s]
@@ -407,9 +409,16 @@ def _routed_split(m: cp_model.CpModel, s: str, mine: list[Candidate], n: dict[st
             m.add(n[c.key] == 0).only_enforce_if(~a)
         for c in split:
             m.add(n[c.key] == 0).only_enforce_if(a)
-    if s in limits.even and len(agg) > 1 and need > 0:
-        pods = sum(n[c.key] for c in agg)
-        for c in agg:
+    if need <= 0:
+        return
+    # A plain Service gives every pod it selects the same share: each aggregated replica, and each prefill/decode
+    # unit (whose entry pods it selects as one replica), as the simulator's `random` router does. P/D units are
+    # behind one wherever the router is not the endpoint picker (`routing.router_for`: only it knows the roles).
+    for kind, even in ((agg, s in limits.even), (split, s in limits.one_mode)):
+        if not even or len(kind) < 2:
+            continue
+        pods = sum(n[c.key] for c in kind)
+        for c in kind:
             # A shape whose capacity carries the demand alone holds any even share of it.
             if math.floor(c.capacity * CAP_SCALE + 1e-9) >= need:
                 continue

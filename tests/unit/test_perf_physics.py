@@ -55,6 +55,52 @@ def test_the_ttft_tail_of_a_prefill_queue_follows_an_mg1_simulation(rho):
     assert got["p99"] < summed
 
 
+@pytest.fixture(scope="module")
+def prefill_lengths():
+    """A prefill worker's service times over 100,000 prompts of 3,000 tokens on average (CV 1.2, capped at the
+    model's 32k context), and the worker's price of a prompt."""
+    dep = Deployment("Qwen2.5-32B", "H100-SXM", "vllm", "fp8", "disagg", prefill=Role(Parallel(tp=2), workers=1),
+                     decode=Role(Parallel(tp=2), workers=1))
+    wp = build_workers(dep, CAT)[0]["prefill"]
+
+    def price(n: float) -> float:
+        return wp.step(0.0, 0.0, n, n / 2)
+
+    rng = np.random.default_rng(11)
+    s2 = math.log1p(1.2 ** 2)
+    lengths = np.minimum(rng.lognormal(math.log(3000.0) - s2 / 2, math.sqrt(s2), 100_000), 32768)
+    return price, np.array([price(n) for n in lengths]), rng
+
+
+@pytest.mark.parametrize("rho", [0.1, 0.35, 0.6])
+def test_the_prefill_queue_is_priced_at_the_prompt_lengths_themselves(prefill_lengths, rho):
+    # A prompt's prefill is not proportional to its length (weights read whatever the tokens, attention growing
+    # with its square): the service's spread and tail are the prices of the lengths, not the length's CV and
+    # percentiles scaled by the mean prompt's price, which put TTFT 4-24% under an M/G/1 simulation here.
+    price, service, rng = prefill_lengths
+    mean, cv, quantiles = serving._service_spread(price, 3000.0, 1.2)
+    assert mean == pytest.approx(service.mean(), rel=0.03) and cv > 1.2
+    gaps = rng.exponential(mean / rho, service.size)
+    wait = np.zeros(service.size)
+    for i in range(1, service.size):
+        wait[i] = max(0.0, wait[i - 1] + service[i - 1] - gaps[i])
+    sim = wait + service
+    got = serving._queue_percentiles(mean, serving._kingman_wait(rho, mean, 1.0, cv), rho, 1.2, 0.0,
+                                     service_q=quantiles)
+    one = price(3000.0)
+    scaled = serving._queue_percentiles(one, serving._kingman_wait(rho * one / mean, one, 1.0, 1.2), rho * one / mean,
+                                        1.2, 0.0)
+    for key, q in (("mean", None), ("p90", 0.9), ("p99", 0.99)):
+        measured = float(sim.mean() if q is None else np.quantile(sim, q))
+        assert got[key] == pytest.approx(measured, rel=0.12), key
+        assert abs(got[key] / measured - 1) < abs(scaled[key] / measured - 1), key
+
+
+def test_fixed_prompts_cost_what_one_prompt_costs():
+    assert serving._service_spread(lambda n: 0.01 + n * 1e-5, 2000.0, 0.0) == (0.03, 0.0, dict.fromkeys(
+        serving.PERCENTILES, 0.03))
+
+
 def _dep8():
     return Deployment("DeepSeek-R1", "B200", "trtllm", "fp4",
                       agg=Role(Parallel(tp=1, ep=8, moe_tp=1, attention_dp=8)))

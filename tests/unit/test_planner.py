@@ -248,7 +248,12 @@ def test_planning_at_a_confidence_buys_margin_against_the_models_error(tmp_path)
                         .replace("zones: 2", "zones: 1").replace("attainment: 99%", "attainment: 99%" + conf))
         plans[conf] = api.plan(path, top=0).plan["spec"]
     plain, sure = plans[""], plans["\n        confidence: 70%"]
-    assert sure["cost"]["per_hour"] > plain["cost"]["per_hour"]
+    # The margin is capacity each replica gives up (whole replicas may or may not round it into the cost).
+    capacity = {p: {(a["device"], a["parallel"]["tp"]): a["capacity_per_replica"]
+                    for a in plan["services"][0]["allocations"]} for p, plan in (("plain", plain), ("sure", sure))}
+    assert all(v < capacity["plain"][k] for k, v in capacity["sure"].items() if k in capacity["plain"])
+    assert set(capacity["sure"]) & set(capacity["plain"])
+    assert sure["cost"]["per_hour"] >= plain["cost"]["per_hour"]
     # Every prediction keeps under its target over the error band's 70th-percentile ratio (measured / predicted).
     svc = sure["services"][0]
     for a in svc["allocations"]:

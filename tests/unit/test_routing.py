@@ -260,6 +260,23 @@ def test_prefill_decode_units_are_not_mixed_with_replicas_a_router_would_starve_
     assert solve([agg, pd], dataclasses.replace(limits, one_mode=frozenset({"a"}))).replicas == {pd.key: 3}
 
 
+def test_prefill_decode_units_behind_a_service_each_hold_an_even_share():
+    # A service of P/D units only, on a cluster without the endpoint picker, is routed by a plain Service, which
+    # gives each unit the same share (the simulator's `random` router): a 4 + 1 unit of 13.6 requests/s beside a
+    # 2 + 1 unit of 6.8 would each get 10 of 20, 3.2 over the small one's capacity.
+    big = dataclasses.replace(_cand("a", "p1", 1, 13.6, 2.0, tag="big"), decode_workers=1)
+    small = dataclasses.replace(_cand("a", "p1", 1, 6.8, 1.2, tag="small"), decode_workers=1)
+    limits = Limits({"a": 20.0}, {"a": 1}, {"a": 1}, {"a": None}, {"p1": 64})
+    assert solve([big, small], limits).replicas == {big.key: 1, small.key: 1}
+    one_mode = dataclasses.replace(limits, one_mode=frozenset({"a"}))
+    assert solve([big, small], one_mode).replicas == {small.key: 3}  # 6.67 each; two big ones cost 4.0
+    allocs = [("big", 1, 13.6, False), ("small", 1, 6.8, False)]
+    loads = replica_loads("service", Workload(isl=1000, osl=200, rate=20.0), allocs)
+    assert loads["big"].rate == loads["small"].rate == pytest.approx(10.0) and loads["small"].peers == 1
+    assert replica_loads("inference-pool", Workload(isl=1000, osl=200, rate=20.0), allocs)["small"].rate == \
+        pytest.approx(20 * 6.8 / 20.4)
+
+
 def test_the_chat_example_keeps_half_its_peak_in_each_zone():
     plan = api.plan(ROOT / "examples" / "chat-mixed-fleet.yaml", top=0).plan["spec"]
     zone = {p["name"]: p["zone"] for p in plan["cluster"]["pools"]}
