@@ -1,13 +1,16 @@
 """How planning time grows with the problem: services, device types, devices and nodes.
 
-    python benchmarks/plan_scale.py [--json] [--quick | --largest]
+    python benchmarks/plan_scale.py [--json] [--quick | --largest] [--examples]
 
 Each case writes a synthetic intent and cluster profile (services on catalog models with open-loop load and
 latency objectives; pools of catalog devices, served by vLLM), then times
 `infra.api.plan` end to end: candidate scoring by the performance model and the CP-SAT solve. The modules are
 imported first, so the first case is not charged for it. --quick runs the small cases only; --largest adds 500
-services on 24 device types and 99,840 devices. With --json the last line is
-{"cases": [{"services": S, "device_types": T, "devices": D, "nodes": N, "seconds": X, "gap": G}, ...]}.
+services on 24 device types and 99,840 devices. --examples adds what a user waits for: `infra plan` of every
+example intent with its verification (the plan simulated, re-planned while an objective fails), rendered and
+validated into a temporary folder, the best of two runs after a first one that warms the imports and caches.
+With --json the last line is {"cases": [{"services": S, "device_types": T, "devices": D, "nodes": N,
+"seconds": X, "gap": G}, ...]} (and "examples": [{"example": E, "seconds": X, "rounds": R, "verdict": V}, ...]).
 """
 
 from __future__ import annotations
@@ -63,12 +66,34 @@ def write_case(folder: Path, services: int, types: int, nodes_per_pool: int) -> 
                                         "spec:\n  cluster: {profile: profile.yaml}\n  services:\n" + "\n".join(svcs) + "\n")
 
 
+def time_examples() -> list[dict]:
+    """Each example planned as `infra plan EXAMPLE -o OUT` does, verification included."""
+    rows = []
+    print(f"{'example':24s} {'seconds':>8s} {'rounds':>6s}  verdict")
+    for intent in sorted((ROOT / "examples").glob("*.yaml")):
+        best, rounds, verdict = float("inf"), 0, "-"
+        for _ in range(3):
+            with tempfile.TemporaryDirectory() as tmp:
+                start = time.perf_counter()
+                try:
+                    result = api.plan(intent, Path(tmp) / "out", verify=True)
+                    ran = (result.verification or {}).get("rounds") or []
+                    rounds, verdict = len(ran), (result.verification or {}).get("verdict", "-")
+                except InfraError as exc:
+                    verdict = type(exc).__name__
+                best = min(best, time.perf_counter() - start)
+        rows.append({"example": intent.stem, "seconds": round(best, 3), "rounds": rounds, "verdict": verdict})
+        print(f"{intent.stem:24s} {best:8.2f} {rounds:6d}  {verdict}")
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true")
     size = ap.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="only the small cases")
     size.add_argument("--largest", action="store_true", help="add 500 services on 24 device types")
+    ap.add_argument("--examples", action="store_true", help="also time every example, verification included")
     args = ap.parse_args()
     grid = [(1, 4, 2), (5, 4, 8), (10, 8, 32)] + ([] if args.quick else [(50, 12, 104)]) + (
         [(500, 24, 520)] if args.largest else [])
@@ -90,8 +115,9 @@ def main() -> int:
         cases.append(row)
         print(f"{services:8d} {types:5d} {row['devices']:7d} {row['nodes']:5d} {seconds:8.2f} "
               f"{'-' if gap is None else f'{gap:.4f}':>6s}  {status}")
+    examples = time_examples() if args.examples else None
     if args.json:
-        print(json.dumps({"cases": cases}))
+        print(json.dumps({"cases": cases, **({"examples": examples} if examples is not None else {})}))
     return 0
 
 

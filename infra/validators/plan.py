@@ -16,6 +16,7 @@ from typing import Any
 from infra.catalog.loader import Catalog
 from infra.catalog.schema import DeviceSpec, EngineCli, FrameworkSpec
 from infra.errors import InfraError
+from infra.intent.yamlio import load_yaml, read_text
 from infra.planner.types import Allocation, DeploymentPlan
 from infra.validators.cluster import PoolView, from_plan
 from infra.validators.engine_args import engine_args, file_settings, parse, tokens
@@ -60,18 +61,22 @@ def _expected(plan: DeploymentPlan) -> list[Expected]:
 
 
 class _PlanFile:
-    """Locations in the plan file, for findings about something missing from the manifests."""
+    """Locations in the plan file, for findings about something missing from the manifests: the file is read
+    again (with its source map) only when such a finding needs a line, which a tree that matches never does."""
 
     def __init__(self, path: str):
-        from infra.intent.yamlio import load_yaml, read_text
-
         self.path = path
-        try:
-            self.data, self.smap = load_yaml(read_text(Path(path), "plan"), path)
-        except InfraError:  # the plan already loaded once; a second read failing only loses line numbers
-            self.data, self.smap = None, None
+        self._read = False
+        self.data: Any = None
+        self.smap: Any = None
 
     def line(self, path: tuple) -> int:
+        if not self._read:
+            self._read = True
+            try:
+                self.data, self.smap = load_yaml(read_text(Path(self.path), "plan"), self.path)
+            except InfraError:  # the plan already loaded once; a second read failing only loses line numbers
+                pass
         if self.smap is None:
             return 1
         return self.smap.locate(path, self.data).line or 1
