@@ -6,6 +6,7 @@ never stops at the first bad file.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -220,11 +221,10 @@ def _document_lines(text: str) -> list[int]:
     return starts
 
 
-def read_tree(root: Path) -> Tree:
+def read_tree(root: Path, patch_files: Callable[[list[Manifest]], set[Path]]) -> Tree:
     """Read every manifest under `root`; file names in findings are shown as given (root-relative). Files a
-    kustomization uses as patches are partial objects, read by kustomize only, not as manifests."""
-    from infra.validators.kustomize import patch_files
-
+    kustomization uses as patches (`patch_files` of the kustomizations: `infra.validators.kustomize`, which reads
+    them with this module) are partial objects, read by kustomize only, not as manifests."""
     files = yaml_files(root)
     manifests: list[Manifest] = []
     kustomizations: list[Manifest] = []

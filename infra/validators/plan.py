@@ -373,15 +373,9 @@ class _AnyCount:
 
 
 def check_plan(manifests: list[Manifest], plan: DeploymentPlan, plan_path: str,
-               catalog: Catalog, values: list[Manifest] | None = None) -> tuple[list[Finding], list[str]]:
-    """Findings of plan consistency, and notes on what could not be checked. A tree rendered for another
-    deployment target (Dynamo, llm-d, KServe: infra.validators.targets) is checked against the plan in that
-    target's terms."""
-    from infra.validators.targets import check_target_plan, detect_target
-
-    target = detect_target(manifests, values or [])
-    if target is not None:
-        return check_target_plan(target, manifests, values or [], plan, plan_path, catalog)
+               catalog: Catalog) -> tuple[list[Finding], list[str]]:
+    """Findings of plan consistency of a tree rendered for Kubernetes itself, and notes on what could not be
+    checked (a tree for another deployment target is checked by `infra.validators.targets.check_target_plan`)."""
     cluster = from_plan(plan, plan_path)
     pools = {p.name: p for p in cluster.pools}
     pf = _PlanFile(plan_path)

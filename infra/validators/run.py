@@ -9,12 +9,14 @@ from infra.catalog.loader import load_catalog
 from infra.errors import Location, Problem, ValidationError
 from infra.validators.cluster import ClusterView, device_names, from_plan, from_profile
 from infra.validators.findings import Report
-from infra.validators.kustomize import check_builds, check_kustomization, check_unlisted
+from infra.validators.kustomize import check_builds, check_kustomization, check_unlisted, patch_files
 from infra.validators.manifests import read_tree
+from infra.validators.plan import check_plan
 from infra.validators.profile import check_profile
 from infra.validators.schema import check_object, check_values, kubernetes_version
 from infra.validators.security import check_security
 from infra.validators.semantic import check_semantic
+from infra.validators.targets import charted_pod_labels, check_target_plan, detect_target
 
 
 def validate_tree(path: str | Path, profile: str | Path | None = None, plan: str | Path | None = None,
@@ -42,7 +44,7 @@ def validate_tree(path: str | Path, profile: str | Path | None = None, plan: str
         from infra.validators.live import client
 
         live_client = client()
-    tree = read_tree(root)
+    tree = read_tree(root, patch_files)
     report = Report(path=str(root), files=len(tree.files), objects=len(tree.manifests))
     report.findings += tree.findings
     report.checks = ["schema", "kustomize", "semantic", "security"]
@@ -59,18 +61,17 @@ def validate_tree(path: str | Path, profile: str | Path | None = None, plan: str
     report.findings += built
     report.notes += notes
     names = device_names(cluster, catalog)
-    from infra.validators.targets import charted_pod_labels
-
     report.findings += check_semantic(tree.manifests, names, catalog, charted_pod_labels(tree.values))
     if cluster is not None:
         report.checks.append("profile")
         for m in tree.manifests:
             report.findings += check_profile(m, cluster, names)
     if loaded_plan is not None:
-        from infra.validators.plan import check_plan
-
         report.checks.append("plan")
-        findings, notes = check_plan(tree.manifests, loaded_plan, str(plan), catalog, tree.values)
+        # A tree rendered for another deployment target (Dynamo, llm-d, KServe) is checked in that target's terms.
+        target = detect_target(tree.manifests, tree.values)
+        findings, notes = check_plan(tree.manifests, loaded_plan, str(plan), catalog) if target is None else \
+            check_target_plan(target, tree.manifests, tree.values, loaded_plan, str(plan), catalog)
         report.findings += findings
         report.notes += notes
     if live_client is not None:

@@ -98,8 +98,8 @@ def _edit(path: Path, old: str, new: str) -> None:
 PD = GOLDEN / "pd-across-devices" / "plan.yaml"
 MOE = GOLDEN / "deepseek-moe" / "plan.yaml"
 DGD = "chat/base/dynamographdeployment-chat.yaml"
-LLMISVC = "chat/base/llminferenceservice-chat-a0.yaml"
-VALUES = "chat/helm/llm-d-modelservice/chat-a0.values.yaml"
+LLMISVC = "chat/base/llminferenceservice-chat-a1.yaml"  # the plan's eight units (a0 is one smaller unit)
+VALUES = "chat/helm/llm-d-modelservice/chat-a1.values.yaml"
 
 # (target, plan, rule, file to edit, old, new)
 DEFECTS = [
@@ -153,17 +153,17 @@ def test_planted_disagreement_is_caught(tmp_path: Path, target: str, plan: Path,
 
 
 def test_a_missing_allocation_is_located_in_the_plan(tmp_path: Path):
-    for target, name in (("dynamo", DGD), ("kserve", LLMISVC), ("llm-d", VALUES)):
+    for target, name, index in (("dynamo", DGD, 0), ("kserve", LLMISVC, 1), ("llm-d", VALUES, 1)):
         tree = write(render_plan(load_plan(PD), target=target), tmp_path / target)
         if target == "dynamo":
             _edit(tree / name, "    a0-prefill:\n", "    zz-prefill:\n")
         else:
             (tree / name).unlink()
             if target == "kserve":
-                _edit(tree / "chat/base/kustomization.yaml", "- llminferenceservice-chat-a0.yaml\n", "")
+                _edit(tree / "chat/base/kustomization.yaml", "- llminferenceservice-chat-a1.yaml\n", "")
         hits = [f for f in validate_tree(tree, plan=PD).findings if f.rule == "PLN001"]
-        assert hits and hits[0].file == str(PD) and hits[0].field.startswith("spec.services[0].allocations[0]"), \
-            target
+        assert hits and hits[0].file == str(PD) and \
+            hits[0].field.startswith(f"spec.services[0].allocations[{index}]"), target
 
 
 def _plan_with(tmp_path: Path, source: Path, old: str, new: str, nth: int = 1) -> Path:
@@ -192,8 +192,8 @@ def test_workers_spanning_nodes(tmp_path: Path):
 
 
 def test_one_dynamo_graph_runs_one_backend(tmp_path: Path):
-    # Service code's second allocation on SGLang beside its first on vLLM.
-    plan = _plan_with(tmp_path, GOLDEN / "multi-service" / "plan.yaml", "framework: vllm", "framework: sglang", 3)
+    # Service chat's second allocation on SGLang beside its first on vLLM.
+    plan = _plan_with(tmp_path, PD, "framework: vllm", "framework: sglang", 2)
     with pytest.raises(IntentError, match="DynamoGraphDeployment has one backendFramework"):
         render_plan(load_plan(plan), target="dynamo")
 
