@@ -15,7 +15,7 @@ from infra.errors import EndpointError, InfeasibleError, InfraError, IntentError
 from infra.files import plan_writes, write_file, write_files
 from infra.intent.loader import load_intent_file, load_profile_file, read_document
 from infra.intent.profile import ClusterProfile
-from infra.intent.resolve import ResolvedIntent, resolve
+from infra.intent.resolve import CheckResult, ResolvedIntent, resolve
 
 __all__ = ["Catalog", "CheckResult", "PlanResult", "check", "estimate", "estimate_cases", "load_catalog", "load_intent",
            "plan", "schema"]
@@ -45,17 +45,6 @@ def load_intent(path: str | Path, catalog_dirs: tuple[Path, ...] = (),
     if calibration is None:
         return resolved
     return dataclasses.replace(resolved, calibration=load_calibration(calibration))
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """Outcome of `check`: a resolved intent, or a cluster profile with its devices looked up."""
-
-    kind: str
-    intent: ResolvedIntent | None = None
-    profile: ClusterProfile | None = None
-    devices: dict[str, str] | None = None
-    """Pool name -> catalog device name, for a profile."""
 
 
 def check(path: str | Path, catalog_dirs: tuple[Path, ...] = ()) -> CheckResult:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 class Checked(Protocol):
-    """What the agent reads of a check's result (`infra.api.CheckResult`)."""
+    """What the agent reads of a check's result (`infra.intent.resolve.CheckResult`)."""
 
     @property
     def kind(self) -> str: ...

@@ -18,7 +18,7 @@ from infra.catalog.schema import BYTES_PER_PARAM, DeviceSpec, FrameworkSpec, Mod
 from infra.errors import CatalogError, IntentError, Location, Problem
 from infra.intent.loader import LoadedIntent
 from infra.intent.models import Service
-from infra.intent.profile import DeviceResources, Pool
+from infra.intent.profile import ClusterProfile, DeviceResources, Pool
 from infra.limits import clipped
 
 
@@ -276,3 +276,14 @@ def resolve(loaded: LoadedIntent, catalog: Catalog) -> ResolvedIntent:
     if problems:
         raise IntentError(clipped(problems))
     return ResolvedIntent(loaded, pools, services, resources, catalog)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Outcome of `check`: a resolved intent, or a cluster profile with its devices looked up."""
+
+    kind: str
+    intent: ResolvedIntent | None = None
+    profile: ClusterProfile | None = None
+    devices: dict[str, str] | None = None
+    """Pool name -> catalog device name, for a profile."""

@@ -22,7 +22,7 @@ def render_tree(plan: DeploymentPlan, *, templates: Path | None = None, catalog_
     Dynamo, llm-d or KServe resources (infra.render.targets), which refuse what they cannot express."""
     from infra.catalog.loader import load_catalog
     from infra.catalog.targets import DEFAULT_TARGET, check_target
-    from infra.render.context import build
+    from infra.render.build import build
     from infra.render.env import Templates
     from infra.render.settings import load_settings
     from infra.render.tree import assemble

@@ -21,6 +21,7 @@ from infra.errors import CatalogError, InfraError, IntentError, Location, Proble
 from infra.planner.types import Allocation, ClusterPool, DeploymentPlan, ServicePlan, allocation_problems
 from infra.render.args import config_file_content, engine_settings, kv_transfer, model_args
 from infra.render.settings import Settings
+from infra.render.stage_refs import handoff_note, mount_stage_config, stage_config_map
 
 RDMA_KINDS = ("infiniband", "roce", "efa")
 MODEL_DIR = "/models"
@@ -103,27 +104,6 @@ def _dns_label(name: str) -> bool:
     return bool(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name)) and len(name) <= 50
 
 
-def build(plan: DeploymentPlan, catalog: Catalog, settings: Settings, locate: Locate) -> Built:
-    """Contexts for every object of every service, in a stable order."""
-    from infra.render.stages import StageAllocationBuilder, build_cpu_stages, pipeline_stages
-
-    check_plan(plan, catalog, locate)
-    docs: list[Doc] = []
-    notes: list[str] = []
-    stages = pipeline_stages(plan, catalog)
-    for svc in plan.spec.services:
-        sb = ServiceBuilder(plan, svc, catalog, settings, docs, notes, locate, stages.get(svc.name))
-        if sb.stage is not None and sb.stage.inputs and sb.stage.address is None:
-            notes.append(f"{svc.name}: stage {svc.stage} of pipeline {svc.pipeline} runs prefill/decode groups "
-                         f"only, so its stage config gives {', '.join(r.service for r in sb.stage.inputs)} no "
-                         "address to hand off to: point it at the P/D-aware router in front of them")
-        if not svc.runs_llm_engine:
-            sb.allocation_builder = StageAllocationBuilder
-        sb.build()
-    build_cpu_stages(plan, stages, settings, docs, notes)
-    return Built(docs, notes)
-
-
 class ServiceBuilder:
     """The objects of one service."""
 
@@ -132,7 +112,7 @@ class ServiceBuilder:
         self.plan, self.svc, self.catalog, self.settings = plan, svc, catalog, settings
         self.docs, self.notes, self.locate = docs, notes, locate
         self.stage = stage
-        """The pipeline stage this service runs (infra.render.stages.StageRef), if any."""
+        """The pipeline stage this service runs (infra.render.stage_refs.StageRef), if any."""
         self.allocation_builder: type[AllocationBuilder] = AllocationBuilder
         self.cluster = plan.spec.cluster
         self.pools = {p.name: p for p in self.cluster.pools}
@@ -176,8 +156,6 @@ class ServiceBuilder:
             endpoint_port = endpoint_port or fw.cli.port
             self.allocation_builder(self, i, a, fw, model).build()
         if self.stage is not None:
-            from infra.render.stages import handoff_note, stage_config_map
-
             line = handoff_note(self.stage)
             if line not in self.notes:
                 self.notes.append(line)
@@ -564,8 +542,6 @@ class AllocationBuilder:
             resources = self._resources(claim is not None)
         volumes, mounts = self._volumes(resources, name)
         if self.sb.stage is not None:
-            from infra.render.stages import mount_stage_config
-
             mount_stage_config(self.sb.stage, volumes, mounts, env)
         probes = self._probes() if serves else None
         pod_labels = {**labels, SERVES: "true" if serves else "false"}

@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from infra.api import CheckResult
+from infra.intent.resolve import CheckResult
 from infra.intent.models import LengthDistribution, Service
 
 

@@ -16,7 +16,7 @@ ALLOWED = {
     "perf": {"catalog", "intent"},
     "planner": {"catalog", "intent", "perf"},
     "bench": {"catalog", "intent", "perf", "planner"},
-    "report": {"api", "catalog", "intent", "perf", "planner", "render", "validators", "bench"},
+    "report": {"catalog", "intent", "perf", "planner", "render", "validators", "bench"},
     "render": {"catalog", "intent", "planner"},
     "gitops": {"catalog", "intent", "perf", "planner", "render", "report"},
     "validators": {"catalog", "intent", "planner"},
@@ -64,6 +64,97 @@ def test_every_module_respects_its_layer():
             if layer in ALLOWED and target not in ALLOWED[layer]:
                 offences.append(f"{path.relative_to(PKG)} ({layer}) imports {module}")
     assert not offences, "layering broken:\n" + "\n".join(offences)
+
+
+def _module(path: Path, root: Path) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, at the top level or inside a function alike (`from infra.x
+    import y` reaches module infra.x.y where there is one, else infra.x)."""
+    files = {_module(p, root): p for p in sorted(root.rglob("*.py"))}
+
+    def resolve(name: str) -> str:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        edges = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            edges |= {resolve(t) for t in targets if t.split(".")[0] == root.name}
+        graph[name] = edges - {name, ""}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                group = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    group.append(w)
+                    if w == v:
+                        break
+                if len(group) > 1:
+                    out.append(sorted(group))
+    return out
+
+
+def test_no_module_imports_itself_back():
+    # A cycle hidden by an import inside a function is still a cycle: the two modules cannot be read apart.
+    cycles = _cycles(_import_graph(PKG))
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_sees_imports_inside_functions(tmp_path):
+    pkg = tmp_path / PKG.name
+    (pkg / "render").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "render" / "__init__.py").write_text("")
+    (pkg / "render" / "context.py").write_text(f"def build():\n    from {PKG.name}.render.stages import x\n")
+    (pkg / "render" / "stages.py").write_text(f"from {PKG.name}.render.context import build\nx = 1\n")
+    graph = _import_graph(pkg)
+    assert graph[f"{PKG.name}.render.context"] == {f"{PKG.name}.render.stages"}
+    assert _cycles(graph) == [[f"{PKG.name}.render.context", f"{PKG.name}.render.stages"]]
 
 
 def test_layering_check_catches_a_violation(tmp_path):
