@@ -51,16 +51,9 @@ sys.path.insert(0, str(ROOT))
 
 from infra.catalog.loader import load_catalog  # noqa: E402
 from infra.errors import InfraError  # noqa: E402
+from infra.fitting.replay import error_bands, prepare, summarize  # noqa: E402
 from infra.perf.calibration import SHARED_FACTORS, Factors, borrow, device_point  # noqa: E402
-from infra.perf.replay import (  # noqa: E402
-    Case,
-    compiled,
-    error_bands,
-    load_rows,
-    measured_cases,
-    prepare,
-    summarize,
-)
+from infra.perf.rows import Case, compiled, load_rows, measured_cases  # noqa: E402
 
 OUT = ROOT / "infra" / "perf" / "data" / "calibration.json"
 NAMES = [n for n in Factors.names() if n not in ("accept", "draft_tokens", "balance_steps", "poll_steps")]

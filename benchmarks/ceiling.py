@@ -7,7 +7,7 @@ PATH is a CSV in the silicon_calibration.csv format (shared/data/README.md). Gra
 from every column a row records of its deployment and workload (lengths, clients, layouts, batch caps, worker
 counts, framework and version, system, precision, mode) and are scored on rows they were not trained on:
 
-- held-out sweeps: the rows are split into `--folds` folds by load sweep (`infra.perf.replay.sweep_key`: one
+- held-out sweeps: the rows are split into `--folds` folds by load sweep (`infra.fitting.replay.sweep_key`: one
   deployment and workload at every load), so the learner has seen every model, system and framework, just not
   the deployment it predicts. Once on the columns alone, once with the performance model's own prediction as one
   more column (a correction learned on top of it; the model's calibration saw those rows, which flatters it);
@@ -38,8 +38,9 @@ sys.path.insert(0, str(ROOT))
 
 from infra.catalog.loader import load_catalog  # noqa: E402
 from infra.errors import InfraError  # noqa: E402
+from infra.fitting.replay import replay, summarize, sweep_key  # noqa: E402
 from infra.perf.calibration import table  # noqa: E402
-from infra.perf.replay import Case, load_rows, replay, summarize, sweep_key  # noqa: E402
+from infra.perf.rows import Case, load_rows  # noqa: E402
 
 ROLE_COLUMNS = ("batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
 NUMERIC = ("isl", "osl", *ROLE_COLUMNS, *(f"{role}_{c}" for role in ("prefill", "decode")

@@ -3,7 +3,7 @@
     python benchmarks/closed_loop.py --csv ../shared/data/silicon_calibration.csv [--lomo-prior] [--json]
 
 Uses the code path of `infra calibrate` (`infra.perf.recalibrate`: the same rows, corrections and matching):
-- `per_sweep`: in each load sweep (rows of one deployment and workload, `infra.perf.replay.sweep_key`, at least
+- `per_sweep`: in each load sweep (rows of one deployment and workload, `infra.fitting.replay.sweep_key`, at least
   three), the row at its median load is revealed and calibrated on; the sweep's other rows are predicted;
 - `per_model`: for each model, its sweep with the most rows is revealed; the model's other sweeps (other layouts,
   systems, frameworks, lengths) are predicted;
@@ -36,10 +36,14 @@ sys.path.insert(0, str(ROOT))
 
 from infra.catalog.loader import load_catalog  # noqa: E402
 from infra.errors import InfraError  # noqa: E402
-from infra.perf.calibration import Factors, borrow  # noqa: E402
+from infra.fitting.replay import MIN_SWEEP_ROWS, error_bands, sweep_key  # noqa: E402
+from infra.perf.calibration import (  # noqa: E402
+    Factors,
+    borrow,
+    table,  # noqa: E402
+)
 from infra.perf.recalibrate import Measured, Row, errors, fit, predict, prepare  # noqa: E402
-from infra.perf.calibration import table  # noqa: E402
-from infra.perf.replay import MIN_SWEEP_ROWS, Case, error_bands, load_rows, sweep_key, to_case  # noqa: E402
+from infra.perf.rows import Case, load_rows, to_case  # noqa: E402
 
 OUT = ROOT / "infra" / "perf" / "data" / "closed_loop.json"
 

@@ -14,7 +14,7 @@ With --json the last line is one JSON object with at least n, skipped, ttft_medi
 tpot_median_ape, tpot_p90_ape (and repeatability, within_sweeps, band_coverage). Leave-one-model-out figures come from
 `benchmarks/calibrate.py --lomo`.
 
-Rows are read as their engines ran them (`infra.perf.replay`):
+Rows are read as their engines ran them (`infra.perf.rows`):
 - a batch per tensor-parallel rank when the clients fill whole batches of the ranks (TRT-LLM's attention data
   parallelism), and as many replicas as whole batches for a dense model;
 - the smallest layout that holds the weights when a row records every degree as 1 for a model no single device
@@ -44,8 +44,9 @@ sys.path.insert(0, str(ROOT))
 
 from infra.catalog.loader import load_catalog  # noqa: E402
 from infra.errors import InfraError  # noqa: E402
+from infra.fitting.replay import band_coverage, repeatability, replay, summarize, within_sweeps  # noqa: E402
 from infra.perf.calibration import table  # noqa: E402
-from infra.perf.replay import band_coverage, load_rows, repeatability, replay, summarize, within_sweeps  # noqa: E402
+from infra.perf.rows import load_rows  # noqa: E402
 
 
 def _pct(v: float | None) -> str:

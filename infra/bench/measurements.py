@@ -27,7 +27,7 @@ from infra.limits import MAX_RECORDS_BYTES, read_jsonl, read_limited
 from infra.perf.cases import EstimateCase, case_from
 from infra.perf.correction import load_calibration
 from infra.perf.recalibrate import Measured
-from infra.perf.replay import Case, REQUIRED_COLUMNS, load_rows, to_case
+from infra.perf.rows import REQUIRED_COLUMNS, Case, load_rows, to_case
 
 MAX_BYTES = MAX_RECORDS_BYTES
 """Largest measurement file read: these come from other teams and pull requests."""

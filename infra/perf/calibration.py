@@ -62,7 +62,7 @@ class Factors:
     layers, EAGLE's steps): the step computes them all, while reading the sequence's KV cache once."""
     recipe_accept: float = 1.0
     """Tokens per decode step of the measured disaggregated recipes that decode speculatively (multi-token
-    prediction on their decode workers; `infra.perf.replay.RECIPES` says which); a row whose recipe the
+    prediction on their decode workers; `infra.perf.rows.RECIPES` says which); a row whose recipe the
     published configurations leave open takes its square root. Used only when replaying such measurements; a
     plan's own engines decode one token a step unless `accept` says so."""
     recipe_decode: float = 1.0
@@ -87,7 +87,7 @@ class Factors:
     recipe_balance_steps: float = 50.0
     """`balance_steps` of the measured TRT-LLM deployments with attention data parallelism: their TTFT carries it
     (none where a rank is idle, as the balancer releases prompts then) though the rows do not record it. Used only
-    when replaying such measurements (`infra.perf.replay`); starts from TRT-LLM's `timeout_iters`."""
+    when replaying such measurements (`infra.perf.rows`); starts from TRT-LLM's `timeout_iters`."""
     poll_steps: float = 0.0
     """Decode steps a new request waits, while others decode, before the scheduler takes it in: an engine that polls
     for requests only every N steps (SGLang's `--scheduler-recv-interval N`) leaves a request that arrives at a

@@ -36,7 +36,7 @@ from infra.perf.correction import (
     match,
     scaled,
 )
-from infra.perf.replay import Case, compiled
+from infra.perf.rows import Case, compiled
 
 EVIDENCE = {"device": 1.0, "framework": 1.0, "model": 1.0, "deployment": 0.25}
 """Pseudo-count of each level's pull towards the level above: the deployments (points, at the deployment level)

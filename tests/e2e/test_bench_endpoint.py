@@ -183,7 +183,7 @@ def test_a_measured_run_saves_the_case_calibration_reads(tmp_path):
     """--save against an endpoint writes the single allocation's estimate case with what was measured: the line
     `benchmarks/calibrate.py --extra` fits the performance model to."""
     from infra.catalog.loader import load_catalog
-    from infra.perf.replay import measured_cases
+    from infra.perf.rows import measured_cases
 
     from ..conftest import EXAMPLES
 

@@ -120,7 +120,7 @@ def test_one_recalibration_step_moves_the_prediction_toward_the_measurement(vllm
 
     from infra.catalog.loader import load_catalog
     from infra.perf.calibration import Factors, lookup
-    from infra.perf.replay import compiled, measured_cases
+    from infra.perf.rows import compiled, measured_cases
 
     r = bench(vllm_server, concurrency=1, requests=8)
     _complete(r, 8)

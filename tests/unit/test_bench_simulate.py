@@ -18,7 +18,7 @@ from infra.catalog.loader import load_catalog
 from infra.errors import InfraError
 from infra.perf.cases import read_measured
 from infra.perf.estimate import build_workers, predict
-from infra.perf.replay import measured_cases
+from infra.perf.rows import measured_cases
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 from infra.planner.types import DeploymentPlan
 

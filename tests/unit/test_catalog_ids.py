@@ -10,7 +10,7 @@ import pytest
 from infra.catalog.hfids import repo_name, strip_format
 from infra.catalog.loader import Catalog, load_catalog
 from infra.errors import CatalogError
-from infra.perf.replay import predict, to_case
+from infra.perf.rows import predict, to_case
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,10 @@ ALLOWED = {
     "validators": {"catalog", "intent", "planner"},
     # not `api`: the api calls into the agent, which gets what it plans with handed in (infra.agent.planning)
     "agent": {"catalog", "intent", "perf", "planner", "report"},
+    "fitting": {"catalog", "intent", "perf"},
 }
 NEVER = {"agent"}  # only cli/api may reach it, and only lazily
+OFFLINE = {"fitting"}  # calibration tooling: the benchmarks and tests use it, nothing of the product does
 
 
 def _imports(path: Path) -> list[tuple[str, bool]]:
@@ -61,6 +63,8 @@ def test_every_module_respects_its_layer():
                 continue
             if target in NEVER and not (layer in ("cli", "api") and not top_level):
                 offences.append(f"{path.relative_to(PKG)} imports {module}")
+            if target in OFFLINE:
+                offences.append(f"{path.relative_to(PKG)} imports offline tooling {module}")
             if layer in ALLOWED and target not in ALLOWED[layer]:
                 offences.append(f"{path.relative_to(PKG)} ({layer}) imports {module}")
     assert not offences, "layering broken:\n" + "\n".join(offences)

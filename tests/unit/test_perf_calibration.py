@@ -13,8 +13,8 @@ from infra.catalog.loader import load_catalog
 from infra.perf.arch import compile_worker
 from infra.perf.calibration import Factors
 from infra.perf.estimate import build_workers, predict
-from infra.perf.replay import Case, as_measured
-from infra.perf.replay import predict as replay_predict
+from infra.perf.rows import Case, as_measured
+from infra.perf.rows import predict as replay_predict
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 
 CAT = load_catalog()
@@ -127,7 +127,7 @@ def _row(**kw: str) -> dict[str, str]:
 
 
 def test_replay_reads_whole_batches_over_tp_ranks_as_attention_data_parallelism():
-    from infra.perf.replay import to_case
+    from infra.perf.rows import to_case
 
     case = to_case(_row(batch_size="12", tp_size="8", moe_ep_size="4", moe_tp_size="2"), CAT)
     assert isinstance(case, Case)
@@ -138,7 +138,7 @@ def test_replay_reads_whole_batches_over_tp_ranks_as_attention_data_parallelism(
 
 
 def test_replay_places_an_unrecorded_layout_on_the_smallest_that_holds_the_weights():
-    from infra.perf.replay import to_case
+    from infra.perf.rows import to_case
 
     ones = {f"{r}_{k}": "1" for r in ("prefill", "decode") for k in ("tp_size", "attention_dp_size", "moe_ep_size")}
     case = to_case(_row(mode="disagg", system="gb200", backend="sglang", precision="fp8", **ones), CAT)
@@ -152,7 +152,7 @@ def test_replay_places_an_unrecorded_layout_on_the_smallest_that_holds_the_weigh
 
 
 def test_replay_reads_a_tp_recorded_as_the_product_of_the_expert_degrees_on_one_node():
-    from infra.perf.replay import to_case
+    from infra.perf.rows import to_case
 
     layout = {"batch_size": "64", "tp_size": "64", "moe_tp_size": "8", "moe_ep_size": "8"}
     case = to_case(_row(model_path="Qwen/Qwen3.5-397B-A17B", system="h200_sxm", backend="sglang", precision="fp8",
@@ -175,7 +175,7 @@ def test_replay_reads_a_tp_recorded_as_the_product_of_the_expert_degrees_on_one_
 
 
 def test_replay_spreads_a_disaggregated_roles_experts_over_all_its_devices():
-    from infra.perf.replay import to_case
+    from infra.perf.rows import to_case
 
     def roles(decode_tp: str, decode_moe_tp: str) -> tuple[Parallel, Parallel]:
         row = _row(mode="disagg", system="gb200", prefill_tp_size="4", prefill_moe_tp_size="1",
@@ -193,7 +193,7 @@ def test_replay_spreads_a_disaggregated_roles_experts_over_all_its_devices():
 
 
 def test_replay_runs_a_wide_moe_role_whose_tp_cannot_split_the_heads_as_attention_data_parallelism():
-    from infra.perf.replay import to_case
+    from infra.perf.rows import to_case
 
     wide = {f"{r}_{k}": v for r in ("prefill", "decode")
             for k, v in (("tp_size", "72"), ("moe_tp_size", "72"), ("moe_ep_size", "1"), ("attention_dp_size", "1"))}
@@ -206,7 +206,7 @@ def test_replay_runs_a_wide_moe_role_whose_tp_cannot_split_the_heads_as_attentio
 
 
 def test_replay_runs_an_aggregated_moe_layout_wider_than_a_node_as_wide_ep():
-    from infra.perf.replay import to_case
+    from infra.perf.rows import to_case
 
     # 128 heads divide by 64, but the sweeps that record tp 36 and tp 48 as data-parallel attention ran tp 64 so too.
     row = _row(system="gb200", batch_size="538", tp_size="64", moe_tp_size="64", moe_ep_size="1",
@@ -218,7 +218,7 @@ def test_replay_runs_an_aggregated_moe_layout_wider_than_a_node_as_wide_ep():
 
 
 def test_replay_runs_attention_data_parallel_over_expert_devices_when_no_degree_is_recorded():
-    from infra.perf.replay import to_case
+    from infra.perf.rows import to_case
 
     qwen = {"model_path": "Qwen/Qwen3-235B-A22B-FP8", "system": "h200_sxm", "backend": "vllm", "precision": "fp8",
             "batch_size": "8", "silicon_data_source": "silicon_concurrency=8"}
@@ -232,7 +232,7 @@ def test_replay_runs_attention_data_parallel_over_expert_devices_when_no_degree_
 
 
 def test_replay_runs_a_dense_models_clients_in_whole_batches_as_replicas():
-    from infra.perf.replay import to_case
+    from infra.perf.rows import to_case
 
     row = _row(model_path="Qwen/Qwen3-32B", system="gb200", precision="bf16", batch_size="144", tp_size="2",
                silicon_data_source="silicon_concurrency=288")
@@ -243,7 +243,7 @@ def test_replay_runs_a_dense_models_clients_in_whole_batches_as_replicas():
 
 
 def test_replay_reads_the_quantization_tools_spellings_of_precision():
-    from infra.perf.replay import to_case
+    from infra.perf.rows import to_case
 
     for spelled, ours in (("nvfp4", "fp4"), ("bfloat16", "bf16"), ("FP8_BLOCK", "fp8")):
         case = to_case(_row(precision=spelled, batch_size="96", tp_size="8", moe_ep_size="8"), CAT)
@@ -253,7 +253,7 @@ def test_replay_reads_the_quantization_tools_spellings_of_precision():
 
 
 def test_replay_without_recorded_clients_runs_as_many_as_the_batches_hold():
-    from infra.perf.replay import to_case
+    from infra.perf.rows import to_case
 
     case = to_case(_row(silicon_data_source="measured=2026-03-17", batch_size="28", tp_size="8",
                         attention_dp_size="2", moe_ep_size="8"), CAT)
@@ -271,7 +271,7 @@ def test_replay_without_recorded_clients_runs_as_many_as_the_batches_hold():
 
 
 def test_replay_shards_experts_over_the_role_when_no_expert_degree_is_recorded():
-    from infra.perf.replay import to_case
+    from infra.perf.rows import to_case
 
     # vLLM rows write 0 for the expert degrees: its engines shard the experts over tensor parallelism, or over
     # every data-parallel rank as expert parallelism. Replicated, 235B of FP8 weights would not fit 80 GB devices.
@@ -287,7 +287,7 @@ def test_replay_shards_experts_over_the_role_when_no_expert_degree_is_recorded()
 
 
 def test_rows_of_the_dated_sweeps_replay_their_clients_lengths_and_first_wave():
-    from infra.perf.replay import to_case
+    from infra.perf.rows import to_case
 
     sweep = to_case(_row(silicon_data_source="source_file=2026-03-25.csv; model=DeepSeek-R1; "
                                              "silicon_concurrency=64; wip=False", batch_size="64", tp_size="8",
@@ -311,7 +311,7 @@ def test_rows_of_the_dated_sweeps_replay_their_clients_lengths_and_first_wave():
 
 
 def test_disaggregated_sweep_rows_replay_the_recipe_that_ran_at_their_client_count():
-    from infra.perf.replay import to_case
+    from infra.perf.rows import to_case
 
     def sweep(clients: int, **kw: str) -> Case:
         row = {"mode": "disagg", "precision": "fp8", "prefill_tp_size": "8", "decode_tp_size": "8",
@@ -365,7 +365,7 @@ def test_disaggregated_sweep_rows_replay_the_recipe_that_ran_at_their_client_cou
 def test_every_sweep_recipe_names_the_catalogs_model_device_and_framework_and_a_whole_layout():
     import json
 
-    from infra.perf.replay import RECIPES
+    from infra.perf.rows import RECIPES
 
     recipes = json.loads(RECIPES.read_text())["recipes"]
     assert len(recipes) > 400
@@ -380,7 +380,7 @@ def test_every_sweep_recipe_names_the_catalogs_model_device_and_framework_and_a_
 
 def test_a_measurements_file_without_the_columns_is_an_error_naming_them(tmp_path):
     from infra.errors import InfraError
-    from infra.perf.replay import load_rows
+    from infra.perf.rows import load_rows
 
     bad = tmp_path / "rows.csv"
     bad.write_text("model_path,system\nQwen/Qwen3-32B,h200_sxm\n")
@@ -391,7 +391,7 @@ def test_a_measurements_file_without_the_columns_is_an_error_naming_them(tmp_pat
 
 
 def test_repeatability_scores_each_repeated_run_against_the_others():
-    from infra.perf.replay import repeatability
+    from infra.fitting.replay import repeatability
 
     first = _row(id="a", silicon_ttft_ms="100", silicon_tpot_ms="10", silicon_data_source="run=1; silicon_concurrency=96")
     again = _row(id="b", silicon_ttft_ms="200", silicon_tpot_ms="10", silicon_data_source="run=2; silicon_concurrency=96")
@@ -406,7 +406,7 @@ def test_repeatability_scores_each_repeated_run_against_the_others():
 
 
 def test_within_sweeps_divides_out_each_sweeps_level_and_scores_the_response_to_load():
-    from infra.perf.replay import within_sweeps
+    from infra.fitting.replay import within_sweeps
 
     wl = Workload(isl=1000, osl=500, concurrency=32)
     dep = Deployment("Llama-3.1-70B", "H200", "vllm", "fp8", "agg", agg=Role(Parallel(tp=4)))
@@ -431,7 +431,7 @@ def test_within_sweeps_divides_out_each_sweeps_level_and_scores_the_response_to_
 
 
 def test_error_bands_are_quantiles_of_measured_over_predicted_per_mode():
-    from infra.perf.replay import error_bands
+    from infra.fitting.replay import error_bands
 
     wl = Workload(isl=1000, osl=500, concurrency=32)
 
@@ -497,7 +497,7 @@ def test_a_wider_margin_held_more_often_on_held_out_models():
 
 
 def test_band_coverage_counts_measurements_inside_the_committed_band():
-    from infra.perf.replay import band_coverage
+    from infra.fitting.replay import band_coverage
 
     agg = Deployment("Llama-3.1-70B", "H200", "vllm", "fp8", "agg", agg=Role(Parallel(tp=4)))
     case = Case({}, "vllm/H200", "Llama-3.1-70B", agg, Workload(isl=1000, osl=500, concurrency=32), 100.0, 10.0)
@@ -538,7 +538,7 @@ def test_measured_trtllm_attention_dp_holds_prompts_only_while_every_rank_decode
 
 
 def test_measured_sglang_b200_sweeps_poll_for_requests_every_few_decode_steps():
-    from infra.perf.replay import to_case
+    from infra.perf.rows import to_case
 
     def sweep(clients: int, **kw: str) -> Case:
         row = {"backend": "sglang", "batch_size": str(clients), "tp_size": "8", "moe_ep_size": "8",

@@ -15,7 +15,7 @@ from infra.perf.calibration import Factors
 from infra.perf.correction import dump, level_keys, load_calibration, match, scaled, with_ttft
 from infra.perf.estimate import estimate
 from infra.perf.recalibrate import EVIDENCE, Measured, document, fit, predict, prepare
-from infra.perf.replay import Case
+from infra.perf.rows import Case
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 
 CAT = load_catalog()
