@@ -235,7 +235,7 @@ def score(items: Prepared, pooled: Factors, groups: dict[str, Factors],
         factors = groups.get(case.group)
         if factors is None:
             fw, dev = case.group.split("/")
-            got = borrow(fw, catalog.device(dev), groups, devices, scales)
+            got = borrow(fw, catalog.device(dev), groups, devices, scales, catalog.framework(fw).calibration_from)
             factors = got[1] if got is not None else pooled
         ttft, tpot = run(factors)
         out.append((case, ttft, tpot))

@@ -108,7 +108,8 @@ def _lomo_base(cases: list[Case]) -> Callable[[Case], Factors]:
         if key not in devices_cache:
             devices_cache[key] = calibrate.device_points(groups)
         fw, dev = case.group.split("/")
-        got = borrow(fw, catalog.device(dev), groups, devices_cache[key], scales)
+        got = borrow(fw, catalog.device(dev), groups, devices_cache[key], scales,
+                     catalog.framework(fw).calibration_from)
         return got[1] if got is not None else pooled
 
     return base

@@ -502,6 +502,9 @@ class FrameworkSpec(CatalogModel):
     (the model's 16-bit dtype, or fp32 where the engine chooses accuracy)."""
     kinds: list[ModelKind] = ["llm"]
     """Kinds of model (pipeline stage) the engine serves."""
+    calibration_from: str | None = None
+    """The engine (catalog name) whose measured efficiency factors this one borrows on a device no measurement
+    fitted it on, before any other engine's: a vendor build of vLLM takes vLLM's. Unset: its own, where fitted."""
     checkpoints: dict[str, str] = {}
     """Hugging Face repository a plan names -> the repository this engine loads instead, where the engine reads
     another format of the same weights (vLLM-Omni loads Wan2.1 from its Diffusers conversion)."""

@@ -138,10 +138,6 @@ TTFT: median 48.9% -> 45.9%, p90 133.5% -> 113.4%). The first wave's share of a 
 the measuring client, not the framework: the sweep rows state theirs, and the few others of one framework would
 otherwise set it for every plan on that framework."""
 
-PARENT_FRAMEWORK = {"vllm-ascend": "vllm", "vllm-mlu": "vllm", "vllm-kunlun": "vllm", "vllm-metax": "vllm",
-                    "vllm-fl": "vllm", "mindie": "trtllm", "lmdeploy": "vllm"}
-
-
 @dataclass(frozen=True)
 class Calibration:
     """Factors for one (framework, device), and how they were found."""
@@ -376,14 +372,16 @@ def device_point(device: DeviceSpec) -> dict[str, Any]:
 
 
 def borrow(framework: str, device: DeviceSpec, groups: dict[str, Factors], devices: dict[str, dict[str, Any]],
-           scales: dict[str, dict[str, float]] | None = None) -> tuple[str, Factors, float, str] | None:
+           scales: dict[str, dict[str, float]] | None = None,
+           calibration_from: str | None = None) -> tuple[str, Factors, float, str] | None:
     """Factors for a (framework, device) pair no measurement fitted, taken from the fitted `groups`: the same
-    framework (or the one it derives from) on the closest measured device, else any framework on this device, else
+    framework (or the one its catalog entry borrows from, `calibration_from`) on the closest measured device, else
+    any framework on this device, else
     the closest of all; derated off NVIDIA. Where the fit found multipliers per device architecture (`scales`) for
     both devices' architectures, the borrowed factors trade the lender's for the borrower's, as a framework's
     kernels reach the share of peak of the generation they run on. Returns the group borrowed from, its factors,
     the device distance and the architecture traded to (empty when none was); None when nothing was fitted."""
-    fw_eff = PARENT_FRAMEWORK.get(framework, framework)
+    fw_eff = calibration_from or framework
     candidates = [k for k in groups if k.split("/")[0] == fw_eff]
     if not candidates:
         candidates = [k for k in groups if k.split("/")[1] == device.name]
@@ -408,15 +406,16 @@ def borrow(framework: str, device: DeviceSpec, groups: dict[str, Factors], devic
     return best, borrowed, dist, device.architecture if trade else ""
 
 
-def lookup(framework: str, device: DeviceSpec) -> Calibration:
-    """Factors for a framework on a device, exact when fitted, otherwise borrowed and marked so."""
+def lookup(framework: str, device: DeviceSpec, calibration_from: str | None = None) -> Calibration:
+    """Factors for a framework on a device, exact when fitted, otherwise borrowed and marked so (first from the
+    engine the framework's catalog entry names in `calibration_from`)."""
     data = _table()
     groups = _groups()
     key = f"{framework}/{device.name}"
     if key in groups:
         return Calibration(groups[key], True, f"fit:{key}")
     vendor = device.vendor in measured_vendors()
-    got = borrow(framework, device, groups, data.get("devices", {}), data.get("architecture_scales"))
+    got = borrow(framework, device, groups, data.get("devices", {}), data.get("architecture_scales"), calibration_from)
     if got is not None:
         best, borrowed, dist, arch = got
         return Calibration(borrowed, False, f"borrowed:{best}", round(dist, 3), arch, vendor_measured=vendor)

@@ -179,7 +179,8 @@ def build_workers(dep: Deployment, catalog: Catalog, *, device_memory_gb: float 
     model = catalog.model(dep.model)
     device = device_spec or catalog.device(dep.device)
     fw = catalog.framework(dep.framework)
-    cal = Calibration(factors, True, "given") if factors is not None else lookup(fw.name, device)
+    cal = Calibration(factors, True, "given") if factors is not None else lookup(fw.name, device,
+                                                                                  fw.calibration_from)
     if correction is not None:
         cal = replace(cal, factors=scaled(cal.factors, correction.step), measured=correction.describe(),
                       ttft=correction.ttft, measured_level=correction.level)
@@ -205,7 +206,8 @@ def build_workers(dep: Deployment, catalog: Catalog, *, device_memory_gb: float 
         link = (device.interconnect.bandwidth_gbs.value / 2 if within else (link_gbs or NIC_GBS)) * GB
         return workers, cal, link
     other = catalog.device(dep.decode_device)
-    decode_cal = Calibration(factors, True, "given") if factors is not None else lookup(fw.name, other)
+    decode_cal = Calibration(factors, True, "given") if factors is not None else lookup(fw.name, other,
+                                                                                         fw.calibration_from)
     if correction is not None:
         decode_cal = replace(decode_cal, factors=scaled(decode_cal.factors, correction.step))
     workers = {"prefill": _role_worker(model, device, fw, dep, "prefill", dep.prefill, cal, device_memory_gb),

@@ -81,7 +81,9 @@ def runner(case: Case, catalog: Catalog, base: Callable[[Case], Factors] | None 
     run = compiled(case, catalog)
     if isinstance(run, str):
         return run
-    factors = base(case) if base else lookup(case.deployment.framework, catalog.device(case.deployment.device)).factors
+    dep = case.deployment
+    factors = base(case) if base else lookup(dep.framework, catalog.device(dep.device),
+                                               catalog.framework(dep.framework).calibration_from).factors
     return lambda step: run(scaled(factors, step))
 
 

@@ -839,7 +839,7 @@ def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[st
     asked = slo
     if confidence is not None:
         measured = correction_for(resolved, dep, wl)
-        cal = lookup(dep.framework, device)
+        cal = lookup(dep.framework, device, resolved.catalog.framework(dep.framework).calibration_from)
         slo = confident(slo, dep, confidence, cal.calibrated, measured.level if measured else "",
                         cal.vendor_measured)
     try:

@@ -112,7 +112,7 @@ def test_a_framework_that_does_not_run_on_the_device_names_those_that_do():
 
 def test_calibration_lookup_says_when_it_borrows():
     assert lookup("trtllm", CAT.device("H200")).calibrated
-    borrowed = lookup("vllm-ascend", CAT.device("Ascend-910B3"))
+    borrowed = lookup("vllm-ascend", CAT.device("Ascend-910B3"), CAT.framework("vllm-ascend").calibration_from)
     assert not borrowed.calibrated and borrowed.source.startswith("borrowed:vllm/") and borrowed.distance > 0
     dep = Deployment("Qwen3-32B", "Ascend-910B3", "vllm-ascend", "bf16", agg=Role(Parallel(tp=4)))
     est = estimate(dep, Workload(isl=1000, osl=200, concurrency=8), CAT)
