@@ -580,17 +580,54 @@ def _service_spread(c: _Cases, price: Callable[[np.ndarray], np.ndarray]
     return first, cv, quantiles
 
 
+def _quantile_with_wait(service: np.ndarray, service_cv: np.ndarray, wait: np.ndarray, rho: np.ndarray, q: float,
+                        z: float) -> np.ndarray:
+    """`serving._quantile_with_wait`: its Newton steps on every element at once; a fixed service's closed form and
+    an element without a wait by the scalar function."""
+    out = np.empty(service.size)
+    newton = (rho > 0) & (wait > 0) & (service_cv > 0)
+    rest = np.flatnonzero(~newton)
+    if rest.size:
+        out[rest] = _py(partial(serving._quantile_with_wait, q=q, z=z), service[rest], service_cv[rest], wait[rest],
+                        rho[rest])
+    idx = np.flatnonzero(newton)
+    if not idx.size:
+        return out
+    m, cv, w, r = service[idx], service_cv[idx], wait[idx], rho[idx]
+    theta = w / r
+    longer = m + theta
+    longer_cv = _hypot(cv * m, theta) / longer
+    s2b = np.log1p(longer_cv * longer_cv)
+    sb = np.sqrt(s2b)
+    mub = np.log(longer) - s2b / 2
+    s2a = np.log1p(cv * cv)
+    sa = np.sqrt(s2a)
+    mua = np.log(m) - s2a / 2
+    lo, hi = mua + sa * z, mub + sb * z
+    low, high = np.minimum(lo, hi), np.maximum(lo, hi)
+    u = (lo + hi) / 2
+    for _ in range(serving.NEWTON_STEPS):
+        a, b = (u - mua) / sa, (u - mub) / sb
+        cdf = (1 - r) * 0.5 * _py(math.erfc, -a / _SQRT_2) + r * 0.5 * _py(math.erfc, -b / _SQRT_2)
+        pdf = (1 - r) * np.exp(-a * a / 2) / (sa * _SQRT_2PI) + r * np.exp(-b * b / 2) / (sb * _SQRT_2PI)
+        step = np.minimum(np.maximum(u - (cdf - q) / np.where(pdf > 0, pdf, 1.0), low), high)
+        u = np.where(pdf > 0, step, u)
+    out[idx] = np.exp(u)
+    return out
+
+
 def _queue_percentiles(service: np.ndarray, wait: np.ndarray, rho: np.ndarray, extra: np.ndarray,
-                       phase: np.ndarray, service_q: np.ndarray) -> np.ndarray:
-    """`serving._queue_percentiles` with the service's own percentiles (`service_q`, rows p50 .. p99.9): rows
-    mean, p50 .. p99.9."""
+                       phase: np.ndarray, service_q: np.ndarray, service_cv: np.ndarray) -> np.ndarray:
+    """`serving._queue_percentiles` with the service's own percentiles (`service_q`, rows p50 .. p99.9) and CV:
+    rows mean, p50 .. p99.9."""
     out = np.empty((len(_KEYS), service.size))
     out[0] = extra + service + wait + phase / 2
-    for k, (q, tail) in enumerate(zip(_Q, _TAIL)):
+    for k, (q, tail, z) in enumerate(zip(_Q, _TAIL, _Z)):
         queued = np.where((rho > tail) & (rho > 0), (wait / rho) * np.log(rho / tail), 0.0)
         own = service_q[k]
         if q <= 0.5:
-            out[k + 1] = extra + own + queued + phase * q
+            out[k + 1] = extra + _quantile_with_wait(service, service_cv, wait, rho, q, z) + own - \
+                _lognormal_q(service, service_cv, z) + phase * q
             continue
         # Independent parts: the root sum of squares of their excesses over their means (see serving).
         out[k + 1] = out[0] + np.sqrt(_square(np.maximum(own - service, 0.0)) + _square(np.maximum(queued - wait, 0.0))
@@ -874,7 +911,7 @@ def _open_loop(c: _Cases, out: _Outcome) -> None:
     # With Poisson arrivals a group is decoding with probability 1 - exp(-b) (`_scheduler_hold`'s `busy`).
     busy = -np.expm1(-b)
     extra = c.request_s + c.hold_steps * t * np.minimum(np.maximum(busy, 0.0), 1.0)
-    ttft = _queue_percentiles(service, wait, rho, extra, t, service_q)
+    ttft = _queue_percentiles(service, wait, rho, extra, t, service_q, service_cv)
     ttft[0] = ttft[0] + c.slot_mean
     for k, q in enumerate(_Q):
         ttft[k + 1] = ttft[k + 1] + _slot_quantile(c.slot_prob, c.slot_decay, q)
@@ -1121,7 +1158,8 @@ def _disagg(cases: Sequence[tuple[Worker, Worker, Role, Role, Workload, float]],
     code[ok] = np.where(~np.isfinite(slot[0]), _SLOTS, np.where(~np.isfinite(sd), _GROWING, _STABLE))
     rho_ok = rho_pf[ok]
     wait = _kingman_wait(rho_ok, service[ok], s.arrival_cv, service_cv[ok])
-    ttft = _queue_percentiles(service[ok], wait, rho_ok, extra[ok], np.zeros(ok.size), service_q[:, ok])
+    ttft = _queue_percentiles(service[ok], wait, rho_ok, extra[ok], np.zeros(ok.size), service_q[:, ok],
+                              service_cv[ok])
     itl = np.empty_like(ttft)
     itl[0] = tpot_mean
     itl[1:] = _step(s, b_ok + np.array(_Z_UP)[:, None] * sd, s.ctx) / s.accept
