@@ -933,6 +933,19 @@ def _sized_note(prefill_sized: bool, n_p: int, decode_sized: bool, n_d: int, how
     return f"worker counts not given: {chosen} worker(s) {how}" + (f" ({given} as given)" if given else "")
 
 
+def prefill_spread(wp: Worker, wl: Workload) -> tuple[float, float, dict[str, float]]:
+    """`_service_spread` of a prefill worker's prompts (alone in their steps) under a workload's lengths, kept on
+    the worker (which never changes) by lengths: a capacity search asks for it at every rate it tries."""
+    key = (wl.isl, wl.isl_cv, wl.isl_quantiles, wl.prefix_hit)
+    kept = wp.__dict__.setdefault("_prefill_spread", {})
+    spread = kept.get(key)
+    if spread is None:
+        hit = 1 - wl.prefix_hit
+        spread = kept[key] = _service_spread(lambda n: wp.step(0.0, 0.0, n * hit, n / 2), wl.isl, wl.isl_cv,
+                                             wl.isl_quantiles)
+    return spread
+
+
 def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, link_bytes_s: float) -> Prediction:
     f = wd.factors
     isl, osl = wl.isl, wl.osl
@@ -1006,9 +1019,7 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
     if not math.isfinite(slot.mean):
         return _unstable({"prefill": n_p, "decode": n_d}, b / cap, "arrival rate exceeds what the decode batch "
                          "slots sustain")
-    hit = 1 - wl.prefix_hit
-    service, cs, service_q = _service_spread(lambda n: wp.step(0.0, 0.0, n * hit, n / 2), isl, wl.isl_cv,
-                                             wl.isl_quantiles)
+    service, cs, service_q = prefill_spread(wp, wl)
     wait = _kingman_wait(rho_pf, service, wl.arrival_cv, cs)
     ttft = _queue_percentiles(service, wait, rho_pf, wl.isl_cv, req + transfer, service_q=service_q, service_cv=cs)
     gaps = max(_lognormal_q(osl, wl.osl_cv, 0.0) - 1, 1.0)

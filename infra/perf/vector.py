@@ -1114,12 +1114,10 @@ def _disagg_fixed(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workl
     if hit is None:
         isl, osl = wl.isl, wl.osl
         isl_eff = isl * (1 - wl.prefix_hit)
-        keep = 1 - wl.prefix_hit
         hit = entry[1][key] = (serving.batch_slots(wd, decode, wl),
                                serving._prefill_rate(wp, isl_eff, isl, prefill.max_num_tokens),
                                serving._kv_transfer(wp, isl, link_bytes_s) + wd.factors.transfer_ms * 1e-3,
-                               serving._service_spread(lambda n: wp.step(0.0, 0.0, n * keep, n / 2), isl,
-                                                       wl.isl_cv, wl.isl_quantiles),
+                               serving.prefill_spread(wp, wl),
                                max(serving._lognormal_q(osl, wl.osl_cv, 0.0) - 1, 1.0))
     return hit
 
