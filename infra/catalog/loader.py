@@ -216,6 +216,12 @@ class Catalog:
             for name in sorted(raw[kind]):
                 data, file = raw[kind][name]
                 self.tables[kind].add(_validate(cls, data, file), file)
+        for fw in self.frameworks.values():
+            if fw.calibration_from is not None and fw.calibration_from not in self.frameworks:
+                raise CatalogError(Problem(
+                    f"names no catalog framework: {fw.calibration_from!r}",
+                    Location(self.tables["frameworks"].files[fw.name], path="calibration_from"),
+                    f"name one of {', '.join(sorted(self.frameworks))}, or leave it out"))
 
     @staticmethod
     def resolve_raw(entries: dict[str, tuple[dict[str, Any], str]], name: str) -> str | None:

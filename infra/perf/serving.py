@@ -497,35 +497,29 @@ def _kingman_wait(rho: float, service: float, ca: float, cs: float) -> float:
     return (ca * ca + cs * cs) / 2 * rho / (1 - rho) * service
 
 
-def _queue_percentiles(service_mean: float, wait_mean: float, rho: float, isl_cv: float, extra: float,
-                       phase: float = 0.0, ratios: tuple[tuple[str, float], ...] = (),
-                       service_q: dict[str, float] | None = None,
-                       service_cv: float | None = None) -> dict[str, float]:
-    """Service (its own percentiles `service_q`, else scaled by the prompt-length percentile: known `ratios` to the
-    mean, else lognormal with the length CV) + queueing wait (exponential tail with P(wait > 0) = rho) + the wait
-    for the running step to end (uniform over one step). The three are independent, so a tail percentile is their
-    means plus the root sum of squares of each one's excess over its mean there (as `_e2e` combines its parts),
-    not the sum of their percentiles: that sum describes a request that is at once the longest prompt and the
-    unluckiest arrival, which at 1% each is a 1-in-10,000 event, and against an M/G/1 simulation
-    (tests/unit/test_perf_physics.py) it put the p99 of prompts of length CV 0.43 40% high at 10-30% load, where
-    this is within 15%. At or below the median, the service and the wait are one distribution
-    (`_quantile_with_wait`, the service lognormal with CV `service_cv`, else the length's); the step's wait adds."""
-    known = dict(ratios)
-    cv = isl_cv if service_cv is None else service_cv
+def _queue_percentiles(service_mean: float, wait_mean: float, rho: float, extra: float, service_q: dict[str, float],
+                       service_cv: float, phase: float = 0.0) -> dict[str, float]:
+    """Service (its own percentiles `service_q`, `_service_spread`) + queueing wait (exponential tail with
+    P(wait > 0) = rho) + the wait for the running step to end (uniform over one step). The three are independent,
+    so a tail percentile is their means plus the root sum of squares of each one's excess over its mean there (as
+    `_e2e` combines its parts), not the sum of their percentiles: that sum describes a request that is at once the
+    longest prompt and the unluckiest arrival, which at 1% each is a 1-in-10,000 event, and against an M/G/1
+    simulation (tests/unit/test_perf_physics.py) it put the p99 of prompts of length CV 0.43 40% high at 10-30%
+    load, where this is within 15%. At or below the median, the service (lognormal with CV `service_cv`) and the
+    wait are one distribution (`_quantile_with_wait`); the step's wait adds."""
     mean = extra + service_mean + wait_mean + phase / 2
     out = {"mean": mean}
     for p in PERCENTILES:
         q = float(p[1:]) / 100
         tail = 1 - q
         wait = (wait_mean / rho) * math.log(rho / tail) if rho > tail and rho > 0 else 0.0
-        service = service_q[p] if service_q is not None else service_mean * known[p] if p in known else \
-            _lognormal_q(service_mean, isl_cv, z_of(p))
+        service = service_q[p]
         if q <= 0.5:
-            # The service's own percentile less the lognormal's (known lengths, or a priced service that is not
+            # The service's own percentile less the lognormal's (a priced service, or known lengths, is not
             # lognormal) carries over to the sum.
             z = z_of(p)
-            out[p] = extra + _quantile_with_wait(service_mean, cv, wait_mean, rho, q, z) + service - \
-                _lognormal_q(service_mean, cv, z) + phase * q
+            out[p] = extra + _quantile_with_wait(service_mean, service_cv, wait_mean, rho, q, z) + service - \
+                _lognormal_q(service_mean, service_cv, z) + phase * q
             continue
         excess = math.sqrt(max(service - service_mean, 0.0) ** 2 + max(wait - wait_mean, 0.0) ** 2
                            + (phase * (q - 0.5)) ** 2)
@@ -874,8 +868,8 @@ def open_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
         wl.isl_quantiles)
     wait = _kingman_wait(rho, service, wl.arrival_cv, cs)
     # With Poisson arrivals a group is decoding with probability 1 - exp(-b).
-    ttft = _queue_percentiles(service, wait, rho, wl.isl_cv, w.request_s() + _scheduler_hold(w, t, -math.expm1(-b)),
-                              phase=t, service_q=service_q, service_cv=cs)
+    ttft = _queue_percentiles(service, wait, rho, w.request_s() + _scheduler_hold(w, t, -math.expm1(-b)), service_q,
+                              cs, phase=t)
     ttft = {k: v + (slot.mean if k == "mean" else slot.quantile(float(k[1:]) / 100)) for k, v in ttft.items()}
     steps = _chunk_steps(w, decoding(b), ctx, lam * stall, wl, chunk, rho)
 
@@ -1021,7 +1015,7 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
                          "slots sustain")
     service, cs, service_q = prefill_spread(wp, wl)
     wait = _kingman_wait(rho_pf, service, wl.arrival_cv, cs)
-    ttft = _queue_percentiles(service, wait, rho_pf, wl.isl_cv, req + transfer, service_q=service_q, service_cv=cs)
+    ttft = _queue_percentiles(service, wait, rho_pf, req + transfer, service_q, cs)
     gaps = max(_lognormal_q(osl, wl.osl_cv, 0.0) - 1, 1.0)
     batch_sd = _batch_sd(lam / d_groups, b, wd.token_time(b + 1, ctx) - tpot_mean, osl)
     if not math.isfinite(batch_sd):

@@ -1139,7 +1139,7 @@ def _disagg(cases: Sequence[tuple[Worker, Worker, Role, Role, Workload, float]],
     cap, lamd, rho_pf, extra, gaps = (np.array(columns[k], float) for k in (0, 1, 2, 4, 5))
     service = np.array([spread[0] for spread in columns[3]])
     service_cv = np.array([spread[1] for spread in columns[3]])
-    service_q = np.array([[spread[2][p] for spread in columns[3]] for p in PERCENTILES]).reshape(len(PERCENTILES), -1)
+    service_q = np.array([[spread[2][p] for spread in columns[3]] for p in PERCENTILES])
     c.lamd = lamd
 
     def rate_held(cs: _Cases, b: np.ndarray) -> np.ndarray:

@@ -112,11 +112,13 @@ def replica_loads(router: str, wl: Workload, allocations: list[tuple[str, int, f
     demand = float(wl.rate if wl.rate is not None else wl.concurrency or 0)
     served = min(demand, capacity)
     total = sum(n for _, n, _, _ in allocations)
+    # Pods a Service spreads over, aggregated replicas and P/D units apart (one mode holds behind it).
+    pods_of = {kind: sum(m for _, m, _, agg in allocations if agg == kind) for kind in (True, False)}
     out: dict[str, Workload] = {}
     for key, n, cap, agg in allocations:
         share = cap / capacity if capacity else 0.0
         cv, peers = wl.arrival_cv, max(total, 1)
-        pods = sum(m for _, m, _, kind in allocations if kind == agg)
+        pods = pods_of[agg]
         if router == "service" and pods:
             share = 1.0 / pods
             cv, peers = math.sqrt(share * wl.arrival_cv ** 2 + 1 - share), 1

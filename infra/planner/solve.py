@@ -46,6 +46,7 @@ single-threaded with a fixed seed and a deterministic time budget, so the same i
 from __future__ import annotations
 
 import math
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -228,7 +229,7 @@ def _solve_apart(parts: list[str], cands: list[Candidate], limits: Limits, time_
                     (best if optimal else bound) / scale, gap)
 
 
-_PARTS: OrderedDict[tuple[Any, ...], list[tuple[frozenset[int], tuple[Candidate, ...], Solution]]] = OrderedDict()
+_PARTS: OrderedDict[tuple[Any, ...], list[tuple[frozenset[int], tuple[weakref.ref, ...], Solution]]] = OrderedDict()
 PARTS_KEPT = 4096
 """Limits under which `_part` keeps the solutions it found, the most recently used: a fleet's plan solves every
 part again for each alternative and relaxation it tries, and most parts come out the same each time."""
@@ -237,8 +238,9 @@ part again for each alternative and relaxation it tries, and most parts come out
 def _part(mine: list[Candidate], sub: Limits, services: set[str], time_limit_s: float,
           extra_devices: dict[str, int] | None, objective: str) -> Solution:
     """`_solve_joint` of one part, reusing an optimum found under the same limits (what the model reads of them)
-    for candidates that include these (the very objects, held with the solution) when it uses none of the others:
-    dropping shapes a plan does not use leaves it the cheapest."""
+    for candidates that include these (the very objects, while they live: held by weak references, so that a
+    finished plan's candidates are not kept) when it uses none of the others: dropping shapes a plan does not use
+    leaves it the cheapest."""
     key = (time_limit_s, objective, tuple(sorted((extra_devices or {}).items())),
            *(tuple(sorted(getattr(sub, f).items())) for f in ("demand", "min_replicas", "zones", "zone_keep",
                                                                "budget_hour", "pool_devices", "pool_nodes")),
@@ -246,13 +248,13 @@ def _part(mine: list[Candidate], sub: Limits, services: set[str], time_limit_s: 
            tuple(sorted(sub.even)), tuple(sorted(sub.one_mode)))
     ids = frozenset(map(id, mine))
     keys = {c.key for c in mine}
-    found = _PARTS.get(key, [])
+    found = [entry for entry in _PARTS.get(key, []) if all(ref() is not None for ref in entry[1])]
     for held, _, sol in found:
         if ids <= held and sol.status == "OPTIMAL" and keys.issuperset(sol.replicas):
             _PARTS.move_to_end(key)
             return sol
     sol = _solve_joint(mine, sub, time_limit_s, extra_devices, None, objective)
-    _PARTS[key] = [*found[-3:], (ids, tuple(mine), sol)]
+    _PARTS[key] = [*found[-3:], (ids, tuple(map(weakref.ref, mine)), sol)]
     _PARTS.move_to_end(key)
     if len(_PARTS) > PARTS_KEPT:
         _PARTS.popitem(last=False)

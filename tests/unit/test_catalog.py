@@ -147,6 +147,17 @@ def test_overlay_errors_name_the_file(tmp_path):
         Catalog([tmp_path / "missing"])
 
 
+def test_a_framework_borrows_calibration_only_from_a_catalog_framework(tmp_path):
+    assert load_catalog().framework("vllm-ascend").calibration_from == "vllm"
+    (tmp_path / "frameworks").mkdir()
+    (tmp_path / "frameworks" / "mlu.yaml").write_text("name: vllm-mlu\ncalibration_from: vlm\n")
+    with pytest.raises(CatalogError) as exc:
+        Catalog([tmp_path])
+    problem = exc.value.problems[0]
+    assert "mlu.yaml" in str(problem.location) and problem.location.path == "calibration_from"
+    assert "'vlm'" in problem.message and "vllm" in problem.fix
+
+
 def test_activation_format_only_for_weight_only_fp4(tmp_path):
     (tmp_path / "models").mkdir()
     new = load_catalog().model("Llama-3.1-8B").model_dump(mode="json")

@@ -26,6 +26,11 @@ def _worker(model: str, device: str, framework: str, precision: str, parallel: P
     return build_workers(dep, CAT)[0]["agg"]
 
 
+def _lognormal(mean: float, cv: float) -> dict[str, float]:
+    """The percentiles of a lognormal service of this mean and CV (what a service proportional to lengths has)."""
+    return {p: serving._lognormal_q(mean, cv, serving.z_of(p)) for p in serving.PERCENTILES}
+
+
 def _mg1_sojourn(rho: float, cv: float, n: int, seed: int) -> np.ndarray:
     """Times in system of an M/G/1 FIFO queue with lognormal service of mean 1 (Lindley's recursion)."""
     rng = np.random.default_rng(seed)
@@ -45,7 +50,7 @@ def test_the_ttft_tail_of_a_prefill_queue_follows_an_mg1_simulation(rho):
     cv = 0.43
     sim = _mg1_sojourn(rho, cv, 200_000, seed=7)
     wait = serving._kingman_wait(rho, 1.0, 1.0, cv)
-    got = serving._queue_percentiles(1.0, wait, rho, cv, 0.0)
+    got = serving._queue_percentiles(1.0, wait, rho, 0.0, _lognormal(1.0, cv), cv)
     assert got["mean"] == pytest.approx(sim.mean(), rel=0.03)
     for p in ("p90", "p99"):
         measured = float(np.quantile(sim, float(p[1:]) / 100))
@@ -85,11 +90,10 @@ def test_the_prefill_queue_is_priced_at_the_prompt_lengths_themselves(prefill_le
     for i in range(1, service.size):
         wait[i] = max(0.0, wait[i - 1] + service[i - 1] - gaps[i])
     sim = wait + service
-    got = serving._queue_percentiles(mean, serving._kingman_wait(rho, mean, 1.0, cv), rho, 1.2, 0.0,
-                                     service_q=quantiles)
+    got = serving._queue_percentiles(mean, serving._kingman_wait(rho, mean, 1.0, cv), rho, 0.0, quantiles, cv)
     one = price(3000.0)
     scaled = serving._queue_percentiles(one, serving._kingman_wait(rho * one / mean, one, 1.0, 1.2), rho * one / mean,
-                                        1.2, 0.0)
+                                        0.0, _lognormal(one, 1.2), 1.2)
     for key, q in (("mean", None), ("p90", 0.9), ("p99", 0.99)):
         measured = float(sim.mean() if q is None else np.quantile(sim, q))
         assert got[key] == pytest.approx(measured, rel=0.12), key
@@ -107,7 +111,7 @@ def test_the_median_ttft_counts_the_requests_that_wait(cv, rho):
     # plus wait lies well above the service's (adding the parts' medians put it 18-45% under the simulation).
     sim = _mg1_sojourn(rho, cv, 200_000, seed=3) if cv > 0 else _mg1_fixed(rho, 200_000, seed=3)
     wait = serving._kingman_wait(rho, 1.0, 1.0, cv)
-    got = serving._queue_percentiles(1.0, wait, rho, cv, 0.0)["p50"]
+    got = serving._queue_percentiles(1.0, wait, rho, 0.0, _lognormal(1.0, cv), cv)["p50"]
     measured = float(np.median(sim))
     assert -0.1 < got / measured - 1 < 0.2
     added = serving._lognormal_q(1.0, cv, 0.0) + ((wait / rho) * math.log(rho / 0.5) if rho > 0.5 else 0.0)
