@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.catalog.hfids import checkpoint_precision
+from infra.catalog.kinds import kind_of
 from infra.catalog.loader import Catalog
 from infra.catalog.schema import BYTES_PER_PARAM, EngineCli, FrameworkSpec
 from infra.errors import CatalogError, InfraError, IntentError, Location, Problem
@@ -345,9 +346,10 @@ class AllocationBuilder:
             self._disaggregated_set(workloads)
         else:
             for w in workloads:
-                if w["kind"] == "LeaderWorkerSet":
-                    w["api_version"] = crds["leaderworkerset"]
-                    self.sb.add("leaderworkerset.yaml.j2", {"w": w}, self.header)
+                crd = kind_of(w["kind"]).crd
+                if crd:
+                    w["api_version"] = crds[crd]
+                    self.sb.add(f"{w['kind'].lower()}.yaml.j2", {"w": w}, self.header)
                 else:
                     self.sb.add("deployment.yaml.j2", {"w": w}, self.header)
         for cm in config:
@@ -816,8 +818,9 @@ class AllocationBuilder:
                  else engine.max_num_seqs)
         target = max(1, round(batch * min(1.0, load)))
         ref = {"api_version": w.get("api_version", "apps/v1"), "kind": w["kind"], "name": w["name"]}
-        if w["kind"] == "LeaderWorkerSet":
-            ref["api_version"] = self.sb.crds["leaderworkerset"]
+        crd = kind_of(w["kind"]).crd
+        if crd:
+            ref["api_version"] = self.sb.crds[crd]
         ctx = {"name": w["name"], "labels": w["labels"], "min": floor, "max": peak, "ref": ref, "metric": metric,
                "target": target}
         if self.sb.crds.get("keda"):

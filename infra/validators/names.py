@@ -8,9 +8,6 @@ DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 PORT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
-# Kinds whose names must be DNS-1123 labels (they become DNS names or hostnames themselves).
-LABEL_NAMED_KINDS = {"Service", "Namespace", "StatefulSet", "LeaderWorkerSet"}
-
 
 def label_problem(name: str) -> str | None:
     """Why `name` is not a DNS-1123 label (max 63), or None."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from infra.catalog.kinds import kind_of
 from infra.errors import InfraError
 from infra.limits import scan_yaml
 from infra.planner.types import DeploymentPlan, PipelinePlan
@@ -25,7 +26,6 @@ from infra.validators.rules import rule
 
 STAGE_CONFIG_FILE = "stage.yaml"
 STAGE_CONFIG_KIND = "StageConfig"
-WORKLOADS = ("Deployment", "StatefulSet", "LeaderWorkerSet", "DisaggregatedSet")
 
 
 def stage_names(plan: DeploymentPlan, p: PipelinePlan) -> list[str]:
@@ -67,7 +67,7 @@ def check_pipelines(manifests: list[Manifest], plan: DeploymentPlan, plan_path: 
             field = f"spec.pipelines[{pi}].stages[{si}]"
             name = names[si]
             stage_ref = f"stage {st.name} of pipeline {p.service}"
-            workloads = [m for m in manifests if m.kind in WORKLOADS
+            workloads = [m for m in manifests if kind_of(m.kind, m.api_version).serves
                          and m.labels.get("infra.dev/pipeline") == p.service
                          and m.labels.get("infra.dev/stage") == st.name]
             if st.unit not in {s.name for s in plan.spec.services}:
@@ -268,7 +268,7 @@ def _service_selects(svc: Manifest, workloads: list[Manifest], stage_ref: str,
         return [svc.finding("PIP005", ("spec", "selector"), f"the Service of {stage_ref} selects none of its pods",
                             fix="select the labels of the stage's pod template")]
     stage = svc.labels.get("infra.dev/stage")
-    others = sorted({m.name for m in manifests if m.kind in WORKLOADS and m not in workloads
+    others = sorted({m.name for m in manifests if kind_of(m.kind, m.api_version).serves and m not in workloads
                      for t in _serving(m) if selects(sel, t.labels)})
     if others:
         return [svc.finding("PIP005", ("spec", "selector"), f"the Service of {stage_ref} also selects pods of "

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from infra.catalog.kinds import kind_of
 from infra.catalog.loader import Catalog
 from infra.catalog.schema import DeviceSpec, EngineCli, FrameworkSpec
 from infra.errors import InfraError
@@ -26,9 +27,6 @@ from infra.validators.pods import PodTemplate, pod_templates
 from infra.validators.quantity import parse_quantity
 from infra.validators.rules import rule
 from infra.validators.semantic import config_maps
-
-WORKLOAD_KINDS = {"Deployment", "StatefulSet", "LeaderWorkerSet", "DisaggregatedSet", "Pod", "ReplicaSet"}
-
 
 @dataclass
 class Expected:
@@ -85,7 +83,7 @@ class _PlanFile:
 def _workload_for(e: Expected, manifests: list[Manifest]) -> tuple[Manifest, list[PodTemplate], Any] | None:
     """The object (and its pod templates, and where its replicas live) that deploys one expected role."""
     for m in manifests:
-        if m.kind in ("Deployment", "StatefulSet", "LeaderWorkerSet") and m.name == e.name:
+        if kind_of(m.kind, m.api_version).per_role and m.name == e.name:
             return m, pod_templates(m), ("spec", "replicas")
     for m in manifests:
         if m.kind == "DisaggregatedSet" and m.labels.get("infra.dev/allocation") == e.alloc_id and \
@@ -399,7 +397,7 @@ def check_plan(manifests: list[Manifest], plan: DeploymentPlan, plan_path: str,
         got = _get(m.data, replicas_path)
         got = 1 if got is None else got
         if got != e.replicas:
-            what = "groups" if m.kind in ("LeaderWorkerSet", "DisaggregatedSet") else "replicas"
+            what = "groups" if kind_of(m.kind, m.api_version).groups else "replicas"
             out.append(m.finding("PLN003", replicas_path, f"{got} {what} for {e.role}, the plan places "
                                                           f"{e.replicas}", fix=f"set replicas: {e.replicas}"))
         if m.annotations.get("infra.dev/plan-fingerprint") != fingerprint:
@@ -408,7 +406,7 @@ def check_plan(manifests: list[Manifest], plan: DeploymentPlan, plan_path: str,
                                  f"is {fingerprint!r}"))
         if a.nodes_per_worker > 1:
             size = _get(m.data, replicas_path[:-1] + ("leaderWorkerTemplate", "size"))
-            if m.kind not in ("LeaderWorkerSet", "DisaggregatedSet") or size != a.nodes_per_worker:
+            if not kind_of(m.kind, m.api_version).groups or size != a.nodes_per_worker:
                 out.append(m.finding("PLN005", replicas_path[:-1] + ("leaderWorkerTemplate", "size"),
                                      f"a worker spans {a.nodes_per_worker} nodes, "
                                      f"but the object is a {m.kind} with group size {size or 1}",
@@ -458,7 +456,7 @@ def check_plan(manifests: list[Manifest], plan: DeploymentPlan, plan_path: str,
         svc_label, alloc = m.labels.get("infra.dev/service"), m.labels.get("infra.dev/allocation")
         if svc_label in cpu_stages:
             continue
-        if m.kind in WORKLOAD_KINDS and id(m) not in matched:
+        if kind_of(m.kind, m.api_version).serves and id(m) not in matched:
             out.append(m.finding("PLN002", ("metadata", "name"), f"{m.ref} deploys no allocation of the plan "
                                                                  f"(expected one of {sorted(want_names)})"))
         elif svc_label is not None and svc_label not in services:

@@ -6,11 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from infra.catalog.kinds import kind_of
 from infra.intent.yamlio import PathKey
 from infra.validators.manifests import Manifest
-
-# Kinds whose spec.template is one pod template.
-TEMPLATE_KINDS = {"Deployment", "StatefulSet", "ReplicaSet", "DaemonSet", "Job", "ReplicationController"}
 
 
 @dataclass
@@ -84,26 +82,27 @@ def _lws_templates(m: Manifest, base: PathKey, lws: Any, group: str) -> list[Pod
 
 
 def pod_templates(m: Manifest) -> list[PodTemplate]:
-    """Every pod template of an object (empty for kinds without pods)."""
+    """Every pod template of an object (empty for kinds without pods), where its kind keeps them
+    (`infra.catalog.kinds`)."""
     data, spec = m.data, m.data.get("spec")
-    if m.kind == "Pod":
+    pods = kind_of(m.kind, m.api_version).pods
+    if pods == "self":
         t = _template(m, (), data, group=m.ref)
         return [t] if t else []
     if not isinstance(spec, dict):
         return []
-    volcano = m.api_version.startswith("batch.volcano.sh/")
-    if m.kind in TEMPLATE_KINDS and not volcano:
+    if pods == "template":
         t = _template(m, ("spec", "template"), spec.get("template"), group=m.ref)
         return [t] if t else []
-    if m.kind == "CronJob":
+    if pods == "job-template":
         job = spec.get("jobTemplate")
         jspec = job.get("spec") if isinstance(job, dict) else None
         t = _template(m, ("spec", "jobTemplate", "spec", "template"),
                       jspec.get("template") if isinstance(jspec, dict) else None, group=m.ref)
         return [t] if t else []
-    if m.kind == "LeaderWorkerSet":
+    if pods == "leader-worker":
         return _lws_templates(m, ("spec",), spec, m.ref)
-    if m.kind == "DisaggregatedSet":
+    if pods == "roles":
         out = []
         roles = spec.get("roles")
         for i, role in enumerate(roles if isinstance(roles, list) else []):
@@ -116,7 +115,9 @@ def pod_templates(m: Manifest) -> list[PodTemplate]:
                     t.role = f"{name}/{t.role}"
                     out.append(t)
         return out
-    tasks = spec.get("tasks") if volcano else None
+    if pods != "tasks":
+        return []
+    tasks = spec.get("tasks")
     out = []
     for i, task in enumerate(tasks if isinstance(tasks, list) else []):
         if isinstance(task, dict):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 from decimal import Decimal
 
+from infra.catalog.kinds import api_group, kind_of
 from infra.validators.cluster import ClusterView, DeviceNames
 from infra.validators.findings import Finding
 from infra.validators.manifests import Manifest
@@ -18,22 +19,6 @@ UNIVERSAL_LABELS = {"kubernetes.io/os", "kubernetes.io/arch", "kubernetes.io/hos
 # conventions.crds keys of the custom resources deployment targets render (KServe's LLMInferenceService, llm-d's
 # InferencePool).
 TARGET_CRD_KEYS = {"kserve", "inference_extension", "dynamo"}
-# Custom-resource kinds -> the profile's `conventions.crds` key that says they are installed.
-CRD_KEYS = {
-    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): "leaderworkerset",
-    ("disaggregatedset.x-k8s.io", "DisaggregatedSet"): "disaggregatedset",
-    ("scheduling.volcano.sh", "PodGroup"): "volcano",
-    ("batch.volcano.sh", "Job"): "volcano",
-    ("keda.sh", "ScaledObject"): "keda",
-    ("inference.networking.k8s.io", "InferencePool"): "inference_extension",
-    ("gateway.networking.k8s.io", "HTTPRoute"): "gateway_api",
-    ("nvidia.com", "DynamoGraphDeployment"): "dynamo",
-    ("serving.kserve.io", "InferenceService"): "kserve",
-    ("serving.kserve.io", "LLMInferenceService"): "kserve",
-    ("resource.k8s.io", "ResourceClaim"): "dra",
-    ("resource.k8s.io", "ResourceClaimTemplate"): "dra",
-    ("resource.k8s.io", "DeviceClass"): "dra",
-}
 
 
 def _near(word: str, options: set[str]) -> str | None:
@@ -43,8 +28,9 @@ def _near(word: str, options: set[str]) -> str | None:
 
 def check_profile(m: Manifest, cluster: ClusterView, names: DeviceNames) -> list[Finding]:
     out: list[Finding] = []
-    group = m.api_version.rsplit("/", 1)[0] if "/" in m.api_version else ""
-    key = CRD_KEYS.get((group, m.kind))
+    group = api_group(m.api_version)
+    kind = kind_of(m.kind, m.api_version)
+    key = kind.crd if kind.group == group else None
     if key is not None:
         installed = cluster.crds.get(key)
         if installed is None:

@@ -7,20 +7,19 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, Iterable
 
+from infra.catalog.kinds import kind_of
 from infra.catalog.loader import Catalog
 from infra.catalog.schema import KV_TRANSFER_SETTINGS
 from infra.validators.cluster import DeviceNames
 from infra.validators.engine_args import EngineArgs, engine_args, file_settings
 from infra.validators.findings import Finding
 from infra.validators.manifests import Manifest
-from infra.validators.names import LABEL_NAMED_KINDS, label_problem, port_name_problem, subdomain_problem
+from infra.validators.names import label_problem, port_name_problem, subdomain_problem
 from infra.validators.pods import PodTemplate, pod_templates, selector_labels, selects
 from infra.validators.quantity import is_whole, parse_quantity
 
 NATIVE_RESOURCES = {"cpu", "memory", "ephemeral-storage", "storage", "pods"}
 PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
-# Objects whose selector is a pod-selecting LabelSelector over their own template.
-SELECTOR_KINDS = {"Deployment", "StatefulSet", "ReplicaSet", "DaemonSet"}
 
 
 def is_extended(name: str) -> bool:
@@ -51,7 +50,7 @@ def _dups(m: Manifest, entries: Iterable[tuple[tuple, str]], what: str) -> list[
 def check_names(m: Manifest) -> list[Finding]:
     out = []
     if m.name:
-        why = label_problem(m.name) if m.kind in LABEL_NAMED_KINDS else subdomain_problem(m.name)
+        why = label_problem(m.name) if kind_of(m.kind, m.api_version).label_named else subdomain_problem(m.name)
         if why:
             out.append(m.finding("SEM003", ("metadata", "name"), f"object name {why}"))
     for t in pod_templates(m):
@@ -109,9 +108,9 @@ def check_references(m: Manifest, manifests: list[Manifest]) -> list[Finding]:
     out = []
     for t in pod_templates(m):
         volumes = {str(v.get("name")) for _, v in _items(t.spec.get("volumes"))}
-        if m.kind in ("StatefulSet", "LeaderWorkerSet"):
-            vct = t.manifest.data.get("spec", {})
-            vct = vct.get("leaderWorkerTemplate", vct) if m.kind == "LeaderWorkerSet" else vct
+        where = kind_of(m.kind, m.api_version).claim_templates
+        if where is not None:
+            vct = _node(t.manifest.data, ("spec", *where))
             for _, claim in _items(vct.get("volumeClaimTemplates") if isinstance(vct, dict) else None):
                 meta = claim.get("metadata")
                 if isinstance(meta, dict) and meta.get("name"):
@@ -162,7 +161,7 @@ def check_references(m: Manifest, manifests: list[Manifest]) -> list[Finding]:
 
 def check_workload_selector(m: Manifest) -> list[Finding]:
     """SEM001: a Deployment (StatefulSet, ...) selects its own pods."""
-    if m.kind not in SELECTOR_KINDS:
+    if not kind_of(m.kind, m.api_version).selects_template:
         return []
     spec = m.data.get("spec")
     templates = pod_templates(m)
@@ -536,7 +535,6 @@ def check_kv_connector(m: Manifest, catalog: Catalog, manifests: list[Manifest])
 
 GROUP_NAME = "scheduling.k8s.io/group-name"
 """Pod annotation naming the Volcano PodGroup a pod joins."""
-LWS_KINDS = ("LeaderWorkerSet", "DisaggregatedSet")
 
 
 def _node(data: Any, path: tuple) -> Any:
@@ -579,7 +577,7 @@ def check_gangs(manifests: list[Manifest]) -> list[Finding]:
                 continue
             n = _groups_of(t)
             members.setdefault(name, []).append((t, n * t.pods_per_group))
-            if m.kind in LWS_KINDS and n > 1 and not shared:
+            if kind_of(m.kind, m.api_version).groups and n > 1 and not shared:
                 shared = True
                 out.append(m.finding(
                     "SEM016", t.path + ("metadata", "annotations"),
