@@ -75,6 +75,26 @@ class Solution:
     core: list[str] = field(default_factory=list)
     """Constraint groups in conflict, when infeasible (e.g. `demand:chat`, `budget:total`, `pool:h100-a`)."""
 
+    def devices_by_pool(self, cands: list[Candidate]) -> dict[str, float]:
+        """Devices the chosen replicas take on each pool (a P/D unit across two pools counts on both)."""
+        out: dict[str, float] = {}
+        for c in cands:
+            for p in c.pools:
+                out[p] = out.get(p, 0.0) + c.devices_on(p) * self.replicas.get(c.key, 0)
+        return out
+
+    def cost_by_pool(self, cands: list[Candidate]) -> dict[str, float]:
+        """What the chosen replicas cost per hour on each pool (a P/D unit's decode workers on their own pool)."""
+        out: dict[str, float] = {}
+        for c in cands:
+            n = self.replicas.get(c.key, 0)
+            if not n:
+                continue
+            out[c.pool] = out.get(c.pool, 0.0) + c.devices_on(c.pool) * c.price_per_device_hour * n
+            if c.decode_pool:
+                out[c.decode_pool] = out.get(c.decode_pool, 0.0) + c.devices_on(c.decode_pool) * c.decode_price * n
+        return out
+
 
 @dataclass(frozen=True)
 class Limits:

@@ -461,7 +461,7 @@ def test_a_service_whose_every_shape_was_refused_hears_that_reason_not_to_loosen
     headline names the refusal and its fix, not "loosen the objectives"; once any shape was weighed against the
     objectives, the usual explanation (closest miss, relaxations) applies."""
     from infra.planner.candidates import Considered
-    from infra.planner.plan import _refused
+    from infra.planner.explain import _refused
 
     why = "unknown model 'vl'"
     refused = [Considered("s", "p", "vllm", "bf16", f"tp{t}", why) for t in (1, 2, 4)]
