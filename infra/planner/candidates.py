@@ -959,7 +959,7 @@ def _enumerate(resolved: ResolvedIntent, slo_scale: float, progress: Callable[[i
         svc = rs.service
         if rs.model is None:
             raise InfraError(f"service {svc.name!r} is a pipeline; expand it into its stages first "
-                             "(infra.planner.pipeline.search)")
+                             "(infra.planner.search.search)")
         wl = service_workload(svc, base)
         fix = corrections or Corrections()
         slo = {k: v * slo_scale * fix.scale(svc.name, *k) for k, v in held_objectives(svc).items()}

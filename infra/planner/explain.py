@@ -18,9 +18,7 @@ from infra.planner.candidates import (
     Corrections,
     millis,
 )
-from infra.planner.pipeline import (
-    search,
-)
+from infra.planner.search import search
 from infra.planner.solve import Limits, Solution, solve
 
 SLO_STEPS = (1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)

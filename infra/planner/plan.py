@@ -46,9 +46,9 @@ from infra.planner.pipeline import (
     CpuPlacement,
     Unit,
     place_cpu,
-    search,
     solved_units,
 )
+from infra.planner.search import search
 from infra.planner.solve import Limits, Solution, limits_from, minimal_conflict, solve
 from infra.planner.types import DeploymentPlan
 

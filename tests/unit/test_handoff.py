@@ -16,7 +16,7 @@ from infra.intent.models import StageWork
 from infra.intent.profile import Nic
 from infra.perf.handoff import Site, network_link, node_link, transfer, units_per_request
 from infra.perf.shape import Parallel
-from infra.planner import colocate, pipeline
+from infra.planner import colocate, pipeline, search
 from infra.planner.candidates import enumerate_candidates, quirk_refusals, tp_refusal, wanted_precisions
 from infra.planner.pipeline import plan_units
 from infra.planner.plan import build_plan
@@ -217,7 +217,7 @@ def test_bundle_sizes_pack_like_single_replicas():
 
 def test_bundles_turn_back_into_stage_replicas():
     resolved = api.load_intent(COLOCATED)
-    cands, _, _, pipes = pipeline.search(resolved)
+    cands, _, _, pipes = search.search(resolved)
     found = [c for c in cands if isinstance(c, colocate.Bundle)]
     assert found and all(c.service == "pages-vision+llm" for c in found)
     assert not any(c.service in ("pages-vision", "pages-llm") for c in cands)
@@ -280,7 +280,7 @@ spec:
 
 def test_slices_of_one_device_hand_off_through_its_memory():
     resolved = api.load_intent(COLOCATED)
-    cands, _, _, _ = pipeline.search(resolved)
+    cands, _, _, _ = search.search(resolved)
     (vision, _), (llm, _) = next(c for c in cands if isinstance(c, colocate.Bundle)).members
     halves = [[dataclasses.replace(vision, share=0.5, parallel=Parallel())],
               [dataclasses.replace(llm, share=0.5, parallel=Parallel())]]
@@ -291,8 +291,8 @@ def test_slices_of_one_device_hand_off_through_its_memory():
 
 
 def test_a_run_with_no_bundle_is_searched_again_apart(monkeypatch):
-    monkeypatch.setattr(pipeline, "bundles", lambda *args: [])
-    cands, _, _, pipes = pipeline.search(api.load_intent(COLOCATED))
+    monkeypatch.setattr(search, "bundles", lambda *args: [])
+    cands, _, _, pipes = search.search(api.load_intent(COLOCATED))
     vision, llm = pipes["pages"]
     assert not vision.colocate and vision.handoff is vision.network
     assert "fit one node together" in vision.note and "network hand-off is charged" in vision.note

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from infra import api
-from infra.planner.pipeline import search
+from infra.planner.search import search
 from infra.planner.types import load_plan
 from infra.validators import validate_tree
 
