@@ -73,7 +73,7 @@ def z_of(percentile: str) -> float:
     return z if q >= 0.5 else -z
 
 
-def _lognormal_q(mean: float, cv: float, z: float) -> float:
+def lognormal_q(mean: float, cv: float, z: float) -> float:
     if cv <= 0:
         return mean
     s2 = math.log1p(cv * cv)
@@ -111,7 +111,7 @@ def _service_spread(price: Callable[[float], float], isl: float, isl_cv: float,
     second /= math.sqrt(math.pi)
     cv = math.sqrt(max(second / (first * first) - 1, 0.0)) if first > 0 else 0.0
     known = dict(ratios)
-    quantiles = {q: price(isl * known[q] if q in known else _lognormal_q(isl, isl_cv, z_of(q))) for q in PERCENTILES}
+    quantiles = {q: price(isl * known[q] if q in known else lognormal_q(isl, isl_cv, z_of(q))) for q in PERCENTILES}
     return first, cv, quantiles
 
 
@@ -519,7 +519,7 @@ def _queue_percentiles(service_mean: float, wait_mean: float, rho: float, extra:
             # lognormal) carries over to the sum.
             z = z_of(p)
             out[p] = extra + _quantile_with_wait(service_mean, service_cv, wait_mean, rho, q, z) + service - \
-                _lognormal_q(service_mean, service_cv, z) + phase * q
+                lognormal_q(service_mean, service_cv, z) + phase * q
             continue
         excess = math.sqrt(max(service - service_mean, 0.0) ** 2 + max(wait - wait_mean, 0.0) ** 2
                            + (phase * (q - 0.5)) ** 2)
@@ -545,7 +545,7 @@ def _quantile_with_wait(service_mean: float, service_cv: float, wait_mean: float
     CV 0.43-1.2; this is within -13%..+22% of it from CV 0 to 1.2 at every load, `tests/unit/test_perf_physics.py`).
     The root lies between the service's quantile and the longer one's, both closed forms."""
     if rho <= 0 or wait_mean <= 0:
-        return _lognormal_q(service_mean, service_cv, z)
+        return lognormal_q(service_mean, service_cv, z)
     theta = wait_mean / rho
     longer = service_mean + theta
     longer_cv = math.hypot(service_cv * service_mean, theta) / longer
@@ -653,7 +653,7 @@ def _chunk_steps(w: Worker, b: float, ctx: float, lam: float, wl: Workload, chun
     full = 0.0
     out = []
     for z in _CHUNK_Z:
-        length = max(_lognormal_q(isl_eff, wl.isl_cv, z), 1.0)
+        length = max(lognormal_q(isl_eff, wl.isl_cv, z), 1.0)
         whole = math.floor(length / rest)
         part = length - whole * rest
         full += each * whole
@@ -784,7 +784,7 @@ def _e2e(ttft: dict[str, float], tpot: dict[str, float], osl: float, osl_cv: flo
     out = {"mean": mean}
     for p in PERCENTILES:
         q = float(p[1:]) / 100
-        length = _lognormal_q(osl, osl_cv, z_of(p))
+        length = lognormal_q(osl, osl_cv, z_of(p))
         if q <= 0.5:
             out[p] = ttft[p] + (length - 1) * tpot["mean"] + wait.quantile(q)
             continue
@@ -1016,7 +1016,7 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
     service, cs, service_q = prefill_spread(wp, wl)
     wait = _kingman_wait(rho_pf, service, wl.arrival_cv, cs)
     ttft = _queue_percentiles(service, wait, rho_pf, req + transfer, service_q, cs)
-    gaps = max(_lognormal_q(osl, wl.osl_cv, 0.0) - 1, 1.0)
+    gaps = max(lognormal_q(osl, wl.osl_cv, 0.0) - 1, 1.0)
     batch_sd = _batch_sd(lam / d_groups, b, wd.token_time(b + 1, ctx) - tpot_mean, osl)
     if not math.isfinite(batch_sd):
         return _unstable({"prefill": n_p, "decode": n_d}, b / cap, "arrival rate is past the point where the "

@@ -543,7 +543,7 @@ def _wandering_sd(c: _Cases) -> np.ndarray:
 
 
 def _lognormal_q(mean, cv: np.ndarray, z) -> np.ndarray:
-    """`serving._lognormal_q` (z a number, or a column of them for several quantiles of each element)."""
+    """`serving.lognormal_q` (z a number, or a column of them for several quantiles of each element)."""
     s2 = np.log1p(cv * cv)
     return np.where(cv <= 0, mean, mean * np.exp(np.sqrt(s2) * z - s2 / 2))
 
@@ -1118,7 +1118,7 @@ def _disagg_fixed(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workl
                                serving._prefill_rate(wp, isl_eff, isl, prefill.max_num_tokens),
                                serving._kv_transfer(wp, isl, link_bytes_s) + wd.factors.transfer_ms * 1e-3,
                                serving.prefill_spread(wp, wl),
-                               max(serving._lognormal_q(osl, wl.osl_cv, 0.0) - 1, 1.0))
+                               max(serving.lognormal_q(osl, wl.osl_cv, 0.0) - 1, 1.0))
     return hit
 
 

@@ -40,7 +40,7 @@ from infra.perf.estimate import (
     shape_problems,
 )
 from infra.perf.heap import collector_paused
-from infra.perf.serving import PERCENTILES, z_of
+from infra.perf.serving import PERCENTILES, lognormal_q, z_of
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 from infra.perf.stages import StageEstimate
 from infra.planner.routing import router_for
@@ -203,10 +203,26 @@ def _trace_field(dist: LengthDistribution | None, base: Path, field: str) -> tup
     return mean, math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs)) / mean if mean else 0.0
 
 
+def _clipped_quantiles(dist: LengthDistribution) -> tuple[tuple[str, float], ...]:
+    """The percentiles, as multiples of the mean, that a length's `min` or `max` moves off the lognormal of
+    `length_stats`: no request is longer than the max, so a TTFT percentile riding on a prompt at that percentile
+    rides on the max where the lognormal's tail passes it (as the workload generator clips its draws)."""
+    mean, cv = length_stats(dist)
+    if cv <= 0 or dist.fixed is not None or (dist.max is None and dist.min is None):
+        return ()
+    lo, hi = float(dist.min or 1), float(dist.max) if dist.max is not None else math.inf
+    out = []
+    for p in PERCENTILES:
+        q = lognormal_q(mean, cv, z_of(p))
+        if not lo <= q <= hi:
+            out.append((p, min(max(q, lo), hi) / mean))
+    return tuple(out)
+
+
 def length_quantiles(dist: LengthDistribution | None, base: Path, field: str) -> tuple[tuple[str, float], ...]:
-    """Percentiles of a histogram or a trace as multiples of its mean (empty for other forms, which the lognormal
-    of `length_stats` describes): a histogram's tail is where it is, not where a lognormal of the same mean and
-    spread would put it."""
+    """Percentiles of a histogram or a trace as multiples of its mean (for other forms, which the lognormal of
+    `length_stats` describes, those its min or max clip): a histogram's tail is where it is, not where a lognormal
+    of the same mean and spread would put it."""
     if dist is None:
         return ()
     if dist.trace is not None:
@@ -216,7 +232,7 @@ def length_quantiles(dist: LengthDistribution | None, base: Path, field: str) ->
         return tuple((p, xs[min(len(xs) - 1, math.ceil(float(p[1:]) / 100 * len(xs)) - 1)] / mean)
                      for p in PERCENTILES) if mean else ()
     if dist.histogram is None:
-        return ()
+        return _clipped_quantiles(dist)
     mean, _ = length_stats(dist)
     total = sum(b.weight for b in dist.histogram)
     out = []

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from dataclasses import replace
 import random
 import types
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -171,6 +172,26 @@ def test_length_stats():
     mean, _ = length_stats(LengthDistribution.model_validate({"histogram": [{"le": 100, "weight": 1},
                                                                              {"le": 300, "weight": 1}]}))
     assert mean == pytest.approx(125)
+
+
+def test_no_prompt_percentile_passes_the_longest_prompt_a_service_declares():
+    """The workload generator clips its lognormal draws at `max`; the TTFT percentiles ride on prompts at the
+    same percentiles, so the model's long-prompt tail is clipped there too, and only where the lognormal's passes
+    it."""
+    from infra.intent.models import LengthDistribution
+    from infra.perf.serving import lognormal_q, z_of
+    from infra.planner.candidates import length_quantiles
+
+    spec = {"mean": 24000, "p50": 22000, "p90": 30000}
+    free = length_quantiles(LengthDistribution.model_validate(spec), Path("."), "input_tokens")
+    capped = dict(length_quantiles(LengthDistribution.model_validate({**spec, "max": 30000}), Path("."),
+                                   "input_tokens"))
+    mean, cv = length_stats(LengthDistribution.model_validate(spec))
+    assert free == ()
+    assert lognormal_q(mean, cv, z_of("p99")) > 30000 and capped["p99"] == pytest.approx(30000 / 24000)
+    assert "p50" not in capped  # below the max: the lognormal's own
+    wide = LengthDistribution.model_validate({"mean": 24000, "p50": 22000, "p90": 30000, "max": 100000})
+    assert length_quantiles(wide, Path("."), "input_tokens") == ()
 
 
 def test_plan_example_meets_everything(tmp_path):
