@@ -8,8 +8,8 @@ Fits, in log space with robust losses (Cauchy on TTFT, soft L1 on TPOT):
 2. per framework (or per framework/device pair with --group-by pair), shrunk towards the pooled factors so thin
    groups stay sensible; the routed-expert costs (`SHARED_FACTORS`) stay pooled, as no framework has enough MoE
    models to tell its own from theirs;
-3. per device architecture (hopper, blackwell...), multipliers of the GEMM efficiency (`ARCH_FACTORS`) shared by
-   every framework on it, pulled towards 1.
+3. per device architecture (hopper, blackwell...), multipliers of the GEMM and all-reduce efficiencies
+   (`ARCH_FACTORS`) shared by every framework on it, pulled towards 1.
 Among them `collective_us` (the fixed latency of each collective, which is what makes a tensor-parallel step dearer
 than its share of the work) and `recipe_accept` (tokens per decode step of the measured disaggregated recipes
 that decode speculatively, which the rows do not record; applied when replaying such rows, never to a plan).
@@ -162,12 +162,19 @@ def group_key(case: Case) -> str:
     return {"pair": case.group, "framework": fw, "none": "all"}[GROUP_BY]
 
 
-ARCH_FACTORS = ("gemm",)
-"""Factors a device architecture scales for every framework on it, fitted after the frameworks' own: how much of
-the spec sheet's peak the GEMM kernels of a generation reach (Blackwell's doubled peaks are further from what the
-engines' kernels reach than Hopper's). Per-framework factors alone cannot hold it, as each framework was measured
-on its own mix of devices; per device or per framework/device pair the multipliers would learn the few models each
-was measured with instead (a GB200's rows are nearly all one model's disaggregated recipes)."""
+ARCH_FACTORS = ("gemm", "comm")
+"""Factors a device architecture scales for every framework on it, fitted after the frameworks' own: how much of the
+spec sheet's peak the GEMM kernels of a generation reach (Blackwell's doubled peaks are further from what the
+engines' kernels reach than Hopper's), and how much of its scale-up link's quoted bandwidth a large all-reduce
+reaches (with one factor for both generations, TTFT on Hopper rose with the tensor-parallel degree, Llama-3.1-70B on
+vLLM 0.90 at tp1 to 1.22 at tp8 predicted/measured, and fell on Blackwell, 1.00 to 0.62: the fit puts Hopper at x1.34
+(0.76 of NVLink 4's 450 GB/s a direction, near the ring all-reduce's bus bandwidth) and Blackwell at x0.89; in-sample
+TTFT median/p90 28.8/83.6% -> 28.3/82.2%, leave-one-model-out 31.1/84.9% -> 30.6/84.4%, TPOT 18.5/46.2% ->
+17.9/45.6%; leave-one-architecture-out 34.5/90.4% -> 33.0/85.2%, TPOT 18.2/52.4% -> 18.4/53.1%, with a generation no
+fit covers taking the frameworks' own factors, `infra.perf.calibration.borrow`). Per-framework factors alone cannot
+hold them, as each framework was measured on its own mix of devices; per device or per framework/device pair the
+multipliers would learn the few models each was measured with instead (a GB200's rows are nearly all one model's
+disaggregated recipes)."""
 
 
 def _architecture(group: str) -> str:

@@ -137,7 +137,9 @@ def mutate_unit(data: Any, rng: random.Random) -> str:
     return f"unit string: {_dotted(path)} = {value!r}"
 
 
-SCALES = ["0", "1e-300", "1e-9", "0.001", "0.5", "1", "3", "1000", "1e9", "1e15", "1e308", "4294967297"]
+SCALES = ["0", "1e-300", "1e-9", "0.001", "0.5", "1", "3", "99.99", "99.9999999", "1000", "1e9", "1e15", "1e308",
+          "4294967297"]
+"""Numbers a quantity is set to; 99.99 and 99.9999999 put shares (`attainment: 99%`) a hair below their limit."""
 _QUANTITY = re.compile(r"^(\$?)([0-9.]+(?:[eE][+-]?\d+)?)(\s*[A-Za-z/%]*.*)$")
 
 

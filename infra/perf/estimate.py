@@ -327,6 +327,8 @@ def objective_value(pred: Prediction, metric: str, pct: str) -> float:
     if value is not None:
         return value
     tail = 1 - float(pct[1:]) / 100
+    if tail <= 0:
+        return math.inf  # every request: no latency with an unbounded tail holds them all
     known = [(1 - float(p[1:]) / 100, values[p]) for p in PERCENTILES]
     if tail >= known[0][0]:
         return known[0][1]

@@ -292,8 +292,12 @@ def attainment_objectives(svc: Service) -> dict[tuple[str, str], float]:
                 bounds[metric] = (seconds, q)
     if not bounds:
         return {}
-    # Hundredths of a percent, rounded up: the objective is never looser than the attainment asks.
-    want = math.ceil((100 - (1 - svc.slo.attainment) * 100 / len(bounds)) * 100 - 1e-6) / 100
+    # Hundredths of a percent, rounded up: the objective is never looser than the attainment asks; finer where
+    # hundredths would round up to p100, which no unbounded latency holds (99.99% over three metrics: p99.997).
+    exact = 100 - (1 - svc.slo.attainment) * 100 / len(bounds)
+    digits = 2
+    while (want := math.ceil(exact * 10 ** digits - 1e-6) / 10 ** digits) >= 100 and digits < 9:
+        digits += 1
     return {(metric, f"p{want:g}"): seconds for metric, (seconds, q) in sorted(bounds.items()) if want > q}
 
 

@@ -170,13 +170,14 @@ def relaxations(resolved: ResolvedIntent, cands: list[Candidate], limits: Limits
     return out
 
 
-ATTAINMENT_STEPS = (0.005, 0.01, 0.02, 0.05, 0.1)
-"""How far an attainment is lowered, in turn, to find the highest at which an infeasible intent fits."""
+ATTAINMENT_LEVELS = (0.9995, 0.999, 0.995, 0.99, 0.98, 0.95, 0.9)
+"""The attainments tried in turn, below the one asked, to find the highest at which an infeasible intent fits: the
+levels service objectives are written at, so 99.99% is offered 99.95% or 99.9% before 99.5%."""
 
 
 def _lower_confidence(resolved: ResolvedIntent, cands: list[Candidate], limits: Limits) -> list[Problem]:
     """For each service planned at a confidence or an attainment: the highest one (confidence in steps of 5%,
-    attainment by `ATTAINMENT_STEPS`, down to none) at which the intent is feasible with every other limit as
+    attainment at `ATTAINMENT_LEVELS`, down to none) at which the intent is feasible with every other limit as
     written, checked by a solve."""
     doc = resolved.loaded.document
     out: list[Problem] = []
@@ -188,7 +189,7 @@ def _lower_confidence(resolved: ResolvedIntent, cands: list[Candidate], limits: 
                 continue
             steps: list[float | None] = (
                 [k / 100 for k in range(round(asked * 100) - 5, 49, -5)] if field == "confidence"
-                else [round(asked - d, 4) for d in ATTAINMENT_STEPS if asked - d >= 0.5])
+                else [level for level in ATTAINMENT_LEVELS if level < asked])
             for lower in steps + [None]:
                 svc = rs.service.model_copy(update={"slo": rs.service.slo.model_copy(update={field: lower})})
                 trial_intent = dataclasses.replace(resolved, services=[
@@ -202,14 +203,19 @@ def _lower_confidence(resolved: ResolvedIntent, cands: list[Candidate], limits: 
                     at = f"{lower:.0%} confidence" if lower is not None else "the bare predictions (no confidence)"
                     what = f"objectives planned at {at} instead of {asked:.0%}"
                 else:
-                    at = f"{lower:.1%}" if lower is not None else "none (each percentile on its own)"
-                    what = f"attainment at {at} instead of {asked:.1%}"
+                    at = _share(lower) if lower is not None else "none (each percentile on its own)"
+                    what = f"attainment at {at} instead of {_share(asked)}"
                 out.append(Problem(f"feasible with service {name}'s {what} (${trial.cost_per_hour:.2f}/h)",
                                    doc.locate(("spec", "services", i, "slo", field)),
-                                   f"set {field}: {lower:.{0 if field == 'confidence' else 1}%}" if lower is not None
-                                   else f"remove {field}"))
+                                   f"set {field}: {lower:.0%}" if lower is not None and field == "confidence" else
+                                   f"set {field}: {_share(lower)}" if lower is not None else f"remove {field}"))
                 break
     return out
+
+
+def _share(fraction: float) -> str:
+    """A share as the intent writes it, to the digits it has: 99.5%, 99.99%."""
+    return f"{round(fraction * 100, 6):g}%"
 
 
 def _room(cands: list[Candidate], limits: Limits) -> dict[str, int]:

@@ -130,9 +130,10 @@ def test_borrowed_factors_trade_the_lenders_architecture_for_the_borrowers():
     devices = {"H200": device_point(CAT.device("H200")), "B200": device_point(CAT.device("B200"))}
     scales = {"hopper": {"gemm": 1.1}, "blackwell": {"gemm": 0.7}}
     key, got, dist, arch = borrow("trtllm", CAT.device("B300"), groups, devices, scales)
-    # Same framework first, even on another generation; its Hopper multiplier is swapped for Blackwell's only
-    # where the fit found one for the borrower's architecture (B300 is blackwell-ultra: none here).
-    assert key == "trtllm/H200" and got.gemm == pytest.approx(0.66) and dist > 0 and arch == ""
+    # Same framework first, even on another generation; its Hopper multiplier is swapped for Blackwell's where the
+    # fit found one for the borrower's architecture, and divided out where it found none (B300 is blackwell-ultra:
+    # none here), so a generation no fit covers takes the framework's own share, not the lender generation's.
+    assert key == "trtllm/H200" and got.gemm == pytest.approx(0.66 / 1.1) and dist > 0 and arch == ""
     _, got, _, arch = borrow("trtllm", CAT.device("B200"), groups, devices, scales)
     assert got.gemm == pytest.approx(0.66 * 0.7 / 1.1) and arch == "blackwell"
     _, got, _, arch = borrow("trtllm", CAT.device("B200"), groups, devices)

@@ -28,7 +28,7 @@ def _worker(model: str, device: str, framework: str, precision: str, parallel: P
 
 def _lognormal(mean: float, cv: float) -> dict[str, float]:
     """The percentiles of a lognormal service of this mean and CV (what a service proportional to lengths has)."""
-    return {p: serving._lognormal_q(mean, cv, serving.z_of(p)) for p in serving.PERCENTILES}
+    return {p: serving.lognormal_q(mean, cv, serving.z_of(p)) for p in serving.PERCENTILES}
 
 
 def _mg1_sojourn(rho: float, cv: float, n: int, seed: int) -> np.ndarray:
@@ -55,7 +55,7 @@ def test_the_ttft_tail_of_a_prefill_queue_follows_an_mg1_simulation(rho):
     for p in ("p90", "p99"):
         measured = float(np.quantile(sim, float(p[1:]) / 100))
         assert got[p] == pytest.approx(measured, rel=0.15), p
-    summed = (serving._lognormal_q(1.0, cv, serving.z_of("p99"))
+    summed = (serving.lognormal_q(1.0, cv, serving.z_of("p99"))
               + ((wait / rho) * math.log(rho / 0.01) if rho > 0.01 else 0.0))
     assert got["p99"] < summed
 
@@ -114,7 +114,7 @@ def test_the_median_ttft_counts_the_requests_that_wait(cv, rho):
     got = serving._queue_percentiles(1.0, wait, rho, 0.0, _lognormal(1.0, cv), cv)["p50"]
     measured = float(np.median(sim))
     assert -0.1 < got / measured - 1 < 0.2
-    added = serving._lognormal_q(1.0, cv, 0.0) + ((wait / rho) * math.log(rho / 0.5) if rho > 0.5 else 0.0)
+    added = serving.lognormal_q(1.0, cv, 0.0) + ((wait / rho) * math.log(rho / 0.5) if rho > 0.5 else 0.0)
     assert abs(got / measured - 1) < abs(added / measured - 1) or cv == 0
 
 

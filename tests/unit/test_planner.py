@@ -526,11 +526,14 @@ def test_a_plan_holds_every_replica_to_its_attainment(tmp_path):
     (tmp_path / "profiles" / "mixed-h100-ascend.yaml").write_text(
         (ROOT / "examples" / "profiles" / "mixed-h100-ascend.yaml").read_text())
     path = tmp_path / "intent.yaml"
-    path.write_text(EXAMPLE.read_text().replace("attainment: 99%", "attainment: 99.9%"))
+    path.write_text(EXAMPLE.read_text().replace("attainment: 99%", "attainment: 99.99%"))
     with pytest.raises(InfeasibleError) as exc:
         api.plan(path, top=0)
     fixes = [p for p in exc.value.problems if p.location.path == "spec.services[0].slo.attainment"]
-    assert fixes and fixes[0].fix.startswith("set attainment: 9") and "instead of 99.9%" in fixes[0].message
+    assert fixes and fixes[0].fix == "set attainment: 99.95%" and "instead of 99.99%" in fixes[0].message
+    # over three metrics, 99.99% asks each within its bound at p99.99667 (p99.997): hundredths would give p100
+    svc = api.load_intent(path).services[0].service
+    assert set(attainment_objectives(svc)) == {("e2e", "p99.997"), ("tpot", "p99.997"), ("ttft", "p99.997")}
 
 
 def test_no_example_plan_accepts_a_prediction_beyond_its_target():

@@ -157,30 +157,36 @@ def _multi_node(d, i=0, nodes=2):
     a["parallel"]["pp"] = nodes
 
 
-def _multi_node_sglang(d):
-    _multi_node(d)
-    alloc(d)["framework"] = "sglang"
+def _scaling(example: str) -> int:
+    """The first allocation of the example's first service with more than one replica (room to autoscale)."""
+    return next(i for i, a in enumerate(plan_of(example).spec.services[0].allocations) if a.replicas > 1)
 
 
 def test_multi_node_sglang_is_a_leaderworkerset_with_the_engines_own_flags():
-    files = render_tree(edited("rag-long-context", _multi_node_sglang)).files
-    lws = objs(files)["leaderworkerset-rag-a0.yaml"]
+    i = _scaling("rag-long-context")
+
+    def change(d):
+        _multi_node(d, i)
+        alloc(d, i)["framework"] = "sglang"
+
+    files = render_tree(edited("rag-long-context", change)).files
+    lws = objs(files)[f"leaderworkerset-rag-a{i}.yaml"]
     assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
     t = lws["spec"]["leaderWorkerTemplate"]
     assert t["size"] == 2
-    assert lws["spec"]["replicas"] == plan_of("rag-long-context").spec.services[0].allocations[0].replicas
+    assert lws["spec"]["replicas"] == plan_of("rag-long-context").spec.services[0].allocations[i].replicas
     leader = t["leaderTemplate"]["spec"]["containers"][0]
     worker = t["workerTemplate"]["spec"]["containers"][0]
     assert arg(leader["args"], "--nnodes") == "$(LWS_GROUP_SIZE)" and arg(leader["args"], "--node-rank") == "0"
     assert arg(worker["args"], "--node-rank") == "$(LWS_WORKER_INDEX)"
     assert arg(worker["args"], "--dist-init-addr") == "$(LWS_LEADER_ADDRESS):20000"
-    tp = plan_of("rag-long-context").spec.services[0].allocations[0].parallel.tp
+    tp = plan_of("rag-long-context").spec.services[0].allocations[i].parallel.tp
     assert arg(leader["args"], "--pp-size") == "2" and arg(leader["args"], "--tp-size") == str(tp)
     assert "readinessProbe" in leader and "readinessProbe" not in worker and "ports" not in worker
     assert t["leaderTemplate"]["metadata"]["labels"]["infra.dev/serves"] == "true"
     assert t["workerTemplate"]["metadata"]["labels"]["infra.dev/serves"] == "false"
-    assert "horizontalpodautoscaler-rag-a0.yaml" in objs(files)
-    assert objs(files)["horizontalpodautoscaler-rag-a0.yaml"]["spec"]["scaleTargetRef"]["kind"] == "LeaderWorkerSet"
+    assert f"horizontalpodautoscaler-rag-a{i}.yaml" in objs(files)
+    assert objs(files)[f"horizontalpodautoscaler-rag-a{i}.yaml"]["spec"]["scaleTargetRef"]["kind"] == "LeaderWorkerSet"
 
 
 def test_multi_node_vllm_workers_run_headless():
@@ -355,10 +361,10 @@ def test_autoscaling_bounds_from_baseline_and_min_replicas():
         assert so["spec"]["maxReplicaCount"] == a.replicas
         assert so["spec"]["triggers"][0]["type"] == "prometheus"
         assert "vllm:num_requests_running" in so["spec"]["triggers"][0]["metadata"]["query"]
-    rag = plan_of("rag-long-context")
-    hpa = objs(render_tree(rag).files)["horizontalpodautoscaler-rag-a0.yaml"]
+    rag, i = plan_of("rag-long-context"), _scaling("rag-long-context")
+    hpa = objs(render_tree(rag).files)[f"horizontalpodautoscaler-rag-a{i}.yaml"]
     assert hpa["spec"]["minReplicas"] >= 1
-    assert hpa["spec"]["maxReplicas"] == rag.spec.services[0].allocations[0].replicas > 1
+    assert hpa["spec"]["maxReplicas"] == rag.spec.services[0].allocations[i].replicas > 1
 
 
 def test_inference_pool_when_the_profile_lists_it():

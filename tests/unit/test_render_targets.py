@@ -29,8 +29,6 @@ REFUSED = {
     ("agent-workload", "llm-d"): "runs trtllm",
     ("deepseek-moe", "kserve"): "runs trtllm",
     ("deepseek-moe", "llm-d"): "runs trtllm",
-    ("multi-service", "kserve"): "service reports: allocation a0 runs trtllm",
-    ("multi-service", "llm-d"): "runs trtllm",
     **{(p, t): "a pipeline of stages" for p in ("omni-speech", "video-dit", "vision-language")
        for t in ("dynamo", "kserve", "llm-d")},
 }
