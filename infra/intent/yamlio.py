@@ -7,7 +7,7 @@ validated model still points at the user's line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +95,8 @@ def _plain(node: Any, path: PathKey, smap: SourceMap) -> Any:
                 smap.values[sub] = (vl + 1, vc + 1)
             except (KeyError, TypeError, ValueError):
                 pass
+            # A key that cannot be encoded is shown by its parent's path (the error must print).
+            _encodable(str(k), sub, shown=path + ("<key>",))
             out[k if isinstance(k, (str, int)) else str(k)] = _plain(v, sub, smap)
         return out
     if isinstance(node, CommentedSeq):
@@ -110,6 +112,7 @@ def _plain(node: Any, path: PathKey, smap: SourceMap) -> Any:
             items.append(_plain(v, sub, smap))
         return items
     if isinstance(node, str):
+        _encodable(str(node), path)
         return str(node)
     if isinstance(node, bool):
         return bool(node)
@@ -130,6 +133,27 @@ class _Tagged(Exception):
 
     def __init__(self, path: PathKey, tag: str):
         self.path, self.tag = path, tag
+
+
+class _Unencodable(Exception):
+    """A key or value holding an unpaired surrogate (a YAML escape such as "\\ud800"), found while flattening:
+    no UTF-8 file, manifest or report can carry it."""
+
+    def __init__(self, path: PathKey, shown: PathKey):
+        self.path, self.shown = path, shown
+
+
+def _encodable(text: str, path: PathKey, shown: PathKey | None = None) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _Unencodable(path, path if shown is None else shown) from None
+
+
+def _unencodable_problem(exc: _Unencodable, smap: SourceMap) -> Problem:
+    where = replace(smap.locate(exc.path, key=exc.shown != exc.path), path=dotted(exc.shown))
+    return Problem("the text holds a surrogate escape (\\ud800-\\udfff), which no UTF-8 text can carry", where,
+                   "write the character itself, or its \\U escape (\\U0001F600)")
 
 
 def read_text(path: Path, what: str, limit: int = MAX_DOCUMENT_BYTES) -> str:
@@ -214,6 +238,8 @@ def load_yaml(text: str, file: str) -> tuple[Any, SourceMap]:
         loc = smap.locate(exc.path)
         raise IntentError(Problem(f"YAML tag {exc.tag} is not supported", loc,
                                   "write the plain value; infra files use no YAML tags")) from None
+    except _Unencodable as exc:
+        raise IntentError(_unencodable_problem(exc, smap)) from None
     if not isinstance(data, dict):
         raise IntentError(Problem(f"top level is a {type(data).__name__}, expected a mapping",
                                   Location(file, 1, 1), "start the file with `apiVersion: infra.dev/v1alpha1`"))
@@ -230,3 +256,5 @@ def flatten(node: Any, file: str) -> tuple[Any, SourceMap]:
     except _Tagged as exc:
         raise IntentError(Problem(f"YAML tag {exc.tag} is not supported", smap.locate(exc.path),
                                   "write the plain value without a YAML tag")) from None
+    except _Unencodable as exc:
+        raise IntentError(_unencodable_problem(exc, smap)) from None

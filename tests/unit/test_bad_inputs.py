@@ -836,6 +836,9 @@ WHOLE_FILES = [
     WholeFile("path-is-directory", "<dir>", "directory"),
     WholeFile("non-utf8-bytes", INTENT.replace("Base intent", "Base \xff intent").encode("latin-1"), "not UTF-8",
               (1, "Base \ufffd intent")),
+    WholeFile("surrogate-escape", INTENT.replace("  description: Base intent", '  description: "\\ud800 Base intent'
+              ).replace("bad-input tests\n", 'bad-input tests"\n', 1), "surrogate escape", ("ud800",)),
+    WholeFile("surrogate-escape-in-a-key", INTENT + '"\\udfff": 1\n', "surrogate escape", ("udfff",)),
     WholeFile("yaml-unclosed-flow-mapping-at-end", INTENT + "extra: {a: 1\n", "YAML syntax error",
               ("extra: {a: 1", len(INTENT.splitlines()) + 2)),
 ]
