@@ -138,18 +138,26 @@ class Engine(PlanModel):
     kv_cache_tokens: int = Field(ge=1, le=MAX_KV_TOKENS)
     """Predicted KV-cache capacity per attention group, in tokens (1 to 2^40)."""
     chunked_prefill: bool
+    """Whether prompts are prefilled in chunks of the step's token budget beside decoding sequences."""
     prefix_caching: bool
+    """Whether the engine reuses the KV cache of prompt prefixes it has seen (the workload's prefix sharing)."""
 
 
 class Allocation(PlanModel):
     """Replicas of one shape on one pool."""
 
     pool: str
+    """The cluster pool the replicas run on (the prefill workers' pool of a disaggregated unit)."""
     device: str
+    """Catalog name of the pool's device."""
     framework: str
+    """Catalog name of the serving framework."""
     precision: str
+    """Weight precision the engine serves, e.g. fp8."""
     mode: Literal["agg", "disagg"]
+    """`agg`: prefill and decode in the same engines; `disagg`: separate prefill and decode workers."""
     parallel: Layout
+    """How one worker splits the model over its devices (tensor, pipeline, expert parallel sizes)."""
     prefill_workers: int | None = Field(default=None, ge=1, le=MAX_DEGREE)
     """Prefill workers of one disaggregated replica (1 to 1024)."""
     decode_workers: int | None = Field(default=None, ge=1, le=MAX_DEGREE)
@@ -157,6 +165,7 @@ class Allocation(PlanModel):
     decode_pool: str | None = None
     """Pool of the decode workers when it is not `pool` (prefill and decode on different device types)."""
     decode_device: str | None = None
+    """Device of the decode workers when they run on another pool's device (disaggregated only)."""
     decode_parallel: Layout | None = None
     """Layout of each decode worker when it differs from `parallel`."""
     share: float | None = Field(default=None, gt=0, le=1)
@@ -189,7 +198,9 @@ class Allocation(PlanModel):
     predicted: dict[str, Objective]
     """Objective key (`ttft_p99`) -> prediction at this allocation's share of the peak load."""
     calibrated: bool
+    """Whether the performance model's factors were fitted on this framework and device (else borrowed)."""
     calibration_source: str
+    """Where the factors came from: `fit:FRAMEWORK/DEVICE`, `borrowed:...`, or a user's calibration."""
     measured: str | None = None
     """What the user's calibration corrected in these figures (the level matched, its measured points and their
     dates); absent where they rest on the packaged prior alone."""
@@ -244,6 +255,7 @@ class Quantity(PlanModel):
     value: float = Field(ge=0)
     """The load (finite, 0 or more)."""
     unit: str
+    """Unit of `value`, e.g. requests/s."""
 
 
 class Routing(PlanModel):
@@ -277,12 +289,14 @@ class ServicePlan(PlanModel):
     name: Name
     """The service's name (a pipeline's stage: `<pipeline>-<stage>`); it names its directory of manifests."""
     model: str | None
+    """The model served (Hugging Face id or catalog name); None for a pipeline's entry."""
     model_id: str | None = None
     """Hugging Face repository the engines load (the catalog's `hf_id`, or the quantized re-upload the intent names),
     served under the service's name."""
     pipeline: str | None = None
     """For a stage of a pipeline: the pipeline service (this entry is named `<pipeline>-<stage>`)."""
     stage: str | None = None
+    """The pipeline stage this entry plans, for a model stage planned as a service of its own."""
     kind: str | None = None
     """The stage's kind: llm, vision_encoder, audio_encoder, codec or dit."""
 
@@ -314,12 +328,14 @@ class ServicePlan(PlanModel):
     required: Quantity
     """Capacity the plan had to provide: demand plus the intent's headroom."""
     capacity: Quantity
+    """Requests per second the allocations carry together within the objectives."""
     headroom: float = Field(ge=-1)
     """Capacity over the peak demand, less 1 (finite, at least -1)."""
     served: float = Field(ge=0, le=1)
     """Share of the peak demand the plan carries within the objectives (below 1 only for the goodput
     objective)."""
     allocations: list[Allocation]
+    """Groups of identical replicas, one per shape chosen (device, framework, layout)."""
     cost_per_hour: float = Field(ge=0)
     """Dollars an hour (finite, 0 or more)."""
     cost_per_million_tokens: float | None = Field(default=None, ge=0)
@@ -351,7 +367,9 @@ class Handoff(PlanModel):
 
 class PipelineStage(PlanModel):
     name: str
+    """The stage's name in the intent."""
     kind: str
+    """The stage's kind: llm, vision_encoder, audio_encoder, codec, dit or cpu."""
     after: list[str] | None = None
     """The stages whose output this one consumes (unset: the stage listed before it; empty: none)."""
     unit: str | None = None
@@ -394,7 +412,9 @@ class PipelinePlan(PlanModel):
     """A pipeline end to end."""
 
     service: str
+    """The intent's service the pipeline serves."""
     stages: list[PipelineStage]
+    """The stages in pipeline order, each with where it runs and its predicted latency."""
     objectives: dict[str, Objective]
     """The service's objectives (and stages' first-output objectives) with the stages' predictions summed along
     the pipeline."""
@@ -426,8 +446,11 @@ class PipelinePlan(PlanModel):
 
 class Solver(PlanModel):
     engine: Literal["cp-sat"]
+    """The constraint solver (OR-Tools CP-SAT)."""
     objective: Literal["cost", "goodput"]
+    """`cost`: the cheapest plan meeting all demand; `goodput`: the most demand served, then the cheapest."""
     status: str
+    """The solver's status: OPTIMAL or FEASIBLE."""
     gap: float = Field(ge=0)
     """Relative gap between the plan's cost and the solver's bound (0 when optimal; finite)."""
     candidates: int = Field(ge=0, le=MAX_EXACT)
@@ -453,6 +476,7 @@ class Cost(PlanModel):
 
 class PartlyIdle(PlanModel):
     node: str
+    """The node's name (or its index in the pool)."""
     device: int = Field(ge=0, lt=MAX_DEVICES_PER_NODE)
     """Index of the device on its node (0 to 1023)."""
     idle_fraction: float = Field(ge=0, le=1)
@@ -463,7 +487,9 @@ class PoolUse(PlanModel):
     """How much of a pool the plan takes."""
 
     pool: str
+    """The cluster pool."""
     device: str
+    """Catalog name of the pool's device."""
     devices: int = Field(ge=0, le=MAX_DEVICES)
     """Devices holding at least one worker or slice (at most a pool's devices)."""
     nodes: int = Field(ge=0, le=MAX_NODES)
@@ -484,11 +510,13 @@ class Alternative(PlanModel):
     """The best plan of another kind (other device, framework, or serving mode)."""
 
     label: str
+    """What kind of plan it is, e.g. `disagg only` or `H20 only`."""
     cost_per_hour: float = Field(ge=0)
     """Dollars an hour (finite, 0 or more)."""
     delta_per_hour: float
     """Dollars an hour more than the chosen plan (finite)."""
     uses: list[str]
+    """Its replicas, as `N x DEVICES FRAMEWORK PRECISION LAYOUT`."""
 
 
 class PoolResources(PlanModel):
@@ -498,25 +526,33 @@ class PoolResources(PlanModel):
     count: ResourceName | Literal[""]
     """Resource for whole devices; empty for CPU devices."""
     shared_count: ResourceName | None = None
+    """Resource for a shared slice when it differs from `count` (e.g. `metax-tech.com/sgpu`)."""
     memory: ResourceName | None = None
+    """Resource for a memory slice, e.g. `nvidia.com/gpumem`; absent means no fractional sharing."""
     memory_unit: int | None = Field(default=None, ge=1, le=MAX_EXACT)
     """Bytes per unit of `memory` (1 to 2^53)."""
     cores: ResourceName | None = None
+    """Resource for a compute share in percent, e.g. `nvidia.com/gpucores`."""
 
 
 class PoolNic(PlanModel):
     name: str
+    """Interface or RDMA device name as the node reports it, e.g. `mlx5_0`."""
     kind: str
+    """Transport: infiniband, roce, ethernet or efa."""
     bandwidth_gbps: float = Field(gt=0, le=8 * MAX_BANDWIDTH_GBS)
     """Gb/s (above 0, at most 8e6)."""
     pcie_root: str | None = None
+    """PCIe root complex the NIC hangs off, to pair it with the device on the same root."""
 
 
 class ClusterPool(PlanModel):
     """One pool of the cluster profile, with what rendering and validation need to place pods on it."""
 
     name: Name
+    """The pool's name in the cluster profile."""
     device: str
+    """Catalog name of the pool's device."""
     vendor: Vendor
     """The device's vendor, as the catalog names it."""
     nodes: int = Field(ge=1, le=MAX_NODES)
@@ -530,18 +566,26 @@ class ClusterPool(PlanModel):
     node_names: list[Subdomain] = []
     """Nodes listed by name in the profile (empty when the pool gives a count)."""
     zone: LabelValue | None = None
+    """The pool's zone (topology.kubernetes.io/zone), when the profile gives one."""
     switch: LabelValue | None = None
+    """The network switch the pool's nodes hang off, when the profile gives one."""
     scale_up_domain: LabelValue | None = None
+    """The scale-up domain (an NVL72 rack, a super-node) the pool's nodes share, when given."""
     nics: list[PoolNic] = []
+    """The nodes' network interfaces."""
     resources: PoolResources
+    """The Kubernetes resource names pods of this pool request devices by."""
     spot: bool = False
+    """Whether the nodes are spot (preemptible) capacity."""
     multi_node: bool = True
+    """Whether one replica may span several nodes of this pool."""
 
 
 class ClusterCpuPool(PlanModel):
     """A pool of nodes without accelerators, where the CPU stages of pipelines run."""
 
     name: Name
+    """The pool's name in the cluster profile."""
     nodes: int = Field(ge=1, le=MAX_NODES)
     """Nodes of the pool (1 to 100,000, as a profile)."""
     cores_per_node: int = Field(ge=1, le=1_000_000)
@@ -553,11 +597,17 @@ class ClusterCpuPool(PlanModel):
     price_per_node_hour: float = Field(ge=0, le=MAX_MONEY_PER_HOUR)
     """Dollars an hour per node (0 to $1e6, as a profile)."""
     node_selector: dict[LabelKey, LabelValue] = {}
+    """Node labels that select the pool's nodes."""
     node_names: list[Subdomain] = []
+    """The pool's nodes by name, when the profile lists them."""
     zone: LabelValue | None = None
+    """The pool's zone, when the profile gives one."""
     switch: LabelValue | None = None
+    """The network switch the pool's nodes hang off, when the profile gives one."""
     nics: list[PoolNic] = []
+    """The nodes' network interfaces."""
     spot: bool = False
+    """Whether the nodes are spot (preemptible) capacity."""
 
 
 class ClusterPlan(PlanModel):
@@ -566,12 +616,15 @@ class ClusterPlan(PlanModel):
     name: Name
     """The cluster profile's name; it names each service's overlay directory."""
     namespace: Name
+    """The Kubernetes namespace the manifests go to."""
     scheduler: Subdomain
+    """The scheduler pods name (default-scheduler, volcano, ...)."""
     crds: dict[str, str] = {}
     """Installed custom resources (profile key, e.g. `leaderworkerset`) -> served API version."""
     model_cache: Subdomain | None = None
     """PersistentVolumeClaim with model weights."""
     pools: list[ClusterPool]
+    """The cluster's device pools as the plan used them."""
     cpu_pools: list[ClusterCpuPool] = []
     """The profile's pools of CPU-only nodes (for the CPU stages of pipelines)."""
 
@@ -585,16 +638,20 @@ class MeasuredCalibration(PlanModel):
     """The user's calibration a plan was made with (`infra calibrate`)."""
 
     name: str
+    """The calibration's metadata.name."""
     path: str
     """The file as given."""
     sha256: str
+    """Fingerprint of the calibration file's content."""
     points: int = Field(ge=0, le=MAX_EXACT)
     """Measured load points it learned from."""
 
 
 class Calibration(PlanModel):
     fitted: str | None
+    """When the packaged calibration was fitted (absent when never)."""
     data_sha256: str | None
+    """Fingerprint of the measurements the packaged calibration was fitted on."""
     measured: MeasuredCalibration | None = None
     """The user's calibration on top of the packaged one, when the plan was made with one."""
 
@@ -607,6 +664,7 @@ class Change(PlanModel):
     before: Any = None
     """Value before the change (absent when the field was not written)."""
     after: Any
+    """Value after the change."""
     proposed_by: str
     """`user`, or the language model that proposed it (`llm: MODEL at HOST`)."""
     accepted_by: Literal["user", "user (--yes)"]
@@ -621,7 +679,9 @@ class Provenance(PlanModel):
     intent: str
     """The intent file as given to `infra plan`."""
     catalog: str
+    """Fingerprint of the catalog the plan was made with."""
     calibration: Calibration
+    """The calibration behind every prediction: the packaged one and a user's, if any."""
     changes: list[Change] = []
     """Accepted changes to the intent behind this plan, oldest first (absent for a plan of an intent as
     written)."""
@@ -631,6 +691,7 @@ class VerifiedObjective(PlanModel):
     """One objective as verification measured it."""
 
     key: str
+    """The objective, as `METRIC_PERCENTILE` (e.g. ttft_p99)."""
     target_ms: float = Field(gt=0, le=MAX_MS)
     """The objective's target (above 0, at most a year)."""
     predicted_ms: float | None = Field(default=None, ge=0)
@@ -646,13 +707,18 @@ class VerifiedObjective(PlanModel):
     n: int = Field(ge=0, le=MAX_EXACT)
     """Samples measured."""
     verdict: Literal["pass", "fail", "inconclusive"]
+    """pass, fail, or inconclusive (too few samples to tell)."""
     reason: str
+    """Why the verdict, in words."""
 
 
 class VerifiedService(PlanModel):
     service: str
+    """The service verified."""
     verdict: Literal["pass", "fail", "inconclusive"]
+    """pass when every objective passed, fail when one failed, else inconclusive."""
     objectives: list[VerifiedObjective]
+    """Each objective as measured."""
     attainment: float = Field(ge=0, le=1)
     """Requests within each metric's loosest percentile target at once, over all requests (failed ones
     included)."""
@@ -667,13 +733,16 @@ class VerifiedService(PlanModel):
     failed: int = Field(ge=0, le=MAX_EXACT)
     """Requests that failed."""
     notes: list[str] = []
+    """What the measurement could not show or left out."""
 
 
 class VerifiedStage(PlanModel):
     """One stage of a pipeline as the simulation ran it."""
 
     name: str
+    """The stage's name."""
     kind: str
+    """The stage's kind."""
     servers: int = Field(ge=0, le=MAX_EXACT)
     """What serves it in parallel: engines (LLM stages), replicas (encoders, codecs, DiTs) or cores (CPU)."""
     utilisation: float = Field(ge=0, le=MAX_RATIO)
@@ -699,28 +768,39 @@ class VerifiedPipeline(PlanModel):
     """A pipeline simulated end to end: its objectives from arrival to the last stage, and each stage's load."""
 
     service: str
+    """The pipeline's service."""
     verdict: Literal["pass", "fail", "inconclusive"]
+    """pass when every objective passed, fail when one failed, else inconclusive."""
     objectives: list[VerifiedObjective]
+    """The pipeline's objectives as measured end to end."""
     failed: int = Field(ge=0, le=MAX_EXACT)
     """Requests that failed in some stage."""
     stages: list[VerifiedStage]
+    """Each stage as measured."""
     notes: list[str] = []
+    """What the measurement could not show or left out."""
 
 
 class Correction(PlanModel):
     """How one objective was tightened for scoring in the next round: target x scale."""
 
     service: str
+    """The service whose objective was tightened."""
     objective: str
+    """The objective tightened, as `METRIC_PERCENTILE`."""
     scale: float = Field(gt=0, le=MAX_RATIO)
     """Factor on the target (above 0)."""
     measured_over_predicted: float | None = Field(default=None, ge=0, le=MAX_RATIO)
+    """How far the measurement exceeded the prediction (absent when not measured)."""
 
 
 class VerificationRound(PlanModel):
     round: int = Field(ge=0, le=MAX_EXACT)
+    """The round's number, from 1."""
     verdict: Literal["pass", "fail", "inconclusive"]
+    """pass, fail or inconclusive, over every service of the round."""
     services: list[VerifiedService]
+    """Each service as the round measured it."""
     corrections: list[Correction] = []
     """Corrections derived from this round and used to plan the next one."""
     pipelines: list[VerifiedPipeline] = []
@@ -735,6 +815,7 @@ class Verification(PlanModel):
     """The chosen plan simulated under the intent's peak workload, and the re-planning rounds it took."""
 
     method: Literal["simulation"]
+    """How the plan was measured: simulation of its replicas under the intent's workload."""
     seed: int
     """The simulation's seed (`--seed`, any integer)."""
     requests: int = Field(ge=1, le=MAX_EXACT)
@@ -744,24 +825,34 @@ class Verification(PlanModel):
     verdict: Literal["pass", "fail", "inconclusive"]
     """That round's verdict."""
     rounds: list[VerificationRound]
+    """Each round of measuring and re-planning, in order."""
 
 
 class PlanSpec(PlanModel):
     fingerprint: str
     """sha256 over the intent, cluster, catalog and calibration: the same fingerprint means the same inputs."""
     solver: Solver
+    """What the solver did."""
     cluster: ClusterPlan
+    """The cluster the plan is for, as the profile gave it."""
     cost: Cost
+    """What the plan costs an hour, in total and by pool."""
     services: list[ServicePlan] = Field(min_length=1)
     """Every service of the intent (a pipeline's stages each as one), at least one."""
     pipelines: list[PipelinePlan] = []
+    """The pipelines of stages, each with its stages' sites and latency."""
     pools_used: list[PoolUse] = []
+    """Each pool the plan uses: devices, nodes, and how much of them stays idle."""
     binding: list[str]
     """Constraints the plan runs up against (full pools, budgets nearly spent, minimum replicas, zones)."""
     alternatives: list[Alternative]
+    """The best plans of other kinds, cheapest first."""
     assumptions: list[str]
+    """What the predictions assume, in words."""
     provenance: Provenance
+    """What the plan was made from: the intent, the catalog, the calibration, accepted changes."""
     verification: Verification | None = None
+    """How the plan was verified, when it was."""
 
 
 class Metadata(PlanModel):
@@ -773,9 +864,13 @@ class DeploymentPlan(PlanModel):
     """A solved intent (`kind: DeploymentPlan`)."""
 
     api_version: Literal["infra.dev/v1alpha1"] = Field(alias="apiVersion")
+    """The plan format's version: infra.dev/v1alpha1."""
     kind: Literal["DeploymentPlan"]
+    """Always DeploymentPlan."""
     metadata: Metadata
+    """The plan's name (the intent's)."""
     spec: PlanSpec
+    """The plan."""
     _source: Any = PrivateAttr(default=None)
 
     @model_validator(mode="before")
