@@ -8,8 +8,9 @@ this framework and device, and if not, where they were borrowed from and how far
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from infra.catalog.loader import Catalog
@@ -25,7 +26,7 @@ from infra.perf.serving import (
     closed_loop_agg,
     disagg,
     open_loop_agg,
-    regula_falsi,
+    regula_falsi_steps,
 )
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 from infra.perf.vector import predict_open_agg, predict_open_disagg
@@ -372,17 +373,30 @@ def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], 
     if compiled is None:
         compiled = compile_deployment(dep, catalog, device_memory_gb=device_memory_gb, device_spec=device_spec,
                                       decode_memory_gb=decode_memory_gb, link_gbs=link_gbs, correction=correction)
+    return run_search(max_rate_search(compiled, wl, slos, meeting))
+
+
+Probe = tuple[Compiled, Workload]
+"""A load a search needs predicted, for a compiled deployment."""
+Search = Generator[Probe, Estimate, Any]
+"""A search that yields the probes it needs, is sent each one's estimate (or thrown the InfraError predicting it
+raised) and returns its answer: many of them run together in `run_searches`, one alone in `run_search`."""
+
+
+def max_rate_search(compiled: Compiled, wl: Workload, slos: dict[tuple[str, str], float],
+                    meeting: float | None = None) -> Generator[Probe, Estimate, tuple[float, Estimate]]:
+    """`max_rate` of a compiled deployment, as a `Search`."""
     probes: dict[float, Estimate] = {}
 
-    def over(rate: float) -> float:
-        e = probes[rate] = compiled.at(replace(wl, rate=rate, concurrency=None))
+    def over(rate: float) -> Generator[Probe, Estimate, float]:
+        e = probes[rate] = yield compiled, replace(wl, rate=rate, concurrency=None)
         return overrun(e.prediction, slos)
 
     lo = meeting or TRICKLE_RPS
-    o_lo = over(lo)
+    o_lo = yield from over(lo)
     if o_lo > 0:
         if meeting:
-            return max_rate(dep, wl, slos, catalog, compiled=compiled)
+            return (yield from max_rate_search(compiled, wl, slos))
         return 0.0, probes[lo]
     # The trickle's load, carried on in proportion, says where the deployment saturates: the capacity lies below
     # that (latency only grows on the way), and past it doubling finds it otherwise; from a rate known to meet
@@ -392,14 +406,90 @@ def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], 
     grow = 1.25 if meeting else 2.0
     hi = lo * grow if meeting else max(lo / load if load > 0 else 0.0, lo * 8)
     while True:
-        o_hi = over(hi)
+        o_hi = yield from over(hi)
         if o_hi > 0 or hi > 1e7:
             break
         lo, o_lo, hi = hi, o_hi, hi * grow
     if o_hi <= 0:
         return hi, probes[hi]
-    lo, _ = regula_falsi(over, lo, o_lo, hi, o_hi, 2e-3)
+    steps = regula_falsi_steps(lo, o_lo, hi, o_hi, 2e-3)
+    try:
+        x = next(steps)
+        while True:
+            x = steps.send((yield from over(x)))
+    except StopIteration as done:
+        lo = done.value[0]
     return lo, probes[lo]
+
+
+class Pending:
+    """A result one search is finding that others need too: they yield it instead of a probe and are resumed (sent
+    None) once its finder has called `resolve`, so that a result shared across searches is found once."""
+
+    def __init__(self) -> None:
+        self.done = False
+        self._wake: list[Callable[[], None]] = []
+
+    def when_done(self, wake: Callable[[], None]) -> None:
+        if self.done:
+            wake()
+        else:
+            self._wake.append(wake)
+
+    def resolve(self) -> None:
+        self.done = True
+        wake, self._wake = self._wake, []
+        for one in wake:
+            one()
+
+
+def run_search(search: Search) -> Any:
+    """What one `Search` returns, its probes predicted one by one."""
+    return run_searches([search], one_by_one=True)[0]
+
+
+def run_searches(searches: Sequence[Search], finished: Callable[[int], None] | None = None,
+                 one_by_one: bool = False) -> list[Any]:
+    """What each `Search` returns, all run in lockstep: each round the probes they wait on are predicted together
+    (`estimates`: in vector passes where there are enough), so that a fleet's capacity searches take a few dozen
+    vector evaluations rather than tens of thousands of scalar ones. Each search sees what it would see alone.
+    `finished(i)` hears when search i has returned; `one_by_one` predicts each probe alone (`Compiled.at`)."""
+    out: list[Any] = [None] * len(searches)
+    probes: dict[int, Probe] = {}
+    ready: list[tuple[int, Callable[[], Any]]] = [(i, search.__next__) for i, search in enumerate(searches)]
+    ready.reverse()  # taken from the end: the searches start in their order
+    while ready or probes:
+        while ready:
+            i, step = ready.pop()
+            try:
+                got = step()
+            except StopIteration as done:
+                out[i] = done.value
+                if finished is not None:
+                    finished(i)
+                continue
+            if isinstance(got, Pending):
+                got.when_done(partial(ready.append, (i, partial(searches[i].send, None))))
+            else:
+                probes[i] = got
+        order = sorted(probes)
+        found = (estimates([probes[i] for i in order]) if not one_by_one
+                 else [_at(*probes[i]) for i in order])
+        probes.clear()
+        for i, e in zip(reversed(order), reversed(found)):
+            search = searches[i]
+            ready.append((i, partial(search.throw, e) if isinstance(e, InfraError) else partial(search.send, e)))
+    unfinished = [i for i, search in enumerate(searches) if search.gi_frame is not None]
+    if unfinished:
+        raise RuntimeError(f"searches {unfinished} wait on results no search is finding")
+    return out
+
+
+def _at(compiled: Compiled, load: Workload) -> Estimate | InfraError:
+    try:
+        return compiled.at(load)
+    except InfraError as exc:
+        return exc
 
 
 def estimates(loads: Sequence[tuple[Compiled, Workload]]) -> list[Estimate | InfraError]:
@@ -435,10 +525,10 @@ def estimates(loads: Sequence[tuple[Compiled, Workload]]) -> list[Estimate | Inf
     return out  # type: ignore[return-value]
 
 
-VECTOR_MIN = 16
+VECTOR_MIN = 32
 """Open loops below which a vector pass costs more than predicting them one by one (numpy's cost per call)."""
 
 
-__all__ = ["Compiled", "Estimate", "PERCENTILES", "ShapeError", "TRICKLE_RPS", "build_workers", "compile_deployment",
-           "estimate", "estimates", "finite_ms", "max_rate", "meets", "missed", "objective_value", "overrun", "predict",
-           "shape_problems"]
+__all__ = ["Compiled", "Estimate", "PERCENTILES", "Pending", "Probe", "Search", "ShapeError", "TRICKLE_RPS",
+           "build_workers", "compile_deployment", "estimate", "estimates", "finite_ms", "max_rate", "max_rate_search",
+           "meets", "missed", "objective_value", "overrun", "predict", "run_search", "run_searches", "shape_problems"]

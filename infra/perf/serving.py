@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 from infra.perf.arch import Worker
@@ -419,6 +419,19 @@ def regula_falsi(g: Callable[[float], float], lo: float, g_lo: float, hi: float,
     """[lo, hi] around the root of an increasing g (g(lo) <= 0 < g(hi)), narrowed to `rel` of hi by regula falsi
     with the Illinois rule (an end kept twice in a row has its value halved, so neither end sticks), from `start`
     when given; it bisects where an end's value is not finite."""
+    search = regula_falsi_steps(lo, g_lo, hi, g_hi, rel, start, steps)
+    try:
+        x = next(search)
+        while True:
+            x = search.send(g(x))
+    except StopIteration as done:
+        return done.value
+
+
+def regula_falsi_steps(lo: float, g_lo: float, hi: float, g_hi: float, rel: float, start: float | None = None,
+                       steps: int = 40) -> Generator[float, float, tuple[float, float]]:
+    """`regula_falsi` as a generator: it yields each point it needs g at and is sent g there, so that a caller
+    may evaluate the points of many searches together (`infra.perf.estimate.run_searches`)."""
     side = 0
     x = start
     for _ in range(steps):
@@ -429,7 +442,7 @@ def regula_falsi(g: Callable[[float], float], lo: float, g_lo: float, hi: float,
             x = (lo * g_hi - hi * g_lo) / (g_hi - g_lo) if finite else (lo + hi) / 2
             if not lo < x < hi:
                 x = (lo + hi) / 2
-        g_x = g(x)
+        g_x = yield x
         if g_x == 0:
             return x, x
         if g_x < 0:

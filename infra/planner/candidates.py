@@ -11,13 +11,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
 from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
-from infra.catalog.loader import Catalog
 from infra.catalog.schema import DeviceSpec, FrameworkSpec, ModelSpec
 from infra.errors import InfraError
 from infra.intent.models import LengthDistribution, Service
@@ -31,12 +30,16 @@ from infra.perf.estimate import (
     TRICKLE_RPS,
     Compiled,
     Estimate,
+    Pending,
+    Probe,
+    Search,
     build_workers,
     compile_deployment,
-    max_rate,
+    max_rate_search,
     meets,
     missed,
     overrun,
+    run_searches,
     shape_problems,
 )
 from infra.perf.heap import collector_paused
@@ -444,12 +447,13 @@ def _compiled(scores: Scores, key: tuple[Any, ...], build: Callable[[], Compiled
 
 def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], resolved: ResolvedIntent,
               pool: Pool, device: DeviceSpec, memory_gb: float | None = None,
-              decode_pool: Pool | None = None, worth: float = 0.0, even: bool = False) -> tuple[float | None, Estimate]:
-    """(the most load one replica serves within the objectives, the estimate there); (0, the estimate at the
-    lightest load) when even that misses them. With `worth`, the load this shape must carry to be worth more
-    than one already scored: (None, the estimate at the lightest load) when the objectives already fail there
-    (at the smoothest stream the pool's replicas could share), so that its capacity lies below it and the full
-    search is not needed; the predictions grow with the load (`benchmarks/monotone.py`), which the full search
+              decode_pool: Pool | None = None, worth: float = 0.0,
+              even: bool = False) -> Generator[Probe, Estimate, tuple[float | None, Estimate]]:
+    """A `Search` for (the most load one replica serves within the objectives, the estimate there); (0, the
+    estimate at the lightest load) when even that misses them. With `worth`, the load this shape must carry to be
+    worth more than one already scored: (None, the estimate at the lightest load) when the objectives already fail
+    there (at the smoothest stream the pool's replicas could share), so that its capacity lies below it and the
+    full search is not needed; the predictions grow with the load (`benchmarks/monotone.py`), which the full search
     relies on as well. `even`: the service's requests are split evenly at random over its pods (a plain Service,
     `infra.planner.routing`), not by a load-aware picker."""
     catalog = resolved.catalog
@@ -464,52 +468,64 @@ def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], 
     shape = (dep, id(device), mem, tuple(cross.values()), measured)
     room = pool.node_count * pool.devices_per_node
     key = (shape, wl, tuple(sorted(slo.items())), room, even)
-    hit = scores.capacity.get(key)
+    while isinstance(hit := scores.capacity.get(key), Pending):
+        yield hit  # another search is finding it: its answer is this one's, unless it found its shape dominated
     if isinstance(hit, InfraError):
         raise hit
     if hit is not None:
         return hit
-    compiled = _compiled(scores, shape, lambda: compile_deployment(dep, catalog, device_memory_gb=mem,
-                                                                   device_spec=device, correction=measured, **cross))
+    finding = scores.capacity[key] = Pending()
     try:
-        if worth > 0:
-            light = compiled.at(replace(wl, rate=TRICKLE_RPS, concurrency=None) if wl.rate is not None
-                                else replace(wl, concurrency=1))
-            if overrun(light.prediction, slo) > 0 if wl.rate is not None else not meets(light.prediction, slo):
-                found: tuple[float | None, Estimate] = (0.0, light)
-            elif wl.rate is not None:
-                smoothest = room // max(light.devices, 1) if wl.arrival_cv > 0 else 1
-                # An even random split smooths nothing; its stream is at its smoothest over many pods (cv -> 1).
-                probe = compiled.at(replace(wl, rate=worth, arrival_cv=min(wl.arrival_cv, 1.0), peers=1) if even
-                                    else replace(wl, rate=worth, peers=max(smoothest, wl.peers)))
-                found = (None, light) if overrun(probe.prediction, slo) > 0 else _search(compiled, dep, wl, slo,
-                                                                                          catalog, room, even)
-            else:
-                probe = compiled.at(replace(wl, concurrency=math.ceil(worth)))
-                found = (None, light) if not meets(probe.prediction, slo) else _search(compiled, dep, wl, slo,
-                                                                                        catalog, room, even)
-        else:
-            found = _search(compiled, dep, wl, slo, catalog, room, even)
+        compiled = _compiled(scores, shape, lambda: compile_deployment(
+            dep, catalog, device_memory_gb=mem, device_spec=device, correction=measured, **cross))
+        found = yield from _find_capacity(compiled, wl, slo, room, worth, even)
+        if found[0] is not None:  # a dominated shape is so only against its own service's others
+            scores.capacity[key] = found  # type: ignore[assignment]
+        return found
     except InfraError as exc:
         scores.capacity[key] = exc
         raise
-    if found[0] is not None:
-        scores.capacity[key] = found  # type: ignore[assignment]
-    return found
+    finally:
+        if scores.capacity.get(key) is finding:
+            del scores.capacity[key]
+        finding.resolve()
 
 
-def _search(compiled: Compiled, dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float],
-            catalog: Catalog, room: int, even: bool = False) -> tuple[float, Estimate]:
+def _find_capacity(compiled: Compiled, wl: Workload, slo: dict[tuple[str, str], float], room: int, worth: float,
+                   even: bool) -> Generator[Probe, Estimate, tuple[float | None, Estimate]]:
+    """`_capacity` of a shape no search has scored yet."""
+    if worth <= 0:
+        return (yield from _search(compiled, wl, slo, room, even))
+    light = yield compiled, (replace(wl, rate=TRICKLE_RPS, concurrency=None) if wl.rate is not None
+                             else replace(wl, concurrency=1))
+    if overrun(light.prediction, slo) > 0 if wl.rate is not None else not meets(light.prediction, slo):
+        return 0.0, light
+    if wl.rate is not None:
+        smoothest = room // max(light.devices, 1) if wl.arrival_cv > 0 else 1
+        # An even random split smooths nothing; its stream is at its smoothest over many pods (cv -> 1).
+        probe = yield compiled, (replace(wl, rate=worth, arrival_cv=min(wl.arrival_cv, 1.0), peers=1) if even
+                                 else replace(wl, rate=worth, peers=max(smoothest, wl.peers)))
+        if overrun(probe.prediction, slo) > 0:
+            return None, light
+    else:
+        probe = yield compiled, replace(wl, concurrency=math.ceil(worth))
+        if not meets(probe.prediction, slo):
+            return None, light
+    return (yield from _search(compiled, wl, slo, room, even))
+
+
+def _search(compiled: Compiled, wl: Workload, slo: dict[tuple[str, str], float], room: int,
+            even: bool = False) -> Generator[Probe, Estimate, tuple[float, Estimate]]:
     """The full capacity search of `_capacity`, on a pool of `room` devices."""
     if wl.rate is not None:
-        cap, est = max_rate(dep, wl, slo, catalog, compiled=compiled)
+        cap, est = yield from max_rate_search(compiled, wl, slo)
         if even:
             # Split evenly at random over n pods, each meets a thinned stream (cv^2 = c^2 / n + 1 - 1 / n,
             # `routing.replica_loads`), smoothed by no picker: sized at the pods that capacity needs.
             n = min(math.ceil(wl.rate / cap), room // max(est.devices, 1)) if cap > 0 else 0
             if n > 1 and wl.arrival_cv != 1.0:
                 cv = math.sqrt(wl.arrival_cv ** 2 / n + 1 - 1 / n)
-                cap, est = max_rate(dep, replace(wl, arrival_cv=cv), slo, catalog, compiled=compiled)
+                cap, est = yield from max_rate_search(compiled, replace(wl, arrival_cv=cv), slo)
             return cap, est
         # The service's requests reach n replicas through the load-aware router a plan renders (the inference
         # gateway's endpoint picker; the simulator's least-loaded router): each meets a smoother stream
@@ -519,31 +535,31 @@ def _search(compiled: Compiled, dep: Deployment, wl: Workload, slo: dict[tuple[s
         replicas = room // max(est.devices, 1)
         n = min(math.ceil(wl.rate / cap), replicas) if cap > 0 else 0
         if n > 1 and wl.arrival_cv > 0:
-            smooth, e = max_rate(dep, replace(wl, peers=n), slo, catalog, meeting=cap, compiled=compiled)
+            smooth, e = yield from max_rate_search(compiled, replace(wl, peers=n), slo, meeting=cap)
             m = min(math.ceil(wl.rate / smooth), replicas)
             if m < n:
-                smooth, e = max_rate(dep, replace(wl, peers=m), slo, catalog, meeting=cap, compiled=compiled)
+                smooth, e = yield from max_rate_search(compiled, replace(wl, peers=m), slo, meeting=cap)
             if smooth > cap:
                 cap, est = smooth, e
         return cap, est
     # Closed loop: the most clients one replica serves within the objectives (bisection over integers).
 
-    def ok(n: int) -> Estimate | None:
-        e = compiled.at(replace(wl, concurrency=n))
+    def ok(n: int) -> Generator[Probe, Estimate, Estimate | None]:
+        e = yield compiled, replace(wl, concurrency=n)
         return e if meets(e.prediction, slo) else None
 
-    first = compiled.at(replace(wl, concurrency=1))
+    first = yield compiled, replace(wl, concurrency=1)
     if not meets(first.prediction, slo):
         return 0.0, first
     lo, hi, best = 1, 2, first
     while hi <= 1 << 16:
-        e = ok(hi)
+        e = yield from ok(hi)
         if e is None:
             break
         lo, best, hi = hi, e, hi * 2
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        e = ok(mid)
+        e = yield from ok(mid)
         if e is None:
             hi = mid
         else:
@@ -640,13 +656,15 @@ def _smallest_layouts(rs: ResolvedService, device: DeviceSpec, fw: FrameworkSpec
 
 
 def _cross_pool(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tuple[str, str], float],
-                resolved: ResolvedIntent, seen: list[Considered]) -> list[Candidate]:
-    """Disaggregated units whose prefill worker runs on one pool and decode workers on another pool of another
-    device type (compute-rich prefill, bandwidth-rich decode), in one zone and under one switch where the profile
-    names switches, with the KV cache crossing the network between them."""
+                resolved: ResolvedIntent) -> Generator[Probe, Estimate, tuple[list[Considered], list[Candidate]]]:
+    """A `Search` for (the records, the candidates) of disaggregated units whose prefill worker runs on one pool
+    and decode workers on another pool of another device type (compute-rich prefill, bandwidth-rich decode), in
+    one zone and under one switch where the profile names switches, with the KV cache crossing the network
+    between them."""
     assert rs.model is not None
+    seen: list[Considered] = []
     if svc.preferences.disaggregation == "off":
-        return []
+        return seen, []
     pools = [p for p in resolved.loaded.cluster.pools if resolved.pools[p.name].name in rs.devices
              and not (p.spot and svc.preferences.spot == "never")]
     out: list[Candidate] = []
@@ -682,16 +700,18 @@ def _cross_pool(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tuple
         partners.sort(key=lambda b: (-_per_dollar(resolved.pools[b.name].memory_bandwidth_tbps.value,
                                                   _price(b, resolved.pools[b.name])), b.name))
         for b in partners:
-            found = _cross_units(rs, svc, wl, slo, resolved, seen, a, b)
+            found = yield from _cross_units(rs, svc, wl, slo, resolved, seen, a, b)
             if found:
                 out += found
                 break
-    return out
+    return seen, out
 
 
 def _cross_units(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tuple[str, str], float],
-                 resolved: ResolvedIntent, seen: list[Considered], a: Pool, b: Pool) -> list[Candidate]:
-    """The scored P/D units of prefill on pool `a` and decode on pool `b`."""
+                 resolved: ResolvedIntent, seen: list[Considered], a: Pool,
+                 b: Pool) -> Generator[Probe, Estimate, list[Candidate]]:
+    """A `Search` for the scored P/D units of prefill on pool `a` and decode on pool `b`, their records added to
+    `seen`."""
     assert rs.model is not None
     da, db = resolved.pools[a.name], resolved.pools[b.name]
     out: list[Candidate] = []
@@ -717,9 +737,9 @@ def _cross_units(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tupl
                         label = pd_label(1, pa, k, pb, b.name)
                         if pa.devices > a.device_count or k * pb.devices > b.device_count:
                             continue
-                        record, scored = _score(Considered(svc.name, a.name, fw.name, precision, label, ""),
-                                                dep, wl, slo, resolved, a, da, longest=longest_request(svc),
-                                                decode_pool=b, confidence=svc.slo.confidence)
+                        record, scored = yield from _score(
+                            Considered(svc.name, a.name, fw.name, precision, label, ""), dep, wl, slo, resolved, a,
+                            da, longest=longest_request(svc), decode_pool=b, confidence=svc.slo.confidence)
                         seen.append(record)
                         if scored is None:
                             continue
@@ -852,10 +872,11 @@ def no_image(fw: FrameworkSpec, device: DeviceSpec) -> str:
 def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float],
            resolved: ResolvedIntent, pool: Pool, device: DeviceSpec, memory_gb: float | None = None,
            longest: int | None = None, decode_pool: Pool | None = None, confidence: float | None = None,
-           worth: float = 0.0, even: bool = False) -> tuple[Considered, tuple[float, Estimate] | None]:
-    """(the record with its outcome, (capacity, estimate) or None). A shape whose KV cache cannot hold the
-    longest request is dropped too. With a `confidence`, the objectives are tightened by the deployment's error
-    band first. With `worth` (see `_capacity`), a shape whose capacity lies below it is dominated."""
+           worth: float = 0.0,
+           even: bool = False) -> Generator[Probe, Estimate, tuple[Considered, tuple[float, Estimate] | None]]:
+    """A `Search` for (the record with its outcome, (capacity, estimate) or None). A shape whose KV cache cannot
+    hold the longest request is dropped too. With a `confidence`, the objectives are tightened by the deployment's
+    error band first. With `worth` (see `_capacity`), a shape whose capacity lies below it is dominated."""
     asked = slo
     if confidence is not None:
         measured = correction_for(resolved, dep, wl)
@@ -863,8 +884,8 @@ def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[st
         slo = confident(slo, dep, confidence, cal.calibrated, measured.level if measured else "",
                         cal.vendor_measured)
     try:
-        cap, est = _capacity(dep, wl, slo, resolved, pool, device, memory_gb=memory_gb, decode_pool=decode_pool,
-                             worth=worth, even=even)
+        cap, est = yield from _capacity(dep, wl, slo, resolved, pool, device, memory_gb=memory_gb,
+                                        decode_pool=decode_pool, worth=worth, even=even)
     except InfraError as exc:
         return dataclasses.replace(record, outcome=exc.problems[0].message), None
     if cap is not None and cap <= 0:
@@ -906,24 +927,33 @@ class _Job:
 
 def _score_jobs(jobs: list[_Job], wl: Workload, slo: dict[tuple[str, str], float], resolved: ResolvedIntent,
                 longest: int | None, confidence: float | None, even: bool = False,
-                units_even: bool = False) -> list[tuple[Considered, Candidate | None]]:
-    """Score one service's shapes, in each group the smallest first: a shape must carry more load per device than
-    every smaller one scored before it, else `prune_dominated` drops it, so a probe at that load is asked first
-    and the full search runs only when it holds. Results come in the jobs' order. `even` / `units_even`: the
-    router splits the requests evenly at random over aggregated replicas / prefill/decode units."""
-    out: list[tuple[Considered, Candidate | None]] = [(job.record, None) for job in jobs]
-    top: dict[tuple[str, str, str], float] = {}
+                units_even: bool = False) -> list[Generator[Probe, Estimate, list[tuple[int, Considered,
+                                                                                   Candidate | None]]]]:
+    """The `Search`es that score one service's shapes, one per group, each returning (job index, record,
+    candidate) for its jobs. In each group the smallest shape comes first: a shape must carry more load per device
+    than every smaller one scored before it, else `prune_dominated` drops it, so a probe at that load is asked
+    first and the full search runs only when it holds. `even` / `units_even`: the router splits the requests
+    evenly at random over aggregated replicas / prefill/decode units."""
+    groups: dict[tuple[str, str, str], list[int]] = {}
     for i in sorted(range(len(jobs)), key=lambda i: (jobs[i].group, jobs[i].consumption, i)):
-        job = jobs[i]
-        record, scored = _score(job.record, job.dep, wl, slo, resolved, job.pool, job.device,
-                                memory_gb=job.memory_gb, longest=longest, confidence=confidence,
-                                worth=top.get(job.group, 0.0) * job.consumption,
-                                even=even if job.dep.mode == "agg" else units_even)
-        cand = job.make(capacity=scored[0], estimate=scored[1]) if scored is not None else None
-        if cand is not None:
-            top[job.group] = max(top.get(job.group, 0.0), cand.capacity / cand.consumption)
-        out[i] = (record, cand)
-    return out
+        groups.setdefault(jobs[i].group, []).append(i)
+
+    def group(order: list[int]) -> Generator[Probe, Estimate, list[tuple[int, Considered, Candidate | None]]]:
+        top = 0.0
+        out = []
+        for i in order:
+            job = jobs[i]
+            record, scored = yield from _score(job.record, job.dep, wl, slo, resolved, job.pool, job.device,
+                                               memory_gb=job.memory_gb, longest=longest, confidence=confidence,
+                                               worth=top * job.consumption,
+                                               even=even if job.dep.mode == "agg" else units_even)
+            cand = job.make(capacity=scored[0], estimate=scored[1]) if scored is not None else None
+            if cand is not None:
+                top = max(top, cand.capacity / cand.consumption)
+            out.append((i, record, cand))
+        return out
+
+    return [group(order) for order in groups.values()]
 
 
 @dataclass(frozen=True)
@@ -971,11 +1001,12 @@ def _enumerate(resolved: ResolvedIntent, slo_scale: float, progress: Callable[[i
                corrections: Corrections | None, services: list[ResolvedService]) -> tuple[list[Candidate],
                                                                                           list[Considered]]:
     base = resolved.loaded.document.path.parent
-    out: list[Candidate] = []
-    seen: list[Considered] = []
-    for done, rs in enumerate(services):
-        if progress is not None:
-            progress(done, len(services))
+    # Every service's shapes are laid out first, then all of them scored together (`run_searches`: each round of
+    # their capacity searches predicted in one vector pass), then the records gathered in the services' order.
+    laid: list[tuple[list[Considered | _Job], int, int]] = []
+    """Per service: its refusals and shapes in their place, and where its searches start and end in `lanes`."""
+    lanes: list[Search] = []
+    for rs in services:
         svc = rs.service
         if rs.model is None:
             raise InfraError(f"service {svc.name!r} is a pipeline; expand it into its stages first "
@@ -983,7 +1014,6 @@ def _enumerate(resolved: ResolvedIntent, slo_scale: float, progress: Callable[[i
         wl = service_workload(svc, base)
         fix = corrections or Corrections()
         slo = {k: v * slo_scale * fix.scale(svc.name, *k) for k, v in held_objectives(svc).items()}
-        # Refusals are recorded where they are found; shapes to score wait in their place (`_score_jobs`).
         items: list[Considered | _Job] = []
         for pool in resolved.loaded.cluster.pools:
             device = resolved.pools[pool.name]
@@ -1035,19 +1065,41 @@ def _enumerate(resolved: ResolvedIntent, slo_scale: float, progress: Callable[[i
                                               float(devices), make))
         jobs = [x for x in items if isinstance(x, _Job)]
         router = service_router(resolved, svc.name)
-        scored = iter(_score_jobs(jobs, wl, slo, resolved, longest_request(svc), svc.slo.confidence,
-                                  router == "service", router != "inference-pool"))
+        first = len(lanes)
+        lanes += _score_jobs(jobs, wl, slo, resolved, longest_request(svc), svc.slo.confidence,
+                             router == "service", router != "inference-pool")
+        lanes.append(_cross_pool(rs, svc, wl, slo, resolved))
+        laid.append((items, first, len(lanes)))
+    owner = [k for k, (_, first, end) in enumerate(laid) for _ in range(first, end)]
+    left = [end - first for _, first, end in laid]
+    done = [0]
+
+    def finished(lane: int) -> None:
+        left[owner[lane]] -= 1
+        if not left[owner[lane]] and progress is not None:
+            done[0] += 1
+            progress(done[0], len(services))
+
+    if progress is not None:
+        progress(0, len(services))
+    results = run_searches(lanes, finished)
+    out: list[Candidate] = []
+    seen: list[Considered] = []
+    for items, first, end in laid:
+        scored = {i: (record, cand) for group in results[first:end - 1] for i, record, cand in group}
+        jobs_seen = 0
         for x in items:
             if isinstance(x, Considered):
                 seen.append(x)
                 continue
-            record, cand = next(scored)
+            record, cand = scored[jobs_seen]
+            jobs_seen += 1
             seen.append(record)
             if cand is not None:
                 out.append(cand)
-        out += _cross_pool(rs, svc, wl, slo, resolved, seen)
-    if progress is not None:
-        progress(len(services), len(services))
+        cross_seen, cross = results[end - 1]
+        seen += cross_seen
+        out += cross
     kept, dropped = prune_dominated(out)
     gone = {c.key for c in dropped}
     seen = [dataclasses.replace(x, outcome=DOMINATED)

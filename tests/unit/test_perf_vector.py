@@ -378,3 +378,59 @@ def test_estimates_of_many_loads_are_those_of_each_alone():
         assert _difference(alone.prediction, est.prediction) <= REL
         assert (est.devices, est.notes, est.workload) == (alone.devices, alone.notes, alone.workload)
     assert sum(isinstance(e, InfraError) for e in got) == 1
+
+
+def test_capacity_searches_run_together_find_what_each_finds_alone():
+    from infra.perf.estimate import VECTOR_MIN, compile_deployment, max_rate_search, run_search, run_searches
+
+    rng = random.Random(3)
+    one = compile_deployment(Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16", agg=Role(Parallel(tp=1))), CAT)
+    pd = compile_deployment(Deployment("Llama-3.1-70B", "H200", "vllm", "fp8", "disagg",
+                                       prefill=Role(Parallel(tp=4), workers=1),
+                                       decode=Role(Parallel(tp=4), workers=2)), CAT)
+    slos = [{("ttft", "p99"): 10 ** rng.uniform(-0.5, 1), ("tpot", "p99"): 10 ** rng.uniform(-1.5, -0.7)}
+            for _ in range(2 * VECTOR_MIN)]
+    asks = [(c, _workload(rng, 1.0), slo) for c in (one, pd) for slo in slos]
+    finished: list[int] = []
+    together = run_searches([max_rate_search(c, wl, slo) for c, wl, slo in asks], finished.append)
+    assert sorted(finished) == list(range(len(asks)))
+    caps = []
+    for (c, wl, slo), (cap, est) in zip(asks, together):
+        alone, at = run_search(max_rate_search(c, wl, slo))
+        assert cap == pytest.approx(alone, rel=1e-6) and est.workload.rate == pytest.approx(at.workload.rate, rel=1e-6)
+        caps.append(cap)
+    assert sum(c > 0 for c in caps) > len(caps) // 2 and sum(c == 0 for c in caps) > 0  # both outcomes were met
+
+
+def test_a_search_waits_on_a_result_another_is_finding():
+    from infra.perf.estimate import Pending, compile_deployment, run_searches
+
+    one = compile_deployment(Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16", agg=Role(Parallel(tp=1))), CAT)
+    shared: dict[str, object] = {}
+    finding = Pending()
+    order: list[str] = []
+
+    def finder():
+        shared["rate"] = Pending  # in flight
+        for rate in (1.0, 2.0, 3.0):  # three rounds of probes before the answer
+            yield one, Workload(isl=1024, osl=128, rate=rate)
+        shared["rate"] = 3.0
+        order.append("found")
+        finding.resolve()
+        return "finder"
+
+    def waiter():
+        yield finding
+        order.append("woke")
+        return shared["rate"]
+
+    assert run_searches([waiter(), finder()]) == [3.0, "finder"]
+    assert order == ["found", "woke"]
+    with pytest.raises(RuntimeError, match="wait on results no search is finding"):
+        run_searches([_stuck()])
+
+
+def _stuck():
+    from infra.perf.estimate import Pending
+
+    yield Pending()
