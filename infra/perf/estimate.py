@@ -384,8 +384,10 @@ raised) and returns its answer: many of them run together in `run_searches`, one
 
 
 def max_rate_search(compiled: Compiled, wl: Workload, slos: dict[tuple[str, str], float],
-                    meeting: float | None = None) -> Generator[Probe, Estimate, tuple[float, Estimate]]:
-    """`max_rate` of a compiled deployment, as a `Search`."""
+                    meeting: float | None = None,
+                    trickle: Estimate | None = None) -> Generator[Probe, Estimate, tuple[float, Estimate]]:
+    """`max_rate` of a compiled deployment, as a `Search`; `trickle`: its estimate at `TRICKLE_RPS` when the
+    caller has it already."""
     probes: dict[float, Estimate] = {}
 
     def over(rate: float) -> Generator[Probe, Estimate, float]:
@@ -393,7 +395,11 @@ def max_rate_search(compiled: Compiled, wl: Workload, slos: dict[tuple[str, str]
         return overrun(e.prediction, slos)
 
     lo = meeting or TRICKLE_RPS
-    o_lo = yield from over(lo)
+    if trickle is not None and not meeting:
+        probes[lo] = trickle
+        o_lo = overrun(trickle.prediction, slos)
+    else:
+        o_lo = yield from over(lo)
     if o_lo > 0:
         if meeting:
             return (yield from max_rate_search(compiled, wl, slos))

@@ -507,18 +507,19 @@ def _find_capacity(compiled: Compiled, wl: Workload, slo: dict[tuple[str, str], 
                                  else replace(wl, rate=worth, peers=max(smoothest, wl.peers)))
         if overrun(probe.prediction, slo) > 0:
             return None, light
-    else:
-        probe = yield compiled, replace(wl, concurrency=math.ceil(worth))
-        if not meets(probe.prediction, slo):
-            return None, light
+        return (yield from _search(compiled, wl, slo, room, even, light))
+    probe = yield compiled, replace(wl, concurrency=math.ceil(worth))
+    if not meets(probe.prediction, slo):
+        return None, light
     return (yield from _search(compiled, wl, slo, room, even))
 
 
 def _search(compiled: Compiled, wl: Workload, slo: dict[tuple[str, str], float], room: int,
-            even: bool = False) -> Generator[Probe, Estimate, tuple[float, Estimate]]:
-    """The full capacity search of `_capacity`, on a pool of `room` devices."""
+            even: bool = False, light: Estimate | None = None) -> Generator[Probe, Estimate, tuple[float, Estimate]]:
+    """The full capacity search of `_capacity`, on a pool of `room` devices; `light`: the estimate at the lightest
+    load when it was probed already."""
     if wl.rate is not None:
-        cap, est = yield from max_rate_search(compiled, wl, slo)
+        cap, est = yield from max_rate_search(compiled, wl, slo, trickle=light)
         if even:
             # Split evenly at random over n pods, each meets a thinned stream (cv^2 = c^2 / n + 1 - 1 / n,
             # `routing.replica_loads`), smoothed by no picker: sized at the pods that capacity needs.

@@ -19,6 +19,7 @@ from infra.intent.resolve import ResolvedIntent, ResolvedService
 from infra.perf.calibration import table as calibration_table
 from infra.perf.estimate import Estimate, estimate, max_rate, meets
 from infra.perf.handoff import ASSUMPTIONS as HANDOFF_ASSUMPTIONS
+from infra.perf.heap import collector_paused
 from infra.planner.assemble import (
     allocations,
     alternatives_of,
@@ -183,6 +184,13 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost
     `objective` is "cost" (cheapest plan meeting all demand) or "goodput" (serve the most of it with what there
     is, then cheapest). `corrections` tighten objectives in scoring (from verifying an earlier plan); without
     `explain` an infeasible intent is reported without searching for relaxations."""
+    # The solves and the plan's assembly make many objects in no cycle too, beside a heap the scoring filled.
+    with collector_paused():
+        return _build_plan(resolved, top, objective, progress, corrections, explain)
+
+
+def _build_plan(resolved: ResolvedIntent, top: int, objective: str, progress: Callable[[int, int], None] | None,
+                corrections: Corrections | None, explain: bool) -> tuple[dict[str, Any], list[Considered]]:
     cands, considered, expanded, pipelines = search(resolved, progress=progress, corrections=corrections)
     limits = limits_from(resolved, _tokens_per_request(resolved),
                          {s: solved_units(us) for s, us in pipelines.items()})

@@ -234,16 +234,16 @@ def _solve_apart(parts: list[str], cands: list[Candidate], limits: Limits, time_
         used.update(sol.replicas)
         best += round(sol.objective * scale)
         bound += sol.bound * scale
+    chosen = [c for c in cands if c.key in used]
     for p, total in limits.pool_devices.items():
-        slots = sum(c.slots_on(p) * used[c.key] for c in cands if c.key in used and p in c.pools)
+        slots = sum(c.slots_on(p) * used[c.key] for c in chosen if p in c.pools)
         if slots and (p in limits.pool_nodes
                       or slots > (total + (extra_devices or {}).get(p, 0)) * SLOTS_PER_DEVICE):
             return None
-    if limits.total_budget_hour is not None and sum(int(round(c.cost_per_hour * COST_SCALE)) * n
-                                                   for c in cands if (n := used.get(c.key, 0))) > int(
-            limits.total_budget_hour * COST_SCALE):
+    if limits.total_budget_hour is not None and sum(int(round(c.cost_per_hour * COST_SCALE)) * used[c.key]
+                                                   for c in chosen) > int(limits.total_budget_hour * COST_SCALE):
         return None
-    cost = sum(c.cost_per_hour * used.get(c.key, 0) for c in cands)
+    cost = sum(c.cost_per_hour * used[c.key] for c in chosen)
     gap = 0.0 if optimal else abs(best - bound) / max(abs(best), 1e-9)
     return Solution("OPTIMAL" if optimal else "FEASIBLE", dict(sorted(used.items())), round(cost, 6), best / scale,
                     (best if optimal else bound) / scale, gap)
@@ -367,7 +367,8 @@ def _solve_joint(cands: list[Candidate], limits: Limits, time_limit_s: float, ex
         m.maximize(goodput)
     else:
         m.minimize(all_cost)
-    solver = _solver(time_limit_s)
+    small = len(cands) <= SMALL_MODEL
+    solver = _solver(time_limit_s, small)
     status = solver.solve(m)
     name = solver.status_name(status)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -392,7 +393,7 @@ def _solve_joint(cands: list[Candidate], limits: Limits, time_limit_s: float, ex
                 m.maximize(sum(n[c.key] for c in measured))
                 for c in cands:
                     m.add_hint(n[c.key], first[c.key])
-                pick = _solver(max(time_limit_s / 4, 1.0))
+                pick = _solver(max(time_limit_s / 4, 1.0), small)
                 if pick.solve(m) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                     m.add(sum(n[c.key] for c in measured) >= int(round(pick.objective_value)))
                 m.clear_objective()
@@ -400,7 +401,7 @@ def _solve_joint(cands: list[Candidate], limits: Limits, time_limit_s: float, ex
             m.maximize(sum(coef[c.key] * n[c.key] for c in cands))
         for c in cands:
             m.add_hint(n[c.key], first[c.key])
-        second = _solver(max(time_limit_s / 4, 1.0))
+        second = _solver(max(time_limit_s / 4, 1.0), small)
         status2 = second.solve(m)
         values = ({k: int(second.value(v)) for k, v in n.items()}
                   if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE) else first)
@@ -489,8 +490,15 @@ def _node_patterns(m: cp_model.CpModel, pool: str, on: list[Candidate], n: dict[
         m.add(sum(k * -(-d // per_node) * n[c.key] for c, d, _, k in multi) <= sum(whole)).only_enforce_if(enforce)
 
 
-def _solver(seconds: float) -> cp_model.CpSolver:
-    """Single worker, fixed seed and a deterministic time budget: the same model gives the same answer."""
+SMALL_MODEL = 300
+"""Candidates up to which a model is solved without presolve and probing (`_solver`)."""
+
+
+def _solver(seconds: float, small: bool = False) -> cp_model.CpSolver:
+    """Single worker, fixed seed and a deterministic time budget: the same model gives the same answer. A `small`
+    model (one service's part of a fleet, a few dozen replica counts) skips presolve and probing: they pay on
+    the joint model of a large inventory, but on a part they were 45% of its solving time (the 50-service case of
+    `benchmarks/plan_scale.py`, same plans)."""
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
@@ -498,6 +506,9 @@ def _solver(seconds: float) -> cp_model.CpSolver:
     # The covering structure (capacity >= demand, devices <= pool) is LP-friendly; a fuller linearisation
     # gives the single worker the bounds it needs on large inventories.
     solver.parameters.linearization_level = 2
+    if small:
+        solver.parameters.cp_model_presolve = False
+        solver.parameters.cp_model_probing_level = 0
     return solver
 
 

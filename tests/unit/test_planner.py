@@ -96,6 +96,28 @@ def test_services_solved_apart_cost_what_the_joint_model_costs(seed):
     assert both.objective == pytest.approx(joint.objective)
 
 
+@pytest.mark.parametrize("seed", range(16))
+def test_a_small_model_solved_without_presolve_gives_the_same_plan(monkeypatch, seed):
+    from infra.planner import solve as solving
+
+    rng = random.Random(100 + seed)
+    services = ["a", "b", "c"][:rng.randint(1, 3)]
+    cands = [_cand(s, rng.choice(["p1", "p2", "p3"]), rng.choice([1, 2, 4, 8]), round(rng.uniform(0.3, 6), 2),
+                   round(rng.uniform(0.5, 4), 2), zone=rng.choice(["z1", "z2"]), tag=f"f{i}")
+             for s in services for i in range(rng.randint(3, 12))]
+    limits = Limits(demand={s: round(rng.uniform(1, 40), 2) for s in services},
+                    min_replicas={s: rng.choice([1, 2]) for s in services},
+                    zones={s: rng.choice([1, 1, 2]) for s in services},
+                    budget_hour={s: rng.choice([None, 60.0]) for s in services},
+                    pool_devices={p: rng.choice([8, 32, 128]) for p in ("p1", "p2", "p3")},
+                    total_budget_hour=rng.choice([None, 150.0]))
+    light = _solve_joint(cands, limits, 20.0, None, None, "cost")
+    monkeypatch.setattr(solving, "SMALL_MODEL", 0)  # the full presolve and probing
+    full = _solve_joint(cands, limits, 20.0, None, None, "cost")
+    assert (light.status, light.replicas, light.cost_per_hour, light.core) == (full.status, full.replicas,
+                                                                            full.cost_per_hour, full.core)
+
+
 def test_services_that_fit_apart_but_not_together_are_solved_jointly():
     cands = [_cand("a", "p1", 4, 10.0, 1.0, tag="big"), _cand("b", "p1", 4, 10.0, 1.0, tag="big"),
              _cand("a", "p2", 4, 10.0, 3.0, tag="dear"), _cand("b", "p2", 4, 10.0, 3.0, tag="dear")]
