@@ -426,6 +426,11 @@ class EngineCli(CatalogModel):
     """HTTP path that answers 200 once the engine serves; unset probes the port with TCP."""
     running_metric: str | None = None
     """Prometheus gauge of requests running on one engine, which autoscaling targets."""
+    pod_ip_env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = []
+    """Environment variables the KV-transfer connector of a prefill or decode worker reads its pod's IP from, each
+    set from the pod's `status.podIP` on the roles `kv_transfer_config` names: vLLM's NixlConnector binds its side
+    channel to `VLLM_NIXL_SIDE_CHANNEL_HOST` (else localhost, which the other pod cannot reach); vllm-ascend's
+    Mooncake transfer binds HCCL to `HCCL_IF_IP`, as its Kubernetes P/D guide sets it."""
     source: Url
     """URL of the engine's documentation of these arguments."""
 

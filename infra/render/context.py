@@ -527,13 +527,9 @@ class AllocationBuilder:
             {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": s.hf_token_secret, "key": "token",
                                                                 "optional": True}}},
         ]
-        connector = self.cli.values.get("kv_transfer_config", {}).get(role, "")
-        if "NixlConnector" in connector:
-            env.append({"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath":
-                                                                                          "status.podIP"}}})
-        if "MooncakeConnector" in connector:
-            # vllm-ascend's Mooncake transfer binds HCCL to this address (its Kubernetes P/D guide sets the pod IP).
-            env.append({"name": "HCCL_IF_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+        if role in self.cli.values.get("kv_transfer_config", {}):
+            env += [{"name": name, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+                    for name in self.cli.pod_ip_env]
         if self.cpu is not None:
             from infra.render.cpu import engine_env
 

@@ -423,3 +423,20 @@ def test_attention_data_parallel_and_expert_parallel_flags():
     sgl = pod_spec(objs(render_tree(edited("small-model-shared", lambda d: change(d, "sglang"))).files)[
         "deployment-summarise-a0.yaml"])["containers"][0]["args"]
     assert arg(sgl, "--dp-size") == "2" and "--enable-dp-attention" in sgl and arg(sgl, "--ep-size") == "2"
+
+
+def test_the_pod_ip_a_connector_binds_to_is_catalog_data(tmp_path):
+    (tmp_path / "frameworks").mkdir()
+    (tmp_path / "frameworks" / "vllm.yaml").write_text("name: vllm\ncli: {pod_ip_env: [SIDE_HOST, OTHER_HOST]}\n")
+    plan = edited("small-model-shared", _disagg)
+    for dirs, want in (((), ["VLLM_NIXL_SIDE_CHANNEL_HOST"]), ((tmp_path,), ["SIDE_HOST", "OTHER_HOST"])):
+        o = objs(render_tree(plan, catalog_dirs=dirs).files)
+        for name in ("deployment-summarise-a0-prefill.yaml", "deployment-summarise-a0-decode.yaml"):
+            env = pod_spec(o[name])["containers"][0]["env"]
+            assert [e["name"] for e in env if e.get("valueFrom", {}).get("fieldRef", {}).get(
+                "fieldPath") == "status.podIP"] == want
+    agg = objs(render_tree(plan_of("small-model-shared")).files)
+    for obj in agg.values():
+        if obj.get("kind") in ("Deployment", "LeaderWorkerSet"):
+            env = pod_spec(obj)["containers"][0].get("env", [])
+            assert not any(e["name"] == "VLLM_NIXL_SIDE_CHANNEL_HOST" for e in env)  # no connector, no side channel
