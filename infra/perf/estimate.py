@@ -16,7 +16,7 @@ from typing import Any
 from infra.catalog.loader import Catalog
 from infra.catalog.schema import DeviceSpec, FrameworkSpec, ModelSpec
 from infra.errors import InfraError, Location, Problem
-from infra.perf.arch import GB, NIC_GBS, MemoryFit, Worker, compile_worker, kv_precision_for
+from infra.perf.arch import GB, NIC_GBS, MemoryFit, Worker, compile_worker, kv_precision_for, model_terms
 from infra.perf.calibration import Calibration, Factors, band_for, lookup, measured_models, unmeasured_regime
 from infra.perf.correction import Correction, scaled, with_ttft
 from infra.perf.serving import (
@@ -262,7 +262,24 @@ def _notes(dep: Deployment, cal: Calibration, catalog: Catalog) -> list[str]:
     if new:
         notes.append(f"{model.name} has {' and '.join(new)}, which no measured model has: their time is the "
                      "roofline at efficiency factors fitted on other layers, outside the error band's evidence")
+    routed = routed_params_b(model)
+    most = max(((routed_params_b(m), m.name) for m in measured), default=(0.0, ""))
+    if routed > EXTRAPOLATED * most[0] > 0:
+        notes.append(f"{model.name} routes {routed:.1f}B expert parameters per token, more than any measured model "
+                     f"({most[0]:.1f}B, {most[1]}): the latency before its first token that grows with them "
+                     "(`expert_latency_ms`) is carried past the measurements, outside the error band's evidence")
     return notes
+
+
+EXTRAPOLATED = 1.1
+"""How far past the measured models' routed parameters per token an estimate says it extrapolates (a few
+percent past them is within what the fit saw)."""
+
+
+def routed_params_b(model: ModelSpec) -> float:
+    """Billions of routed-expert parameters one token passes through in the whole model (0 for a dense one)."""
+    terms = model_terms(model)
+    return terms.active_experts * terms.expert_params / 1e9
 
 
 @dataclass(frozen=True)

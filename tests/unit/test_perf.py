@@ -463,3 +463,17 @@ def test_a_disaggregated_estimate_says_which_worker_counts_it_chose_and_keeps_th
     opened = notes(Role(Parallel(tp=1), workers=2), Role(Parallel(tp=1)), rate=3.0)
     assert opened == ["worker counts not given: 1 decode worker(s) sized for the rate (2 prefill as given)"]
     assert notes(Role(Parallel(tp=1), workers=1), Role(Parallel(tp=1), workers=1), rate=3.0) == []
+
+
+def test_an_estimate_says_when_it_routes_more_expert_parameters_than_any_measured_model():
+    from infra.perf.estimate import compile_deployment, routed_params_b
+
+    cat = load_catalog()
+    assert routed_params_b(cat.model("Mixtral-8x22B")) == pytest.approx(33.8, abs=0.1)
+    assert routed_params_b(cat.model("Llama-3.1-70B")) == 0.0
+    for model, layout, noted in (("Mixtral-8x22B", Parallel(tp=8, moe_tp=8), True),
+                                 ("DeepSeek-R1", Parallel(tp=8, moe_tp=8), False),
+                                 ("Kimi-K2", Parallel(tp=8, moe_tp=8), False),  # 20.6B: within a tenth of R1's
+                                 ("Llama-3.1-70B", Parallel(tp=4), False)):
+        notes = compile_deployment(Deployment(model, "H200", "vllm", "fp8", agg=Role(layout)), cat).notes
+        assert any("expert parameters per token" in n for n in notes) == noted, model
