@@ -300,14 +300,23 @@ class Compiled:
         object.__setattr__(self, "per_worker", tuple((name, w.parallel.devices) for name, w in self.workers.items()))
 
     def at(self, load: Workload) -> Estimate:
-        return self.estimate(load, predict(self.deployment, load, self.workers, self.link, self.calibration.ttft))
+        return self.estimate(load, self.predict(load))
+
+    def predict(self, load: Workload) -> Prediction:
+        """The prediction alone: what a search compares with its objectives (the estimate is made of the one it
+        keeps)."""
+        return predict(self.deployment, load, self.workers, self.link, self.calibration.ttft)
+
+    def devices(self, pred: Prediction) -> int:
+        """Devices the deployment occupies with the workers a prediction sized."""
+        return sum(n * pred.workers.get(name, 1) for name, n in self.per_worker)
 
     def estimate(self, load: Workload, pred: Prediction) -> Estimate:
         """The estimate of a prediction made for this deployment at `load` (by `predict`, or many at once by
-        `estimates`)."""
-        devices = sum(n * pred.workers.get(name, 1) for name, n in self.per_worker)
+        `predictions`)."""
         return Estimate(self.deployment, load, pred, {name: w.memory for name, w in self.workers.items()},
-                        self.calibration, devices, self.notes + unmeasured_regime(load.isl, load.osl), self.workers)
+                        self.calibration, self.devices(pred), self.notes + unmeasured_regime(load.isl, load.osl),
+                        self.workers)
 
 
 def compile_deployment(dep: Deployment, catalog: Catalog, *, device_memory_gb: float | None = None,
@@ -395,37 +404,42 @@ def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], 
 
 Probe = tuple[Compiled, Workload]
 """A load a search needs predicted, for a compiled deployment."""
-Search = Generator[Probe, Estimate, Any]
-"""A search that yields the probes it needs, is sent each one's estimate (or thrown the InfraError predicting it
-raised) and returns its answer: many of them run together in `run_searches`, one alone in `run_search`."""
+Search = Generator[Probe, Prediction, Any]
+"""A search that yields the probes it needs, is sent each one's prediction (or thrown the InfraError predicting
+it raised) and returns its answer: many of them run together in `run_searches`, one alone in `run_search`."""
 
 
 def max_rate_search(compiled: Compiled, wl: Workload, slos: dict[tuple[str, str], float],
                     meeting: float | None = None,
-                    trickle: Estimate | None = None) -> Generator[Probe, Estimate, tuple[float, Estimate]]:
-    """`max_rate` of a compiled deployment, as a `Search`; `trickle`: its estimate at `TRICKLE_RPS` when the
+                    trickle: Prediction | None = None) -> Generator[Probe, Prediction, tuple[float, Estimate]]:
+    """`max_rate` of a compiled deployment, as a `Search`; `trickle`: its prediction at `TRICKLE_RPS` when the
     caller has it already."""
-    probes: dict[float, Estimate] = {}
+    probes: dict[float, tuple[Workload, Prediction]] = {}
 
-    def over(rate: float) -> Generator[Probe, Estimate, float]:
-        e = probes[rate] = yield compiled, replace(wl, rate=rate, concurrency=None)
-        return overrun(e.prediction, slos)
+    def over(rate: float) -> Generator[Probe, Prediction, float]:
+        load = wl.at_rate(rate)
+        pred = yield compiled, load
+        probes[rate] = load, pred
+        return overrun(pred, slos)
+
+    def at(rate: float) -> Estimate:
+        return compiled.estimate(*probes[rate])
 
     lo = meeting or TRICKLE_RPS
     if trickle is not None and not meeting:
-        probes[lo] = trickle
-        o_lo = overrun(trickle.prediction, slos)
+        probes[lo] = wl.at_rate(lo), trickle
+        o_lo = overrun(trickle, slos)
     else:
         o_lo = yield from over(lo)
     if o_lo > 0:
         if meeting:
             return (yield from max_rate_search(compiled, wl, slos))
-        return 0.0, probes[lo]
+        return 0.0, at(lo)
     # The trickle's load, carried on in proportion, says where the deployment saturates: the capacity lies below
     # that (latency only grows on the way), and past it doubling finds it otherwise; from a rate known to meet
     # the objectives, steps of a quarter. Then close in to 0.2% (a planner sizes replicas, it does not need more)
     # by regula falsi on the worst objective's overrun, which bisects where the load never settles.
-    load = probes[lo].prediction.load
+    load = probes[lo][1].load
     grow = 1.25 if meeting else 2.0
     hi = lo * grow if meeting else max(lo / load if load > 0 else 0.0, lo * 8)
     while True:
@@ -434,7 +448,7 @@ def max_rate_search(compiled: Compiled, wl: Workload, slos: dict[tuple[str, str]
             break
         lo, o_lo, hi = hi, o_hi, hi * grow
     if o_hi <= 0:
-        return hi, probes[hi]
+        return hi, at(hi)
     steps = regula_falsi_steps(lo, o_lo, hi, o_hi, 2e-3)
     try:
         x = next(steps)
@@ -442,7 +456,7 @@ def max_rate_search(compiled: Compiled, wl: Workload, slos: dict[tuple[str, str]
             x = steps.send((yield from over(x)))
     except StopIteration as done:
         lo = done.value[0]
-    return lo, probes[lo]
+    return lo, at(lo)
 
 
 class Pending:
@@ -496,8 +510,8 @@ def run_searches(searches: Sequence[Search], finished: Callable[[int], None] | N
             else:
                 probes[i] = got
         order = sorted(probes)
-        found = (estimates([probes[i] for i in order]) if not one_by_one
-                 else [_at(*probes[i]) for i in order])
+        found = (predictions([probes[i] for i in order]) if not one_by_one
+                 else [_predict_one(*probes[i]) for i in order])
         probes.clear()
         for i, e in zip(reversed(order), reversed(found)):
             search = searches[i]
@@ -508,18 +522,24 @@ def run_searches(searches: Sequence[Search], finished: Callable[[int], None] | N
     return out
 
 
-def _at(compiled: Compiled, load: Workload) -> Estimate | InfraError:
+def _predict_one(compiled: Compiled, load: Workload) -> Prediction | InfraError:
     try:
-        return compiled.at(load)
+        return compiled.predict(load)
     except InfraError as exc:
         return exc
 
 
 def estimates(loads: Sequence[tuple[Compiled, Workload]]) -> list[Estimate | InfraError]:
-    """`[compiled.at(load) for compiled, load in loads]`, each failure returned in its place: the open loops
+    """`[compiled.at(load) for compiled, load in loads]`, each failure returned in its place (`predictions`)."""
+    return [p if isinstance(p, InfraError) else one.estimate(wl, p)
+            for (one, wl), p in zip(loads, predictions(loads))]
+
+
+def predictions(loads: Sequence[tuple[Compiled, Workload]]) -> list[Prediction | InfraError]:
+    """`[compiled.predict(load) for compiled, load in loads]`, each failure returned in its place: the open loops
     predicted together in vector passes (`infra.perf.vector`, the scalar model's results), aggregated and
     disaggregated apart, where there are enough of them for it to pay; the rest one by one."""
-    out: list[Estimate | InfraError | None] = [None] * len(loads)
+    out: list[Prediction | InfraError | None] = [None] * len(loads)
     agg, pd = [], []
     for i, (one, wl) in enumerate(loads):
         if wl.rate is None or wl.concurrency is not None:
@@ -532,17 +552,17 @@ def estimates(loads: Sequence[tuple[Compiled, Workload]]) -> list[Estimate | Inf
         preds = predict_open_agg([(loads[i][0].workers["agg"], loads[i][0].deployment.agg, loads[i][1])
                                   for i in agg], exact=True)
         for i, pred in zip(agg, preds):
-            out[i] = loads[i][0].estimate(loads[i][1], with_ttft(pred, loads[i][0].calibration.ttft))
+            out[i] = with_ttft(pred, loads[i][0].calibration.ttft)
     if len(pd) >= VECTOR_MIN:
         preds = predict_open_disagg([(one.workers["prefill"], one.workers["decode"], one.deployment.prefill,
                                       one.deployment.decode, wl, one.link) for one, wl in (loads[i] for i in pd)],
                                     exact=True)
         for i, pred in zip(pd, preds):
-            out[i] = loads[i][0].estimate(loads[i][1], with_ttft(pred, loads[i][0].calibration.ttft))
+            out[i] = with_ttft(pred, loads[i][0].calibration.ttft)
     for i, (one, wl) in enumerate(loads):
         if out[i] is None:
             try:
-                out[i] = one.at(wl)
+                out[i] = one.predict(wl)
             except InfraError as exc:
                 out[i] = exc
     return out  # type: ignore[return-value]
@@ -554,4 +574,5 @@ VECTOR_MIN = 32
 
 __all__ = ["Compiled", "Estimate", "PERCENTILES", "Pending", "Probe", "Search", "ShapeError", "TRICKLE_RPS",
            "build_workers", "compile_deployment", "estimate", "estimates", "finite_ms", "max_rate", "max_rate_search",
-           "meets", "missed", "objective_value", "overrun", "predict", "run_search", "run_searches", "shape_problems"]
+           "meets", "missed", "objective_value", "overrun", "predict", "predictions", "run_search", "run_searches",
+           "shape_problems"]

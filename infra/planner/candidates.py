@@ -43,7 +43,7 @@ from infra.perf.estimate import (
     shape_problems,
 )
 from infra.perf.heap import collector_paused
-from infra.perf.serving import PERCENTILES, lognormal_q, z_of
+from infra.perf.serving import PERCENTILES, Prediction, lognormal_q, z_of
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 from infra.perf.stages import StageEstimate
 from infra.planner.routing import router_for
@@ -448,7 +448,7 @@ def _compiled(scores: Scores, key: tuple[Any, ...], build: Callable[[], Compiled
 def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], resolved: ResolvedIntent,
               pool: Pool, device: DeviceSpec, memory_gb: float | None = None,
               decode_pool: Pool | None = None, worth: float = 0.0,
-              even: bool = False) -> Generator[Probe, Estimate, tuple[float | None, Estimate]]:
+              even: bool = False) -> Generator[Probe, Prediction, tuple[float | None, Estimate]]:
     """A `Search` for (the most load one replica serves within the objectives, the estimate there); (0, the
     estimate at the lightest load) when even that misses them. With `worth`, the load this shape must carry to be
     worth more than one already scored: (None, the estimate at the lightest load) when the objectives already fail
@@ -492,32 +492,32 @@ def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], 
 
 
 def _find_capacity(compiled: Compiled, wl: Workload, slo: dict[tuple[str, str], float], room: int, worth: float,
-                   even: bool) -> Generator[Probe, Estimate, tuple[float | None, Estimate]]:
+                   even: bool) -> Generator[Probe, Prediction, tuple[float | None, Estimate]]:
     """`_capacity` of a shape no search has scored yet."""
     if worth <= 0:
         return (yield from _search(compiled, wl, slo, room, even))
-    light = yield compiled, (replace(wl, rate=TRICKLE_RPS, concurrency=None) if wl.rate is not None
-                             else replace(wl, concurrency=1))
-    if overrun(light.prediction, slo) > 0 if wl.rate is not None else not meets(light.prediction, slo):
-        return 0.0, light
+    trickle = wl.at_rate(TRICKLE_RPS) if wl.rate is not None else replace(wl, concurrency=1)
+    light = yield compiled, trickle
+    if overrun(light, slo) > 0 if wl.rate is not None else not meets(light, slo):
+        return 0.0, compiled.estimate(trickle, light)
     if wl.rate is not None:
-        smoothest = room // max(light.devices, 1) if wl.arrival_cv > 0 else 1
+        smoothest = room // max(compiled.devices(light), 1) if wl.arrival_cv > 0 else 1
         # An even random split smooths nothing; its stream is at its smoothest over many pods (cv -> 1).
         probe = yield compiled, (replace(wl, rate=worth, arrival_cv=min(wl.arrival_cv, 1.0), peers=1) if even
                                  else replace(wl, rate=worth, peers=max(smoothest, wl.peers)))
-        if overrun(probe.prediction, slo) > 0:
-            return None, light
+        if overrun(probe, slo) > 0:
+            return None, compiled.estimate(trickle, light)
         return (yield from _search(compiled, wl, slo, room, even, light))
     probe = yield compiled, replace(wl, concurrency=math.ceil(worth))
-    if not meets(probe.prediction, slo):
-        return None, light
+    if not meets(probe, slo):
+        return None, compiled.estimate(trickle, light)
     return (yield from _search(compiled, wl, slo, room, even))
 
 
-def _search(compiled: Compiled, wl: Workload, slo: dict[tuple[str, str], float], room: int,
-            even: bool = False, light: Estimate | None = None) -> Generator[Probe, Estimate, tuple[float, Estimate]]:
-    """The full capacity search of `_capacity`, on a pool of `room` devices; `light`: the estimate at the lightest
-    load when it was probed already."""
+def _search(compiled: Compiled, wl: Workload, slo: dict[tuple[str, str], float], room: int, even: bool = False,
+            light: Prediction | None = None) -> Generator[Probe, Prediction, tuple[float, Estimate]]:
+    """The full capacity search of `_capacity`, on a pool of `room` devices; `light`: the prediction at the
+    lightest load when it was probed already."""
     if wl.rate is not None:
         cap, est = yield from max_rate_search(compiled, wl, slo, trickle=light)
         if even:
@@ -545,11 +545,13 @@ def _search(compiled: Compiled, wl: Workload, slo: dict[tuple[str, str], float],
         return cap, est
     # Closed loop: the most clients one replica serves within the objectives (bisection over integers).
 
-    def ok(n: int) -> Generator[Probe, Estimate, Estimate | None]:
-        e = yield compiled, replace(wl, concurrency=n)
-        return e if meets(e.prediction, slo) else None
+    def ok(n: int) -> Generator[Probe, Prediction, Estimate | None]:
+        load = replace(wl, concurrency=n)
+        pred = yield compiled, load
+        return compiled.estimate(load, pred) if meets(pred, slo) else None
 
-    first = yield compiled, replace(wl, concurrency=1)
+    one = replace(wl, concurrency=1)
+    first = compiled.estimate(one, (yield compiled, one))
     if not meets(first.prediction, slo):
         return 0.0, first
     lo, hi, best = 1, 2, first
@@ -657,7 +659,7 @@ def _smallest_layouts(rs: ResolvedService, device: DeviceSpec, fw: FrameworkSpec
 
 
 def _cross_pool(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tuple[str, str], float],
-                resolved: ResolvedIntent) -> Generator[Probe, Estimate, tuple[list[Considered], list[Candidate]]]:
+                resolved: ResolvedIntent) -> Generator[Probe, Prediction, tuple[list[Considered], list[Candidate]]]:
     """A `Search` for (the records, the candidates) of disaggregated units whose prefill worker runs on one pool
     and decode workers on another pool of another device type (compute-rich prefill, bandwidth-rich decode), in
     one zone and under one switch where the profile names switches, with the KV cache crossing the network
@@ -710,7 +712,7 @@ def _cross_pool(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tuple
 
 def _cross_units(rs: ResolvedService, svc: Service, wl: Workload, slo: dict[tuple[str, str], float],
                  resolved: ResolvedIntent, seen: list[Considered], a: Pool,
-                 b: Pool) -> Generator[Probe, Estimate, list[Candidate]]:
+                 b: Pool) -> Generator[Probe, Prediction, list[Candidate]]:
     """A `Search` for the scored P/D units of prefill on pool `a` and decode on pool `b`, their records added to
     `seen`."""
     assert rs.model is not None
@@ -874,7 +876,7 @@ def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[st
            resolved: ResolvedIntent, pool: Pool, device: DeviceSpec, memory_gb: float | None = None,
            longest: int | None = None, decode_pool: Pool | None = None, confidence: float | None = None,
            worth: float = 0.0,
-           even: bool = False) -> Generator[Probe, Estimate, tuple[Considered, tuple[float, Estimate] | None]]:
+           even: bool = False) -> Generator[Probe, Prediction, tuple[Considered, tuple[float, Estimate] | None]]:
     """A `Search` for (the record with its outcome, (capacity, estimate) or None). A shape whose KV cache cannot
     hold the longest request is dropped too. With a `confidence`, the objectives are tightened by the deployment's
     error band first. With `worth` (see `_capacity`), a shape whose capacity lies below it is dominated."""
@@ -928,7 +930,7 @@ class _Job:
 
 def _score_jobs(jobs: list[_Job], wl: Workload, slo: dict[tuple[str, str], float], resolved: ResolvedIntent,
                 longest: int | None, confidence: float | None, even: bool = False,
-                units_even: bool = False) -> list[Generator[Probe, Estimate, list[tuple[int, Considered,
+                units_even: bool = False) -> list[Generator[Probe, Prediction, list[tuple[int, Considered,
                                                                                    Candidate | None]]]]:
     """The `Search`es that score one service's shapes, one per group, each returning (job index, record,
     candidate) for its jobs. In each group the smallest shape comes first: a shape must carry more load per device
@@ -939,7 +941,7 @@ def _score_jobs(jobs: list[_Job], wl: Workload, slo: dict[tuple[str, str], float
     for i in sorted(range(len(jobs)), key=lambda i: (jobs[i].group, jobs[i].consumption, i)):
         groups.setdefault(jobs[i].group, []).append(i)
 
-    def group(order: list[int]) -> Generator[Probe, Estimate, list[tuple[int, Considered, Candidate | None]]]:
+    def group(order: list[int]) -> Generator[Probe, Prediction, list[tuple[int, Considered, Candidate | None]]]:
         top = 0.0
         out = []
         for i in order:

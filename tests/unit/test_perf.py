@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infra.catalog.loader import load_catalog
+from infra.errors import InfraError
 from infra.perf.arch import compile_worker
 from infra.perf.calibration import Factors, borrow, device_point, lookup
 from infra.perf.estimate import ShapeError, estimate, max_rate, meets
@@ -477,3 +478,12 @@ def test_an_estimate_says_when_it_routes_more_expert_parameters_than_any_measure
                                  ("Llama-3.1-70B", Parallel(tp=4), False)):
         notes = compile_deployment(Deployment(model, "H200", "vllm", "fp8", agg=Role(layout)), cat).notes
         assert any("expert parameters per token" in n for n in notes) == noted, model
+
+
+def test_a_workload_at_a_rate_is_what_replace_makes():
+    wl = Workload(isl=1000, osl=200, concurrency=4, isl_cv=0.5, isl_quantiles=(("p90", 2.0),), peers=3)
+    fast, slow = wl.at_rate(2.5), dataclasses.replace(wl, rate=2.5, concurrency=None)
+    assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
+    assert wl.concurrency == 4 and wl.rate is None  # the workload it was made from is left as it was
+    with pytest.raises(InfraError, match="rate must be above 0"):
+        wl.at_rate(0.0)
