@@ -488,9 +488,10 @@ def run_search(search: Search) -> Any:
 def run_searches(searches: Sequence[Search], finished: Callable[[int], None] | None = None,
                  one_by_one: bool = False) -> list[Any]:
     """What each `Search` returns, all run in lockstep: each round the probes they wait on are predicted together
-    (`estimates`: in vector passes where there are enough), so that a fleet's capacity searches take a few dozen
-    vector evaluations rather than tens of thousands of scalar ones. Each search sees what it would see alone.
-    `finished(i)` hears when search i has returned; `one_by_one` predicts each probe alone (`Compiled.at`)."""
+    (`predictions`: in vector passes where there are enough), so that a fleet's capacity searches take a couple
+    of hundred vector passes rather than hundreds of thousands of scalar predictions. Each search sees what it
+    would see alone. `finished(i)` hears when search i has returned; `one_by_one` predicts each probe alone
+    (`Compiled.predict`)."""
     out: list[Any] = [None] * len(searches)
     probes: dict[int, Probe] = {}
     ready: list[tuple[int, Callable[[], Any]]] = [(i, search.__next__) for i, search in enumerate(searches)]
