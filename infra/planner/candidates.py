@@ -511,7 +511,7 @@ def _find_capacity(compiled: Compiled, wl: Workload, slo: dict[tuple[str, str], 
     probe = yield compiled, replace(wl, concurrency=math.ceil(worth))
     if not meets(probe, slo):
         return None, compiled.estimate(trickle, light)
-    return (yield from _search(compiled, wl, slo, room, even))
+    return (yield from _search(compiled, wl, slo, room, even, light))
 
 
 def _search(compiled: Compiled, wl: Workload, slo: dict[tuple[str, str], float], room: int, even: bool = False,
@@ -551,7 +551,7 @@ def _search(compiled: Compiled, wl: Workload, slo: dict[tuple[str, str], float],
         return compiled.estimate(load, pred) if meets(pred, slo) else None
 
     one = replace(wl, concurrency=1)
-    first = compiled.estimate(one, (yield compiled, one))
+    first = compiled.estimate(one, light if light is not None else (yield compiled, one))
     if not meets(first.prediction, slo):
         return 0.0, first
     lo, hi, best = 1, 2, first
@@ -1075,13 +1075,14 @@ def _enumerate(resolved: ResolvedIntent, slo_scale: float, progress: Callable[[i
         laid.append((items, first, len(lanes)))
     owner = [k for k, (_, first, end) in enumerate(laid) for _ in range(first, end)]
     left = [end - first for _, first, end in laid]
-    done = [0]
+    done = 0
 
     def finished(lane: int) -> None:
+        nonlocal done
         left[owner[lane]] -= 1
         if not left[owner[lane]] and progress is not None:
-            done[0] += 1
-            progress(done[0], len(services))
+            done += 1
+            progress(done, len(services))
 
     if progress is not None:
         progress(0, len(services))

@@ -20,7 +20,17 @@ import pytest
 from infra.catalog.loader import load_catalog
 from infra.errors import InfraError
 from infra.perf import serving, vector
-from infra.perf.estimate import build_workers
+from infra.perf.estimate import (
+    VECTOR_MIN,
+    Compiled,
+    Pending,
+    build_workers,
+    compile_deployment,
+    estimates,
+    max_rate_search,
+    run_search,
+    run_searches,
+)
 from infra.perf.serving import Prediction, open_loop_agg
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 from infra.perf.vector import predict_open_agg, predict_open_disagg
@@ -358,14 +368,17 @@ def test_a_full_or_growing_decode_batch_is_unstable_alike(monkeypatch):
     assert _pd_kinds(cases) >= set(PD_KINDS[3:])
 
 
-def test_estimates_of_many_loads_are_those_of_each_alone():
-    from infra.perf.estimate import VECTOR_MIN, compile_deployment, estimates
+def _agg_and_pd() -> tuple[Compiled, Compiled]:
+    """An aggregated 8B replica and a 70B prefill/decode unit, compiled."""
+    agg = Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16", agg=Role(Parallel(tp=1)))
+    pd = Deployment("Llama-3.1-70B", "H200", "vllm", "fp8", "disagg", prefill=Role(Parallel(tp=4), workers=1),
+                    decode=Role(Parallel(tp=4), workers=2))
+    return compile_deployment(agg, CAT), compile_deployment(pd, CAT)
 
+
+def test_estimates_of_many_loads_are_those_of_each_alone():
     rng = random.Random(2)
-    one = compile_deployment(Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16", agg=Role(Parallel(tp=1))), CAT)
-    pd = compile_deployment(Deployment("Llama-3.1-70B", "H200", "vllm", "fp8", "disagg",
-                                       prefill=Role(Parallel(tp=4), workers=1),
-                                       decode=Role(Parallel(tp=4), workers=2)), CAT)
+    one, pd = _agg_and_pd()
     loads = [(c, _workload(rng, 10 ** rng.uniform(-2, 3))) for c in (one, pd) for _ in range(2 * VECTOR_MIN)]
     loads += [(one, Workload(isl=1024, osl=128, concurrency=8)), (one, Workload(isl=2e6, osl=128, rate=1.0))]
     got = estimates(loads)
@@ -381,13 +394,8 @@ def test_estimates_of_many_loads_are_those_of_each_alone():
 
 
 def test_capacity_searches_run_together_find_what_each_finds_alone():
-    from infra.perf.estimate import VECTOR_MIN, compile_deployment, max_rate_search, run_search, run_searches
-
     rng = random.Random(3)
-    one = compile_deployment(Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16", agg=Role(Parallel(tp=1))), CAT)
-    pd = compile_deployment(Deployment("Llama-3.1-70B", "H200", "vllm", "fp8", "disagg",
-                                       prefill=Role(Parallel(tp=4), workers=1),
-                                       decode=Role(Parallel(tp=4), workers=2)), CAT)
+    one, pd = _agg_and_pd()
     slos = [{("ttft", "p99"): 10 ** rng.uniform(-0.5, 1), ("tpot", "p99"): 10 ** rng.uniform(-1.5, -0.7)}
             for _ in range(2 * VECTOR_MIN)]
     asks = [(c, _workload(rng, 1.0), slo) for c in (one, pd) for slo in slos]
@@ -403,9 +411,7 @@ def test_capacity_searches_run_together_find_what_each_finds_alone():
 
 
 def test_a_search_waits_on_a_result_another_is_finding():
-    from infra.perf.estimate import Pending, compile_deployment, run_searches
-
-    one = compile_deployment(Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16", agg=Role(Parallel(tp=1))), CAT)
+    one, _ = _agg_and_pd()
     shared: dict[str, object] = {}
     finding = Pending()
     order: list[str] = []
@@ -431,6 +437,4 @@ def test_a_search_waits_on_a_result_another_is_finding():
 
 
 def _stuck():
-    from infra.perf.estimate import Pending
-
     yield Pending()

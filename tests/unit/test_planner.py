@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import infra.planner.solve as solving
 from infra import api
 from infra.catalog.loader import load_catalog
 from infra.errors import InfeasibleError
@@ -76,19 +77,26 @@ def test_cp_sat_cost_equals_brute_force(seed):
         assert sol.cost_per_hour == pytest.approx(brute)
 
 
+def _random_parts(rng: random.Random, services: list[str], shapes: tuple[int, int], sizes: list[int],
+                  demand: float, budget: float, pools: list[int], total: list[float | None]):
+    """Candidates of `shapes` (least, most) shapes per service and the limits they are solved under, drawn."""
+    cands = [_cand(s, rng.choice(["p1", "p2", "p3"]), rng.choice(sizes), round(rng.uniform(0.3, 6), 2),
+                   round(rng.uniform(0.5, 4), 2), zone=rng.choice(["z1", "z2"]), tag=f"f{i}")
+             for s in services for i in range(rng.randint(*shapes))]
+    limits = Limits(demand={s: round(rng.uniform(1, demand), 2) for s in services},
+                    min_replicas={s: rng.choice([1, 2]) for s in services},
+                    zones={s: rng.choice([1, 1, 2]) for s in services},
+                    budget_hour={s: rng.choice([None, budget]) for s in services},
+                    pool_devices={p: rng.choice(pools) for p in ("p1", "p2", "p3")},
+                    total_budget_hour=rng.choice(total))
+    return cands, limits
+
+
 @pytest.mark.parametrize("seed", range(16))
 def test_services_solved_apart_cost_what_the_joint_model_costs(seed):
     rng = random.Random(seed)
-    services = ["a", "b", "c", "d"][:rng.randint(2, 4)]
-    cands = [_cand(s, rng.choice(["p1", "p2", "p3"]), rng.choice([1, 2, 4]), round(rng.uniform(0.5, 5), 2),
-                   round(rng.uniform(0.5, 4), 2), zone=rng.choice(["z1", "z2"]), tag=f"f{i}")
-             for s in services for i in range(rng.randint(1, 3))]
-    limits = Limits(demand={s: round(rng.uniform(1, 12), 2) for s in services},
-                    min_replicas={s: rng.choice([1, 2]) for s in services},
-                    zones={s: rng.choice([1, 1, 2]) for s in services},
-                    budget_hour={s: rng.choice([None, 30.0]) for s in services},
-                    pool_devices={p: rng.choice([4, 16, 64]) for p in ("p1", "p2", "p3")},
-                    total_budget_hour=rng.choice([None, 40.0, 400.0]))
+    cands, limits = _random_parts(rng, ["a", "b", "c", "d"][:rng.randint(2, 4)], (1, 3), [1, 2, 4], 12, 30.0,
+                                  [4, 16, 64], [None, 40.0, 400.0])
     both = solve(cands, limits)
     joint = _solve_joint(cands, limits, 20.0, None, None, "cost")
     assert both.status == joint.status
@@ -98,19 +106,9 @@ def test_services_solved_apart_cost_what_the_joint_model_costs(seed):
 
 @pytest.mark.parametrize("seed", range(16))
 def test_a_small_model_solved_without_presolve_gives_the_same_plan(monkeypatch, seed):
-    from infra.planner import solve as solving
-
     rng = random.Random(100 + seed)
-    services = ["a", "b", "c"][:rng.randint(1, 3)]
-    cands = [_cand(s, rng.choice(["p1", "p2", "p3"]), rng.choice([1, 2, 4, 8]), round(rng.uniform(0.3, 6), 2),
-                   round(rng.uniform(0.5, 4), 2), zone=rng.choice(["z1", "z2"]), tag=f"f{i}")
-             for s in services for i in range(rng.randint(3, 12))]
-    limits = Limits(demand={s: round(rng.uniform(1, 40), 2) for s in services},
-                    min_replicas={s: rng.choice([1, 2]) for s in services},
-                    zones={s: rng.choice([1, 1, 2]) for s in services},
-                    budget_hour={s: rng.choice([None, 60.0]) for s in services},
-                    pool_devices={p: rng.choice([8, 32, 128]) for p in ("p1", "p2", "p3")},
-                    total_budget_hour=rng.choice([None, 150.0]))
+    cands, limits = _random_parts(rng, ["a", "b", "c"][:rng.randint(1, 3)], (3, 12), [1, 2, 4, 8], 40, 60.0,
+                                  [8, 32, 128], [None, 150.0])
     light = _solve_joint(cands, limits, 20.0, None, None, "cost")
     monkeypatch.setattr(solving, "SMALL_MODEL", 0)  # the full presolve and probing
     full = _solve_joint(cands, limits, 20.0, None, None, "cost")
