@@ -23,6 +23,8 @@ ALLOWED = {
     # not `api`: the api calls into the agent, which gets what it plans with handed in (infra.agent.planning)
     "agent": {"catalog", "intent", "perf", "planner", "report"},
     "fitting": {"catalog", "intent", "perf"},
+    # check, plan, render, validate, bench, pr, calibrate and verify as the commands run them; `api` re-exports it
+    "workflow": {"catalog", "intent", "perf", "planner", "bench", "report", "render", "validators", "gitops"},
 }
 NEVER = {"agent"}  # only cli/api may reach it, and only lazily
 OFFLINE = {"fitting"}  # calibration tooling: the benchmarks and tests use it, nothing of the product does
@@ -157,3 +159,15 @@ def test_importing_the_api_does_not_import_openai():
     code = "import sys, infra.api, infra.cli; print('openai' in sys.modules, 'ortools' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]
+
+
+def test_the_facade_re_exports_what_it_lists():
+    # Each name resolves (a wrong module in the table would fail only when a user reached for it), and the
+    # facade defines nothing else of the workflow's itself.
+    from infra import api
+
+    for name in api.__all__:
+        assert callable(getattr(api, name)), name
+    assert set(api.__all__) == set(api._EXPORTS) | {"draft", "explain", "plan_agent", "review"}
+    assert all(m.startswith(("infra.workflow.", "infra.catalog.", "infra.intent.")) for m in api._EXPORTS.values())
+    assert api.plan is __import__("infra.workflow.plan", fromlist=["plan"]).plan
