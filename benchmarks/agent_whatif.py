@@ -41,13 +41,13 @@ def main() -> int:
         t0 = time.perf_counter()
         base = api.plan(path)
         rows.append({"intent": name, "patch": "(baseline)", "status": "solved",
-                     "cost_per_hour": base.plan["spec"]["cost"]["per_hour"],
+                     "cost_per_hour": base.plan.spec.cost.per_hour,
                      "seconds": round(time.perf_counter() - t0, 2)})
         for text in patches:
             t0 = time.perf_counter()
             outcome = solve_patch(path, parse_patch(text), Planning(check=api.check, plan=api.plan))
             rows.append({"intent": name, "patch": text, "status": outcome.status,
-                         "cost_per_hour": outcome.plan["spec"]["cost"]["per_hour"] if outcome.plan else None,
+                         "cost_per_hour": outcome.plan.spec.cost.per_hour if outcome.plan else None,
                          "seconds": round(time.perf_counter() - t0, 2)})
     if args.json:
         print(json.dumps(rows, indent=2, sort_keys=True))

@@ -35,7 +35,7 @@ def run(name: str, repeat: int) -> dict:
             result = api.plan(ROOT / "examples" / f"{name}.yaml", out, verify=True)
             best = min(best, time.perf_counter() - t0)
     assert result is not None
-    v = result.plan["spec"]["verification"]
+    v = result.plan.document()["spec"]["verification"]
     rnd = v["rounds"][v["plan_round"] - 1]
     (pipe,) = rnd.get("pipelines") or [None]
     return {"seconds": round(best, 3), "verdict": v["verdict"], "rounds": len(v["rounds"]),

@@ -107,7 +107,7 @@ def main() -> int:
             start = time.perf_counter()
             try:
                 result = api.plan(folder / "intent.yaml")
-                status, gap = result.plan["spec"]["solver"]["status"], result.plan["spec"]["solver"]["gap"]
+                status, gap = result.plan.spec.solver.status, result.plan.spec.solver.gap
             except InfraError as exc:
                 status, gap = f"{type(exc).__name__}", None
             seconds = time.perf_counter() - start

@@ -35,11 +35,10 @@ def measure(example: str) -> dict[str, object]:
     path = ROOT / "examples" / f"{example}.yaml"
     t0 = time.perf_counter()
     resolved = load_intent(path)
-    data, _ = build_plan(resolved)
+    plan, _ = build_plan(resolved)
     plan_s = time.perf_counter() - t0
-    plan = DeploymentPlan.model_validate(data)
     records = {"intent.yaml": path.read_text()}
-    text = plan_yaml(plan.model_dump(mode="json", by_alias=True, exclude_none=True))
+    text = plan_yaml(plan)
     with tempfile.TemporaryDirectory(prefix="infra-pr-bench-") as tmp:
         _, clone = make_repos(Path(tmp))
         req = PrRequest(repo=clone, command=f"infra pr examples/{example}.yaml --repo .")

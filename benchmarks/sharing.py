@@ -64,7 +64,7 @@ spec:
 def run(services: int, sharing: bool, folder: Path) -> dict:
     path = folder / f"fleet-{'shared' if sharing else 'whole'}.yaml"
     path.write_text(intent(services, sharing), encoding="utf-8")
-    plan = api.plan(path, None).plan["spec"]
+    plan = api.plan(path, None).plan.document()["spec"]
     use = plan["pools_used"]
     return {"devices": sum(u["devices"] for u in use), "allocated": round(sum(u["allocated"] for u in use), 3),
             "idle_fraction": max((u["idle_fraction"] for u in use), default=0.0),

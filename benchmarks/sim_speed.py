@@ -30,7 +30,7 @@ EXAMPLE = ROOT / "examples" / "chat-mixed-fleet.yaml"
 
 def scaled_plan(replicas: int) -> tuple[DeploymentPlan, str, float]:
     """(plan with one allocation of `replicas` replicas, service name, its rate)."""
-    plan = DeploymentPlan.model_validate(api.plan(EXAMPLE, top=0).plan)
+    plan = api.plan(EXAMPLE, top=0).plan
     svc = plan.spec.services[0]
     alloc = max(svc.allocations, key=lambda a: a.capacity_per_replica * a.replicas)
     alloc = alloc.model_copy(update={"replicas": replicas})

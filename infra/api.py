@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from infra.catalog.loader import Catalog, load_catalog
     from infra.intent.resolve import CheckResult
+    from infra.planner.types import DeploymentPlan
     from infra.workflow.bench import bench, bench_endpoint
     from infra.workflow.calibrate import CalibrateResult, calibrate
     from infra.workflow.emulate import emulate
@@ -79,7 +80,7 @@ def draft(text: str, output: str | Path, *, profile: str | Path | None = None,
     return _draft(text, output, planning=_planning(None), profile=profile, catalog_dirs=catalog_dirs, force=force)
 
 
-def plan_agent(path: str | Path, baseline: dict[str, Any] | None, conflict: list[str], *, goal: str | None = None,
+def plan_agent(path: str | Path, baseline: DeploymentPlan | None, conflict: list[str], *, goal: str | None = None,
                yes: bool = False, output: str | Path | None = None, console: Any, ask: Any,
                catalog_dirs: tuple[Path, ...] = (), objective: str = "cost",
                calibration: str | Path | None = None) -> Any:

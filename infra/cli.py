@@ -92,9 +92,9 @@ def plan(
     """Solve an intent: the cheapest deployment meeting every objective, or why none does and what to relax."""
     if objective not in ("cost", "goodput"):
         raise InfraError(f"--objective {objective!r} is not known — To fix: use --objective cost or goodput")
-    from infra import api
-
     from contextlib import nullcontext
+
+    from infra import api
 
     live = None
     if sys.stderr.isatty() and not as_json:  # a progress bar only for a person watching
@@ -121,7 +121,7 @@ def plan(
         _plan_agent(path, result, output, goal, yes, tuple(catalog or ()), objective, as_json, calibration)
         return
     if as_json:
-        print(json.dumps(result.plan, indent=2, sort_keys=True))
+        print(json.dumps(result.plan.document(), indent=2, sort_keys=True))
     else:
         from infra.report.plan import print_plan
 
@@ -132,7 +132,7 @@ def plan(
             from infra.report.bench import print_verification
 
             print_verification(_console(), result.verification)
-    if result.verification is not None and result.verification["verdict"] == "fail":
+    if result.verification is not None and result.verification.verdict == "fail":
         sys.exit(EXIT_VERIFICATION_FAILED)
 
 
@@ -776,7 +776,7 @@ def _plan_agent(path: Path, result: Any, output: Optional[Path], goal: Optional[
                              calibration=calibration)
     final = outcome.replanned.plan if outcome.replanned is not None else (None if infeasible else result.plan)
     if as_json and final is not None:
-        print(json.dumps(final, indent=2, sort_keys=True))
+        print(json.dumps(final.document(), indent=2, sort_keys=True))
     if final is None:
         raise result
 

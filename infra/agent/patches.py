@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from infra.agent.planning import Planned, Planning
 from infra.errors import InfeasibleError, InfraError, IntentError, Location, Problem
+from infra.planner.types import DeploymentPlan
 
 FIELDS = (
     r"slo\.(ttft|tpot|itl|e2e)\.p\d{1,2}(\.\d+)?", r"budget\.(per_hour|per_million_tokens|per_request)",
@@ -98,7 +99,7 @@ class Outcome:
     text: str | None = None
     """The patched intent file."""
     base_text: str | None = None
-    plan: dict[str, Any] | None = None
+    plan: DeploymentPlan | None = None
     problems: list[str] = field(default_factory=list)
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
 from infra.agent.loop import LoopResult
 from infra.agent.planning import Planned, Planning
 from infra.agent.session import Session
+from infra.planner.types import DeploymentPlan
 
 
 @dataclass
@@ -25,7 +25,7 @@ class AgentOutcome:
     """The `infra.api.PlanResult` of the patched intent, when a patch was accepted."""
 
 
-def run_plan_agent(intent_path: Path, baseline: dict[str, Any] | None, conflict: list[str], *,
+def run_plan_agent(intent_path: Path, baseline: DeploymentPlan | None, conflict: list[str], *,
                    planning: Planning, goal: str | None, yes: bool, output: Path | None, console: Console,
                    ask: Callable[[str], str | None], catalog_dirs: tuple[Path, ...] = (),
                    objective: str = "cost") -> AgentOutcome:
@@ -39,7 +39,6 @@ def run_plan_agent(intent_path: Path, baseline: dict[str, Any] | None, conflict:
     from infra.agent.settings import require_settings
     from infra.agent.show import comparison
     from infra.errors import EndpointError
-    from infra.planner.types import DeploymentPlan
 
     settings = require_settings()
     if not settings.capabilities.tools:
@@ -48,7 +47,7 @@ def run_plan_agent(intent_path: Path, baseline: dict[str, Any] | None, conflict:
                             "--enable-auto-tool-choice and a --tool-call-parser; llama.cpp: --jinja)")
     client = LLMClient(settings)
     session = Session(intent_path, baseline, planning, conflict, catalog_dirs, objective)
-    facts = plan_facts(DeploymentPlan.model_validate(baseline)) if baseline is not None else []
+    facts = plan_facts(baseline) if baseline is not None else []
     system = render("plan_agent_system.j2", facts=facts, conflict=conflict,
                     max_solver_calls=settings.budgets.max_solver_calls)
     user = render("plan_agent_user.j2", goal=goal, conflict=conflict)
@@ -92,13 +91,14 @@ def run_plan_agent(intent_path: Path, baseline: dict[str, Any] | None, conflict:
         if choice not in solved:
             console.print(f"{choice!r} is not a solved change; nothing changed", markup=False)
             return result
-    previous = (baseline or {}).get("spec", {}).get("provenance", {}).get("changes", [])
+    previous = ([c.model_dump(mode="json", exclude_none=True) for c in baseline.spec.provenance.changes]
+                if baseline is not None else [])
     result.replanned = accept(intent_path, session.outcomes[choice], output, planning=planning, proposed_by=origin,
                               accepted_by="user (--yes)" if yes else "user", previous=previous,
                               prompt_sha256=prompt_sha256(system, user), catalog_dirs=catalog_dirs,
                               objective=objective)
     result.accepted = choice
-    cost = result.replanned.plan["spec"]["cost"]["per_hour"]
+    cost = result.replanned.plan.spec.cost.per_hour
     console.print(f"applied {choice} to {intent_path}; the plan of the changed intent costs ${cost:g}/h",
                   markup=False)
     for path in result.replanned.written:

@@ -1,8 +1,8 @@
 """The planning functions the agent works with, handed down by the caller.
 
-Every draft and patch the model proposes goes through the same `check` and `plan` as the user's own files, and
-those live in `infra.api`, the layer above the agent that imports it. Importing them back from here would be an
-import cycle, so `infra.api` passes them in as a `Planning` and the layers read top to bottom.
+Every draft and patch the model proposes goes through the same `check` and `plan` as the user's own files. Those
+live in `infra.workflow`, which the agent does not import (the workflow is what the commands run; the agent is one
+of its users), so `infra.api` passes them in as a `Planning` and the layers read top to bottom.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+from infra.planner.types import DeploymentPlan
 
 if TYPE_CHECKING:
     from infra.intent.profile import ClusterProfile
@@ -27,17 +29,17 @@ class Checked(Protocol):
 
 
 class Planned(Protocol):
-    """What the agent reads of a plan's result (`infra.api.PlanResult`)."""
+    """What the agent reads of a plan's result (`infra.workflow.plan.PlanResult`)."""
 
     @property
-    def plan(self) -> dict[str, Any]: ...
+    def plan(self) -> DeploymentPlan: ...
 
     @property
     def written(self) -> list[Path]: ...
 
 
 class PlanFn(Protocol):
-    """`infra.api.plan`, as far as the agent calls it."""
+    """`infra.workflow.plan.plan`, as far as the agent calls it."""
 
     def __call__(self, path: str | Path, output: str | Path | None = None, *, catalog_dirs: tuple[Path, ...] = (),
                  objective: str = "cost", changes: list[dict[str, Any]] | None = None) -> Planned: ...

@@ -44,14 +44,11 @@ class Review:
         self.catalog_dirs = catalog_dirs
         self.plan = load_plan(plan_path)
         intent = intent_path or Path(self.plan.spec.provenance.intent)
-        self.session = Session(intent, self._plan_data(), planning, [], catalog_dirs,
+        self.session = Session(intent, self.plan, planning, [], catalog_dirs,
                                self.plan.spec.solver.objective)
         self.pending: str | None = None
         self.failures = 0
         self._llm: Any = None
-
-    def _plan_data(self) -> dict[str, Any]:
-        return self.plan.model_dump(mode="json", by_alias=True)
 
     def run(self) -> int:
         """Read and answer lines until /exit or the end of input; 1 when a command failed, else 0."""
@@ -156,7 +153,7 @@ class Review:
 
         old_cost = self.plan.spec.cost.per_hour
         self.plan = load_plan(self.plan_path)
-        self.session = Session(self.session.intent_path, self._plan_data(), self.planning, [], self.catalog_dirs,
+        self.session = Session(self.session.intent_path, self.plan, self.planning, [], self.catalog_dirs,
                                self.session.objective)
         self.pending = None
         self._llm = None  # the next question starts from the new plan's facts
@@ -179,7 +176,7 @@ class Review:
                "spec": {"intent": str(self.session.intent_path), "proposed_by": self.session.origins[pid],
                         "rationale": outcome.patch.rationale,
                         "changes": [{"path": r.path, "before": r.before, "after": r.after} for r in outcome.records],
-                        "solved": {"cost_per_hour": outcome.plan["spec"]["cost"]["per_hour"] if outcome.plan else None,
+                        "solved": {"cost_per_hour": outcome.plan.spec.cost.per_hour if outcome.plan else None,
                                    "baseline_cost_per_hour": self.plan.spec.cost.per_hour}}}
         from io import StringIO
 
@@ -227,7 +224,6 @@ class _Conversation:
         from infra.agent.facts import Fact, plan_facts, unsupported_numbers
         from infra.agent.loop import run_loop
         from infra.agent.prompts import render
-        from infra.planner.types import DeploymentPlan
 
         self.messages.append({"role": "user", "content": render("review_user.j2", question=question)})
         session = self.review.session
@@ -237,7 +233,7 @@ class _Conversation:
         facts = plan_facts(self.review.plan)
         for outcome in session.outcomes.values():
             if outcome.plan is not None:
-                facts += plan_facts(DeploymentPlan.model_validate(outcome.plan))
+                facts += plan_facts(outcome.plan)
             facts += [Fact("problem", p) for p in outcome.problems]
         bad = unsupported_numbers(result.answer, facts)
         if bad:

@@ -12,33 +12,33 @@ from pydantic import BaseModel, ConfigDict, Field
 from infra.agent.loop import NoArgs, Tool, ToolResult
 from infra.agent.patches import IntentPatch, Outcome, patch_text, solve_patch
 from infra.agent.planning import Planning
+from infra.planner.types import Allocation, DeploymentPlan, Objective
 
 
-def plan_summary(plan: dict[str, Any]) -> dict[str, Any]:
-    """The figures of a plan a comparison needs: cost, what runs where, predictions against targets, binding."""
-    spec = plan["spec"]
+def plan_summary(plan: DeploymentPlan) -> dict[str, Any]:
+    """The figures of a plan a comparison (and the model) needs, as data: cost, what runs where, predictions
+    against targets, binding constraints."""
+    spec = plan.spec
     services = []
-    for svc in spec["services"]:
+    for svc in spec.services:
         services.append({
-            "name": svc["name"],
-            "allocations": [f"{a['replicas']} x {a['device']} on {a['pool']}: {a['framework']} {a['precision']} "
-                            f"{a['mode']} tp{a['parallel']['tp']} (${a['cost_per_hour']:g}/h)"
-                            for a in svc["allocations"]],
-            "objectives": _worst(svc["allocations"]),
-            "capacity": f"{svc['capacity']['value']:g} {svc['capacity']['unit']}",
+            "name": svc.name,
+            "allocations": [f"{a.replicas} x {a.device} on {a.pool}: {a.framework} {a.precision} "
+                            f"{a.mode} tp{a.parallel.tp} (${a.cost_per_hour:g}/h)" for a in svc.allocations],
+            "objectives": _worst(svc.allocations),
+            "capacity": f"{svc.capacity.value:g} {svc.capacity.unit}",
         })
-    return {"cost_per_hour": spec["cost"]["per_hour"], "services": services, "binding": list(spec["binding"])}
+    return {"cost_per_hour": spec.cost.per_hour, "services": services, "binding": list(spec.binding)}
 
 
-def _worst(allocations: list[dict[str, Any]]) -> dict[str, str]:
+def _worst(allocations: list[Allocation]) -> dict[str, str]:
     """Per objective, the allocation closest to (or past) its target: the one that decides whether it holds."""
-    worst: dict[str, dict[str, float]] = {}
+    worst: dict[str, Objective] = {}
     for a in allocations:
-        for key, o in a["predicted"].items():
-            if key not in worst or o["predicted_ms"] / o["target_ms"] > worst[key]["predicted_ms"] / worst[key][
-                    "target_ms"]:
+        for key, o in a.predicted.items():
+            if key not in worst or o.predicted_ms / o.target_ms > worst[key].predicted_ms / worst[key].target_ms:
                 worst[key] = o
-    return {k: f"{o['predicted_ms']:g} of {o['target_ms']:g} ms" for k, o in sorted(worst.items())}
+    return {k: f"{o.predicted_ms:g} of {o.target_ms:g} ms" for k, o in sorted(worst.items())}
 
 
 class Recommend(BaseModel):
@@ -53,7 +53,7 @@ class Recommend(BaseModel):
 @dataclass
 class Session:
     intent_path: Path
-    baseline: dict[str, Any] | None
+    baseline: DeploymentPlan | None
     """The plan of the intent as written; None when it is infeasible (then `conflict` says why)."""
     planning: Planning
     conflict: list[str] = field(default_factory=list)
@@ -78,17 +78,16 @@ class Session:
             after = plan_summary(outcome.plan)
             data["plan"] = after
             if self.baseline is not None:
-                data["delta_per_hour"] = round(after["cost_per_hour"] - self.baseline["spec"]["cost"]["per_hour"], 6)
+                data["delta_per_hour"] = round(after["cost_per_hour"] - self.baseline.spec.cost.per_hour, 6)
         return data
 
     def facts(self) -> list[dict[str, str]]:
         """The baseline's facts, or the conflict of an infeasible intent."""
         from infra.agent.facts import plan_facts
-        from infra.planner.types import DeploymentPlan
 
         if self.baseline is None:
             return [{"id": f"conflict.{i}", "text": line} for i, line in enumerate(self.conflict)]
-        return [{"id": f.id, "text": f.text} for f in plan_facts(DeploymentPlan.model_validate(self.baseline))]
+        return [{"id": f.id, "text": f.text} for f in plan_facts(self.baseline)]
 
     def tools(self, origin: str, *, recommend: bool) -> list[Tool]:
         """What the model may call: read the facts and the intent, solve a patch (writes nothing) and, when

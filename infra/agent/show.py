@@ -10,6 +10,7 @@ from rich.text import Text
 
 from infra.agent.patches import Outcome, patch_text
 from infra.agent.session import plan_summary
+from infra.planner.types import DeploymentPlan
 
 
 def _column(summary: dict[str, Any] | None, names: list[str], keys: dict[str, list[str]], base_cost: float | None,
@@ -37,7 +38,7 @@ def _rows(names: list[str], keys: dict[str, list[str]]) -> list[str]:
     return rows + ["binding"]
 
 
-def comparison(baseline: dict[str, Any] | None, outcomes: dict[str, Outcome]) -> Table:
+def comparison(baseline: DeploymentPlan | None, outcomes: dict[str, Outcome]) -> Table:
     """The baseline and each patch's outcome in columns: cost, layout, predictions, binding constraints."""
     plans = [baseline] if baseline is not None else []
     plans += [o.plan for o in outcomes.values() if o.plan is not None]
@@ -65,7 +66,7 @@ def comparison(baseline: dict[str, Any] | None, outcomes: dict[str, Outcome]) ->
     return table
 
 
-def print_outcome(console: Console, pid: str, outcome: Outcome, baseline: dict[str, Any] | None) -> None:
+def print_outcome(console: Console, pid: str, outcome: Outcome, baseline: DeploymentPlan | None) -> None:
     console.print(comparison(baseline, {pid: outcome}))
     if outcome.status != "solved":
         for problem in outcome.problems:

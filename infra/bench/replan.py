@@ -16,7 +16,6 @@ from infra.errors import IntentError, Location, Problem
 from infra.intent.models import Workload
 from infra.planner.types import DeploymentPlan
 
-
 MAX_FAILED = 0.01
 """Share of failed requests beyond which a measured load fails verification, whatever the latencies of the rest."""
 
@@ -103,11 +102,10 @@ def _basis(measured: str | None) -> str:
     return f"measurements of {level}" if level else "the measurements"
 
 
-def changes(before: DeploymentPlan, after: dict[str, Any] | None, service: str, runs: list[Run]) -> list[str]:
+def changes(before: DeploymentPlan, new: DeploymentPlan | None, service: str, runs: list[Run]) -> list[str]:
     """One line per service whose deployment the new plan changes, and one for the measured service either way."""
-    if after is None:
+    if new is None:
         return []
-    new = DeploymentPlan.model_validate(after)
     olds = {s.name: s for s in before.spec.services}
     out = []
     for svc in new.spec.services:

@@ -23,8 +23,8 @@ from infra.bench.pipeline import PipelineVerdict, judge_pipeline, simulate_pipel
 from infra.bench.run import simulate_service
 from infra.bench.verdict import BEYOND, Verdict
 from infra.errors import InfeasibleError, IntentError
-from infra.planner.candidates import Corrections
-from infra.planner.types import DeploymentPlan
+from infra.planner.candidates import Considered, Corrections
+from infra.planner.types import DeploymentPlan, Verification
 
 MAX_ROUNDS = 3
 VERIFY_REQUESTS = 2000
@@ -183,18 +183,22 @@ def _miss(verdicts: dict[str, Verdict], pipes: dict[str, PipelineVerdict]) -> tu
     return len(fails), sum(v.failed for v in verdicts.values()), worst
 
 
-def verify_plan(data: dict[str, Any], replan: Callable[[Corrections], tuple[dict[str, Any], Any]], *,
-                intent: str, catalog: Any = None, requests: int = VERIFY_REQUESTS, seed: int = 0,
-                max_rounds: int = MAX_ROUNDS, calibration: Any = None) -> tuple[dict[str, Any], Any, dict[str, Any]]:
-    """Verify a plan (as data), re-planning with `replan(corrections)` while objectives fail. Returns the plan
-    kept (the first that passes, else the round that missed least) with its `verification` section, what
-    `replan` returned beside that plan (None for the first one), and the section."""
+Replan = Callable[[Corrections], tuple[DeploymentPlan, list[Considered]]]
+"""Plans the intent again with corrections of its objectives (raises InfeasibleError)."""
+
+
+def verify_plan(first: DeploymentPlan, replan: Replan, *, intent: str, catalog: Any = None,
+                requests: int = VERIFY_REQUESTS, seed: int = 0, max_rounds: int = MAX_ROUNDS, calibration: Any = None
+                ) -> tuple[DeploymentPlan, list[Considered] | None, Verification]:
+    """Verify a plan, re-planning with `replan(corrections)` while objectives fail. Returns the plan kept (the
+    first that passes, else the round that missed least) with its `verification` section, what `replan` returned
+    beside that plan (None for the first one), and the section."""
     rounds: list[dict[str, Any]] = []
     corrections = Corrections()
-    current: tuple[dict[str, Any], Any] = (data, None)
-    tried: list[tuple[tuple[int, int, float], int, tuple[dict[str, Any], Any]]] = []
+    current: tuple[DeploymentPlan, list[Considered] | None] = (first, None)
+    tried: list[tuple[tuple[int, int, float], int, tuple[DeploymentPlan, list[Considered] | None]]] = []
     for n in range(1, max_rounds + 1):
-        plan = DeploymentPlan.model_validate(current[0])
+        plan = current[0]
         verdicts: dict[str, Verdict] = {}
         entries = []
         skipped = []
@@ -260,12 +264,10 @@ def verify_plan(data: dict[str, Any], replan: Callable[[Corrections], tuple[dict
         entry["corrections"] = changed
     # The last round's plan if it did not fail; otherwise the one that missed least (earliest on a tie).
     _, kept, (final, extra) = tried[-1] if rounds[-1]["verdict"] != "fail" else min(tried, key=lambda t: t[:2])
-    section = {"method": "simulation", "seed": seed, "requests": requests, "plan_round": kept,
-               "verdict": rounds[kept - 1]["verdict"], "rounds": rounds}
-    out = dict(final)
-    out["spec"] = {**final["spec"], "verification": section}
-    typed = DeploymentPlan.model_validate(out)
-    return typed.model_dump(mode="json", by_alias=True, exclude_none=True), extra, section
+    section = Verification.model_validate({"method": "simulation", "seed": seed, "requests": requests,
+                                           "plan_round": kept, "verdict": rounds[kept - 1]["verdict"],
+                                           "rounds": rounds})
+    return final.model_copy(update={"spec": final.spec.model_copy(update={"verification": section})}), extra, section
 
 
-__all__ = ["MAX_ROUNDS", "SAFETY", "VERIFY_REQUESTS", "verify_plan"]
+__all__ = ["MAX_ROUNDS", "SAFETY", "VERIFY_REQUESTS", "Replan", "verify_plan"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from infra.errors import InfraError, Location, Problem
 from infra.gitops.paths import STATE_DIR, check_name, clean_relative
 from infra.planner.types import DeploymentPlan
-from infra.report.plan import plan_yaml
+from infra.report.plan import dump_yaml
 
 CLUSTERS_DIR = "clusters"
 ARGOCD_NAMESPACE = "argocd"
@@ -89,7 +89,7 @@ def sync_objects(plan: DeploymentPlan, *, cluster: str, root: str, flavour: str,
                    "metadata": {**meta, "namespace": FLUX_NAMESPACE},
                    "spec": {"interval": "10m", "path": f"./{overlay}", "prune": True,
                             "sourceRef": {"kind": "GitRepository", "name": FLUX_SOURCE}}}
-        out[f"{CLUSTERS_DIR}/{cluster}/{name}.yaml"] = plan_yaml(obj)
+        out[f"{CLUSTERS_DIR}/{cluster}/{name}.yaml"] = dump_yaml(obj)
     return out
 
 

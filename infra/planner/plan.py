@@ -179,8 +179,8 @@ def _less_cpu(limits: Limits, cpu: dict[str, CpuPlacement], pipelines: dict[str,
 
 def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost",
                progress: Callable[[int, int], None] | None = None, corrections: Corrections | None = None,
-               explain: bool = True) -> tuple[dict[str, Any], list[Considered]]:
-    """Solve the intent; a DeploymentPlan as data, and every shape considered. Raises InfeasibleError.
+               explain: bool = True) -> tuple[DeploymentPlan, list[Considered]]:
+    """Solve the intent: the DeploymentPlan, and every shape considered. Raises InfeasibleError.
     `objective` is "cost" (cheapest plan meeting all demand) or "goodput" (serve the most of it with what there
     is, then cheapest). `corrections` tighten objectives in scoring (from verifying an earlier plan); without
     `explain` an infeasible intent is reported without searching for relaxations."""
@@ -190,7 +190,7 @@ def build_plan(resolved: ResolvedIntent, *, top: int = 3, objective: str = "cost
 
 
 def _build_plan(resolved: ResolvedIntent, top: int, objective: str, progress: Callable[[int, int], None] | None,
-                corrections: Corrections | None, explain: bool) -> tuple[dict[str, Any], list[Considered]]:
+                corrections: Corrections | None, explain: bool) -> tuple[DeploymentPlan, list[Considered]]:
     cands, considered, expanded, pipelines = search(resolved, progress=progress, corrections=corrections)
     limits = limits_from(resolved, _tokens_per_request(resolved),
                          {s: solved_units(us) for s, us in pipelines.items()})
@@ -275,5 +275,4 @@ def _build_plan(resolved: ResolvedIntent, top: int, objective: str, progress: Ca
         },
     }
     # The contract is checked before anything is written: a plan that does not fit DeploymentPlan is a bug here.
-    typed = DeploymentPlan.model_validate(plan)
-    return typed.model_dump(mode="json", by_alias=True, exclude_none=True), considered
+    return DeploymentPlan.model_validate(plan), considered

@@ -17,7 +17,16 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from pydantic import ValidationError as PydanticValidationError
 
 from infra.catalog.schema import Vendor
@@ -674,6 +683,15 @@ class Change(PlanModel):
     prompt_sha256: str | None = None
     """Fingerprint of the prompts behind a model's proposal."""
 
+    @model_serializer(mode="wrap")
+    def _after_even_when_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A plan leaves out what has no value, but a change that removed one says so: `after` is required.
+        data = handler(self)
+        if "after" in data:
+            return data
+        return {name: data[name] if name != "after" else None for name in type(self).model_fields
+                if name in data or name == "after"}
+
 
 class Provenance(PlanModel):
     intent: str
@@ -872,6 +890,7 @@ class DeploymentPlan(PlanModel):
     spec: PlanSpec
     """The plan."""
     _source: Any = PrivateAttr(default=None)
+    """The source map of the file `load_plan` read the plan from (None for a plan made in memory)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -879,7 +898,10 @@ class DeploymentPlan(PlanModel):
         from infra.planner.routing import fill_routing
 
         return fill_routing(data)
-    """The source map of the file `load_plan` read the plan from (None for a plan made in memory)."""
+
+    def document(self) -> dict[str, Any]:
+        """The plan as plan.yaml holds it: JSON types, the file's key names, fields without a value left out."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     def locate(self, path: tuple[str | int, ...]) -> Location:
         """Where a field of the plan is: file, line and column when it was read from a file, else its path."""

@@ -12,6 +12,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from infra.planner.types import Verification, VerifiedPipeline
+
 _COLS = ("mean", "p50", "p90", "p99")
 _STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
 
@@ -24,11 +26,14 @@ def _ms(v: Any) -> str:
     return f"{v:,.1f}" if v < 10_000 else f"{v / 1000:,.1f}s"
 
 
+def _value(value: float | None, note: str | None) -> str:
+    """A figure that may be null because it was infinite (its note then says why: metrics.json_number)."""
+    return "inf" if value is None and note else _ms(value)
+
+
 def _val(o: dict[str, Any], key: str) -> str:
-    """A JSON value that may be null because it was infinite (`<key>_note` then says why: metrics.json_number)."""
-    if o.get(key) is None and o.get(f"{key}_note"):
-        return "inf"
-    return _ms(o.get(key))
+    """`_value` of a field of a result's objective (`<key>_note` its note)."""
+    return _value(o.get(key), o.get(f"{key}_note"))
 
 
 def _unit(text: str) -> str:
@@ -36,12 +41,15 @@ def _unit(text: str) -> str:
     return text if text.endswith("s") or text in ("-", "inf") else f"{text}ms"
 
 
-def _ci(o: dict[str, Any]) -> str:
-    ci = o.get("ci_ms")
+def _interval(ci: list[float | None] | None, note: str | None) -> str:
     if not ci:
         return "-"
-    ends = ["inf" if x is None and o.get("ci_ms_note") else _ms(x) for x in ci]
+    ends = [_value(x, note) for x in ci]
     return f"{ends[0]} .. {ends[1]}"
+
+
+def _ci(o: dict[str, Any]) -> str:
+    return _interval(o.get("ci_ms"), o.get("ci_ms_note"))
 
 
 def _failures(verdict: dict[str, Any]) -> str | None:
@@ -137,80 +145,80 @@ def print_pipeline_bench(console: Console, r: dict[str, Any]) -> None:
     console.print(f"verdict: [{_STYLE[overall]}]{overall.upper()}[/{_STYLE[overall]}]")
 
 
-def print_verification(console: Console, v: dict[str, Any]) -> None:
+def print_verification(console: Console, v: Verification) -> None:
     """One line per round: its verdict, the objectives that did not pass, and why the loop stopped."""
-    for rnd in v["rounds"]:
-        style = _STYLE[rnd["verdict"]]
-        misses = "; ".join(f"{s['service']} {o['key']} {_unit(_val(o, 'measured_ms'))} vs "
-                           f"{_unit(_ms(o['target_ms']))} ({o['verdict']})"
-                           for s in rnd["services"] + rnd.get("pipelines", [])
-                           for o in s["objectives"] if o["verdict"] != "pass")
-        misses += "".join(f"{'; ' if misses else ''}{s['service']} attainment {s['attainment']:.1%} vs "
-                          f"{s['attainment_target']:.1%} ({s['attainment_verdict']})" for s in rnd["services"]
-                          if s.get("attainment_verdict", "pass") != "pass")
-        console.print(f"verification round {rnd['round']} ({v['method']}, {v['requests']} requests per service): "
-                      f"[{style}]{rnd['verdict']}[/{style}]" + (f": {misses}" if misses else ""))
-        for p in rnd.get("pipelines", []):
-            console.print(f"  pipeline {p['service']}: " + ", ".join(
-                f"{st['name']} {st['utilisation']:.0%} busy" + (
-                    f", bubble {st['bubble_share']:.0%}" if st["bubble_share"] else "") for st in p["stages"]))
-        if rnd.get("corrections"):
+    for rnd in v.rounds:
+        style = _STYLE[rnd.verdict]
+        misses = "; ".join(f"{s.service} {o.key} {_unit(_value(o.measured_ms, o.measured_ms_note))} vs "
+                           f"{_unit(_ms(o.target_ms))} ({o.verdict})"
+                           for s in [*rnd.services, *rnd.pipelines] for o in s.objectives if o.verdict != "pass")
+        misses += "".join(f"{'; ' if misses else ''}{s.service} attainment {s.attainment:.1%} vs "
+                          f"{s.attainment_target:.1%} ({s.attainment_verdict})" for s in rnd.services
+                          if s.attainment_verdict not in (None, "pass"))
+        console.print(f"verification round {rnd.round} ({v.method}, {v.requests} requests per service): "
+                      f"[{style}]{rnd.verdict}[/{style}]" + (f": {misses}" if misses else ""))
+        for p in rnd.pipelines:
+            console.print(f"  pipeline {p.service}: " + ", ".join(
+                f"{st.name} {st.utilisation:.0%} busy" + (
+                    f", bubble {st.bubble_share:.0%}" if st.bubble_share else "") for st in p.stages))
+        if rnd.corrections:
             console.print("  re-planned with objectives tightened: " + ", ".join(
-                f"{c['service']} {c['objective']} x{c['scale']:g}" for c in rnd["corrections"]))
-        if rnd.get("outcome"):
-            console.print(f"  {rnd['outcome']}")
-    if len(v["rounds"]) > 1:
-        console.print(f"kept the plan of round {v['plan_round']}: {v['verdict']}")
+                f"{c.service} {c.objective} x{c.scale:g}" for c in rnd.corrections))
+        if rnd.outcome:
+            console.print(f"  {rnd.outcome}")
+    if len(v.rounds) > 1:
+        console.print(f"kept the plan of round {v.plan_round}: {v.verdict}")
 
 
-def verification_markdown(v: dict[str, Any]) -> str:
+def verification_markdown(v: Verification) -> str:
     """report.md's section on a plan's verification: each round, per service and objective."""
-    method = (f"Method: {v['method']} of {v['requests']} requests per service at the intent's peak workload "
-              f"(seed {v['seed']}); {len(v['rounds'])} round(s); this is the plan of round {v['plan_round']}, "
-              f"verdict **{v['verdict']}**.")
+    method = (f"Method: {v.method} of {v.requests} requests per service at the intent's peak workload "
+              f"(seed {v.seed}); {len(v.rounds)} round(s); this is the plan of round {v.plan_round}, "
+              f"verdict **{v.verdict}**.")
     out = ["## Verification", "", method, ""]
-    for rnd in v["rounds"]:
-        out.append(f"### Round {rnd['round']}: {rnd['verdict']}")
+    for rnd in v.rounds:
+        out.append(f"### Round {rnd.round}: {rnd.verdict}")
         out.append("")
         out.append("| service | objective | target ms | predicted ms | measured ms | 95% CI | verdict |")
         out.append("|---|---|---:|---:|---:|---|---|")
-        for svc in rnd.get("pipelines", []) + rnd["services"]:
-            for o in svc["objectives"]:
-                out.append(f"| {svc['service']} | {o['key']} | {_ms(o['target_ms'])} | {_val(o, 'predicted_ms')} | "
-                           f"{_val(o, 'measured_ms')} | {_ci(o)} | {o['verdict']} |")
+        for svc in [*rnd.pipelines, *rnd.services]:
+            for o in svc.objectives:
+                out.append(f"| {svc.service} | {o.key} | {_ms(o.target_ms)} | {_value(o.predicted_ms, None)} | "
+                           f"{_value(o.measured_ms, o.measured_ms_note)} | {_interval(o.ci_ms, o.ci_ms_note)} | "
+                           f"{o.verdict} |")
         out.append("")
-        for p in rnd.get("pipelines", []):
+        for p in rnd.pipelines:
             out += _pipeline_stages(p)
-        for svc in rnd["services"]:
-            extra = "; ".join(svc.get("notes", []))
-            target = (f" (target {svc['attainment_target']:.1%}, 95% CI {svc['attainment_ci'][0]:.1%} .. "
-                      f"{svc['attainment_ci'][1]:.1%}: {svc['attainment_verdict']})"
-                      if svc.get("attainment_verdict") else "")
-            out.append(f"- {svc['service']}: attainment {svc['attainment']:.1%}{target}, goodput "
-                       f"{svc['goodput_rps']:.3f} req/s, {svc['failed']} failed" + (f"; {extra}" if extra else ""))
-        if rnd.get("corrections"):
-            fixes = ", ".join(f"{c['service']} {c['objective']} x{c['scale']:g}" for c in rnd["corrections"])
+        for s in rnd.services:
+            extra = "; ".join(s.notes)
+            target = (f" (target {s.attainment_target:.1%}, 95% CI {s.attainment_ci[0]:.1%} .. "
+                      f"{s.attainment_ci[1]:.1%}: {s.attainment_verdict})"
+                      if s.attainment_verdict and s.attainment_target is not None and s.attainment_ci else "")
+            out.append(f"- {s.service}: attainment {s.attainment:.1%}{target}, goodput "
+                       f"{s.goodput_rps:.3f} req/s, {s.failed} failed" + (f"; {extra}" if extra else ""))
+        if rnd.corrections:
+            fixes = ", ".join(f"{c.service} {c.objective} x{c.scale:g}" for c in rnd.corrections)
             out.append(f"- corrections for the next round (objective used in scoring, scaled): {fixes}")
-        if rnd.get("outcome"):
-            out.append(f"- {rnd['outcome']}")
+        if rnd.outcome:
+            out.append(f"- {rnd.outcome}")
         out.append("")
     return "\n".join(out)
 
 
-def _pipeline_stages(p: dict[str, Any]) -> list[str]:
+def _pipeline_stages(p: VerifiedPipeline) -> list[str]:
     """A pipeline's stages as the simulation ran them: how busy, how long requests queued, how long they waited
     on the stage before (the bubble)."""
-    out = [(f"Pipeline {p['service']} end to end ({p['failed']} requests failed): per stage, servers are engines "
+    out = [(f"Pipeline {p.service} end to end ({p.failed} requests failed): per stage, servers are engines "
             "(LLM), replicas or cores; busy is busy time over servers x the run; the bubble is time a request sat "
             "in the stage waiting for the stage before it."), "",
            "| stage | kind | servers | busy | queue mean / p99 ms | bubble mean / p99 ms | bubble share |",
            "|---|---|---:|---:|---:|---:|---:|"]
-    for st in p["stages"]:
-        wait, bub = st.get("wait_ms") or {}, st.get("bubble_ms") or {}
+    for st in p.stages:
+        wait, bub = st.wait_ms, st.bubble_ms
         queue = f"{_ms(wait.get('mean'))} / {_ms(wait.get('p99'))}" if wait else "in TTFT"
-        out.append(f"| {st['name']} | {st['kind']} | {st['servers']} | {st['utilisation']:.0%} | {queue} | "
-                   f"{_ms(bub.get('mean'))} / {_ms(bub.get('p99'))} | {st['bubble_share']:.0%} |")
-    return out + [""] + [f"- {n}" for n in p.get("notes", [])] + ([""] if p.get("notes") else [])
+        out.append(f"| {st.name} | {st.kind} | {st.servers} | {st.utilisation:.0%} | {queue} | "
+                   f"{_ms(bub.get('mean'))} / {_ms(bub.get('p99'))} | {st.bubble_share:.0%} |")
+    return out + [""] + [f"- {n}" for n in p.notes] + ([""] if p.notes else [])
 
 
 # -- runs against an endpoint ------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ def verify_json(result: Any) -> dict[str, Any]:
             "runs": [{**r.bench.to_json(), "label": r.label, "planned_load": r.load()} for r in result.runs],
             "calibration": (result.calibration.model_dump(mode="json", by_alias=True, exclude_none=True)
                             if result.calibration is not None else None),
-            "replanned": result.replanned, "changes": list(result.changes),
+            "replanned": result.replanned.document() if result.replanned is not None else None,
+            "changes": list(result.changes),
             "written": [str(p) for p in result.written]}
 
 

@@ -42,7 +42,6 @@ def bench(*, simulate: str | Path | None = None, service: str | None = None, con
     if service is None and len(pipelines) == 1 and all(s.pipeline for s in plan_doc.spec.services):
         service = pipelines[0]
     if service is not None and service in pipelines:
-
         if cal is not None:
             raise IntentError(Problem(f"--calibration corrects LLM engines; pipeline {service} is simulated stage by "
                                       "stage with the packaged figures", Location(path="--calibration"),

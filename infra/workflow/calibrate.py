@@ -18,6 +18,7 @@ from infra.planner.types import load_plan
 @dataclass(frozen=True)
 class CalibrateResult:
     """A calibration fitted to measurements: the file's content and text, and where it was written."""
+
     doc: CalibrationFile
     """`infra.perf.correction.CalibrationFile`."""
     text: str

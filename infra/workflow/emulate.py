@@ -31,7 +31,6 @@ def emulate(plan: str | Path | None, *, port: int, host: str = "127.0.0.1", serv
     if ttft_ms is not None and itl_ms is not None:
         timing = FixedTiming(ttft_ms, itl_ms)
         if plan is not None:
-
             p = load_plan(plan)
             if service is not None and service in {x.service for x in p.spec.pipelines}:
                 names = [service]  # fixed timing serves the pipeline's endpoint as one
@@ -41,10 +40,8 @@ def emulate(plan: str | Path | None, *, port: int, host: str = "127.0.0.1", serv
         raise IntentError(Problem("nothing to time the tokens with", Location(path="PLAN"),
                                   "give a plan.yaml (its engine model times the tokens), or --ttft-ms and --itl-ms"))
     else:
-
         p = load_plan(plan)
         if service is not None and service in {x.service for x in p.spec.pipelines}:
-
             timing = PipelineTiming(p, service, seed=seed)
             names = [service]
         else:

@@ -43,7 +43,6 @@ def check(path: str | Path, catalog_dirs: tuple[Path, ...] = ()) -> CheckResult:
     path = Path(path)
     model, _ = read_document(path)
     if isinstance(model, ClusterProfile):
-
         profile, doc = load_profile_file(path)
         catalog = load_catalog(catalog_dirs)
         devices: dict[str, str] = {}

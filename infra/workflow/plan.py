@@ -15,9 +15,9 @@ from infra.catalog.targets import check_target
 from infra.errors import InfeasibleError, IntentError, Location, Problem, ValidationError
 from infra.files import plan_writes, write_files
 from infra.intent.resolve import ResolvedIntent
-from infra.planner.candidates import Considered
+from infra.planner.candidates import Considered, Corrections
 from infra.planner.plan import build_plan
-from infra.planner.types import DeploymentPlan
+from infra.planner.types import Change, DeploymentPlan, Verification
 from infra.render import render_tree
 from infra.report.bench import verification_markdown
 from infra.report.plan import infeasible_markdown, plan_markdown, plan_yaml
@@ -27,12 +27,13 @@ from infra.workflow.intent import load_intent
 
 @dataclass(frozen=True)
 class PlanResult:
-    """A solved intent: the DeploymentPlan as data, its report, and what was written."""
-    plan: dict[str, Any]
+    """A solved intent: its plan, its report, and what was written."""
+
+    plan: DeploymentPlan
     report: str
     considered: list[Considered]
     written: list[Path]
-    verification: dict[str, Any] | None = None
+    verification: Verification | None = None
     """The plan's verification section when it was verified (`verdict` pass, fail or inconclusive)."""
     notes: tuple[str, ...] = ()
     """What the rendered manifests still need from the user (written with `output`)."""
@@ -59,60 +60,57 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
     if output is not None:  # refused now rather than after the search
         plan_writes(output, {"plan.yaml": None, "report.md": None}, force=force)
     try:
-        data, considered = build_plan(resolved, top=top, objective=objective, progress=progress)
+        planned, considered = build_plan(resolved, top=top, objective=objective, progress=progress)
         verification = None
         if verify:
-            data, considered, verification = _verify(resolved, data, considered, top=top, objective=objective,
-                                                     requests=verify_requests, seed=seed)
+            planned, considered, verification = _verify(resolved, planned, considered, top=top, objective=objective,
+                                                        requests=verify_requests, seed=seed)
     except InfeasibleError as exc:
         if output is not None:
-
             left = [n for n in ("plan.yaml", "manifests/") if (Path(output) / n.rstrip("/")).exists()]
             write_files(output, {"report.md": infeasible_markdown(
                 resolved.loaded.intent.metadata.name, exc.problems, getattr(exc, "considered", []),
                 " and ".join(left) or None)}, force=force)
         raise
     if changes:
-
-        data["spec"]["provenance"]["changes"] = changes
-        DeploymentPlan.model_validate(data)
-    report = plan_markdown(data, considered)
+        provenance = planned.spec.provenance.model_copy(update={"changes": [Change.model_validate(c)
+                                                                            for c in changes]})
+        planned = planned.model_copy(update={"spec": planned.spec.model_copy(update={"provenance": provenance})})
+    report = plan_markdown(planned, considered)
     if verification is not None:
-
         report = report.rstrip("\n") + "\n\n" + verification_markdown(verification) + "\n"
     written: list[Path] = []
     notes: tuple[str, ...] = ()
     if output is not None:
-
         out = Path(output)
         # Rendered and validated before anything is written, so that a template error or a broken rule leaves
         # the directory as it was.
         try:
-            rendered = render_tree(DeploymentPlan.model_validate(data),
-                                   templates=Path(templates) if templates is not None else None,
+            rendered = render_tree(planned, templates=Path(templates) if templates is not None else None,
                                    catalog_dirs=tuple(catalog_dirs), plan_file=str(out / "plan.yaml"),
                                    target=target)
         except IntentError as exc:
             # The plan is not written: what the target refuses is told at the intent's service.
-            raise IntentError([Problem(f"{p.message} (nothing was written)", _at_intent(resolved, data, p.location),
+            raise IntentError([Problem(f"{p.message} (nothing was written)", _at_intent(resolved, planned, p.location),
                                        p.fix) for p in exc.problems]) from None
-        validation = _validate_rendered(rendered.files, plan_yaml(data), out, catalog_dirs)
-        write_files(out, {"plan.yaml": plan_yaml(data), "report.md": report,
+        text = plan_yaml(planned)
+        validation = _validate_rendered(rendered.files, text, out, catalog_dirs)
+        write_files(out, {"plan.yaml": text, "report.md": report,
                           **{f"manifests/{rel}": text for rel, text in rendered.files.items()}},
                     force=force, prune=("manifests/",))
         written = [out / "plan.yaml", out / "report.md", out / "manifests"]
         notes = tuple(rendered.notes) + ((validation,) if validation else ())
-    return PlanResult(data, report, considered, written, verification, notes)
+    return PlanResult(planned, report, considered, written, verification, notes)
 
 
-def _at_intent(resolved: ResolvedIntent, data: dict[str, Any], where: Location) -> Location:
-    """The intent's line of the service a location in the (unwritten) plan `data` names, else the intent file."""
+def _at_intent(resolved: ResolvedIntent, planned: DeploymentPlan, where: Location) -> Location:
+    """The intent's line of the service a location in the (unwritten) plan names, else the intent file."""
     doc = resolved.loaded.document
     found = re.match(r"spec\.services\[(\d+)\]", where.path or "")
-    services = data["spec"]["services"]
+    services = planned.spec.services
     if found and int(found.group(1)) < len(services):
         svc = services[int(found.group(1))]
-        name = svc.get("pipeline") or svc["name"]
+        name = svc.pipeline or svc.name
         names = [s.name for s in resolved.loaded.intent.spec.services]
         if name in names:
             return doc.locate(("spec", "services", names.index(name)))
@@ -142,13 +140,14 @@ def _validate_rendered(files: dict[str, str], plan_text: str, out: Path, catalog
             "lists them)")
 
 
-def _verify(resolved: ResolvedIntent, data: dict[str, Any], considered: list[Any], *, top: int, objective: str,
-            requests: int | None, seed: int) -> tuple[dict[str, Any], list[Any], dict[str, Any]]:
+def _verify(resolved: ResolvedIntent, planned: DeploymentPlan, considered: list[Considered], *, top: int,
+            objective: str, requests: int | None, seed: int
+            ) -> tuple[DeploymentPlan, list[Considered], Verification]:
     """Simulate the plan and re-plan with corrections while objectives fail (the loop lives above the planner)."""
-    def replan(corrections: Any) -> tuple[dict[str, Any], list[Any]]:
+    def replan(corrections: Corrections) -> tuple[DeploymentPlan, list[Considered]]:
         return build_plan(resolved, top=top, objective=objective, corrections=corrections, explain=False)
 
-    final, extra, section = verify_plan(data, replan, intent=str(resolved.loaded.document.path),
+    final, extra, section = verify_plan(planned, replan, intent=str(resolved.loaded.document.path),
                                         catalog=resolved.catalog, requests=requests or VERIFY_REQUESTS, seed=seed,
                                         calibration=resolved.calibration)
     return final, extra if extra is not None else considered, section

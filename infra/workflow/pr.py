@@ -54,13 +54,11 @@ def open_pr(intent: str | Path, repo: str | Path, *, plan_path: str | Path | Non
         check_fingerprint(typed, fingerprint(resolved), plan_path, str(intent))
     else:
         # The same plan `infra plan` makes, verified by default, so that the PR body carries the verdict.
-        typed = DeploymentPlan.model_validate(plan(intent, catalog_dirs=catalog_dirs, progress=progress,
-                                                   verify=verify, calibration=calibration).plan)
+        typed = plan(intent, catalog_dirs=catalog_dirs, progress=progress, verify=verify,
+                     calibration=calibration).plan
 
     def render_files(p: DeploymentPlan) -> tuple[dict[str, str], list[str]]:
-
         rendered = render_tree(p, catalog_dirs=tuple(catalog_dirs), target=target)
         return rendered.files, rendered.notes
 
-    return prepare(typed, plan_yaml(typed.model_dump(mode="json", by_alias=True, exclude_none=True)), render_files,
-                   intent_records(resolved), req)
+    return prepare(typed, plan_yaml(typed), render_files, intent_records(resolved), req)

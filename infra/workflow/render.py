@@ -14,6 +14,7 @@ from infra.render import render_tree
 @dataclass(frozen=True)
 class RenderResult:
     """Manifests of a plan: the files written (or that would be), and what the user must still do."""
+
     files: dict[str, str]
     notes: list[str]
     written: list[Path]

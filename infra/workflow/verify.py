@@ -6,7 +6,6 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from infra.bench.measurements import earlier_measurements
 from infra.bench.replan import Run, changes, plan_loads
@@ -14,7 +13,7 @@ from infra.bench.run import pick_service, saved_text
 from infra.errors import InfeasibleError, InfraError
 from infra.files import plan_writes, write_files
 from infra.perf.correction import CalibrationFile
-from infra.planner.types import load_plan
+from infra.planner.types import DeploymentPlan, load_plan
 from infra.workflow.bench import bench_endpoint
 from infra.workflow.calibrate import calibrate
 from infra.workflow.plan import plan
@@ -23,13 +22,14 @@ from infra.workflow.plan import plan
 @dataclass(frozen=True)
 class VerifyResult:
     """A deployed plan measured, judged, calibrated on and planned again."""
+
     service: str
     runs: list[Run]
     """`infra.bench.replan.Run` per load measured (peak, then baseline when the workload has one)."""
     calibration: CalibrationFile | None
     """`infra.perf.correction.CalibrationFile` fitted to the runs, or None when the service cannot be calibrated
     on (several allocations)."""
-    replanned: dict[str, Any] | None
+    replanned: DeploymentPlan | None
     """The plan made with that calibration (None when there is none, or the intent is infeasible with it)."""
     changes: list[str]
     """What re-planning changed and why, one line each."""

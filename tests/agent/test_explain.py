@@ -98,11 +98,10 @@ def test_no_endpoint_explains_with_a_note(cli, small_plan):
 def test_template_for_a_disaggregated_plan_cites_only_facts(tmp_path):
     from infra import api
     from infra.agent.explain import template_explanation
-    from infra.planner.types import DeploymentPlan
 
     from ..conftest import ROOT
 
-    plan = DeploymentPlan.model_validate(api.plan(ROOT / "examples" / "deepseek-moe.yaml").plan)
+    plan = api.plan(ROOT / "examples" / "deepseek-moe.yaml").plan
     text = template_explanation(plan)
     assert "prefill + " in text and "% above the required" in text
     assert unsupported_numbers(text, plan_facts(plan)) == []
@@ -112,7 +111,6 @@ def test_a_confidence_plan_is_explained_with_its_confidence(tmp_path):
     from infra import api
     from infra.agent.explain import template_explanation
     from infra.agent.facts import plan_facts, unsupported_numbers
-    from infra.planner.types import DeploymentPlan
 
     from ..conftest import ROOT
 
@@ -122,7 +120,7 @@ def test_a_confidence_plan_is_explained_with_its_confidence(tmp_path):
     path = tmp_path / "intent.yaml"
     path.write_text((ROOT / "examples" / "chat-mixed-fleet.yaml").read_text().replace("zones: 2", "zones: 1")
                     .replace("attainment: 99%", "attainment: 99%\n        confidence: 55%"))
-    plan = DeploymentPlan.model_validate(api.plan(path, top=0).plan)
+    plan = api.plan(path, top=0).plan
     text = template_explanation(plan)
     assert "objectives planned to hold with 55% confidence" in text
     assert unsupported_numbers(text, plan_facts(plan)) == []

@@ -249,9 +249,9 @@ def test_the_agents_plans_take_the_calibration_the_user_planned_with(loop: Path)
     calibration, so a what-if is compared on the same footing as the plan."""
     cal = ROOT / "examples" / "calibrations" / "chat-h100.yaml"
     solved = api._planning(cal).plan(loop / "loop.yaml")
-    assert solved.plan["spec"]["provenance"]["calibration"]["measured"]["name"] == "chat-h100"
+    assert solved.plan.document()["spec"]["provenance"]["calibration"]["measured"]["name"] == "chat-h100"
     bare = api._planning(None).plan(loop / "loop.yaml")
-    assert "measured" not in bare.plan["spec"]["provenance"]["calibration"]
+    assert "measured" not in bare.plan.document()["spec"]["provenance"]["calibration"]
 
 
 def test_one_allocation_of_a_service_of_several_is_measured_and_calibrated_on_its_own(tmp_path: Path):

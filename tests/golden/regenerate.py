@@ -34,12 +34,12 @@ def main() -> int:
         target = GOLDEN / name
         shutil.rmtree(target, ignore_errors=True)
         try:
-            data = api.plan(Path("examples") / intent.name).plan
+            planned = api.plan(Path("examples") / intent.name).plan
         except InfraError as exc:
             print(f"{name}: does not plan ({type(exc).__name__}), no golden")
             continue
         target.mkdir(parents=True)
-        (target / "plan.yaml").write_text(plan_yaml(data), encoding="utf-8", newline="\n")
+        (target / "plan.yaml").write_text(plan_yaml(planned), encoding="utf-8", newline="\n")
         try:
             files = render_plan(load_plan(target / "plan.yaml"))
         except InfraError as exc:

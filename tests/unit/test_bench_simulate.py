@@ -29,7 +29,8 @@ CHAT = EXAMPLES / "chat-mixed-fleet.yaml"
 
 @pytest.fixture(scope="module")
 def chat_plan() -> dict:
-    return api.plan(CHAT, top=0).plan
+    """The plan as its file holds it: each test edits a copy."""
+    return api.plan(CHAT, top=0).plan.document()
 
 
 @pytest.mark.parametrize("model,tp,rate", [("Llama-3.1-8B", 1, 1.0), ("Llama-3.1-70B", 4, 0.5)])
@@ -95,9 +96,11 @@ def test_verification_rounds_correct_and_replan(chat_plan):
         asked.append(corrections)
         bigger = copy.deepcopy(chat_plan)
         bigger["spec"]["services"][0]["allocations"][1]["replicas"] = 16
-        return bigger, "second"
+        return DeploymentPlan.model_validate(bigger), "second"
 
-    final, extra, section = verify_plan(data, replan, intent=str(CHAT), requests=1500)
+    final, extra, verification = verify_plan(DeploymentPlan.model_validate(data), replan, intent=str(CHAT),
+                                             requests=1500)
+    section = verification.model_dump(mode="json", exclude_none=True)
     first, second = section["rounds"]
     ttft = next(o for o in first["services"][0]["objectives"] if o["key"] == "ttft_p99")
     assert first["verdict"] == "fail" and ttft["verdict"] == "fail" and ttft["measured_ms"] > 500
@@ -106,8 +109,8 @@ def test_verification_rounds_correct_and_replan(chat_plan):
     assert scale == pytest.approx(500 / ttft["measured_ms"] * 0.95, rel=1e-3)
     assert first["corrections"][0]["objective"] == "ttft_p99"
     assert second["verdict"] == "pass" and section["plan_round"] == 2 and extra == "second"
-    assert final["spec"]["services"][0]["allocations"][1]["replicas"] == 16
-    assert DeploymentPlan.model_validate(final).spec.verification.verdict == "pass"
+    assert final.spec.services[0].allocations[1].replicas == 16
+    assert final.spec.verification == verification and verification.verdict == "pass"
 
 
 def test_a_plan_with_several_services_needs_one_named(chat_plan):
@@ -131,7 +134,9 @@ def test_an_inconclusive_service_is_judged_again_on_more_requests(chat_plan):
     def replan(corrections):
         raise AssertionError("one round only")
 
-    _, _, section = verify_plan(data, replan, intent=str(CHAT), requests=1000, max_rounds=1)
+    _, _, verification = verify_plan(DeploymentPlan.model_validate(data), replan, intent=str(CHAT), requests=1000,
+                                     max_rounds=1)
+    section = verification.model_dump(mode="json", exclude_none=True)
     notes = section["rounds"][0]["services"][0]["notes"]
     assert notes[0] == "inconclusive at 1000 requests; judged on 4000"
     assert section["rounds"][0]["services"][0]["objectives"][-1]["n"] == 4000

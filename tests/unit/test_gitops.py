@@ -4,9 +4,8 @@ the base branch, and tokens that never leak."""
 
 from __future__ import annotations
 
-import re
-
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -33,8 +32,7 @@ def planned() -> DeploymentPlan:
     from infra.api import load_intent
     from infra.planner.plan import build_plan
 
-    data, _ = build_plan(load_intent(EXAMPLES / "small-model-shared.yaml"))
-    return DeploymentPlan.model_validate(data)
+    return build_plan(load_intent(EXAMPLES / "small-model-shared.yaml"))[0]
 
 
 def replanned(plan: DeploymentPlan, replicas: int) -> DeploymentPlan:
@@ -76,7 +74,7 @@ RECORDS = {"intent.yaml": (EXAMPLES / "small-model-shared.yaml").read_text()}
 
 def run(plan: DeploymentPlan, clone: Path, render=tiny_render, records=RECORDS, **kw) -> object:
     req = PrRequest(repo=clone, command="infra pr examples/small-model-shared.yaml --repo .", **kw)
-    return prepare(plan, plan_yaml(plan.model_dump(mode="json", by_alias=True, exclude_none=True)), render,
+    return prepare(plan, plan_yaml(plan), render,
                    records, req)
 
 
@@ -363,7 +361,7 @@ def test_a_plan_from_other_inputs_is_refused_with_its_line(planned, repos, tmp_p
 
     _, clone = repos
     path = tmp_path / "plan.yaml"
-    path.write_text(plan_yaml(replanned(planned, 3).model_dump(mode="json", by_alias=True, exclude_none=True)))
+    path.write_text(plan_yaml(replanned(planned, 3)))
     with pytest.raises(InfraError) as err:
         open_pr(EXAMPLES / "small-model-shared.yaml", clone, plan_path=path)
     text = str(err.value)

@@ -92,7 +92,7 @@ def test_colocation_is_refused_when_a_node_cannot_hold_both(tmp_path):
 
 def test_colocated_stages_land_on_the_same_nodes():
     plan, _ = build_plan(api.load_intent(COLOCATED), top=0)
-    spec = plan["spec"]
+    spec = plan.document()["spec"]
     stages = {s["stage"]: s for s in spec["services"]}
     vision = {n for a in stages["vision"]["allocations"] for n in a["placement"]}
     llm = {n for a in stages["llm"]["allocations"] for n in a["placement"]}
@@ -134,14 +134,14 @@ def test_cpu_stage_without_a_cpu_pool_is_requested_anywhere():
     resolved = api.load_intent(ROOT / "examples" / "vision-language.yaml")
     resolved.loaded.cluster.cpu_pools.clear()
     plan, _ = build_plan(resolved, top=0)
-    stage = plan["spec"]["pipelines"][0]["stages"][0]
+    stage = plan.document()["spec"]["pipelines"][0]["stages"][0]
     assert stage["cpu_cores"] >= 1 and "pool" not in stage
-    assert any("requests its cores on any node" in a for a in plan["spec"]["assumptions"])
+    assert any("requests its cores on any node" in a for a in plan.document()["spec"]["assumptions"])
 
 
 def test_cpu_stage_is_charged_in_the_pipeline():
     plan, _ = build_plan(api.load_intent(ROOT / "examples" / "vision-language.yaml"), top=0)
-    spec = plan["spec"]
+    spec = plan.document()["spec"]
     pipe = spec["pipelines"][0]
     cpu = pipe["stages"][0]
     assert cpu["pool"] == "cpu" and cpu["nodes"] == 1 and cpu["cost_per_hour"] == pytest.approx(1.43)
@@ -313,5 +313,5 @@ def test_a_budget_relaxation_counts_the_cpu_nodes(tmp_path):
     full, _ = build_plan(api.load_intent(ROOT / "examples" / "vision-language.yaml"), top=0)
     with pytest.raises(InfeasibleError) as err:
         build_plan(api.load_intent(tmp_path / "vl.yaml"), top=0)
-    want = f"feasible with service vl's budget at ${full['spec']['cost']['per_hour']:.2f}/h instead of $2.00/h"
+    want = f"feasible with service vl's budget at ${full.spec.cost.per_hour:.2f}/h instead of $2.00/h"
     assert any(p.message == want for p in err.value.problems), err.value.problems

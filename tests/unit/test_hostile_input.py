@@ -349,7 +349,7 @@ def test_a_free_owned_pool_is_planned_not_divided_by(tmp_path):
     intent = tmp_path / "intent.yaml"
     intent.write_text((ROOT / "examples" / "cpu-small-model.yaml").read_text())
     result = api.plan(intent)
-    assert result.plan["spec"]["cost"]["per_hour"] == 0
+    assert result.plan.spec.cost.per_hour == 0
 
 
 def test_a_stage_budget_below_a_microsecond_is_stated_not_rounded_to_zero():

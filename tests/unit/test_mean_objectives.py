@@ -44,7 +44,7 @@ def test_a_statistic_that_is_neither_is_refused_at_its_line(tmp_path):
 
 def test_a_mean_is_planned_against_the_predicted_mean_and_verified(tmp_path):
     result = api.plan(_intent(tmp_path, "ttft: {mean: 400ms, p99: 1.5s}"), tmp_path / "out", verify=True)
-    for alloc in result.plan["spec"]["services"][0]["allocations"]:
+    for alloc in result.plan.document()["spec"]["services"][0]["allocations"]:
         assert alloc["predicted"]["ttft_mean"]["predicted_ms"] <= 400
     written = yaml.safe_load((tmp_path / "out" / "plan.yaml").read_text())
     [svc] = written["spec"]["verification"]["rounds"][-1]["services"]

@@ -21,7 +21,7 @@ FAN_IN = ROOT / "tests" / "fixtures" / "pipelines" / "fan-in.yaml"
 
 @pytest.fixture(scope="module")
 def plan() -> DeploymentPlan:
-    return DeploymentPlan.model_validate(api.plan(FAN_IN).plan)
+    return api.plan(FAN_IN).plan
 
 
 def test_each_path_into_the_llm_gets_the_whole_objective(plan):
@@ -70,6 +70,6 @@ def test_the_llm_stage_config_names_both_inputs(plan, tmp_path):
             files[f"ask-{encoder}/base/configmap-ask-{encoder}-stage.yaml"])["data"]["stage.yaml"])
         assert enc["inputs"] == [] and enc["output"]["stage"] == "llm"
     path = tmp_path / "plan.yaml"
-    path.write_text(plan_yaml(plan.model_dump(mode="json", by_alias=True, exclude_none=True)))
+    path.write_text(plan_yaml(plan))
     report = validate_tree(write_files(files, tmp_path / "m"), plan=path)
     assert report.errors == [], [str(f) for f in report.errors]

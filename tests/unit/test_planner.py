@@ -216,7 +216,7 @@ def test_no_prompt_percentile_passes_the_longest_prompt_a_service_declares():
 
 def test_plan_example_meets_everything(tmp_path):
     result = api.plan(EXAMPLE, tmp_path)
-    spec = result.plan["spec"]
+    spec = result.plan.document()["spec"]
     assert spec["solver"]["status"] == "OPTIMAL" and spec["cost"]["per_hour"] > 0
     svc = spec["services"][0]
     assert svc["required"]["value"] == pytest.approx(40 * 1.1)  # peak plus the intent's 10% headroom
@@ -272,7 +272,7 @@ def test_more_demand_never_costs_less(tmp_path):
         path = tmp_path / f"i{rate}.yaml"
         path.write_text(EXAMPLE.read_text().replace("peak: 40/s", f"peak: {rate}/s").replace("per_hour: $90/h",
                                                                                              "per_hour: $900/h"))
-        costs.append(api.plan(path).plan["spec"]["cost"]["per_hour"])
+        costs.append(api.plan(path).plan.document()["spec"]["cost"]["per_hour"])
     assert costs == sorted(costs)
     assert dataclasses.is_dataclass(api.PlanResult)
 
@@ -287,7 +287,7 @@ def test_planning_at_a_confidence_buys_margin_against_the_models_error(tmp_path)
         # One zone: the Ascend pool (borrowed factors, so the wider held-out band) need not take a share.
         path.write_text(EXAMPLE.read_text().replace("per_hour: $90/h", "per_hour: $900/h")
                         .replace("zones: 2", "zones: 1").replace("attainment: 99%", "attainment: 99%" + conf))
-        plans[conf] = api.plan(path, top=0).plan["spec"]
+        plans[conf] = api.plan(path, top=0).plan.document()["spec"]
     plain, sure = plans[""], plans["\n        confidence: 70%"]
     # The margin is capacity each replica gives up (whole replicas may or may not round it into the cost).
     capacity = {p: {(a["device"], a["parallel"]["tp"]): a["capacity_per_replica"]
@@ -321,7 +321,7 @@ def _example_outcome(path):
 def test_every_example_is_planned(path):
     expected = _example_outcome(path)
     if expected == "planned":
-        spec = api.plan(path).plan["spec"]
+        spec = api.plan(path).plan.document()["spec"]
         assert spec["solver"]["status"] == "OPTIMAL"
         for svc in spec["services"]:
             assert svc["capacity"]["value"] >= svc["demand"]["value"] * (1 - 1e-9)
@@ -361,8 +361,8 @@ def test_fractional_sharing_packs_small_models_on_slices(tmp_path):
     shared.write_text(SHARED_INTENT.replace("SHARE", "true"))
     whole = tmp_path / "whole.yaml"
     whole.write_text(SHARED_INTENT.replace("SHARE", "false"))
-    a = api.plan(shared).plan["spec"]
-    b = api.plan(whole).plan["spec"]
+    a = api.plan(shared).plan.document()["spec"]
+    b = api.plan(whole).plan.document()["spec"]
     alloc = a["services"][0]["allocations"][0]
     assert alloc["share"] in (0.25, 0.5) and alloc["devices"] < 1
     assert a["cost"]["per_hour"] == pytest.approx(2 * alloc["share"]) and b["cost"]["per_hour"] == 2
@@ -390,7 +390,7 @@ def test_longest_request_must_fit_the_kv_cache(tmp_path):
     path = tmp_path / "long.yaml"
     path.write_text(text)
     result = api.plan(path, tmp_path / "out")
-    alloc = result.plan["spec"]["services"][0]["allocations"][0]
+    alloc = result.plan.document()["spec"]["services"][0]["allocations"][0]
     assert alloc.get("share", 1.0) > 0.25  # a quarter of an H100 cannot hold one 128k-token request
     assert "the longest request (128000 tokens)" in (tmp_path / "out" / "report.md").read_text()
 
@@ -402,7 +402,7 @@ def test_goodput_objective_serves_what_a_fixed_inventory_can(tmp_path):
     path.write_text(text)
     with pytest.raises(InfeasibleError):
         api.plan(path)
-    spec = api.plan(path, objective="goodput").plan["spec"]
+    spec = api.plan(path, objective="goodput").plan.document()["spec"]
     svc = spec["services"][0]
     assert spec["solver"]["objective"] == "goodput"
     assert 0 < svc["served"] < 1
@@ -415,7 +415,7 @@ def test_goodput_objective_serves_what_a_fixed_inventory_can(tmp_path):
 def test_prefill_and_decode_on_different_device_types():
     """H200 prefill with H20 decode beats both on H200, and the plan charges each pool for its own workers."""
     result = api.plan(ROOT / "examples" / "pd-across-devices.yaml")
-    spec = result.plan["spec"]
+    spec = result.plan.document()["spec"]
     prefill = decode = 0
     allocs = spec["services"][0]["allocations"]
     # The capacity left after the last whole cross-device unit may go to a same-device one.
@@ -456,7 +456,7 @@ def test_prefill_and_decode_pools_must_share_a_switch(tmp_path):
     intent = tmp_path / "split.yaml"
     intent.write_text((ROOT / "examples" / "pd-across-devices.yaml").read_text())
     result = api.plan(intent)
-    assert all(not a.get("decode_pool") for s in result.plan["spec"]["services"] for a in s["allocations"])
+    assert all(not a.get("decode_pool") for s in result.plan.document()["spec"]["services"] for a in s["allocations"])
     assert any("different switches" in c.outcome for c in result.considered)
 
 
@@ -533,7 +533,7 @@ def test_attainment_becomes_percentile_objectives_by_the_union_bound():
 
 
 def test_a_plan_holds_every_replica_to_its_attainment(tmp_path):
-    plan = api.plan(EXAMPLE, top=0).plan["spec"]
+    plan = api.plan(EXAMPLE, top=0).plan.document()["spec"]
     svc = plan["services"][0]
     assert svc["attainment"] == 0.99
     held = svc["attainment_objectives"]

@@ -278,7 +278,7 @@ def test_prefill_decode_units_behind_a_service_each_hold_an_even_share():
 
 
 def test_the_chat_example_keeps_half_its_peak_in_each_zone():
-    plan = api.plan(ROOT / "examples" / "chat-mixed-fleet.yaml", top=0).plan["spec"]
+    plan = api.plan(ROOT / "examples" / "chat-mixed-fleet.yaml", top=0).plan.document()["spec"]
     zone = {p["name"]: p["zone"] for p in plan["cluster"]["pools"]}
     by_zone: dict[str, float] = collections.defaultdict(float)
     svc = plan["services"][0]

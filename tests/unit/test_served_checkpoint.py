@@ -74,7 +74,7 @@ def test_only_another_hugging_face_id_is_a_checkpoint():
 
 
 def _service(tmp_path, model, precisions=None, device="H100-SXM"):
-    return api.plan(_intent(tmp_path, model, precisions, device)).plan["spec"]["services"][0]
+    return api.plan(_intent(tmp_path, model, precisions, device)).plan.document()["spec"]["services"][0]
 
 
 @pytest.mark.parametrize("model,entry,precision", [
@@ -121,7 +121,7 @@ def test_a_pipeline_stage_serves_its_re_upload(tmp_path):
     path = tmp_path / "vl.yaml"
     path.write_text((EXAMPLES / "vision-language.yaml").read_text().replace(
         "model: Qwen2.5-VL-7B\n", "model: Qwen/Qwen2.5-VL-7B-Instruct-AWQ\n"))
-    services = {s["stage"]: s for s in api.plan(path).plan["spec"]["services"] if s.get("stage")}
+    services = {s["stage"]: s for s in api.plan(path).plan.document()["spec"]["services"] if s.get("stage")}
     assert services["llm"]["model_id"] == "Qwen/Qwen2.5-VL-7B-Instruct-AWQ"
     assert {a["precision"] for a in services["llm"]["allocations"]} == {"int4"}
     assert services["vision"]["model_id"] == "Qwen/Qwen2.5-VL-7B-Instruct/visual"
