@@ -18,7 +18,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from infra.agent.planning import Planning
+from infra.catalog.loader import load_catalog
 from infra.errors import IntentError, Location, Problem
+from infra.files import write_file
 
 ASSUMED_INPUT_TOKENS = 1024
 """Mean prompt length assumed when the description gives none: a chat turn with a short history."""
@@ -207,8 +209,6 @@ def draft(text: str, output: str | Path, *, planning: Planning, profile: str | P
     from infra.agent.patches import check_text
     from infra.agent.prompts import render
     from infra.agent.settings import require_settings
-    from infra.catalog.loader import load_catalog
-    from infra.files import write_file
 
     settings = require_settings()
     output = write_file(output, None, force=force)  # refused before the model is asked, not after

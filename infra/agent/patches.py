@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from infra.agent.planning import Planned, Planning
 from infra.errors import InfeasibleError, InfraError, IntentError, Location, Problem
+from infra.files import write_file
 from infra.planner.types import DeploymentPlan
 
 FIELDS = (
@@ -250,7 +251,6 @@ def accept(intent_path: Path, outcome: Outcome, plan_dir: Path | None, *, planni
     """Write the patched intent over `intent_path` and plan it (into `plan_dir` when given) with the change recorded
     in the plan's provenance (after `previous` changes). Call only after the user confirmed. Refuses when the intent
     file changed since the patch was solved, so that no edit of the user's is overwritten."""
-    from infra.files import write_file
 
     if outcome.status != "solved" or outcome.text is None:
         raise IntentError(Problem(f"the patch is {outcome.status}, not solved", Location(str(intent_path)),

@@ -13,6 +13,7 @@ from rich.console import Console
 from infra.agent.loop import LoopResult
 from infra.agent.planning import Planned, Planning
 from infra.agent.session import Session
+from infra.errors import EndpointError
 from infra.planner.types import DeploymentPlan
 
 
@@ -38,7 +39,6 @@ def run_plan_agent(intent_path: Path, baseline: DeploymentPlan | None, conflict:
     from infra.agent.prompts import prompt_sha256, render
     from infra.agent.settings import require_settings
     from infra.agent.show import comparison
-    from infra.errors import EndpointError
 
     settings = require_settings()
     if not settings.capabilities.tools:

@@ -16,7 +16,9 @@ from rich.table import Table
 from infra.agent.patches import Outcome, parse_patch, patch_text
 from infra.agent.planning import Planning
 from infra.agent.session import Session
-from infra.errors import EndpointError, InfraError
+from infra.errors import EndpointError, InfraError, Location, Problem
+from infra.files import write_file
+from infra.planner.types import load_plan
 
 HELP = """Commands:
   /why                 why this plan: binding constraints, SLO margins, cost, alternatives
@@ -35,7 +37,6 @@ class Review:
 
     def __init__(self, plan_path: Path, console: Console, read: Callable[[str], str | None], *,
                  planning: Planning, intent_path: Path | None = None, catalog_dirs: tuple[Path, ...] = ()):
-        from infra.planner.types import load_plan
 
         self.plan_path = plan_path
         self.console = console
@@ -149,7 +150,6 @@ class Review:
                         proposed_by=self.session.origins[pid], accepted_by="user", previous=previous,
                         prompt_sha256=self._prompt_hash(pid), catalog_dirs=self.catalog_dirs,
                         objective=self.session.objective)
-        from infra.planner.types import load_plan
 
         old_cost = self.plan.spec.cost.per_hour
         self.plan = load_plan(self.plan_path)
@@ -166,7 +166,6 @@ class Review:
     def export(self, rest: str) -> None:
         from ruamel.yaml import YAML
 
-        from infra.files import write_file
 
         if not rest:
             raise InfraError("/export needs a file name — To fix: /export change.yaml")
@@ -244,7 +243,6 @@ class _Conversation:
 
 def script_reader(path: Path, console: Console) -> Callable[[str], str | None]:
     """Inputs from a file, one per line, echoed after the prompt as if typed."""
-    from infra.errors import Location, Problem
 
     try:
         lines = iter(path.read_text(encoding="utf-8").splitlines())

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic import ValidationError as PydanticValidationError
 
 from infra.errors import EndpointError, IntentError, Location, Problem
+from infra.intent.yamlio import load_yaml, read_text
 
 CONFIGURE_HINT = ("set INFRA_LLM_BASE_URL (e.g. http://localhost:8000/v1) and INFRA_LLM_MODEL, and INFRA_LLM_API_KEY "
                   "if the endpoint needs one (OPENAI_BASE_URL, OPENAI_MODEL and OPENAI_API_KEY also work), or write "
@@ -82,7 +83,6 @@ def settings_path(env: Mapping[str, str]) -> Path:
 
 
 def _file_values(path: Path) -> dict[str, Any]:
-    from infra.intent.yamlio import load_yaml, read_text
 
     if not path.is_file():
         return {}

@@ -37,6 +37,8 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from infra.bench.engine import SimRequest
+from infra.bench.simulate import front_router
 from infra.errors import IntentError, Location, Problem
 
 TOKEN_WORDS = ("lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit", "sed", "do")
@@ -119,7 +121,6 @@ class EngineTiming:
     the link, and then decodes, its first token reaching the client at the hand-over."""
 
     def __init__(self, groups: list[Any], policy: str = "least-loaded"):
-        from infra.bench.simulate import front_router
 
         self.engines: list[Any] = []
         self.entries: list[int] = []
@@ -146,7 +147,6 @@ class EngineTiming:
         self.t0 = time.perf_counter()
 
     def rejects(self, prompt_tokens: int, max_tokens: int) -> str | None:
-        from infra.bench.engine import SimRequest
 
         why = [self.engines[i].rejects(SimRequest(-1, prompt_tokens, max_tokens)) for i in self.entries]
         return None if any(w is None for w in why) else why[0]
@@ -161,7 +161,6 @@ class EngineTiming:
         self.wake[i].set()
 
     async def tokens(self, prompt_tokens: int, max_tokens: int, arrived: float) -> AsyncIterator[int]:
-        from infra.bench.engine import SimRequest
 
         self._start()
         k = self.front.pick()

@@ -20,13 +20,17 @@ from typing import Any
 import numpy as np
 
 from infra.bench.client import MAX_USAGE_TOKENS, BenchRun, ClientOptions, Progress, run
+from infra.bench.engine import plan_allocation
 from infra.bench.metrics import Summary, parse_objective, summarize
-from infra.bench.run import BenchResult, predicted
+from infra.bench.run import BenchResult, _group_cases, predicted
 from infra.bench.verdict import DEFAULT_MAX_FAILED, judge
 from infra.bench.workload import Load, generate
 from infra.errors import IntentError, Location, Problem
+from infra.intent.loader import load_intent_file
 from infra.intent.models import Workload
-from infra.intent.units import MAX_RATE_RPS
+from infra.intent.units import MAX_RATE_RPS, parse_duration
+from infra.perf.cases import parse_slo
+from infra.planner.types import load_plan
 
 DEFAULT_REQUESTS = 100
 """Requests in a run bounded by neither --requests nor --duration."""
@@ -110,7 +114,6 @@ def source_from(intent: Path | None, plan: Path | None, service: str | None) -> 
         raise IntentError(Problem("give --intent or --plan, not both", Location(path="--plan"),
                                   "drop one of them"))
     if plan is not None:
-        from infra.planner.types import load_plan
 
         p = load_plan(plan)
         i = _pick([s.name for s in p.spec.services], service, plan)
@@ -122,7 +125,6 @@ def source_from(intent: Path | None, plan: Path | None, service: str | None) -> 
         return Source(Workload.model_validate(svc.workload), dict(svc.objectives), base, svc.name, f"plan {plan}",
                       predicted(svc), attainment=svc.attainment, plan=p)
     if intent is not None:
-        from infra.intent.loader import load_intent_file
 
         loaded = load_intent_file(intent)
         services = loaded.intent.spec.services
@@ -135,8 +137,6 @@ def source_from(intent: Path | None, plan: Path | None, service: str | None) -> 
 
 def parse_objectives(text: str) -> dict[str, float]:
     """`ttft_p99=300ms,tpot_p50=20ms` (as `infra estimate --slo` takes them) -> {"ttft_p99": 300.0, ...} in ms."""
-    from infra.intent.units import parse_duration
-    from infra.perf.cases import parse_slo
 
     out: dict[str, float] = {}
     for key, value in parse_slo(text).items():
@@ -252,8 +252,6 @@ def _plan_case(plan: Any, service: str, load: Load, measured: BenchRun) -> list[
     that `--save` writes it for `benchmarks/calibrate.py --extra`); None when the service has several."""
     from types import SimpleNamespace
 
-    from infra.bench.engine import plan_allocation
-    from infra.bench.run import _group_cases
 
     svc, alloc = plan_allocation(plan, service, 0)
     if len(svc.allocations) != 1 or not measured.records:

@@ -40,7 +40,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from infra.catalog.loader import load_catalog
 from infra.errors import CatalogError, InfraError, Location, Problem
+from infra.perf.estimate import ShapeError, build_workers
+from infra.perf.shape import Deployment, Parallel, Role
+from infra.planner.candidates import slice_device
 
 BLOCK_SIZE = 16
 """Tokens per KV-cache block (vLLM's default); prefix-cache hits are whole blocks."""
@@ -494,10 +498,6 @@ def engine_model(plan: Any, service: str, allocation: int, role: str = "agg", ca
     (`infra.perf.correction.UserCalibration`) its steps take the corrected time for this deployment under
     `workload` (a `Workload` of the run's mean lengths), and the fixed latency before a request is scheduled
     grows (or shrinks) so that a request alone sees the corrected TTFT."""
-    from infra.catalog.loader import load_catalog
-    from infra.perf.estimate import ShapeError, build_workers
-    from infra.perf.shape import Deployment, Parallel, Role
-    from infra.planner.candidates import slice_device
 
     svc, alloc = plan_allocation(plan, service, allocation)
     if role not in alloc.engines:

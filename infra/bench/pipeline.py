@@ -41,8 +41,15 @@ from typing import Any
 import numpy as np
 
 from infra.bench.metrics import RequestRecord
+from infra.bench.run import predicted
+from infra.bench.simulate import MAX_ENGINES, plan_groups, plan_policy, service_load, simulate
+from infra.bench.verdict import judge, judge_objective
 from infra.bench.workload import Load, RequestSpec
+from infra.catalog.loader import load_catalog
 from infra.errors import CatalogError, InfraError, IntentError, Location, Problem
+from infra.intent.models import StageWork
+from infra.perf.calibration import lookup
+from infra.perf.stages import chunks_of, stage_load, stage_timing
 
 
 @dataclass
@@ -130,7 +137,6 @@ def _chunked(arrive: np.ndarray, ready: np.ndarray, servers: list[tuple[float, f
     process) or, with `spread`, to a server drawn at random (replicas behind a Kubernetes Service, which
     kube-proxy picks at random, each with its own queue). Returns (first output, end, queueing, bubble, busy
     seconds) per request."""
-    from infra.perf.stages import chunks_of
 
     n = len(arrive)
     chunks = chunks_of(first_fraction)
@@ -183,7 +189,6 @@ def _chunked(arrive: np.ndarray, ready: np.ndarray, servers: list[tuple[float, f
 
 def _servers_within(plan: Any, servers: int, where: tuple[str | int, ...]) -> None:
     """Refuse a stage served by more servers (cores, replicas) than one simulation holds."""
-    from infra.bench.simulate import MAX_ENGINES
 
     if servers > MAX_ENGINES:
         raise IntentError(Problem(f"the stage runs on {servers:,} servers (cores or replicas), above the "
@@ -196,9 +201,6 @@ def _stage_servers(plan: Any, entry: Any, work: dict[str, Any], catalog: Any,
     """(work seconds, fixed seconds) per replica of a non-LLM stage, and the share of its work done at its first
     output — timed by the stage model, as the planner timed it. `where` is the stage's path in the plan, at which
     the stage model's problems with its work are told."""
-    from infra.intent.models import StageWork
-    from infra.perf.calibration import lookup
-    from infra.perf.stages import stage_load, stage_timing
 
     at = ("spec", "services", [s.name for s in plan.spec.services].index(entry.name))
     # A name the catalog lacks is told at the plan's line that gives it.
@@ -234,7 +236,6 @@ emulator, which cannot know how many requests will come) sees the same lengths i
 def stage_lengths(plan: Any, unit: str, n: int, seed: int, intent: Any = None,
                   plan_path: Any = None) -> list[RequestSpec]:
     """Prompt and output lengths of the first n requests to LLM stage `unit`, from its own workload."""
-    from infra.bench.simulate import service_load
 
     load = service_load(plan, unit, requests=max(n, LENGTH_DRAWS), seed=seed, rate=1.0, intent=intent,
                         plan_path=plan_path)
@@ -243,7 +244,6 @@ def stage_lengths(plan: Any, unit: str, n: int, seed: int, intent: Any = None,
 
 def _llm_stage(plan: Any, unit: str, arrive: np.ndarray, ready: np.ndarray, *, seed: int, catalog: Any,
                intent: Any, plan_path: Any) -> StageRun:
-    from infra.bench.simulate import plan_groups, plan_policy, simulate
 
     n = len(arrive)
     lengths = stage_lengths(plan, unit, n, seed, intent=intent, plan_path=plan_path)
@@ -320,8 +320,6 @@ def simulate_pipeline(plan: Any, service: str, *, requests: int = 2000, seed: in
                       plan_path: Any = None, arrivals: np.ndarray | None = None) -> PipelineRun:
     """Run `requests` requests of pipeline `service` through its stages (at its peak rate, or `rate`, or sent at
     `arrivals`; a pipeline driven by clients, or given `clients`, runs as a closed loop: `_closed_loop`)."""
-    from infra.bench.simulate import service_load
-    from infra.catalog.loader import load_catalog
 
     catalog = catalog or load_catalog()
     pipe = _pipeline(plan, service)
@@ -379,7 +377,6 @@ def simulate_pipeline(plan: Any, service: str, *, requests: int = 2000, seed: in
 
 
 def _cpu_time(work: dict[str, Any]) -> float:
-    from infra.intent.models import StageWork
 
     return float(StageWork.model_validate(work).cpu_time or 0.0)
 
@@ -411,8 +408,6 @@ class PipelineVerdict:
 def judge_pipeline(plan: Any, run: PipelineRun, seed: int = 0) -> PipelineVerdict:
     """Judge a pipeline run: each unit on its budget (stage-local times), the pipeline on its objectives (from
     arrival), and each stage's utilisation, queueing and bubble."""
-    from infra.bench.run import predicted
-    from infra.bench.verdict import judge, judge_objective
 
     pipe = _pipeline(plan, run.service)
     units: dict[str, Any] = {}

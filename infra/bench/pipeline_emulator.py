@@ -25,7 +25,10 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from infra.bench.emulator import EngineTiming
 from infra.bench.pipeline import LENGTH_DRAWS, _cpu_time, _handoff, _pipeline, _stage_servers, stage_lengths
+from infra.bench.simulate import plan_groups, plan_policy
+from infra.catalog.loader import load_catalog
 from infra.perf.stages import chunks_of
 
 
@@ -120,9 +123,6 @@ class PipelineTiming:
     """The emulator's `Timing` for a pipeline service of a plan."""
 
     def __init__(self, plan: Any, service: str, catalog: Any = None, seed: int = 0):
-        from infra.bench.emulator import EngineTiming
-        from infra.bench.simulate import plan_groups, plan_policy
-        from infra.catalog.loader import load_catalog
 
         catalog = catalog or load_catalog()
         self.pipe = _pipeline(plan, service)

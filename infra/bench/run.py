@@ -15,11 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from infra.bench.client import MAX_USAGE_TOKENS
 from infra.bench.engine import plan_allocation
 from infra.bench.metrics import METRICS, RequestRecord, Summary, summarize
+from infra.bench.simulate import plan_policy, simulate_plan
 from infra.bench.verdict import Verdict, judge
 from infra.errors import IntentError, Location, Problem
 from infra.files import write_file
+from infra.intent.models import MAX_CLIENTS
 
 DEFAULT_REQUESTS = 2000
 MAX_SIMULATED_REQUESTS = 100_000
@@ -151,8 +154,6 @@ def check_load(*, rate: float | None = None, concurrency: int | None = None, inp
                output_tokens: int | None = None, requests: int | None = None) -> None:
     """The load flags of a simulated run: a rate or a concurrency, not both, every one given above 0, and none
     above what an intent may state (concurrency, lengths) or a simulation takes (`MAX_SIMULATED_REQUESTS`)."""
-    from infra.bench.client import MAX_USAGE_TOKENS
-    from infra.intent.models import MAX_CLIENTS
 
     if rate is not None and concurrency is not None:
         raise IntentError(Problem("give either a rate or a concurrency, not both", Location(path="--rate"),
@@ -177,7 +178,6 @@ def simulate_service(plan: Any, *, service: str | None = None, requests: int = D
     """Simulate one service of a plan under its workload (or the given load) and judge it, routed as its manifests
     route (`router` overrides: one of `infra.bench.simulate.POLICIES`); with the user's `calibration`
     (`infra.perf.correction.UserCalibration`), its engines corrected by it."""
-    from infra.bench.simulate import plan_policy, simulate_plan
 
     check_load(rate=rate, concurrency=concurrency, input_tokens=input_tokens, output_tokens=output_tokens,
                requests=requests)

@@ -27,11 +27,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from infra.bench.engine import Engine, SimRequest, engine_model
+from infra.bench.engine import Engine, SimRequest, engine_model, plan_allocation
 from infra.bench.metrics import RequestRecord
 from infra.bench.workload import Load, RequestSpec, generate
 from infra.errors import IntentError, Location, Problem
+from infra.intent.models import Workload
 from infra.perf.shape import Workload as MeanLoad
+from infra.planner.routing import policy, route_weights
 
 Policy = Literal["least-loaded", "round-robin", "weighted", "random"]
 POLICIES = ("least-loaded", "round-robin", "weighted", "random")
@@ -371,7 +373,6 @@ def plan_groups(plan: Any, service: str, catalog: Any = None, calibration: Any =
                 workload: Any = None) -> list[Group]:
     """One group per allocation of the service: every attention group of every worker of every replica (their
     engines corrected by the user's `calibration` for a run of `workload`, see `engine_model`)."""
-    from infra.bench.engine import plan_allocation
 
     svc, _ = plan_allocation(plan, service, 0)
     engines = 0
@@ -414,7 +415,6 @@ def plan_groups(plan: Any, service: str, catalog: Any = None, calibration: Any =
 def _route_weights(svc: Any) -> dict[str, int]:
     """The HTTPRoute weights of a service's allocations: the plan's, or (for a plan routed otherwise, simulated
     with --router weighted) those an HTTPRoute would carry."""
-    from infra.planner.routing import route_weights
 
     if svc.routing.weights:
         return dict(svc.routing.weights)
@@ -423,8 +423,6 @@ def _route_weights(svc: Any) -> dict[str, int]:
 
 def plan_policy(plan: Any, service: str) -> Policy:
     """The router policy of what the plan's manifests render for the service (`ServicePlan.routing`)."""
-    from infra.bench.engine import plan_allocation
-    from infra.planner.routing import policy
 
     svc, _ = plan_allocation(plan, service, 0)
     return policy(svc.routing.router)  # type: ignore[return-value]
@@ -436,8 +434,6 @@ def service_load(plan: Any, service: str, *, requests: int, seed: int = 0, rate:
     """The requests of a run: the service's workload as the plan records it (its peak), or the given load."""
     from pydantic import ValidationError as PydanticValidationError
 
-    from infra.bench.engine import plan_allocation
-    from infra.intent.models import Workload
 
     svc, _ = plan_allocation(plan, service, 0)
     try:

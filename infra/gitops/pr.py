@@ -17,13 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from infra.errors import InfraError, Location, Problem
+from infra.errors import InfraError, IntentError, Location, Problem
 from infra.files import write_file
 from infra.gitops import body as pr_body
 from infra.gitops.git import Git, token_env
+from infra.gitops.github import check_full_name, open_or_update, repo_from_remote
+from infra.gitops.inputs import kept_inputs
 from infra.gitops.layout import owned_from, place_rendered, state_dir, state_files, sync_objects
 from infra.gitops.paths import STATE_DIR, check_name, check_root_on_disk, check_tree_paths, clean_relative, inside
 from infra.intent.resolve import ResolvedIntent
+from infra.intent.yamlio import load_yaml, read_text
 from infra.planner.types import DeploymentPlan
 
 Renderer = Callable[[DeploymentPlan], tuple[dict[str, str], list[str]]]
@@ -172,7 +175,6 @@ def _read_previous(git: Git, commit: str, path: str) -> tuple[DeploymentPlan | N
         return None, None
     from pydantic import ValidationError as PydanticValidationError
 
-    from infra.intent.yamlio import load_yaml
 
     try:
         data, _ = load_yaml(text, path)
@@ -202,8 +204,6 @@ def check_fingerprint(plan: DeploymentPlan, expected: str, plan_path: str | Path
     """Refuse a plan made from other inputs than the intent's (intent, cluster, catalog, calibration)."""
     if plan.spec.fingerprint == expected:
         return
-    from infra.errors import IntentError
-    from infra.intent.yamlio import load_yaml, read_text
 
     _, smap = load_yaml(read_text(Path(plan_path), "plan"), str(plan_path))
     raise IntentError(Problem(
@@ -215,7 +215,6 @@ def check_fingerprint(plan: DeploymentPlan, expected: str, plan_path: str | Path
 def intent_records(resolved: ResolvedIntent) -> dict[str, str]:
     """The intent and every file it reads (cluster profile, calibration, traces, config.json models), laid out so
     that the kept copy checks in place; the next pull request diffs against them."""
-    from infra.gitops.inputs import kept_inputs
 
     return kept_inputs(resolved)
 
@@ -316,11 +315,9 @@ def _publish(git: Git, req: PrRequest, result: PrResult) -> PrResult:
         pushed = True
     full_name = req.github
     if full_name is None and req.push:
-        from infra.gitops.github import repo_from_remote
 
         full_name = repo_from_remote(git.remote_url(req.remote))
     if pushed and req.token and full_name:
-        from infra.gitops.github import check_full_name, open_or_update
 
         pr = open_or_update(api_url=req.github_api, token=req.token, full_name=check_full_name(full_name),
                             head=branch, base=req.base, title=result.title, body=result.body)

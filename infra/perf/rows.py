@@ -24,6 +24,7 @@ from infra.catalog.schema import ModelSpec
 from infra.errors import InfraError, Location, Problem
 from infra.perf.arch import model_terms
 from infra.perf.calibration import Factors
+from infra.perf.cases import read_measured
 from infra.perf.estimate import build_workers
 from infra.perf.estimate import predict as serving_predict
 from infra.perf.shape import Deployment, Parallel, Role, Workload
@@ -354,7 +355,6 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
 
 def measured_cases(path: str | Path, catalog: Catalog) -> list[Case]:
     """The cases of a saved benchmark run (`infra bench --save`), each with its measured mean TTFT and TPOT."""
-    from infra.perf.cases import read_measured
 
     out = []
     for n, case, ttft, tpot in read_measured(Path(path)):

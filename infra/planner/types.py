@@ -32,10 +32,13 @@ from pydantic import ValidationError as PydanticValidationError
 from infra.catalog.schema import Vendor
 from infra.errors import IntentError, Location, Problem
 from infra.intent.base import LabelKey, LabelValue, Name, ResourceName, Subdomain, percentile_value, require_unique
-from infra.intent.models import MAX_CLIENTS
+from infra.intent.loader import problems_from_pydantic
+from infra.intent.models import MAX_CLIENTS, Availability, StageWork, Workload, stage_consumers, stage_inputs
 from infra.intent.profile import MAX_DEVICES_PER_NODE, MAX_NODES
 from infra.intent.units import MAX_BANDWIDTH_GBS, MAX_EXACT, MAX_MONEY_PER_HOUR, MAX_SECONDS, MIN_RATE_RPS
+from infra.intent.yamlio import dotted, load_yaml, read_text
 from infra.limits import shown
+from infra.planner.routing import fill_routing
 
 MAX_DEGREE = MAX_DEVICES_PER_NODE
 """Largest parallel degree (tp, pp, ep, moe_tp, attention_dp, sp) and workers of a role per replica: 1024, the most
@@ -442,13 +445,11 @@ class PipelinePlan(PlanModel):
 
     def inputs(self) -> list[list[int]]:
         """Per stage, the indices of the stages it consumes."""
-        from infra.intent.models import stage_inputs
 
         return stage_inputs([st.name for st in self.stages], [st.after for st in self.stages])
 
     def consumers(self) -> list[int | None]:
         """Per stage, the index of the stage it hands on to (None for the last)."""
-        from infra.intent.models import stage_consumers
 
         return stage_consumers(self.inputs())
 
@@ -895,7 +896,6 @@ class DeploymentPlan(PlanModel):
     @model_validator(mode="before")
     @classmethod
     def _routing(cls, data: Any) -> Any:
-        from infra.planner.routing import fill_routing
 
         return fill_routing(data)
 
@@ -907,15 +907,12 @@ class DeploymentPlan(PlanModel):
         """Where a field of the plan is: file, line and column when it was read from a file, else its path."""
         if self._source is not None:
             return self._source.locate(path)
-        from infra.intent.yamlio import dotted
 
         return Location(path=dotted(path))
 
 
 def load_plan(path: str | Path) -> DeploymentPlan:
     """Read and validate a plan.yaml; problems name the file, line and field."""
-    from infra.intent.loader import problems_from_pydantic
-    from infra.intent.yamlio import load_yaml, read_text
 
     text = read_text(Path(path), "plan")
     data, smap = load_yaml(text, str(path))
@@ -987,8 +984,6 @@ def _copies_and_references(plan: DeploymentPlan, data: dict[str, Any], smap: Any
     """What the plan copies from its intent, validated as the intent's models (a service's workload and
     availability, a stage's work), and the services its pipeline stages name; each problem located in the plan
     file."""
-    from infra.intent.loader import problems_from_pydantic
-    from infra.intent.models import Availability, StageWork, Workload
 
     def copied(model: type[BaseModel], value: dict[str, Any], path: tuple[str | int, ...]) -> list[Problem]:
         try:

@@ -8,8 +8,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from infra.catalog.loader import load_catalog
+from infra.catalog.targets import DEFAULT_TARGET, check_target
+from infra.intent.yamlio import load_yaml
 from infra.planner.types import DeploymentPlan
-from infra.render.tree import Rendered
+from infra.render import targets
+from infra.render.build import build
+from infra.render.context import path_only
+from infra.render.env import Templates
+from infra.render.settings import load_settings
+from infra.render.tree import Rendered, assemble
 
 __all__ = ["Rendered", "render_plan", "render_tree"]
 
@@ -20,12 +28,6 @@ def render_tree(plan: DeploymentPlan, *, templates: Path | None = None, catalog_
     `plan_file`, the file the plan was read from, lets problems with the plan name their line. `target` is the
     stack the objects are for (`infra.catalog.targets.TARGETS`): infra's own workloads (`kubernetes`), or NVIDIA
     Dynamo, llm-d or KServe resources (infra.render.targets), which refuse what they cannot express."""
-    from infra.catalog.loader import load_catalog
-    from infra.catalog.targets import DEFAULT_TARGET, check_target
-    from infra.render.build import build
-    from infra.render.env import Templates
-    from infra.render.settings import load_settings
-    from infra.render.tree import assemble
 
     check_target(target)
     tpl = Templates(Path(templates) if templates is not None else None)
@@ -34,7 +36,6 @@ def render_tree(plan: DeploymentPlan, *, templates: Path | None = None, catalog_
     if target == DEFAULT_TARGET:
         built = build(plan, catalog, settings, _locator(plan_file))
         return assemble(built, tpl, plan.spec.cluster.name, plan.spec.cluster.namespace)
-    from infra.render import targets
 
     built, values = targets.build(plan, catalog, settings, _locator(plan_file), target)
     return assemble(built, tpl, plan.spec.cluster.name, plan.spec.cluster.namespace, values)
@@ -48,11 +49,9 @@ def render_plan(plan: DeploymentPlan, *, templates: Path | None = None,
 
 def _locator(plan_file: str | None):
     """Field path -> file:line of the plan file when there is one to read, else the path alone."""
-    from infra.render.context import path_only
 
     if plan_file is None or not Path(plan_file).is_file():
         return path_only(plan_file)
-    from infra.intent.yamlio import load_yaml
 
     _, smap = load_yaml(Path(plan_file).read_text(encoding="utf-8"), plan_file)
     return smap.locate

@@ -19,10 +19,14 @@ from infra.catalog.kinds import kind_of
 from infra.catalog.loader import Catalog
 from infra.catalog.schema import BYTES_PER_PARAM, EngineCli, FrameworkSpec
 from infra.errors import CatalogError, InfraError, IntentError, Location, Problem
+from infra.intent.models import Workload
+from infra.intent.yamlio import dotted
 from infra.planner.types import Allocation, ClusterPool, DeploymentPlan, ServicePlan, allocation_problems
 from infra.render.args import config_file_content, engine_settings, kv_transfer, model_args
+from infra.render.cpu import engine_env, size_pod
 from infra.render.settings import Settings
 from infra.render.stage_refs import handoff_note, mount_stage_config, stage_config_map
+from infra.render.yamlout import dump_yaml
 
 RDMA_KINDS = ("infiniband", "roce", "efa")
 MODEL_DIR = "/models"
@@ -61,7 +65,6 @@ Locate = Callable[[tuple[str | int, ...]], Location]
 
 
 def path_only(plan_file: str | None) -> Locate:
-    from infra.intent.yamlio import dotted
 
     return lambda path: Location(plan_file, path=dotted(path))
 
@@ -243,7 +246,6 @@ class ServiceBuilder:
         availability.min_replicas, whichever is larger."""
         from pydantic import ValidationError as PydanticValidationError
 
-        from infra.intent.models import Workload
 
         total_load = sum(x.replicas * x.load_per_replica for x in self.svc.allocations) or 1.0
         share = a.replicas * a.load_per_replica / total_load
@@ -531,7 +533,6 @@ class AllocationBuilder:
             env += [{"name": name, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
                     for name in self.cli.pod_ip_env]
         if self.cpu is not None:
-            from infra.render.cpu import engine_env
 
             sizing = self._cpu_sizing(role)
             env += engine_env(self.fw.env_for(self.a.device, self.pool.vendor), sizing)
@@ -594,7 +595,6 @@ class AllocationBuilder:
     def _cpu_sizing(self, role: str) -> Any:
         """Cores, memory and per-rank KV cache of a pod on CPU devices (infra.render.cpu), with the notes a user
         must act on."""
-        from infra.render.cpu import size_pod
 
         assert self.cpu is not None
         a = self.a
@@ -754,7 +754,6 @@ class AllocationBuilder:
             if cf.format == "json":
                 text = json.dumps(content, indent=2, sort_keys=True) + "\n"
             else:
-                from infra.render.yamlout import dump_yaml
 
                 text = dump_yaml(content)
             data = {_file_name(cf.path): text}

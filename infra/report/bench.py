@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from infra.bench.metrics import distribution
 from infra.planner.types import Verification, VerifiedPipeline
 
 _COLS = ("mean", "p50", "p90", "p99")
@@ -230,7 +231,6 @@ def endpoint_json(result: Any) -> dict[str, Any]:
     /metrics)."""
     import numpy as np
 
-    from infra.bench.metrics import distribution
 
     run, s = result.run, result.bench.summary
     out = result.bench.to_json()

@@ -14,6 +14,9 @@ from typing import Any
 
 from infra.catalog.loader import Catalog, load_catalog
 from infra.errors import CatalogError, IntentError, Problem
+from infra.intent.loader import load_profile_file
+from infra.intent.resolve import pool_device_memory_gb
+from infra.intent.units import parse_bytes
 
 
 @dataclass(frozen=True)
@@ -116,8 +119,6 @@ def _cpu_labels(pools: Any) -> tuple[tuple[str, str], ...]:
 
 def from_profile(path: Path, catalog: Catalog | None = None) -> ClusterView:
     """A ClusterProfile file, with each pool's device looked up and its resource names resolved."""
-    from infra.intent.loader import load_profile_file
-    from infra.intent.resolve import pool_device_memory_gb
 
     profile, doc = load_profile_file(path)
     catalog = catalog or load_catalog()
@@ -139,7 +140,6 @@ def from_profile(path: Path, catalog: Catalog | None = None) -> ClusterView:
             continue
         res = dict(res)
         if isinstance(res.get("memory_unit"), str):
-            from infra.intent.units import parse_bytes
 
             res["memory_unit"] = int(parse_bytes(res["memory_unit"]))
         names = tuple(n.name for n in p.nodes) if isinstance(p.nodes, list) else ()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from infra.validators.findings import Finding
 from infra.validators.manifests import KUSTOMIZATION_FILES, Manifest
+from infra.validators.rules import rule
 
 # Fields of kustomize.config.k8s.io/v1beta1 Kustomization (kustomize v5; deprecated ones still read).
 FIELDS = {
@@ -93,7 +94,6 @@ def _renamed(f: Finding, ref: str) -> Finding:
 
 def check_unlisted(kustomizations: list[Manifest], files: list[Path]) -> list[Finding]:
     """KUS003: manifests in a kustomization's directory that it neither lists nor patches with."""
-    from infra.validators.rules import rule
 
     out = []
     for k in kustomizations:
@@ -115,7 +115,6 @@ def check_builds(kustomizations: list[Manifest]) -> tuple[list[Finding], list[st
     import shutil
     import subprocess
 
-    from infra.validators.rules import rule
 
     kubectl = shutil.which("kubectl")
     if kubectl is None:

@@ -15,7 +15,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from infra.errors import InfraError, IntentError
-from infra.intent.yamlio import PathKey, SourceMap, flatten
+from infra.intent.yamlio import PathKey, SourceMap, dotted, flatten
 from infra.limits import MAX_DEPTH, deep_point, read_limited, scan_yaml
 from infra.validators.findings import Finding
 from infra.validators.rules import rule
@@ -76,7 +76,6 @@ class Manifest:
         return self.source.locate(path, self.data, key=key).line or 1
 
     def finding(self, rule_id: str, path: PathKey, message: str, *, key: bool = False, **kw: Any) -> Finding:
-        from infra.intent.yamlio import dotted
 
         return rule(rule_id).at(self.file, self.line(path, key), self.ref, message, field=dotted(path), **kw)
 

@@ -23,6 +23,7 @@ from infra.validators.manifests import Manifest
 from infra.validators.pods import PodTemplate, pod_templates, selector_labels, selects
 from infra.validators.quantity import parse_quantity
 from infra.validators.rules import rule
+from infra.validators.semantic import is_extended
 
 STAGE_CONFIG_FILE = "stage.yaml"
 STAGE_CONFIG_KIND = "StageConfig"
@@ -225,7 +226,6 @@ def _address(cm: Manifest, key: str, address: str, service: str, services: dict[
 def _cpu_stage(plan_path: str, line: int, field: str, stage_ref: str, st: Any, name: str,
                workloads: list[Manifest]) -> list[Finding]:
     """PIP004: a CPU stage runs on CPU, requesting its cores and no devices; without an image it cannot run."""
-    from infra.validators.semantic import is_extended
 
     if not st.image and not workloads:
         return [rule("PIP004").at(plan_path, line, f"{name}", f"{stage_ref} runs on CPU, but the plan names no "

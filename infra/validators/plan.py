@@ -15,18 +15,21 @@ from typing import Any
 
 from infra.catalog.kinds import kind_of
 from infra.catalog.loader import Catalog
-from infra.catalog.schema import DeviceSpec, EngineCli, FrameworkSpec
-from infra.errors import InfraError
+from infra.catalog.schema import BYTES_PER_PARAM, DeviceSpec, EngineCli, FrameworkSpec
+from infra.errors import CatalogError, InfraError
 from infra.intent.yamlio import load_yaml, read_text
 from infra.planner.types import Allocation, DeploymentPlan
 from infra.validators.cluster import PoolView, from_plan
 from infra.validators.engine_args import engine_args, file_settings, parse, tokens
 from infra.validators.findings import Finding
 from infra.validators.manifests import Manifest
+from infra.validators.pipeline import check_pipelines
 from infra.validators.pods import PodTemplate, pod_templates
 from infra.validators.quantity import parse_quantity
+from infra.validators.routing import check_routing
 from infra.validators.rules import rule
-from infra.validators.semantic import config_maps
+from infra.validators.semantic import config_maps, devices_of, is_extended
+
 
 @dataclass
 class Expected:
@@ -229,7 +232,6 @@ def _same(got: str, want: str) -> bool:
 
 def _compare_devices(m: Manifest, t: PodTemplate, e: Expected, pool: PoolView | None,
                      manifests: list[Manifest]) -> list[Finding]:
-    from infra.validators.semantic import devices_of
 
     a = e.allocation
     per_pod = a.devices_per_worker // max(1, a.nodes_per_worker)
@@ -279,7 +281,6 @@ def _compare_cpu(m: Manifest, t: PodTemplate, e: Expected, pool: PoolView, devic
                  model_ref: str | None, catalog: Catalog) -> list[Finding]:
     """PLN009 for a pod on CPU devices (one socket each): no device resources, cores and memory within its sockets
     with requests equal to limits, and the framework's CPU environment with a KV cache the pod's memory holds."""
-    from infra.validators.semantic import is_extended
 
     assert device.cpu is not None
     a = e.allocation
@@ -353,8 +354,6 @@ def _compare_cpu(m: Manifest, t: PodTemplate, e: Expected, pool: PoolView, devic
 
 
 def _weight_bytes(model_ref: str | None, precision: str, catalog: Catalog) -> float:
-    from infra.catalog.schema import BYTES_PER_PARAM
-    from infra.errors import CatalogError
 
     try:
         spec = catalog.model(model_ref) if model_ref else None
@@ -464,8 +463,6 @@ def check_plan(manifests: list[Manifest], plan: DeploymentPlan, plan_path: str,
         elif alloc is not None and svc_label is not None and (svc_label, alloc) not in allocs:
             out.append(m.finding("PLN002", ("metadata", "labels"), f"allocation {alloc!r} of {svc_label} is not in "
                                                                    "the plan"))
-    from infra.validators.pipeline import check_pipelines
-    from infra.validators.routing import check_routing
 
     out += check_pipelines(manifests, plan, plan_path, pf.line)
     out += check_routing(manifests, plan, plan_path, pf.line)

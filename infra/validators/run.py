@@ -7,9 +7,11 @@ from pathlib import Path
 
 from infra.catalog.loader import load_catalog
 from infra.errors import Location, Problem, ValidationError
+from infra.planner.types import load_plan
 from infra.validators.cluster import ClusterView, device_names, from_plan, from_profile
 from infra.validators.findings import Report
 from infra.validators.kustomize import check_builds, check_kustomization, check_unlisted, patch_files
+from infra.validators.live import client, dry_run
 from infra.validators.manifests import read_tree
 from infra.validators.plan import check_plan
 from infra.validators.profile import check_profile
@@ -33,7 +35,6 @@ def validate_tree(path: str | Path, profile: str | Path | None = None, plan: str
     loaded_plan = None
     cluster: ClusterView | None = None
     if plan is not None:
-        from infra.planner.types import load_plan
 
         loaded_plan = load_plan(plan)
         cluster = from_plan(loaded_plan, str(plan))
@@ -41,7 +42,6 @@ def validate_tree(path: str | Path, profile: str | Path | None = None, plan: str
         cluster = from_profile(Path(profile), catalog)
     live_client = None
     if live:
-        from infra.validators.live import client
 
         live_client = client()
     tree = read_tree(root, patch_files)
@@ -75,7 +75,6 @@ def validate_tree(path: str | Path, profile: str | Path | None = None, plan: str
         report.findings += findings
         report.notes += notes
     if live_client is not None:
-        from infra.validators.live import dry_run
 
         report.checks.append("live")
         report.findings += dry_run(live_client, tree.manifests)

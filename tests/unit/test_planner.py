@@ -566,3 +566,15 @@ def test_no_example_plan_accepts_a_prediction_beyond_its_target():
                     assert p.margin >= 0, (path.parent.name, svc.name, alloc.device, key, p.predicted_ms)
                     checked += 1
     assert checked > 50
+
+
+def test_a_change_that_removed_a_value_keeps_after_in_the_plan_file():
+    # A plan leaves out fields without a value, but `after` is required: null says the change removed one.
+    from infra.planner.types import Change
+
+    change = Change(path="spec.services[0].budget", before={"per_hour": 10}, after=None, proposed_by="user",
+                    accepted_by="user")
+    written = change.model_dump(mode="json", exclude_none=True)
+    assert written == {"path": "spec.services[0].budget", "before": {"per_hour": 10}, "after": None,
+                       "proposed_by": "user", "accepted_by": "user"}
+    assert Change.model_validate(written) == change
