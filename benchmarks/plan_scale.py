@@ -27,8 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from infra import api  # noqa: E402
 from infra.errors import InfraError  # noqa: E402
-from infra.planner import plan as _plan  # noqa: E402, F401  (imported by api.plan on first use)
-from infra.report import plan as _report  # noqa: E402, F401
+from infra.workflow import plan as _plan  # noqa: E402, F401  (what api.plan imports on first use)
 
 DEVICES = ["H100-SXM", "H200", "B200", "A100-80G", "L40S", "L4", "H20", "MI300X", "Ascend-910B3", "RTX-4090",
            "L20", "H100-PCIe", "B300", "GB200", "GB300", "MI325X", "Ascend-910B2", "Ascend-910B4", "Ascend-910C",

@@ -1105,20 +1105,23 @@ def _disagg_fixed(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workl
     """The figures of `_disagg_row` the arrival rate leaves alone (the decode slots, a prefill group's rate, the
     hand-off, a prompt's prefill and the answer's token gaps), kept on the prefill worker (which never changes)
     by decode worker, roles, lengths and link: a search over the rate asks for them again at every rate."""
-    key = (prefill, decode, wl.isl, wl.osl, wl.osl_cv, wl.prefix_hit, wl.isl_cv, wl.isl_quantiles, link_bytes_s)
+    # The roles by identity (kept in the entry, so that their ids stay theirs): a search's probes share its roles,
+    # and hashing a role's dataclasses anew at every probe costs more than the lookup saves.
+    key = (id(prefill), id(decode), wl.isl, wl.osl, wl.osl_cv, wl.prefix_hit, wl.isl_cv, wl.isl_quantiles,
+           link_bytes_s)
     kept = wp.__dict__.setdefault("_disagg_fixed", {})
     entry = kept.get(id(wd))
     if entry is None or entry[0] is not wd:
         entry = kept[id(wd)] = (wd, {})
-    hit = entry[1].get(key)
-    if hit is None:
-        isl, osl = wl.isl, wl.osl
-        isl_eff = isl * (1 - wl.prefix_hit)
-        hit = entry[1][key] = (serving.batch_slots(wd, decode, wl),
-                               serving._prefill_rate(wp, isl_eff, isl, prefill.max_num_tokens),
-                               serving._kv_transfer(wp, isl, link_bytes_s) + wd.factors.transfer_ms * 1e-3,
-                               serving.prefill_spread(wp, wl),
-                               max(serving.lognormal_q(osl, wl.osl_cv, 0.0) - 1, 1.0))
+    got = entry[1].get(key)
+    if got is not None and got[0] is prefill and got[1] is decode:
+        return got[2]
+    isl, osl = wl.isl, wl.osl
+    isl_eff = isl * (1 - wl.prefix_hit)
+    hit = (serving.batch_slots(wd, decode, wl), serving._prefill_rate(wp, isl_eff, isl, prefill.max_num_tokens),
+           serving._kv_transfer(wp, isl, link_bytes_s) + wd.factors.transfer_ms * 1e-3, serving.prefill_spread(wp, wl),
+           max(serving.lognormal_q(osl, wl.osl_cv, 0.0) - 1, 1.0))
+    entry[1][key] = (prefill, decode, hit)
     return hit
 
 

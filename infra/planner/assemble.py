@@ -20,6 +20,7 @@ from infra.perf.serving import z_of
 from infra.perf.stages import StageEstimate, stage_latency
 from infra.planner.candidates import (
     MAX_NUM_SEQS,
+    SLOTS_PER_DEVICE,
     Candidate,
     attainment_objectives,
     correction_for,
@@ -39,7 +40,7 @@ from infra.planner.pipeline import (
 )
 from infra.planner.placement import Placement, PlacementError, place, workers_of
 from infra.planner.routing import replica_loads
-from infra.planner.solve import Limits, Solution, solve
+from infra.planner.solve import CAP_SCALE, Limits, Solution, solve
 from infra.planner.types import Allocation
 
 PREFILL_SEQS = 256
@@ -506,6 +507,30 @@ def _devices_label(c: Candidate) -> str:
     return c.device if not c.decode_device else f"{c.device}+{c.decode_device}"
 
 
+def _beyond_the_pools(cands: list[Candidate], exclude: set[str], limits: Limits) -> bool:
+    """Whether the shapes not excluded cannot carry every service's demand in the devices of the pools they run
+    on, each service on its fewest devices per unit of capacity: a relaxation of the solver's model (the same
+    capacities rounded down and demands up, the same device slots, those pools' limits summed), so that when
+    this holds, the solver finds no plan either."""
+    fewest: dict[str, float] = {}
+    pools: set[str] = set()
+    for c in cands:
+        cap = math.floor(c.capacity * CAP_SCALE + 1e-9)
+        if c.key in exclude or cap <= 0:
+            continue
+        pools.update(c.pools)
+        per = sum(c.slots_on(p) for p in c.pools) / cap
+        if per < fewest.get(c.service, math.inf):
+            fewest[c.service] = per
+    need = 0.0
+    for s, demand in limits.demand.items():
+        if demand > 0:
+            if s not in fewest:
+                return True
+            need += math.ceil(demand * CAP_SCALE - 1e-9) * fewest[s]
+    return need > sum(limits.pool_devices[p] for p in pools) * SLOTS_PER_DEVICE * (1 + 1e-9)
+
+
 def alternatives_of(cands: list[Candidate], sol: Solution, limits: Limits, top: int) -> list[dict[str, Any]]:
     """Best plans that use another device type or another framework than the chosen one, with cost deltas."""
     chosen = [c for c in cands if c.key in sol.replicas]
@@ -531,6 +556,8 @@ def alternatives_of(cands: list[Candidate], sol: Solution, limits: Limits, top: 
         if frozen in tried or len(exclude) == len(cands):
             continue
         tried.add(frozen)
+        if _beyond_the_pools(cands, exclude, limits):
+            continue  # no plan: the solver need not take each service's part, and then the joint model, to say so
         alt = solve(cands, limits, exclude=exclude, time_limit_s=5.0, core=False)
         if alt.status not in ("OPTIMAL", "FEASIBLE"):
             continue

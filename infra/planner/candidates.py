@@ -405,6 +405,23 @@ def correction_for(resolved: ResolvedIntent, dep: Deployment, wl: Workload) -> C
     return None if cal is None else cal.correction(dep, wl)
 
 
+class _Key:
+    """A key of `Scores`, hashed once: its shapes are nested dataclasses whose hash Python recomputes field by
+    field on every lookup, and a search looks its key up several times."""
+
+    __slots__ = ("value", "_hash")
+
+    def __init__(self, value: tuple[Any, ...]) -> None:
+        self.value = value
+        self._hash = hash(value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Key) and self._hash == other._hash and self.value == other.value
+
+
 class Scores:
     """What scoring one intent's shapes has found, shared across its pools and services and the searches a plan
     runs again (relaxations, re-plans after verification): each distinct deployment compiled once, on each
@@ -412,8 +429,8 @@ class Scores:
     once. Pools of one device type and services of one model and workload score the same shapes."""
 
     def __init__(self) -> None:
-        self.compiled: dict[tuple[Any, ...], Compiled | InfraError] = {}
-        self.capacity: dict[tuple[Any, ...], tuple[float, Estimate] | InfraError] = {}
+        self.compiled: dict[_Key, Compiled | InfraError] = {}
+        self.capacity: dict[_Key, tuple[float, Estimate] | InfraError | Pending] = {}
         self.slices: dict[tuple[int, float], DeviceSpec] = {}
 
 
@@ -431,7 +448,7 @@ def scores_of(resolved: ResolvedIntent) -> Scores:
     return scores
 
 
-def _compiled(scores: Scores, key: tuple[Any, ...], build: Callable[[], Compiled]) -> Compiled:
+def _compiled(scores: Scores, key: _Key, build: Callable[[], Compiled]) -> Compiled:
     """The compiled deployment under `key`, built once; a shape that cannot run fails the same way each time."""
     hit = scores.compiled.get(key)
     if hit is None:
@@ -467,7 +484,7 @@ def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], 
     scores = scores_of(resolved)
     shape = (dep, id(device), mem, tuple(cross.values()), measured)
     room = pool.node_count * pool.devices_per_node
-    key = (shape, wl, tuple(sorted(slo.items())), room, even)
+    key = _Key((shape, wl, tuple(sorted(slo.items())), room, even))
     while isinstance(hit := scores.capacity.get(key), Pending):
         yield hit  # another search is finding it: its answer is this one's, unless it found its shape dominated
     if isinstance(hit, InfraError):
@@ -476,7 +493,7 @@ def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], 
         return hit
     finding = scores.capacity[key] = Pending()
     try:
-        compiled = _compiled(scores, shape, lambda: compile_deployment(
+        compiled = _compiled(scores, _Key(shape), lambda: compile_deployment(
             dep, catalog, device_memory_gb=mem, device_spec=device, correction=measured, **cross))
         found = yield from _find_capacity(compiled, wl, slo, room, worth, even)
         if found[0] is not None:  # a dominated shape is so only against its own service's others

@@ -18,6 +18,7 @@ from infra.errors import InfeasibleError
 from infra.intent.models import Service
 from infra.perf.calibration import borrowed_band, error_band, lookup
 from infra.perf.shape import Parallel
+from infra.planner.assemble import _beyond_the_pools
 from infra.planner.candidates import Candidate, attainment_objectives, length_stats
 from infra.planner.solve import Limits, _solve_apart, _solve_joint, minimal_conflict, solve
 from infra.planner.types import load_plan
@@ -578,3 +579,28 @@ def test_a_change_that_removed_a_value_keeps_after_in_the_plan_file():
     assert written == {"path": "spec.services[0].budget", "before": {"per_hour": 10}, "after": None,
                        "proposed_by": "user", "accepted_by": "user"}
     assert Change.model_validate(written) == change
+
+
+def test_an_alternative_beyond_its_pools_is_known_without_solving():
+    # Each shape of `b` alone fills p1; the bound sees that both services cannot, as the solver does.
+    cands = [_cand("a", "p1", 4, 10.0, 1.0, tag="x"), _cand("b", "p1", 4, 5.0, 1.0, tag="x"),
+             _cand("b", "p2", 4, 10.0, 3.0, tag="y")]
+    limits = Limits({"a": 10.0, "b": 10.0}, {"a": 1, "b": 1}, {"a": 1, "b": 1}, {"a": None, "b": None},
+                    {"p1": 8, "p2": 4})
+    only_p1 = {c.key for c in cands if c.pool != "p1"}
+    assert _beyond_the_pools(cands, only_p1, limits)
+    assert solve(cands, limits, exclude=only_p1, core=False).status == "INFEASIBLE"
+    assert not _beyond_the_pools(cands, set(), limits)
+    assert _beyond_the_pools(cands, {c.key for c in cands if c.service == "b"}, limits)  # b left without a shape
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_the_pools_bound_never_refuses_what_the_solver_plans(seed):
+    # A relaxation of the solver's model: whenever it says no plan, the solver finds none either.
+    rng = random.Random(300 + seed)
+    cands, limits = _random_parts(rng, ["a", "b", "c"][:rng.randint(1, 3)], (1, 6), [1, 2, 4, 8], 12, 1e6,
+                                  [4, 16, 64], [None])
+    for pool in ("p1", "p2", "p3"):
+        exclude = {c.key for c in cands if c.pool != pool}
+        if _beyond_the_pools(cands, exclude, limits):
+            assert solve(cands, limits, exclude=exclude, core=False).status == "INFEASIBLE"
