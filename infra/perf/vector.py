@@ -1101,7 +1101,7 @@ def _disagg_row(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workloa
 
 
 def _disagg_fixed(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload,
-                  link_bytes_s: float) -> tuple[int, float, float, tuple[float, float, dict[str, float]], float]:
+                  link_bytes_s: float) -> tuple[int, float, float, tuple[float, ...], float]:
     """The figures of `_disagg_row` the arrival rate leaves alone (the decode slots, a prefill group's rate, the
     hand-off, a prompt's prefill and the answer's token gaps), kept on the prefill worker (which never changes)
     by decode worker, roles, lengths and link: a search over the rate asks for them again at every rate."""
@@ -1118,9 +1118,10 @@ def _disagg_fixed(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workl
         return got[2]
     isl, osl = wl.isl, wl.osl
     isl_eff = isl * (1 - wl.prefix_hit)
+    mean, cv, quantiles = serving.prefill_spread(wp, wl)
     hit = (serving.batch_slots(wd, decode, wl), serving._prefill_rate(wp, isl_eff, isl, prefill.max_num_tokens),
-           serving._kv_transfer(wp, isl, link_bytes_s) + wd.factors.transfer_ms * 1e-3, serving.prefill_spread(wp, wl),
-           max(serving.lognormal_q(osl, wl.osl_cv, 0.0) - 1, 1.0))
+           serving._kv_transfer(wp, isl, link_bytes_s) + wd.factors.transfer_ms * 1e-3,
+           (mean, cv, *(quantiles[p] for p in PERCENTILES)), max(serving.lognormal_q(osl, wl.osl_cv, 0.0) - 1, 1.0))
     entry[1][key] = (prefill, decode, hit)
     return hit
 
@@ -1140,9 +1141,8 @@ def _disagg(cases: Sequence[tuple[Worker, Worker, Role, Role, Workload, float]],
     c = _pack([(cases[i][1], cases[i][3], cases[i][4]) for i in live], exact)
     columns = list(zip(*rows))
     cap, lamd, rho_pf, extra, gaps = (np.array(columns[k], float) for k in (0, 1, 2, 4, 5))
-    service = np.array([spread[0] for spread in columns[3]])
-    service_cv = np.array([spread[1] for spread in columns[3]])
-    service_q = np.array([[spread[2][p] for spread in columns[3]] for p in PERCENTILES])
+    spreads = np.array(columns[3], float).T  # the prefill's mean, CV and quantiles (in PERCENTILES' order)
+    service, service_cv, service_q = spreads[0], spreads[1], spreads[2:]
     c.lamd = lamd
 
     def rate_held(cs: _Cases, b: np.ndarray) -> np.ndarray:
@@ -1171,7 +1171,7 @@ def _disagg(cases: Sequence[tuple[Worker, Worker, Role, Role, Workload, float]],
     e2e = _e2e(ttft, itl, s.osl, s.osl_cv, slot)
     # The busiest queue's load, where the slots or the batch's growth end a case: the decode batch's alone.
     load = np.where((code == _SLOTS) | (code == _GROWING), b / cap, np.maximum(rho_pf, b / cap))
-    metrics = [m.T.tolist() for m in (ttft, tpot, itl, e2e)]
+    ttfts, tpots, itls, e2es = (list(map(dict, map(zip, repeat(_KEYS), m.T.tolist()))) for m in (ttft, tpot, itl, e2e))
     at = dict(zip(ok.tolist(), range(ok.size)))
     for j, (i, row) in enumerate(zip(live, rows)):
         workers = {"prefill": row[6], "decode": row[7]}
@@ -1181,8 +1181,7 @@ def _disagg(cases: Sequence[tuple[Worker, Worker, Role, Role, Workload, float]],
             continue
         m = at[j]
         wl = cases[i][4]
-        ttft_d, tpot_d, itl_d, e2e_d = (dict(zip(_KEYS, v[m])) for v in metrics)
-        preds[i] = _prediction(ttft_d, tpot_d, itl_d, e2e_d, wl.rate, wl.rate * wl.osl, float(b[j]),
+        preds[i] = _prediction(ttfts[m], tpots[m], itls[m], e2es[m], wl.rate, wl.rate * wl.osl, float(b[j]),
                                float(load[j]), True, workers, list(row[8]))
     return preds  # type: ignore[return-value]
 
