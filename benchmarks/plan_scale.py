@@ -76,8 +76,8 @@ def time_examples() -> list[dict]:
                 start = time.perf_counter()
                 try:
                     result = api.plan(intent, Path(tmp) / "out", verify=True)
-                    ran = (result.verification or {}).get("rounds") or []
-                    rounds, verdict = len(ran), (result.verification or {}).get("verdict", "-")
+                    v = result.verification
+                    rounds, verdict = (len(v.rounds), v.verdict) if v is not None else (0, "-")
                 except InfraError as exc:
                     verdict = type(exc).__name__
                 if run:  # the first run warms the imports and caches
