@@ -394,6 +394,66 @@ def catalog_pages() -> dict[str, str]:
 # --- all pages ----------------------------------------------------------------------------------------------------
 
 
+# --- Python API ---------------------------------------------------------------------------------------------------
+
+
+API_ORDER = ("load_intent", "check", "schema", "estimate", "estimate_cases", "plan", "PlanResult", "render",
+             "RenderResult", "validate", "bench", "bench_endpoint", "emulate", "calibrate", "CalibrateResult",
+             "verify", "VerifyResult", "open_pr", "explain", "draft", "plan_agent", "review", "load_catalog",
+             "Catalog", "CheckResult")
+"""The order the page lists `infra.api`'s names in: a command's function, then what it returns."""
+
+
+def _signature(name: str, sig: Any) -> str:
+    """`name(params) -> result` as the source writes it (annotations unquoted), one parameter a line when long."""
+    import inspect
+
+    parts, star = [], False
+    for p in sig.parameters.values():
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and not star:
+            parts.append("*")
+            star = True
+        text = p.name + (f": {p.annotation}" if p.annotation is not inspect.Parameter.empty else "")
+        if p.default is not inspect.Parameter.empty:
+            text += f" = {p.default!r}" if p.annotation is not inspect.Parameter.empty else f"={p.default!r}"
+        parts.append(text)
+    result = f" -> {sig.return_annotation}" if sig.return_annotation is not inspect.Signature.empty else ""
+    one = f"{name}({', '.join(parts)}){result}"
+    return one if len(one) <= 100 else f"{name}(\n" + "".join(f"    {x},\n" for x in parts) + f"){result}"
+
+
+def api_page() -> str:
+    """`infra.api`: each function's signature and docstring, each result type's fields, from the module itself."""
+    import dataclasses
+    import inspect
+
+    from infra import api
+
+    missing = sorted(set(api.__all__) - set(API_ORDER))
+    if missing:
+        raise SystemExit(f"docs/gen/reference.py: API_ORDER lacks {', '.join(missing)}")
+    lines = [HEADER + "# Python API", "",
+             "What the command line does, callable from Python: `from infra import api`. Each function takes paths "
+             "or typed objects and returns typed results (printing is the command line's business); a problem "
+             "with the input raises an `infra.errors.InfraError` subclass listing every problem, with file, line "
+             "and field (`IntentError`, `CatalogError`, `ValidationError`, `EndpointError`; `InfeasibleError` "
+             "carries the conflict and the relaxations). A plan is an `infra.planner.types.DeploymentPlan` "
+             "(its fields: [Plan fields](plan.md)); `plan.document()` is what plan.yaml holds.", ""]
+    for name in API_ORDER:
+        obj = getattr(api, name)
+        lines += [f"## `{name}`", ""]
+        if inspect.isclass(obj) and dataclasses.is_dataclass(obj):
+            lines += [inspect.cleandoc(obj.__doc__ or ""), "", "| field | type |", "|---|---|"]
+            lines += [f"| {_code(f.name)} | {_cell(str(f.type))} |" for f in dataclasses.fields(obj)]
+        elif inspect.isclass(obj):
+            lines += [f"`{obj.__module__}.{obj.__qualname__}`: " + inspect.cleandoc(obj.__doc__ or "").split("\n\n")[0]]
+        else:
+            lines += ["```python", _signature(name, inspect.signature(obj)), "```", "",
+                      inspect.cleandoc(obj.__doc__ or "")]
+        lines.append("")
+    return "\n".join(lines)
+
+
 def pages() -> dict[str, str]:
     from infra import api
 
@@ -423,6 +483,7 @@ def pages() -> dict[str, str]:
             "`schema/calibration.schema.json`). See [Calibration](../concepts/calibration.md).",
             api.schema("calibration"), None),
         "validator-rules.md": rules_page(),
+        "python-api.md": api_page(),
     }
     out.update(catalog_pages())
     return out
