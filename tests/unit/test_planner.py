@@ -22,6 +22,7 @@ from infra.planner.assemble import _beyond_the_pools
 from infra.planner.candidates import Candidate, attainment_objectives, length_stats
 from infra.planner.solve import Limits, _solve_apart, _solve_joint, minimal_conflict, solve
 from infra.planner.types import load_plan
+from infra.report.plan import plan_yaml
 
 from ..conftest import ROOT
 
@@ -236,7 +237,9 @@ def test_plan_example_meets_everything(tmp_path):
             else:
                 assert v.get("held_out") is None or 0.05 <= v["held_out"] <= 0.95
     assert spec["cost"]["per_hour"] <= 90  # the intent's budget
-    assert (tmp_path / "plan.yaml").read_text().startswith("apiVersion: infra.dev/v1alpha1")
+    # The result carries the plan typed; the file holds its document, which loads back to the same plan.
+    assert (tmp_path / "plan.yaml").read_text() == plan_yaml(result.plan)
+    assert load_plan(tmp_path / "plan.yaml").document() == result.plan.document()
     report = (tmp_path / "report.md").read_text()
     assert "Candidates considered" in report
     assert report.count("(chosen)") == len(svc["allocations"])
