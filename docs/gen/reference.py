@@ -264,14 +264,6 @@ def schema_page(title: str, intro: str, schema: dict[str, Any], root: str | None
 
 
 def plan_schema() -> dict[str, Any]:
-    from infra import api
-
-    try:  # the command line's own plan schema where it offers one
-        found = api.schema("plan")
-        if found.get("title") != api.schema("intent").get("title"):
-            return found
-    except Exception:  # noqa: BLE001 - older API: no plan kind
-        pass
     from infra.planner.types import DeploymentPlan
 
     return DeploymentPlan.model_json_schema(by_alias=True)

@@ -267,7 +267,7 @@ def verify_plan(first: DeploymentPlan, replan: Replan, *, intent: str, catalog: 
     section = Verification.model_validate({"method": "simulation", "seed": seed, "requests": requests,
                                            "plan_round": kept, "verdict": rounds[kept - 1]["verdict"],
                                            "rounds": rounds})
-    return final.model_copy(update={"spec": final.spec.model_copy(update={"verification": section})}), extra, section
+    return final.with_spec(verification=section), extra, section
 
 
 __all__ = ["MAX_ROUNDS", "SAFETY", "VERIFY_REQUESTS", "Replan", "verify_plan"]

@@ -899,6 +899,11 @@ class DeploymentPlan(PlanModel):
 
         return fill_routing(data)
 
+    def with_spec(self, **fields: Any) -> DeploymentPlan:
+        """The plan with these fields of its spec replaced (validated values: a section the plan is given later,
+        such as its verification or its provenance's changes)."""
+        return self.model_copy(update={"spec": self.spec.model_copy(update=fields)})
+
     def document(self) -> dict[str, Any]:
         """The plan as plan.yaml holds it: JSON types, the file's key names, fields without a value left out."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)

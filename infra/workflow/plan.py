@@ -73,9 +73,8 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
                 " and ".join(left) or None)}, force=force)
         raise
     if changes:
-        provenance = planned.spec.provenance.model_copy(update={"changes": [Change.model_validate(c)
-                                                                            for c in changes]})
-        planned = planned.model_copy(update={"spec": planned.spec.model_copy(update={"provenance": provenance})})
+        recorded = [Change.model_validate(c) for c in changes]
+        planned = planned.with_spec(provenance=planned.spec.provenance.model_copy(update={"changes": recorded}))
     report = plan_markdown(planned, considered)
     if verification is not None:
         report = report.rstrip("\n") + "\n\n" + verification_markdown(verification) + "\n"
@@ -93,9 +92,9 @@ def plan(path: str | Path, output: str | Path | None = None, *, top: int = 3,
             # The plan is not written: what the target refuses is told at the intent's service.
             raise IntentError([Problem(f"{p.message} (nothing was written)", _at_intent(resolved, planned, p.location),
                                        p.fix) for p in exc.problems]) from None
-        text = plan_yaml(planned)
-        validation = _validate_rendered(rendered.files, text, out, catalog_dirs)
-        write_files(out, {"plan.yaml": text, "report.md": report,
+        plan_text = plan_yaml(planned)
+        validation = _validate_rendered(rendered.files, plan_text, out, catalog_dirs)
+        write_files(out, {"plan.yaml": plan_text, "report.md": report,
                           **{f"manifests/{rel}": text for rel, text in rendered.files.items()}},
                     force=force, prune=("manifests/",))
         written = [out / "plan.yaml", out / "report.md", out / "manifests"]
