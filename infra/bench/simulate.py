@@ -377,10 +377,8 @@ def plan_groups(plan: Any, service: str, catalog: Any = None, calibration: Any =
     svc, _ = plan_allocation(plan, service, 0)
     engines = 0
     for a, alloc in enumerate(svc.allocations):
-        dp = alloc.parallel.attention_dp
-        per_replica = ((alloc.prefill_workers or 1) + (alloc.decode_workers or 1)) * dp if alloc.mode == "disagg" \
-            else dp
-        engines += alloc.replicas * per_replica
+        per_p, per_d = _attention_groups(alloc)
+        engines += alloc.replicas * (per_p + per_d)
         if engines > MAX_ENGINES:
             index = [s.name for s in plan.spec.services].index(service)
             raise IntentError(Problem(
@@ -392,14 +390,12 @@ def plan_groups(plan: Any, service: str, catalog: Any = None, calibration: Any =
     groups = []
     weights = _route_weights(svc)
     for a, alloc in enumerate(svc.allocations):
-        dp = alloc.parallel.attention_dp
         route = float(weights.get(f"a{a}", 0))
         roles = sorted(alloc.engines)
         models = {role: engine_model(plan, service, a, role, catalog, calibration, workload) for role in roles}
         label = f"{alloc.device}/{alloc.framework}/{alloc.mode}#{a}"
+        per_p, per_d = _attention_groups(alloc)
         if alloc.mode == "disagg":
-            per_p = (alloc.prefill_workers or 1) * dp
-            per_d = (alloc.decode_workers or 1) * dp
             entry = [Engine(models["prefill"], "prefill", f"{label}/r{r}/p{w}") for r in range(alloc.replicas)
                      for w in range(per_p)]
             decode = [Engine(models["decode"], "decode", f"{label}/r{r}/d{w}") for r in range(alloc.replicas)
@@ -407,9 +403,19 @@ def plan_groups(plan: Any, service: str, catalog: Any = None, calibration: Any =
             groups.append(Group(entry, decode, alloc.capacity_per_replica / per_p, label, route, per_p))
         else:
             entry = [Engine(models["agg"], "agg", f"{label}/r{r}/g{w}") for r in range(alloc.replicas)
-                     for w in range(dp)]
-            groups.append(Group(entry, [], alloc.capacity_per_replica / dp, label, route, dp))
+                     for w in range(per_p)]
+            groups.append(Group(entry, [], alloc.capacity_per_replica / per_p, label, route, per_p))
     return groups
+
+
+def _attention_groups(alloc: Any) -> tuple[int, int]:
+    """(engines of the entry role, of the decode role) in one replica of an allocation: a worker runs one engine
+    per attention group, and a disaggregated unit's decode workers have their own layout's groups."""
+    dp = alloc.parallel.attention_dp
+    if alloc.mode != "disagg":
+        return dp, 0
+    decode_dp = alloc.decode_parallel.attention_dp if alloc.decode_parallel is not None else dp
+    return (alloc.prefill_workers or 1) * dp, (alloc.decode_workers or 1) * decode_dp
 
 
 def _route_weights(svc: Any) -> dict[str, int]:

@@ -311,6 +311,11 @@ class Compiled:
         """Devices the deployment occupies with the workers a prediction sized."""
         return sum(n * pred.workers.get(name, 1) for name, n in self.per_worker)
 
+    def lightest_devices(self) -> int:
+        """Devices the deployment occupies at its lightest load without predicting it: the workers its roles state,
+        and one of each a prediction would size for the rate (a trickle needs no more)."""
+        return sum(n * (getattr(self.deployment, name).workers or 1) for name, n in self.per_worker)
+
     def estimate(self, load: Workload, pred: Prediction) -> Estimate:
         """The estimate of a prediction made for this deployment at `load` (by `predict`, or many at once by
         `predictions`)."""
@@ -393,7 +398,7 @@ def max_rate(dep: Deployment, wl: Workload, slos: dict[tuple[str, str], float], 
              meeting: float | None = None, correction: Correction | None = None,
              compiled: Compiled | None = None) -> tuple[float, Estimate]:
     """Largest open-loop request rate whose prediction meets every objective (goodput capacity) and the estimate
-    there, to 0.2%; (0, the estimate at `TRICKLE_RPS`) when even a trickle misses them, which says by how much.
+    there, to 0.1%; (0, the estimate at `TRICKLE_RPS`) when even a trickle misses them, which says by how much.
     `meeting`: a rate known to meet them (the capacity of a burstier load), where the search starts. `compiled`:
     the deployment's workers when the caller has them already (else compiled from the other arguments)."""
     if compiled is None:
@@ -409,11 +414,14 @@ Search = Generator[Probe, Prediction, Any]
 it raised) and returns its answer: many of them run together in `run_searches`, one alone in `run_search`."""
 
 
+CAPACITY_REL = 1e-3
+"""How finely `max_rate_search` closes in on a capacity: a planner sizes replicas from it, and a tenth of a percent
+keeps an example's replica count where a coarser one would drop a capacity below a service's rate by a hair."""
+
+
 def max_rate_search(compiled: Compiled, wl: Workload, slos: dict[tuple[str, str], float],
-                    meeting: float | None = None,
-                    trickle: Prediction | None = None) -> Generator[Probe, Prediction, tuple[float, Estimate]]:
-    """`max_rate` of a compiled deployment, as a `Search`; `trickle`: its prediction at `TRICKLE_RPS` when the
-    caller has it already."""
+                    meeting: float | None = None) -> Generator[Probe, Prediction, tuple[float, Estimate]]:
+    """`max_rate` of a compiled deployment, as a `Search`."""
     probes: dict[float, tuple[Workload, Prediction]] = {}
 
     def over(rate: float) -> Generator[Probe, Prediction, float]:
@@ -426,19 +434,14 @@ def max_rate_search(compiled: Compiled, wl: Workload, slos: dict[tuple[str, str]
         return compiled.estimate(*probes[rate])
 
     lo = meeting or TRICKLE_RPS
-    if trickle is not None and not meeting:
-        probes[lo] = wl.at_rate(lo), trickle
-        o_lo = overrun(trickle, slos)
-    else:
-        o_lo = yield from over(lo)
+    o_lo = yield from over(lo)
     if o_lo > 0:
         if meeting:
             return (yield from max_rate_search(compiled, wl, slos))
         return 0.0, at(lo)
     # The trickle's load, carried on in proportion, says where the deployment saturates: the capacity lies below
     # that (latency only grows on the way), and past it doubling finds it otherwise; from a rate known to meet
-    # the objectives, steps of a quarter. Then close in to 0.2% (a planner sizes replicas, it does not need more)
-    # by regula falsi on the worst objective's overrun, which bisects where the load never settles.
+    # the objectives, steps of a quarter. Then close in to `CAPACITY_REL` on the worst objective's overrun.
     load = probes[lo][1].load
     grow = 1.25 if meeting else 2.0
     hi = lo * grow if meeting else max(lo / load if load > 0 else 0.0, lo * 8)
@@ -449,7 +452,7 @@ def max_rate_search(compiled: Compiled, wl: Workload, slos: dict[tuple[str, str]
         lo, o_lo, hi = hi, o_hi, hi * grow
     if o_hi <= 0:
         return hi, at(hi)
-    steps = regula_falsi_steps(lo, o_lo, hi, o_hi, 2e-3)
+    steps = regula_falsi_steps(lo, o_lo, hi, o_hi, CAPACITY_REL, closing=True)
     try:
         x = next(steps)
         while True:

@@ -27,7 +27,6 @@ from infra.perf.arch import kv_precision_for
 from infra.perf.calibration import band_for, lookup
 from infra.perf.correction import Correction, UserCalibration
 from infra.perf.estimate import (
-    TRICKLE_RPS,
     Compiled,
     Estimate,
     Pending,
@@ -468,11 +467,12 @@ def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], 
               even: bool = False) -> Generator[Probe, Prediction, tuple[float | None, Estimate]]:
     """A `Search` for (the most load one replica serves within the objectives, the estimate there); (0, the
     estimate at the lightest load) when even that misses them. With `worth`, the load this shape must carry to be
-    worth more than one already scored: (None, the estimate at the lightest load) when the objectives already fail
-    there (at the smoothest stream the pool's replicas could share), so that its capacity lies below it and the
-    full search is not needed; the predictions grow with the load (`benchmarks/monotone.py`), which the full search
-    relies on as well. `even`: the service's requests are split evenly at random over its pods (a plain Service,
-    `infra.planner.routing`), not by a load-aware picker."""
+    worth more than one already scored: (None, the estimate at that load) when the objectives already fail there
+    (at the smoothest stream the pool's replicas could share), so that its capacity lies below it and the full
+    search is not needed (nor the lightest load's, which would say whether it misses them even there); the
+    predictions grow with the load (`benchmarks/monotone.py`), which the full search relies on as well. `even`:
+    the service's requests are split evenly at random over its pods (a plain Service, `infra.planner.routing`),
+    not by a load-aware picker."""
     catalog = resolved.catalog
     assert catalog is not None
     mem = memory_gb if memory_gb is not None else pool_device_memory_gb(pool, device)
@@ -513,30 +513,29 @@ def _find_capacity(compiled: Compiled, wl: Workload, slo: dict[tuple[str, str], 
     """`_capacity` of a shape no search has scored yet."""
     if worth <= 0:
         return (yield from _search(compiled, wl, slo, room, even))
-    trickle = wl.at_rate(TRICKLE_RPS) if wl.rate is not None else replace(wl, concurrency=1)
-    light = yield compiled, trickle
-    if overrun(light, slo) > 0 if wl.rate is not None else not meets(light, slo):
-        return 0.0, compiled.estimate(trickle, light)
+    # The load it must carry is asked first: most shapes a smaller one outdoes fail there and need no more. One
+    # that would miss its objectives even at the lightest load fails there too, and is as dominated.
     if wl.rate is not None:
-        smoothest = room // max(compiled.devices(light), 1) if wl.arrival_cv > 0 else 1
+        smoothest = room // max(compiled.lightest_devices(), 1) if wl.arrival_cv > 0 else 1
         # An even random split smooths nothing; its stream is at its smoothest over many pods (cv -> 1).
-        probe = yield compiled, (replace(wl, rate=worth, arrival_cv=min(wl.arrival_cv, 1.0), peers=1) if even
-                                 else replace(wl, rate=worth, peers=max(smoothest, wl.peers)))
+        worth_load = (replace(wl, rate=worth, arrival_cv=min(wl.arrival_cv, 1.0), peers=1) if even
+                      else replace(wl, rate=worth, peers=max(smoothest, wl.peers)))
+        probe = yield compiled, worth_load
         if overrun(probe, slo) > 0:
-            return None, compiled.estimate(trickle, light)
-        return (yield from _search(compiled, wl, slo, room, even, light))
-    probe = yield compiled, replace(wl, concurrency=math.ceil(worth))
-    if not meets(probe, slo):
-        return None, compiled.estimate(trickle, light)
-    return (yield from _search(compiled, wl, slo, room, even, light))
+            return None, compiled.estimate(worth_load, probe)
+    else:
+        worth_load = replace(wl, concurrency=math.ceil(worth))
+        probe = yield compiled, worth_load
+        if not meets(probe, slo):
+            return None, compiled.estimate(worth_load, probe)
+    return (yield from _search(compiled, wl, slo, room, even))
 
 
-def _search(compiled: Compiled, wl: Workload, slo: dict[tuple[str, str], float], room: int, even: bool = False,
-            light: Prediction | None = None) -> Generator[Probe, Prediction, tuple[float, Estimate]]:
-    """The full capacity search of `_capacity`, on a pool of `room` devices; `light`: the prediction at the
-    lightest load when it was probed already."""
+def _search(compiled: Compiled, wl: Workload, slo: dict[tuple[str, str], float], room: int,
+            even: bool = False) -> Generator[Probe, Prediction, tuple[float, Estimate]]:
+    """The full capacity search of `_capacity`, on a pool of `room` devices."""
     if wl.rate is not None:
-        cap, est = yield from max_rate_search(compiled, wl, slo, trickle=light)
+        cap, est = yield from max_rate_search(compiled, wl, slo)
         if even:
             # Split evenly at random over n pods, each meets a thinned stream (cv^2 = c^2 / n + 1 - 1 / n,
             # `routing.replica_loads`), smoothed by no picker: sized at the pods that capacity needs.
@@ -568,7 +567,7 @@ def _search(compiled: Compiled, wl: Workload, slo: dict[tuple[str, str], float],
         return compiled.estimate(load, pred) if meets(pred, slo) else None
 
     one = replace(wl, concurrency=1)
-    first = compiled.estimate(one, light if light is not None else (yield compiled, one))
+    first = compiled.estimate(one, (yield compiled, one))
     if not meets(first.prediction, slo):
         return 0.0, first
     lo, hi, best = 1, 2, first

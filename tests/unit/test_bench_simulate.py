@@ -11,7 +11,7 @@ from infra import api
 from infra.bench.engine import Engine, EngineModel, engine_for
 from infra.bench.metrics import summarize
 from infra.bench.run import save, simulate_service
-from infra.bench.simulate import Group, simulate
+from infra.bench.simulate import Group, plan_groups, simulate
 from infra.bench.verify import verify_plan
 from infra.bench.workload import Load, RequestSpec
 from infra.catalog.loader import load_catalog
@@ -183,3 +183,16 @@ def test_a_closed_loops_start_up_wave_is_warm_up_not_judged(chat_plan):
     # An open loop has no such wave: every request is judged.
     open_loop = simulate_service(plan, service="chat", requests=200, rate=5.0, intent=CHAT)
     assert next(o for o in open_loop.verdict.objectives if o.key.startswith("ttft")).n == 200
+
+
+def test_decode_workers_run_one_engine_per_attention_group_of_their_own_layout():
+    """A unit whose prefill worker runs tp8 and whose decode worker runs attention DP 8 simulates one prefill
+    engine and eight decode engines per unit, as the manifests deploy it (counting the decode groups by the
+    prefill's layout put every decode on one engine, and a plan the model sizes right failed its verification)."""
+    plan = DeploymentPlan.model_validate(copy.deepcopy(api.plan(EXAMPLES / "deepseek-moe.yaml", top=0).plan.document()))
+    svc = plan.spec.services[0]
+    alloc = svc.allocations[0]
+    assert alloc.mode == "disagg" and alloc.parallel.attention_dp == 1 and alloc.decode_parallel.attention_dp == 8
+    group = plan_groups(plan, svc.name)[0]
+    assert len(group.entry) == alloc.replicas * alloc.prefill_workers
+    assert len(group.decode) == alloc.replicas * alloc.decode_workers * 8

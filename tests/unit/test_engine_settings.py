@@ -28,9 +28,11 @@ def _rebuilt(plan, svc, alloc, intent: Path):
     wl = service_workload(rs.service, intent.parent)
     par = Parallel(**alloc.parallel.model_dump())
     role = Role(par, MAX_NUM_SEQS)
+    # A disaggregated unit's decode workers may be laid out apart from its prefill worker.
+    decode = Role(Parallel(**alloc.decode_parallel.model_dump()), MAX_NUM_SEQS) if alloc.decode_parallel else role
     engine = next(iter(alloc.engines.values()))
     dep = Deployment(svc.model, alloc.device, alloc.framework, alloc.precision, alloc.mode, agg=role,
-                     prefill=role, decode=role, memory_utilization=engine.memory_utilization,
+                     prefill=role, decode=decode, memory_utilization=engine.memory_utilization,
                      kv_precision="fp8" if engine.kv_cache_dtype == "fp8" else "bf16")
     pool = next(p for p in plan.spec.cluster.pools if p.name == alloc.pool)
     return estimate(dep, wl, resolved.catalog, device_memory_gb=pool.device_memory_gb)

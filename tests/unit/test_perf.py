@@ -13,7 +13,8 @@ from infra.catalog.loader import load_catalog
 from infra.errors import InfraError
 from infra.perf.arch import compile_worker
 from infra.perf.calibration import Factors, borrow, device_point, lookup
-from infra.perf.estimate import ShapeError, estimate, max_rate, meets
+from infra.perf.estimate import CAPACITY_REL, ShapeError, estimate, max_rate, meets
+from infra.perf.serving import regula_falsi_steps
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 
 from ..conftest import VLLM_H100
@@ -388,8 +389,42 @@ def test_max_rate_meets_objectives_and_just_above_does_not():
     wl = Workload(isl=2000, osl=300, rate=1)
     rate, est = max_rate(_agg(), wl, slo, CAT)
     assert rate > 0 and est is not None and meets(est.prediction, slo)
-    above = estimate(_agg(), dataclasses.replace(wl, rate=rate * 1.02), CAT).prediction
+    above = estimate(_agg(), dataclasses.replace(wl, rate=rate * (1 + 2 * CAPACITY_REL)), CAT).prediction
     assert not meets(above, slo)
+
+
+def _overrun_curve(saturates: float, knee: float, target: float):
+    """An overrun shaped like a queue's tail: the log of a latency that grows as 1 / (1 - x / saturates) over
+    its target, infinite past saturation."""
+    def g(x: float) -> float:
+        return math.log(knee / (1 - x / saturates) / target) if x < saturates else math.inf
+    return g
+
+
+def _closing(steps, g) -> tuple[tuple[float, float], int]:
+    calls = 0
+    try:
+        x = next(steps)
+        while True:
+            calls += 1
+            x = steps.send(g(x))
+    except StopIteration as done:
+        return done.value, calls
+
+
+def test_closing_steps_bracket_the_capacity_within_the_tolerance_in_fewer_probes_than_illinois():
+    total = {"capacity": 0, "illinois": 0}
+    for saturates in (0.5, 3.0, 40.0):
+        for knee in (0.01, 0.2, 0.6, 0.95):
+            g = _overrun_curve(saturates, knee, 1.0)
+            root = saturates * (1 - knee)
+            for hi in (saturates * 0.999, saturates * 1.5, saturates * 8):
+                lo = 1e-3
+                (a, b), n = _closing(regula_falsi_steps(lo, g(lo), hi, g(hi), CAPACITY_REL, closing=True), g)
+                assert a <= root <= b and b - a <= CAPACITY_REL * b and g(a) <= 0
+                total["capacity"] += n
+                total["illinois"] += _closing(regula_falsi_steps(lo, g(lo), hi, g(hi), CAPACITY_REL), g)[1]
+    assert total["capacity"] < 0.85 * total["illinois"], total
 
 
 def test_disaggregated_estimate_sizes_workers_and_says_so():
