@@ -1,5 +1,5 @@
 """`python -m infra` is the `infra` command."""
 
-from infra.cli import main
+from infra.cli import run
 
-main()
+run()

@@ -5,6 +5,7 @@ Exit codes: 0 ok, 1 bad input (a file, a flag, a name), 2 infeasible intent, 3 v
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from pathlib import Path
@@ -824,3 +825,13 @@ def main(argv: list[str] | None = None) -> Any:
         _fail("interrupted", 130)
     except BrokenPipeError:
         sys.exit(0)
+
+
+def run() -> Any:
+    """The `infra` command (console script and `python -m infra`): `main`, and then the process ends. The
+    interpreter's last collection would walk every object the command made to free nothing the exit does not (a
+    second after planning 50 services, ten after 500): the collector is told to leave them (`gc.freeze`)."""
+    try:
+        return main()
+    finally:
+        gc.freeze()
