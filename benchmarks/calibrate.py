@@ -25,8 +25,12 @@ measured / predicted per mode) is committed too, as the error band every estimat
 with factors borrowed the way an estimate for a device no measurement fitted borrows them: the bias and spread of
 carrying factors to another device, which a held-out model's band never sees. With `--write` they are committed as
 `borrowed_bands`, the band of every estimate whose factors were borrowed (`infra.perf.calibration.borrowed_band`,
-widened for a vendor no measurement covers), which `slo.confidence` plans against. Requires scipy (in the `dev`
-extra).
+widened for a vendor no measurement covers), which `slo.confidence` plans against.
+`--lolo` refits without the rows of the longest prompts (`LONG_PROMPT` tokens and more) and predicts them: how much
+error carrying the factors to prompts about twice as long as any fitted adds over the fit that saw them (the same
+rows in-sample), as a lognormal spread per doubling of the prompt (bias and the widening of the spread, in
+quadrature). With `--write` it is committed as `extrapolation`, by which an estimate past the measured lengths widens
+its band (`infra.perf.calibration.extrapolation_sigma`). Requires scipy (in the `dev` extra).
 """
 
 from __future__ import annotations
@@ -267,9 +271,46 @@ def _fold_architecture(arch: str) -> list[tuple[int, float, float]]:
     return [(i, ttft, tpot) for i, (_, ttft, tpot) in zip(held, score([_ITEMS[i] for i in held], p, g, s))]
 
 
+LONG_PROMPT = 6000
+"""Mean prompt length from which rows are held out by `--lolo` (the 8k rows; the longest fitted are then 4k)."""
+
+
+def _fold_long(_: str) -> list[tuple[int, float, float]]:
+    """Fit without the rows of prompts of `LONG_PROMPT` tokens or more and predict them: (index, TTFT, TPOT)."""
+    p, g, s = fit_all([it for it in _ITEMS if it[0].workload.isl < LONG_PROMPT])
+    held = [i for i, (case, _) in enumerate(_ITEMS) if case.workload.isl >= LONG_PROMPT]
+    return [(i, ttft, tpot) for i, (_, ttft, tpot) in zip(held, score([_ITEMS[i] for i in held], p, g, s))]
+
+
 def _run_fold(fold: tuple[str, str]) -> list[tuple[int, float, float]]:
     kind, name = fold
-    return _fold(name) if kind == "model" else _fold_architecture(name)
+    return {"model": _fold, "architecture": _fold_architecture, "length": _fold_long}[kind](name)
+
+
+def _log_spread(ratios: dict[str, float]) -> float:
+    """The lognormal sigma of a band's p5..p95 ratios."""
+    return (math.log(ratios["p95"]) - math.log(ratios["p5"])) / (2 * 1.6448536269514722)  # z of p95
+
+
+def extrapolation(held: list[tuple[Case, float, float]], fitted: list[tuple[Case, float, float]],
+                  longest: float) -> dict:
+    """What predicting the longest prompts from a fit without them (`held`) adds over the fit that saw them
+    (`fitted`, the same rows in-sample), per mode and metric: the widening of the log spread and the shift of the
+    median, in quadrature, per doubling of the prompt (the held-out rows' mean over `longest`, the longest mean
+    prompt the fit without them saw)."""
+    mean = float(np.mean([c.workload.isl for c, _, _ in held]))
+    doublings = math.log2(mean / longest)
+    out, out_bands, in_bands = {}, error_bands(held), error_bands(fitted)
+    for mode, band in out_bands.items():
+        sigma = {}
+        for metric in ("ttft", "tpot"):
+            mine, base = band[metric], in_bands[mode][metric]
+            widening = max(0.0, _log_spread(mine) ** 2 - _log_spread(base) ** 2)
+            shift = math.log(mine["p50"] / base["p50"])
+            sigma[metric] = round(math.sqrt(widening + shift ** 2) / doublings, 4)
+        out[mode] = {"n": band["n"], "sigma_per_doubling": sigma}
+    return {"longest_fitted": round(longest, 1), "held_out_mean": round(mean, 1), "doublings": round(doublings, 3),
+            "modes": out}
 
 
 def measured_ranges(items: Prepared) -> dict[str, list[float]]:
@@ -299,6 +340,9 @@ def main() -> int:
     ap.add_argument("--loao", action="store_true",
                     help="also report leave-one-architecture-out figures: each device architecture's rows predicted "
                          "with factors borrowed from the others (with --write, the band of unmeasured devices)")
+    ap.add_argument("--lolo", action="store_true",
+                    help="also fit without the longest prompts and predict them (with --write, how far an estimate "
+                         "past the measured lengths widens its band)")
     ap.add_argument("--group-by", choices=("pair", "framework", "none"), default=GROUP_BY,
                     help="share factors per framework/device pair, per framework, or not at all")
     ap.add_argument("--prior", type=float, default=PRIOR_STRENGTH, help="pull of the pooled factors on groups")
@@ -342,13 +386,23 @@ def main() -> int:
     _ITEMS = items
     models = sorted({c.model for c, _ in items}) if args.lomo else []
     archs = sorted({_architecture(c.group) for c, _ in items}) if args.loao else []
-    plan = [("model", m) for m in models] + [("architecture", a) for a in archs]
+    plan = [("model", m) for m in models] + [("architecture", a) for a in archs] + (
+        [("length", "")] if args.lolo else [])
     done: list[list[tuple[int, float, float]]] = []
     if plan:
         # Folds are independent fits: run them in worker processes (forked, so they share the compiled cases).
         with multiprocessing.get_context("fork").Pool(max(1, min(args.jobs, len(plan)))) as pool:
             done = pool.map(_run_fold, plan)
     folds = done[:len(models)]
+    if args.lolo:
+        long_rows = [(items[i][0], ttft, tpot) for i, ttft, tpot in done[-1]]
+        stretch = extrapolation(long_rows, [r for r in fitted if r[0].workload.isl >= LONG_PROMPT],
+                                max(c.workload.isl for c, _ in items if c.workload.isl < LONG_PROMPT))
+        print("longest prompts held out", fmt(summarize(long_rows, [])), f"({stretch['doublings']:.2f} doublings past "
+              f"the longest fitted, {stretch['longest_fitted']:g} tokens)")
+        for mode, block in stretch["modes"].items():
+            print(f"  extrapolation {mode:7s} sigma per doubling: TTFT {block['sigma_per_doubling']['ttft']:.3f}, "
+                  f"TPOT {block['sigma_per_doubling']['tpot']:.3f}")
     if args.loao:
         borrowed: list[tuple[Case, float, float]] = []
         for arch, rows in zip(archs, done[len(models):]):
@@ -403,6 +457,10 @@ def main() -> int:
             # Only a leave-one-model-out fit says how far predictions for unseen models land; without one the
             # estimates carry no band rather than a stale one.
             data["error_bands"] = bands
+        if args.lolo:
+            # How much wider predictions land past the longest measured prompt (`infra.perf.calibration.
+            # extrapolation_sigma`).
+            data["extrapolation"] = stretch
         if args.loao:
             # How far predictions land on a device whose architecture no measurement fitted, its factors borrowed
             # (`infra.perf.calibration.borrowed_band`): wider than a held-out model's band, and off-centre.

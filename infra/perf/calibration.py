@@ -334,29 +334,62 @@ def borrowed_band(mode: str, vendor_measured: bool = True) -> ErrorBand | None:
 
 def unmeasured_regime(isl: float, osl: float) -> list[str]:
     """What a workload asks beyond the measurements the factors were fitted to (`measured_ranges`): prompts or
-    answers longer than any fitted row ran, where the attention and KV-cache terms grow past what the fit saw, so
-    the error band (measured on shorter ones) does not vouch for them. Empty within the ranges."""
+    answers longer than any fitted row ran, where the attention and KV-cache terms grow past what the fit saw.
+    The error band widens for it (`doublings_past`); empty within the ranges."""
     ranges = _table().get("measured_ranges") or {}
+    widened = bool(_table().get("extrapolation"))
     out = []
     for name, value, what in (("isl", isl, "prompts"), ("osl", osl, "answers")):
         top = (ranges.get(name) or [None, None])[1]
         if top is not None and value > top:
             out.append(f"{what} of {value:,.0f} tokens on average are longer than any the calibration measured "
-                       f"({top:,.0f}): their attention and KV-cache time is the roofline's, beyond the error band's "
-                       "evidence")
+                       f"({top:,.0f}): their attention and KV-cache time is the roofline's, " + (
+                           "and the error band is widened by what carrying the factors to longer prompts added"
+                           if widened else "beyond the error band's evidence"))
     return out
 
 
+def doublings_past(isl: float, osl: float) -> float:
+    """How many doublings past the longest measured prompt (or answer) a workload's mean asks: 0 within the
+    measured ranges."""
+    ranges = _table().get("measured_ranges") or {}
+    out = 0.0
+    for name, value in (("isl", isl), ("osl", osl)):
+        top = (ranges.get(name) or [None, None])[1]
+        if top and value > top:
+            out = max(out, math.log2(value / top))
+    return out
+
+
+def extrapolation_sigma(mode: str) -> dict[str, float] | None:
+    """Per doubling of the prompt past the longest fitted one, the lognormal spread that carrying the factors
+    there added to their error (`benchmarks/calibrate.py --lolo`: fitted without the 8k-token prompts and scored on
+    them, against the fit that saw them): None when the calibration was written without it. Answers past the
+    longest measured take the same figure, the nearest evidence there is for a longer context."""
+    block = ((_table().get("extrapolation") or {}).get("modes") or {}).get(mode)
+    return block["sigma_per_doubling"] if block else None
+
+
 def band_for(mode: str, model: str, calibrated: bool, measured_level: str = "",
-             vendor_measured: bool = True) -> ErrorBand | None:
+             vendor_measured: bool = True, doublings: float = 0.0) -> ErrorBand | None:
     """The error band of an estimate: the narrower band of a user's calibration where it matched this model on
     this framework and device, or the exact deployment (`measured_level`), else the model's own in-sample band
     when the packaged factors were fitted on this pair (`calibrated`), else, for factors borrowed from another
-    device, the band of borrowed factors (wider again for a vendor never measured), else the held-out one."""
+    device, the band of borrowed factors (wider again for a vendor never measured), else the held-out one. A
+    packaged band widens for a workload `doublings` past the longest measured prompt or answer
+    (`doublings_past`, `extrapolation_sigma`)."""
     band = calibrated_band(mode, measured_level) if measured_level else None
-    if band is None and not calibrated:
-        band = borrowed_band(mode, vendor_measured)
-    return band or error_band(mode, model if calibrated else None)
+    if band is not None:
+        return band
+    band = borrowed_band(mode, vendor_measured) if not calibrated else None
+    band = band or error_band(mode, model if calibrated else None)
+    sigma = extrapolation_sigma(mode) if doublings > 0 else None
+    if band is None or sigma is None:
+        return band
+    return ErrorBand(band.mode, band.rows, _widened(band.ttft, sigma["ttft"] * doublings),
+                     _widened(band.tpot, sigma["tpot"] * doublings), band.held_ttft, band.held_tpot,
+                     f"{band.basis}; widened for a workload {2 ** doublings:.2g}x the longest measured, by what "
+                     "carrying the factors to longer prompts added")
 
 
 def _device_distance(a: dict[str, Any], b: DeviceSpec) -> float:

@@ -17,7 +17,15 @@ from infra.catalog.loader import Catalog
 from infra.catalog.schema import DeviceSpec, FrameworkSpec, ModelSpec
 from infra.errors import InfraError, Location, Problem
 from infra.perf.arch import GB, NIC_GBS, MemoryFit, Worker, compile_worker, kv_precision_for, model_terms
-from infra.perf.calibration import Calibration, Factors, band_for, lookup, measured_models, unmeasured_regime
+from infra.perf.calibration import (
+    Calibration,
+    Factors,
+    band_for,
+    doublings_past,
+    lookup,
+    measured_models,
+    unmeasured_regime,
+)
 from infra.perf.correction import Correction, scaled, with_ttft
 from infra.perf.serving import (
     PERCENTILES,
@@ -137,7 +145,8 @@ class Estimate:
         model's own measurements (when fitted, on a calibrated framework and device) or held-out models'
         measurements; a device the factors were not fitted on adds error this does not hold."""
         band = band_for(self.deployment.mode, self.deployment.model, self.calibration.calibrated,
-                        self.calibration.measured_level, self.calibration.vendor_measured)
+                        self.calibration.measured_level, self.calibration.vendor_measured,
+                        doublings_past(self.workload.isl, self.workload.osl))
         p = self.prediction
         if band is None or not p.stable:
             return None

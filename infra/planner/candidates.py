@@ -24,7 +24,7 @@ from infra.intent.profile import Pool
 from infra.intent.resolve import ResolvedIntent, ResolvedService, pool_device_memory_gb
 from infra.limits import read_jsonl
 from infra.perf.arch import kv_precision_for
-from infra.perf.calibration import band_for, lookup
+from infra.perf.calibration import band_for, doublings_past, lookup
 from infra.perf.correction import Correction, UserCalibration
 from infra.perf.estimate import (
     Compiled,
@@ -852,7 +852,7 @@ def longest_request(svc: Service) -> int | None:
 
 
 def confident(slo: dict[tuple[str, str], float], dep: Deployment, confidence: float | None,
-              calibrated: bool, measured_level: str = "", vendor_measured: bool = True
+              calibrated: bool, measured_level: str = "", vendor_measured: bool = True, doublings: float = 0.0
               ) -> dict[tuple[str, str], float]:
     """The objectives a prediction must meet for the measurement to meet `slo` with `confidence`: each target over
     the deployment's error band ratio (measured / predicted) at that quantile, TPOT's for ITL and the larger of
@@ -860,9 +860,10 @@ def confident(slo: dict[tuple[str, str], float], dep: Deployment, confidence: fl
     in-sample band counts only where its factors were fitted on this framework and device; a user's calibration
     that matched the model or the deployment (`measured_level`) brings its own, narrower band; factors borrowed
     for a device no measurement fitted bring the wider band of borrowed factors (wider again for a vendor none
-    covers, `vendor_measured`), so a plan at a confidence keeps the margin such a device needs."""
+    covers, `vendor_measured`), so a plan at a confidence keeps the margin such a device needs; and a workload
+    `doublings` past the longest measured prompt or answer widens the packaged band (`band_for`)."""
     band = None if confidence is None else band_for(dep.mode, dep.model, calibrated, measured_level,
-                                                    vendor_measured)
+                                                    vendor_measured, doublings)
     if band is None or confidence is None:
         return slo
     ratio = {m: max(1.0, band.ratio(m, confidence)) for m in ("ttft", "tpot")}
@@ -901,7 +902,7 @@ def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[st
         measured = correction_for(resolved, dep, wl)
         cal = lookup(dep.framework, device, resolved.catalog.framework(dep.framework).calibration_from)
         slo = confident(slo, dep, confidence, cal.calibrated, measured.level if measured else "",
-                        cal.vendor_measured)
+                        cal.vendor_measured, doublings_past(wl.isl, wl.osl))
     try:
         cap, est = yield from _capacity(dep, wl, slo, resolved, pool, device, memory_gb=memory_gb,
                                         decode_pool=decode_pool, worth=worth, even=even)

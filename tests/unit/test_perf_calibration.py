@@ -621,3 +621,36 @@ def test_committed_routed_expert_costs_are_one_fit_over_every_framework():
     for name in SHARED_FACTORS:
         values = {group["factors"][name] for group in data["groups"].values()}
         assert values == {data["pooled"][name]}, name
+
+
+def test_a_workload_past_the_longest_measured_prompt_widens_the_band_by_doublings():
+    from infra.perf.calibration import _table, band_for, doublings_past, extrapolation_sigma
+
+    top_isl, top_osl = _table()["measured_ranges"]["isl"][1], _table()["measured_ranges"]["osl"][1]
+    assert doublings_past(top_isl, top_osl) == 0.0
+    assert doublings_past(4 * top_isl, 100) == pytest.approx(2.0)
+    assert doublings_past(100, 2 * top_osl) == pytest.approx(1.0)
+    sigma = extrapolation_sigma("agg")
+    assert sigma is not None and sigma["ttft"] > 0
+    within = band_for("agg", "Qwen3-32B", False)
+    past = band_for("agg", "Qwen3-32B", False, doublings=2.0)
+    further = band_for("agg", "Qwen3-32B", False, doublings=3.0)
+    assert "widened for a workload 4x the longest measured" in past.basis
+    for metric in ("ttft", "tpot"):
+        inner, outer, outest = getattr(within, metric), getattr(past, metric), getattr(further, metric)
+        assert outest["p95"] >= outer["p95"] >= inner["p95"] and outest["p5"] <= outer["p5"] <= inner["p5"]
+    assert past.ttft["p95"] > within.ttft["p95"] and past.ttft["p5"] < within.ttft["p5"]
+    assert band_for("agg", "Qwen3-32B", False, doublings=0.0).ttft == within.ttft
+
+
+def test_an_estimate_past_the_measured_lengths_says_so_and_carries_the_wider_band():
+    from infra.perf.estimate import estimate
+
+    dep = Deployment("Qwen3-32B", "H200", "vllm", "fp8", "agg", agg=Role(Parallel(tp=2)))
+    short = estimate(dep, Workload(isl=4000, osl=300, rate=0.1), CAT).to_json()
+    long = estimate(dep, Workload(isl=32000, osl=300, rate=0.1), CAT).to_json()
+    width = {name: e["error_band"]["ttft_mean_ms"][1] / e["error_band"]["ttft_mean_ms"][0]
+             for name, e in (("short", short), ("long", long))}
+    assert width["long"] > width["short"]
+    assert any("error band is widened" in n for n in long["notes"])
+    assert not any("longer than any the calibration measured" in n for n in short["notes"])

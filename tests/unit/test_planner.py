@@ -482,6 +482,10 @@ def test_confidence_tightens_each_objective_by_its_band_and_never_loosens():
         assert out[("e2e", "p99")] == pytest.approx(30.0 / max(r_ttft, r_tpot))
     # At the band's lower quantiles the model over-predicts; that never loosens a target.
     assert all(v <= slo[k] for k, v in confident(slo, dep, 0.5, False).items())
+    # Past the longest measured prompt the band widens, and so does the margin a plan keeps.
+    within, past = confident(slo, dep, 0.9, True), confident(slo, dep, 0.9, True, doublings=2.0)
+    assert past[("ttft", "p99")] < within[("ttft", "p99")]
+    assert all(past[k] <= within[k] for k in slo)
 
 
 def test_too_high_a_confidence_is_explained_with_the_highest_that_fits(tmp_path):
