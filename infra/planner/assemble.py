@@ -416,8 +416,9 @@ def pool_busy(services: list[dict[str, Any]], pool: str) -> dict[str, float]:
 def node_placements(pools: dict[str, Pool], cands: list[Candidate], sol: Solution) -> dict[str, Placement]:
     """Where the solution's workers go, per pool it uses."""
     out: dict[str, Placement] = {}
+    chosen = [c for c in cands if c.key in sol.replicas]
     for name, pool in sorted(pools.items()):
-        workers = [w for c in cands if name in c.pools and c.key in sol.replicas
+        workers = [w for c in chosen if name in c.pools
                    for d, share, k in c.workers_on(name)
                    for w in workers_of(c.key, d, share, k, sol.replicas[c.key], pool.devices_per_node)]
         if not workers:

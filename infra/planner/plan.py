@@ -225,6 +225,7 @@ def _build_plan(resolved: ResolvedIntent, top: int, objective: str, progress: Ca
         error.considered = considered  # type: ignore[attr-defined]
         raise error
     placements = node_placements({p.name: p for p in resolved.loaded.cluster.pools}, cands, sol)
+    allocated = sol.devices_by_pool(cands)
     chosen = [c for c in cands if isinstance(c, Bundle) and c.key in sol.replicas]
     stage_sol, stage_cands = unbundle(sol, cands)
     placed = member_nodes(placed_nodes(placements), cands, sol)
@@ -250,7 +251,7 @@ def _build_plan(resolved: ResolvedIntent, top: int, objective: str, progress: Ca
             "pools_used": [{
                 "pool": name, "device": resolved.pools[name].name, "devices": pl.devices_used,
                 "nodes": len({n for nodes in pl.nodes.values() for n in nodes}),
-                "allocated": rounded(sol.devices_by_pool(cands)[name], 6),
+                "allocated": rounded(allocated[name], 6),
                 "idle_fraction": rounded(pl.quarters_idle / (4 * pl.devices_used), 4) if pl.devices_used else 0.0,
                 **({"partly_idle": [{"node": n, "device": d, "idle_fraction": q / 4} for n, d, q in pl.partly_idle]}
                    if pl.partly_idle else {}),

@@ -79,8 +79,10 @@ class Solution:
         """Devices the chosen replicas take on each pool (a P/D unit across two pools counts on both)."""
         out: dict[str, float] = {}
         for c in cands:
+            n = self.replicas.get(c.key, 0)
             for p in c.pools:
-                out[p] = out.get(p, 0.0) + c.devices_on(p) * self.replicas.get(c.key, 0)
+                # A pool only unchosen shapes run on is there too, at 0.
+                out[p] = out.get(p, 0.0) + c.devices_on(p) * n if n else out.get(p, 0.0)
         return out
 
     def cost_by_pool(self, cands: list[Candidate]) -> dict[str, float]:
