@@ -33,6 +33,13 @@ model and check) and the totals; `--json` prints one object instead (`points`, `
 `kv_out_of_bounds`, `worst`, `seconds`, and the breakdowns). `--quick` runs a small subset in a few seconds.
 A point below a lower bound is physically impossible; one above the plausible bound is slower than any production
 engine runs, which may be the model or the allowance: the report gives both the prediction and the bound.
+
+`--measured CSV` (rows in the silicon_calibration.csv format) holds the bounds against real engines first: each
+aggregated row measured with at most `MEASURED_CLIENTS` clients, its mean TTFT and TPOT against the same bounds
+for its layout, the TTFT ceiling allowing every other client's prompt ahead of it (a closed loop's worst case, as
+its first wave is) and the step in flight, the TPOT floor a step per decoded token (or per token and draft
+token, where the row's recipe decoded speculatively). A bound that measured engines break is the bound's fault,
+not the model's; `--json` adds `measured`.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ from infra.errors import InfraError  # noqa: E402
 from infra.perf.arch import kv_precision_for  # noqa: E402
 from infra.perf.cases import EstimateCase  # noqa: E402
 from infra.perf.estimate import Compiled, compile_deployment, runs_on  # noqa: E402
+from infra.perf.rows import load_rows, to_case  # noqa: E402
 
 PROMPTS = (128, 1024, 4096, 16384, 65536)
 OUTPUTS = (128, 1024)
@@ -105,6 +113,9 @@ KV_RESERVE_SHARE = 0.10
 KV_RESERVE_BYTES = 4e9
 """Per device: CUDA/CANN context, CUDA graphs, activation and sampling buffers (vLLM reports 2-5 GB)."""
 WORST = 10
+MEASURED_CLIENTS = 4
+"""Clients up to which a measured row is held against the single-request bounds (with the others' prompts allowed
+ahead): beyond, queueing is most of its TTFT."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -682,14 +693,77 @@ def print_report(report: Report) -> None:
         print("  " + v.line())
 
 
+def measured(path: Path, catalog: Catalog) -> dict[str, Any]:
+    """The bounds against measured engines (see the module's notes): rows checked, those below a lower bound and
+    above a plausible ceiling per metric, and the furthest outside."""
+    out: dict[str, Any] = {"rows": 0, "below_roofline": defaultdict(int), "above_plausible": defaultdict(int)}
+    outside: list[Violation] = []
+    for row in load_rows(path):
+        case = to_case(row, catalog)
+        if isinstance(case, str) or case.deployment.mode != "agg":
+            continue
+        clients = case.workload.concurrency
+        if clients is None or clients > MEASURED_CLIENTS:
+            continue
+        dep, model = case.deployment, catalog.model(case.model)
+        device, fw = catalog.device(dep.device), catalog.framework(dep.framework)
+        phys = physics(model, device, fw, dep.precision, dep.agg.parallel.devices)
+        isl, osl = case.workload.isl, case.workload.osl
+        prompt = K_PREFILL * phys.prefill_s(isl) + K_COMM * isl * phys.comm_s_per_token
+        step = STEP_FIXED_S + phys.layers * phys.per_layer_s
+        ttft_hi = phys.ttft_ceiling(isl) + (clients - 1) * prompt + K_DECODE * phys.decode_s(clients, isl, osl) + step
+        ttft, tpot = case.ttft_ms / 1e3, case.tpot_ms / 1e3
+        checks = (("below_roofline", "ttft", ttft < phys.prefill_s(isl), phys.prefill_s(isl)),
+                  ("below_roofline", "tpot", tpot < phys.decode_s(1, isl, osl) / (1 + case.draft),
+                   phys.decode_s(1, isl, osl) / (1 + case.draft)),
+                  ("above_plausible", "ttft", ttft > ttft_hi, ttft_hi),
+                  ("above_plausible", "tpot", tpot > phys.tpot_ceiling(clients, isl, osl),
+                   phys.tpot_ceiling(clients, isl, osl)))
+        out["rows"] += 1
+        for kind, metric, broken, bound in checks:
+            if broken:
+                value = ttft if metric == "ttft" else tpot
+                out[kind][metric] += 1
+                outside.append(Violation(kind, metric, model.name, family(model), device.vendor, device.name,
+                                         f"{fw.name} {dep.precision} tp{dep.agg.parallel.tp} dp"
+                                         f"{dep.agg.parallel.attention_dp}", round(isl), round(osl), clients, value,
+                                         bound, max(value / bound, bound / value), "s"))
+    out["below_roofline"], out["above_plausible"] = dict(out["below_roofline"]), dict(out["above_plausible"])
+    out["worst"] = [v.as_dict() for v in worst(outside, WORST)]
+    out["lines"] = [v.line() for v in worst(outside, WORST)]
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     ap.add_argument("--quick", action="store_true", help="a few models and devices, two prompts, one answer length")
+    ap.add_argument("--measured", type=Path, metavar="CSV",
+                    help="first hold the bounds against measured rows (silicon_calibration.csv format)")
     args = ap.parse_args()
-    report = run(quick=args.quick)
+    catalog = load_catalog()
+    checked = None
+    if args.measured is not None:
+        try:
+            checked = measured(args.measured, catalog)
+        except InfraError as exc:
+            print(f"error: {exc.problems[0]}", file=sys.stderr)
+            return 1
+        if not args.json:
+            def tally(counts: dict[str, int]) -> str:
+                return f"{sum(counts.values())}" + (f" ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})"
+                                                    if counts else "")
+            print(f"measured rows of at most {MEASURED_CLIENTS} clients against the bounds: {checked['rows']} rows; "
+                  f"below the roofline {tally(checked['below_roofline'])}, above the plausible ceiling "
+                  f"{tally(checked['above_plausible'])}")
+            for line in checked["lines"]:
+                print("  " + line)
+    report = run(quick=args.quick, catalog=catalog)
     if args.json:
-        print(json.dumps(summary(report), sort_keys=True))
+        out = summary(report)
+        if checked is not None:
+            out["measured"] = {k: v for k, v in checked.items() if k != "lines"}
+        print(json.dumps(out, sort_keys=True))
     else:
         print_report(report)
     return 0

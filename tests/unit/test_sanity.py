@@ -179,3 +179,23 @@ def test_quick_grid_stays_above_the_physical_lower_bounds():
         assert key in decoded
     for v in decoded["worst"]:
         assert v["ratio"] >= 1 and v["kind"] in ("below_roofline", "above_plausible", "kv_out_of_bounds")
+
+
+def test_measured_rows_are_held_against_the_bounds(tmp_path):
+    """A measured row is checked against its own layout's bounds: one faster than the roofline allows is flagged
+    below it, one within the bounds is not, and rows of more clients than a single request's bounds speak for are
+    left out."""
+    header = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,"
+              "gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,"
+              "silicon_ttft_ms,silicon_tpot_ms")
+    row = ("{id},silicon_concurrency={c},vllm,0.10,meta-llama/Llama-3.1-8B,h100_sxm,fp8,agg,1024,512,fp8,,{c},1,1,,,,"
+           "{t},{p}")
+    path = tmp_path / "rows.csv"
+    path.write_text("\n".join([header, row.format(id="fine", c=1, t=60.0, p=8.0),
+                               row.format(id="too-fast", c=1, t=0.01, p=0.01),
+                               row.format(id="crowded", c=64, t=0.01, p=0.01)]) + "\n")
+    out = sanity.measured(path, CAT)
+    assert out["rows"] == 2
+    assert out["below_roofline"] == {"ttft": 1, "tpot": 1}
+    assert out["above_plausible"] == {}
+    assert all(v["clients"] == 1 for v in out["worst"])
