@@ -46,6 +46,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -289,7 +290,7 @@ def _run_fold(fold: tuple[str, str]) -> list[tuple[int, float, float]]:
 
 def _log_spread(ratios: dict[str, float]) -> float:
     """The lognormal sigma of a band's p5..p95 ratios."""
-    return (math.log(ratios["p95"]) - math.log(ratios["p5"])) / (2 * 1.6448536269514722)  # z of p95
+    return (math.log(ratios["p95"]) - math.log(ratios["p5"])) / (2 * NormalDist().inv_cdf(0.95))
 
 
 def extrapolation(held: list[tuple[Case, float, float]], fitted: list[tuple[Case, float, float]],
@@ -371,6 +372,11 @@ def main() -> int:
     if not items:
         print(f"error: {args.csv}: no row can be replayed ({len(skipped)} skipped) — To fix: give measurements of "
               "catalog models in the silicon_calibration.csv format", file=sys.stderr)
+        return 1
+    if args.lolo and not (any(c.workload.isl >= LONG_PROMPT for c, _ in items)
+                          and any(c.workload.isl < LONG_PROMPT for c, _ in items)):
+        print(f"error: {args.csv}: --lolo needs rows of prompts both shorter and longer than {LONG_PROMPT} tokens — "
+              "To fix: give measurements at both lengths, or leave out --lolo", file=sys.stderr)
         return 1
     pooled, groups, arch_scales = fit_all(items)
     fitted = [r for r in score(items, pooled, groups) if math.isfinite(r[1])]

@@ -332,33 +332,33 @@ def borrowed_band(mode: str, vendor_measured: bool = True) -> ErrorBand | None:
     return ErrorBand(mode, band["n"], ttft, tpot, held.get("ttft"), held.get("tpot"), basis)
 
 
-def unmeasured_regime(isl: float, osl: float) -> list[str]:
-    """What a workload asks beyond the measurements the factors were fitted to (`measured_ranges`): prompts or
-    answers longer than any fitted row ran, where the attention and KV-cache terms grow past what the fit saw.
-    The error band widens for it (`doublings_past`); empty within the ranges."""
+def _past_measured(isl: float, osl: float) -> list[tuple[str, float, float]]:
+    """(what, mean tokens, longest measured) of a workload's prompts and answers longer than any fitted row ran
+    (`measured_ranges`)."""
     ranges = _table().get("measured_ranges") or {}
-    widened = bool(_table().get("extrapolation"))
     out = []
     for name, value, what in (("isl", isl, "prompts"), ("osl", osl, "answers")):
         top = (ranges.get(name) or [None, None])[1]
-        if top is not None and value > top:
-            out.append(f"{what} of {value:,.0f} tokens on average are longer than any the calibration measured "
-                       f"({top:,.0f}): their attention and KV-cache time is the roofline's, " + (
-                           "and the error band is widened by what carrying the factors to longer prompts added"
-                           if widened else "beyond the error band's evidence"))
+        if top and value > top:
+            out.append((what, value, top))
     return out
+
+
+def unmeasured_regime(isl: float, osl: float) -> list[str]:
+    """What a workload asks beyond the measurements the factors were fitted to: prompts or answers longer than any
+    fitted row ran, where the attention and KV-cache terms grow past what the fit saw. The error band widens for
+    it (`doublings_past`); empty within the ranges."""
+    widened = bool(_table().get("extrapolation"))
+    return [f"{what} of {value:,.0f} tokens on average are longer than any the calibration measured ({top:,.0f}): "
+            "their attention and KV-cache time is the roofline's, " + (
+                "and the error band is widened by what carrying the factors to longer prompts added" if widened
+                else "beyond the error band's evidence") for what, value, top in _past_measured(isl, osl)]
 
 
 def doublings_past(isl: float, osl: float) -> float:
     """How many doublings past the longest measured prompt (or answer) a workload's mean asks: 0 within the
     measured ranges."""
-    ranges = _table().get("measured_ranges") or {}
-    out = 0.0
-    for name, value in (("isl", isl), ("osl", osl)):
-        top = (ranges.get(name) or [None, None])[1]
-        if top and value > top:
-            out = max(out, math.log2(value / top))
-    return out
+    return max((math.log2(value / top) for _, value, top in _past_measured(isl, osl)), default=0.0)
 
 
 def extrapolation_sigma(mode: str) -> dict[str, float] | None:

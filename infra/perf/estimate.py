@@ -143,7 +143,8 @@ class Estimate:
         """Where a measurement of the mean TTFT and TPOT would fall, going by how far predictions calibrated on
         a user's measurements of this model or deployment fell from measurements (`calibrated_band`), else the
         model's own measurements (when fitted, on a calibrated framework and device) or held-out models'
-        measurements; a device the factors were not fitted on adds error this does not hold."""
+        measurements; a device the factors were not fitted on adds error this does not hold. A workload past the
+        longest measured prompt or answer widens it (`band_for`)."""
         band = band_for(self.deployment.mode, self.deployment.model, self.calibration.calibrated,
                         self.calibration.measured_level, self.calibration.vendor_measured,
                         doublings_past(self.workload.isl, self.workload.osl))

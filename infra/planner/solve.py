@@ -287,8 +287,8 @@ class _Model(cp_model.CpModel):
     """A CP-SAT model without the pre-PEP 8 aliases (`AddBoolOr` for `add_bool_or`, ...) OR-Tools binds onto every
     instance: sixty-odd closures over the model's own bound methods, found by a walk of `dir()` that takes a
     hundred times as long as the rest of making a model, and a reference cycle each that only the cyclic
-    collector frees (some 800,000 objects over a 500-service plan's part solves, which it then spent 3.5 s
-    freeing). This module calls the PEP 8 names only."""
+    collector frees (some 770,000 objects over a 500-service plan's part solves). This module calls the PEP 8
+    names only."""
 
     def _add_pre_pep8_methods(self) -> None:
         pass
