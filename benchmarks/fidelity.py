@@ -10,8 +10,10 @@ apart, each scored against the others (the floor under any model of the recorded
 load sweeps (rows of one deployment and workload at several loads, each sweep's own level divided out: how well
 the predictions follow the load, apart from the level the recorded columns do not explain); and the share of rows
 inside the committed error band (p5..p95 of the held-out ratios of the calibration's leave-one-model-out fit).
-With --json the last line is one JSON object with at least n, skipped, ttft_median_ape, ttft_p90_ape,
-tpot_median_ape, tpot_p90_ape (and repeatability, within_sweeps, band_coverage). Leave-one-model-out figures come from
+Last, which way the predictions lean (median measured / predicted by mode, prompt length, clients and the aggregated
+rows' parallel sizes; above 1 the model is optimistic). With --json the last line is one JSON object with at least n,
+skipped, ttft_median_ape, ttft_p90_ape, tpot_median_ape, tpot_p90_ape (and repeatability, within_sweeps,
+band_coverage, lean). Leave-one-model-out figures come from
 `benchmarks/calibrate.py --lomo`.
 
 Rows are read as their engines ran them (`infra.perf.rows`):
@@ -44,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from infra.catalog.loader import load_catalog  # noqa: E402
 from infra.errors import InfraError  # noqa: E402
-from infra.fitting.replay import band_coverage, repeatability, replay, summarize, within_sweeps  # noqa: E402
+from infra.fitting.replay import band_coverage, lean, repeatability, replay, summarize, within_sweeps  # noqa: E402
 from infra.perf.calibration import table  # noqa: E402
 from infra.perf.rows import load_rows  # noqa: E402
 
@@ -94,11 +96,16 @@ def main() -> int:
     if cover["ttft"] is not None:
         print(f"within the error band: TTFT {_pct(cover['ttft']).strip()}, TPOT {_pct(cover['tpot']).strip()} of rows "
               "(p5..p95 of held-out models' measured / predicted; on rows the fit saw, expect more)")
+    leaning = lean(results)
+    print(f"{'which way it leans':24s} {'n':>5s}  {'TTFT':>8s} {'TPOT':>8s}   (median measured / predicted: above 1, "
+          "optimistic)")
+    for name, block in leaning.items():
+        print(f"{name:24s} {block['n']:5d}  {block['ttft']:8.2f} {block['tpot']:8.2f}")
     if args.json:
         keep = ("n", "skipped", "skipped_fraction", "ttft_median_ape", "ttft_p90_ape", "tpot_median_ape",
                 "tpot_p90_ape", "by_mode", "by_backend", "by_system", "by_model")
         print(json.dumps({**{k: s[k] for k in keep}, "repeatability": floor, "within_sweeps": sweeps,
-                          "band_coverage": cover},
+                          "band_coverage": cover, "lean": leaning},
                          sort_keys=True))
     return 0
 

@@ -506,6 +506,26 @@ def test_band_coverage_counts_measurements_inside_the_committed_band():
     assert cover == {"ttft": 0.5, "tpot": 0.5}
 
 
+def test_lean_says_which_way_predictions_miss_by_load_length_and_layout():
+    from infra.fitting.replay import lean
+
+    def case(parallel: Parallel, isl: int, clients: int) -> Case:
+        dep = Deployment("DeepSeek-R1", "B200", "trtllm", "fp4", "agg", agg=Role(parallel))
+        return Case({}, "trtllm/B200", "DeepSeek-R1", dep, Workload(isl=isl, osl=500, concurrency=clients), 100.0,
+                    10.0)
+
+    wide = Parallel(tp=1, ep=72, attention_dp=72)
+    # Measured 100 ms / 10 ms: the narrow layout predicted as measured, the wide one at a quarter of its TTFT
+    # (optimistic) and twice its TPOT (pessimistic); an unstable prediction joins no group.
+    got = lean([(case(Parallel(tp=8), 512, 4), 100.0, 10.0), (case(wide, 8000, 256), 25.0, 20.0),
+                (case(wide, 8000, 256), float("inf"), float("inf"))])
+    assert list(got) == ["mode agg", "prompts up to 1k", "prompts over 4k", "clients 1-8", "clients 65+", "agg tp 1",
+                         "agg tp 8", "agg ep 33+", "agg attention-dp 33+"]
+    assert got["agg ep 33+"] == {"n": 1, "ttft": 4.0, "tpot": 0.5}
+    assert got["agg tp 8"] == {"n": 1, "ttft": 1.0, "tpot": 1.0}
+    assert got["mode agg"] == {"n": 2, "ttft": 2.5, "tpot": 0.75}
+
+
 def _agg_case(framework: str, parallel: Parallel, clients: int, recipe: bool = True) -> Case:
     dep = Deployment("DeepSeek-R1", "B200", framework, "fp4", "agg", agg=Role(parallel, batch_cap=64))
     return Case({}, f"{framework}/B200", "DeepSeek-R1", dep, Workload(isl=1024, osl=1024, concurrency=clients),
