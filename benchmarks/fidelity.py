@@ -31,7 +31,9 @@ Rows are read as their engines ran them (`infra.perf.rows`):
   batches, workers and attention-DP ranks), and a MoE role with no expert degrees recorded shards its experts
   over all of its devices;
 - precision spellings of the quantization tools (nvfp4, bfloat16, fp8_block, w4a16 ...) map to the catalog's,
-  falling back to `gemm_quant_mode`.
+  falling back to `gemm_quant_mode`;
+- an SGLang aggregated row with data-parallel attention prefills its default --chunked-prefill-size divided among
+  the attention groups, as SGLang divides it (16384 // 72 = 227 tokens a step per group on a GB200 rack).
 """
 
 from __future__ import annotations

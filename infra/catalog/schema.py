@@ -9,9 +9,7 @@ are secondary sources at best and the performance model must know which ones it 
 from __future__ import annotations
 
 import re
-from typing import Literal
-
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -420,6 +418,10 @@ class EngineCli(CatalogModel):
     without one is simply left out when off."""
     config_file: EngineConfigFile | None = None
     """Settings the engine reads from a file rather than from flags (rendered into a ConfigMap)."""
+    dp_totals: list[EngineSetting] = []
+    """Settings the engine takes as totals over a worker's data-parallel attention groups and divides among them
+    (SGLang with --enable-dp-attention gives each group --chunked-prefill-size and --max-running-requests over
+    --dp-size); the plan's values are per group, so these are passed times the groups (`given`)."""
     port: int = Field(default=8000, ge=1, le=65535)
     """Port the OpenAI-compatible server listens on (passed with the `port` flag when the engine has one)."""
     health_path: str | None = "/health"
@@ -441,6 +443,14 @@ class EngineCli(CatalogModel):
         each attention group as its own engine core (vLLM --data-parallel-size) counts one group's."""
         stated = set(self.flags) | set(self.config_file.keys if self.config_file is not None else {})
         return tp * attention_dp if attention_dp > 1 and "attention_dp" in stated else tp
+
+    def given(self, setting: EngineSetting, per_group: Any, attention_dp: int) -> Any:
+        """What the engine is given for a setting the plan sets per attention group: the plan's value, or for one
+        the engine divides among its data-parallel attention groups (`dp_totals`), that value times the groups,
+        so that each group runs the batch and step budget the plan priced."""
+        if per_group is None or attention_dp <= 1 or setting not in self.dp_totals:
+            return per_group
+        return per_group * attention_dp
 
     @property
     def kv_transfer(self) -> bool:

@@ -89,6 +89,18 @@ class Case:
     measured): the row is predicted as the geometric mean over them and `deployment`."""
 
 
+SGLANG_CHUNKS = ((35, 2048), (160, 8192), (math.inf, 16384))
+"""SGLang's default --chunked-prefill-size by device memory (GiB below which it applies), which the measured
+engines ran with: the rows do not record it."""
+
+
+def sglang_chunk(memory_gib: float) -> int:
+    """The prompt tokens a measured SGLang engine took per step over all its data-parallel attention groups: with
+    --enable-dp-attention it divides --chunked-prefill-size by --dp-size, so each of 72 groups on a GB200 rack
+    prefilled 16384 // 72 = 227 tokens a step."""
+    return next(chunk for below, chunk in SGLANG_CHUNKS if memory_gib < below)
+
+
 def _int(value: str, default: int = 1) -> int:
     try:
         v = int(float(value))
@@ -335,6 +347,9 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
         dep = Deployment(model.name, device.name, framework.name, precision, "agg", agg=role(""),
                          memory_utilization=REPLAY_MEMORY)
     dep = _unrecorded_layout(dep, catalog, model.moe is not None, model.attention_heads, domain)
+    if framework.name == "sglang" and dep.mode == "agg" and dep.agg.parallel.attention_dp > 1:
+        dep = replace(dep, agg=replace(dep.agg, max_num_tokens=sglang_chunk(device.memory_gb.value)
+                                       // dep.agg.parallel.attention_dp))
     wave = None
     if _SWEEP.search(row.get("silicon_data_source", "")):
         # Uniform lengths on [r L, L]: the mean is (1 + r) / 2 of L, with a coefficient of variation of

@@ -126,6 +126,27 @@ def _row(**kw: str) -> dict[str, str]:
     return {**row, **kw}
 
 
+def test_replayed_sglang_attention_dp_prefills_its_chunk_divided_among_the_groups():
+    from infra.perf.rows import sglang_chunk, to_case
+
+    wide = dict(backend="sglang", system="gb200", precision="fp8", tp_size="72", batch_size="256", isl="7372",
+                silicon_data_source="silicon_concurrency=256")
+    case = to_case(_row(**wide), CAT)
+    assert isinstance(case, Case) and case.deployment.agg.parallel.attention_dp == 72
+    # GB200 (186 GB): SGLang's default 16384-token chunk, over 72 groups.
+    assert sglang_chunk(186) == 16384 and case.deployment.agg.max_num_tokens == 16384 // 72
+    assert sglang_chunk(141) == 8192  # H200
+    # Each group then takes its prompts in 227-token steps: the prompts of a step wait far longer than in whole
+    # 8192-token chunks, which is what the rack's measured TTFT (2.8 s at 256 clients) shows.
+    whole = dataclasses.replace(case, deployment=dataclasses.replace(
+        case.deployment, agg=dataclasses.replace(case.deployment.agg, max_num_tokens=8192)))
+    assert replay_predict(case, CAT)[0] > 2 * replay_predict(whole, CAT)[0]
+    narrow = to_case(_row(**{**wide, "tp_size": "8", "moe_ep_size": "8", "moe_tp_size": "1"}), CAT)
+    assert narrow.deployment.agg.parallel.attention_dp == 1 and narrow.deployment.agg.max_num_tokens == 8192
+    trtllm = to_case(_row(**{**wide, "backend": "trtllm", "precision": "fp4"}), CAT)
+    assert trtllm.deployment.agg.parallel.attention_dp == 72 and trtllm.deployment.agg.max_num_tokens == 8192
+
+
 def test_replay_reads_whole_batches_over_tp_ranks_as_attention_data_parallelism():
     from infra.perf.rows import to_case
 

@@ -15,6 +15,8 @@ from infra.errors import CatalogError, IntentError
 from infra.planner.types import DeploymentPlan, load_plan
 from infra.render import render_tree
 from infra.render.yamlout import load_yaml_text
+from infra.report.plan import plan_yaml
+from infra.validators import validate_tree
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
@@ -423,6 +425,32 @@ def test_attention_data_parallel_and_expert_parallel_flags():
     sgl = pod_spec(objs(render_tree(edited("small-model-shared", lambda d: change(d, "sglang"))).files)[
         "deployment-summarise-a0.yaml"])["containers"][0]["args"]
     assert arg(sgl, "--dp-size") == "2" and "--enable-dp-attention" in sgl and arg(sgl, "--ep-size") == "2"
+
+
+def test_engines_that_divide_the_batch_and_step_budget_among_attention_groups_get_their_total(tmp_path):
+    def change(d, framework):
+        a = alloc(d)
+        a["framework"] = framework
+        a["parallel"].update(tp=1, attention_dp=4, ep=4, moe_tp=1)
+        a["devices_per_worker"] = 4
+
+    engine = alloc(plan_of("small-model-shared").model_dump(mode="json", by_alias=True))["engines"]["agg"]
+    seqs, tokens = engine["max_num_seqs"], engine["max_num_batched_tokens"]
+    for framework, times in (("vllm", 1), ("sglang", 4)):
+        plan = edited("small-model-shared", lambda d, fw=framework: change(d, fw))
+        files = render_tree(plan).files
+        args = pod_spec(objs(files)["deployment-summarise-a0.yaml"])["containers"][0]["args"]
+        # vLLM's data-parallel engine cores each take the per-group values; SGLang divides the flags by --dp-size.
+        flags = ("--max-num-seqs", "--max-num-batched-tokens") if framework == "vllm" else (
+            "--max-running-requests", "--chunked-prefill-size")
+        assert (int(arg(args, flags[0])), int(arg(args, flags[1]))) == (seqs * times, tokens * times)
+        root = tmp_path / framework
+        for name, text in files.items():
+            (root / "manifests" / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / "manifests" / name).write_text(text)
+        (root / "plan.yaml").write_text(plan_yaml(plan))
+        report = validate_tree(root / "manifests", plan=root / "plan.yaml")
+        assert [f for f in report.findings if f.rule == "PLN004"] == [], [str(f) for f in report.findings]
 
 
 def test_the_pod_ip_a_connector_binds_to_is_catalog_data(tmp_path):
