@@ -178,35 +178,33 @@ def within_sweeps(results: list[tuple[Case, float, float]]) -> dict[str, Any]:
 
 PROMPT_BANDS = ((1024, "prompts up to 1k"), (4096, "prompts 1k-4k"), (math.inf, "prompts over 4k"))
 CLIENT_BANDS = ((8, "clients 1-8"), (64, "clients 9-64"), (math.inf, "clients 65+"))
-_LEAN_ORDER = ("mode", "prompts", "clients", "agg tp", "agg ep", "agg attention-dp")
+_SIZES = ((1, "1"), (2, "2"), (4, "4"), (8, "8"), (32, "9-32"), (math.inf, "33+"))
+"""Parallel sizes as groups: each up to one 8-device node, then within and beyond 32 devices."""
+
+_Group = tuple[int, int, str]
+"""(kind, rank within the kind, name): the order the groups print in."""
 
 
-def _band(value: float, bands: tuple[tuple[float, str], ...]) -> str:
-    return next(name for top, name in bands if value <= top)
+def _band(kind: int, prefix: str, value: float, bands: tuple[tuple[float, str], ...]) -> _Group:
+    rank = next(i for i, (top, _) in enumerate(bands) if value <= top)
+    return kind, rank, f"{prefix}{bands[rank][1]}"
 
 
-def _layout(case: Case) -> list[str]:
-    """The layout groups an aggregated row belongs to (tensor, expert and attention-data parallel sizes); a
-    disaggregated row's two roles run different layouts, so it joins none."""
-    if case.deployment.mode != "agg":
-        return []
-    par = case.deployment.agg.parallel
-    return [f"agg tp {_size(par.tp)}"] + ([f"agg ep {_size(par.ep)}"] if par.ep > 1 else []) + \
-        ([f"agg attention-dp {_size(par.attention_dp)}"] if par.attention_dp > 1 else [])
-
-
-def _size(n: int) -> str:
-    """A parallel size as a group: each up to one 8-device node, then within and beyond 32 devices."""
-    return str(n) if n <= 8 else "9-32" if n <= 32 else "33+"
-
-
-def _lean_key(name: str) -> tuple[int, float, str]:
-    kind = next(i for i, prefix in enumerate(_LEAN_ORDER) if name.startswith(prefix))
-    bands = {n: i for i, (_, n) in enumerate(PROMPT_BANDS + CLIENT_BANDS)}
-    if name in bands:
-        return kind, bands[name], name
-    first = name[len(_LEAN_ORDER[kind]):].strip().split("-")[0].rstrip("+")
-    return kind, float(first) if first.isdigit() else 0.0, name
+def _groups(case: Case) -> list[_Group]:
+    """The groups a row belongs to: its mode, prompt length and clients, and for an aggregated row its tensor,
+    expert and attention-data parallel sizes (a disaggregated row's two roles run different layouts)."""
+    out = [(0, 0 if case.deployment.mode == "agg" else 1, f"mode {case.deployment.mode}"),
+           _band(1, "", case.workload.isl, PROMPT_BANDS)]
+    if case.workload.concurrency is not None:
+        out.append(_band(2, "", case.workload.concurrency, CLIENT_BANDS))
+    if case.deployment.mode == "agg":
+        par = case.deployment.agg.parallel
+        out.append(_band(3, "agg tp ", par.tp, _SIZES))
+        if par.ep > 1:
+            out.append(_band(4, "agg ep ", par.ep, _SIZES))
+        if par.attention_dp > 1:
+            out.append(_band(5, "agg attention-dp ", par.attention_dp, _SIZES))
+    return out
 
 
 def lean(results: list[tuple[Case, float, float]]) -> dict[str, dict[str, Any]]:
@@ -214,17 +212,12 @@ def lean(results: list[tuple[Case, float, float]]) -> dict[str, dict[str, Any]]:
     TPOT (above 1: the model is optimistic there) by mode, prompt length, client count, and the aggregated rows'
     tensor, expert and attention-data parallel sizes. Errors hide the direction; factors fitted over every row
     centre the whole near 1, so a group far from it is a mechanism the model prices wrong rather than noise."""
-    groups: dict[str, list[tuple[Case, float, float]]] = {}
+    groups: dict[_Group, list[tuple[Case, float, float]]] = {}
     for r in filter(_scored, results):
-        c = r[0]
-        keys = [f"mode {c.deployment.mode}", _band(c.workload.isl, PROMPT_BANDS)]
-        if c.workload.concurrency is not None:
-            keys.append(_band(c.workload.concurrency, CLIENT_BANDS))
-        for key in keys + _layout(c):
-            groups.setdefault(key, []).append(r)
-    return {k: {"n": len(groups[k]), "ttft": statistics.median(c.ttft_ms / t for c, t, _ in groups[k]),
-                "tpot": statistics.median(c.tpot_ms / p for c, _, p in groups[k])}
-            for k in sorted(groups, key=_lean_key)}
+        for group in _groups(r[0]):
+            groups.setdefault(group, []).append(r)
+    return {g[2]: {"n": len(groups[g]), "ttft": statistics.median(c.ttft_ms / t for c, t, _ in groups[g]),
+                   "tpot": statistics.median(c.tpot_ms / p for c, _, p in groups[g])} for g in sorted(groups)}
 
 
 def prepare(rows: list[dict[str, str]], catalog: Catalog, make: Callable[[Case], Any | str]
