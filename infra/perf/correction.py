@@ -48,9 +48,13 @@ WORKLOAD_MATCH = 0.25
 """How far (relative) a workload's mean input and output lengths may be from the measured ones and still count as
 the same workload at the deployment level: a plan's workload is a distribution whose sampled means move a few
 percent between runs, while a workload of twice the prompt is another regime."""
-STEP_BOUNDS = (0.1, 10.0)
-"""Multipliers a correction may take: beyond a tenth or ten times the prior, the measurement describes something
-other than the deployment it is filed under (another model, a broken engine), not a miscalibration."""
+STEP_BOUNDS = (0.01, 100.0)
+"""Multipliers a correction may take. An engine on a slice of the device the catalog describes (two cores of a
+96-core socket, a tenth of a GPU) runs tens of times its step; past a hundredth or a hundred times the prior, the
+measurement describes something other than the deployment it is filed under (another model, a broken engine)."""
+FAR = 3.0
+"""A correction past this multiple (or fraction) of the prior is called out in the calibration's notes: the
+measured engine is not the one the catalog's device describes, and plans on that device inherit the correction."""
 
 
 def scaled(factors: Factors, step: float) -> Factors:
@@ -253,6 +257,9 @@ class CalibrationFile(CalModel):
     corrections: list[Node] = Field(min_length=1)
     points: list[Point] = Field(min_length=1)
     error: Errors
+    notes: list[str] = []
+    """What to check before trusting the corrections: a device measured far from what the catalog says of it, a
+    correction at its bound, an error the corrections leave."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, populate_by_name=True)
 

@@ -1,15 +1,17 @@
 """Fit a user's calibration (`infra.perf.correction`) to measured load points of their deployments.
 
-Each point is replayed through the model with the packaged factors (the prior) and with its engine step stretched
-by a quarter, which says how its TPOT and TTFT respond to the step correction (their elasticities: about 1 in a
-closed loop, more in an open one, where a slower step also grows the batch). The corrections are then found top
-down, in log space:
+Each point is replayed through the model with the packaged factors (the prior). The corrections are then found
+top down, in log space:
 
-1. the step multiplier: each point's TPOT miss over its elasticity is the step change it asks for; a level's value
-   is its parent's plus `n / (n + EVIDENCE[level])` of the difference its evidence makes (the median over each
-   deployment's points, averaged over the deployments), `n` counting distinct deployments (points at the
-   deployment level), so each deployment's load sweep counts once above it;
-2. the TTFT multiplier the same way, on the TTFT miss left once the level's own step multiplier is applied.
+1. the step multiplier: each point asks for the step multiplier under which the model predicts its measured TPOT
+   (solved on the model itself, not on a linearisation: a CPU engine on two cores or a slice of a GPU runs ten or
+   more times the step of the device the catalog describes, and how TPOT and TTFT respond to a step that much
+   longer is not how they respond to a small change); a level's value is its parent's plus
+   `n / (n + EVIDENCE[level])` of the difference its evidence makes (the median over each deployment's points,
+   averaged over the deployments), `n` counting distinct deployments (points at the deployment level), so each
+   deployment's load sweep counts once above it;
+2. the TTFT multiplier the same way, on the TTFT miss left once the level's own step multiplier is applied (the
+   model rerun at that step).
 
 The device level is shrunk towards the prior (no correction). A single measured point moves the device half
 way, and its own deployment 97% of the way; a model measured on many deployments pins its own level and leaves
@@ -21,12 +23,13 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from infra.catalog.loader import Catalog
 from infra.perf.calibration import Factors, lookup, table
 from infra.perf.correction import (
+    FAR,
     LEVELS,
     STEP_BOUNDS,
     WORKLOAD_MATCH,
@@ -44,10 +47,12 @@ a level needs before its own evidence outweighs its parent's. The deployment lev
 within a load sweep the prior's shape holds to about 13% TTFT and 5% TPOT, so one point already says most of what
 the level is; across deployments, layouts and models the level carries over less."""
 PROBE = 1.25
-"""Step multiplier the elasticities are measured at."""
-ELASTICITY = {"tpot": (0.3, 4.0), "ttft": (0.0, 6.0)}
-"""Bounds of the measured elasticities: past them a point sits at the edge of saturation, where the response to a
-small change says nothing about a large one."""
+"""Step multiplier the first guess at a point's own step is measured at (its TPOT's elasticity)."""
+ELASTICITY = (0.3, 4.0)
+"""Bounds of that elasticity: past them a point sits at the edge of saturation, where the response to a small
+change says nothing about a large one."""
+SOLVE_ITERATIONS = 12
+"""Secant steps towards a point's own step multiplier; they meet the measured TPOT to 0.1% within a few."""
 
 
 @dataclass(frozen=True)
@@ -68,10 +73,18 @@ class Row:
     run: Callable[[float], tuple[float, float]]
     """(TTFT ms, TPOT ms) at a step multiplier."""
     prior: tuple[float, float]
-    e_tpot: float
-    e_ttft: float
+    step: float
+    """Log of the step multiplier under which the model predicts the measured TPOT (within `STEP_BOUNDS`)."""
     keys: dict[str, str]
     """Key of each level; the deployment level's with its workload (`@isl/osl`)."""
+    seen: dict[float, tuple[float, float]] = field(default_factory=dict)
+    """Predictions already made, by log step multiplier."""
+
+    def at(self, log_step: float) -> tuple[float, float]:
+        """(TTFT ms, TPOT ms) at a step multiplier of exp(`log_step`)."""
+        if log_step not in self.seen:
+            self.seen[log_step] = (self.prior if log_step == 0.0 else self.run(math.exp(log_step)))
+        return self.seen[log_step]
 
 
 def runner(case: Case, catalog: Catalog, base: Callable[[Case], Factors] | None = None
@@ -91,6 +104,36 @@ def _clamp(value: float, bounds: tuple[float, float]) -> float:
     return min(max(value, bounds[0]), bounds[1])
 
 
+def _finite(pred: tuple[float, float]) -> bool:
+    return all(math.isfinite(v) and v > 0 for v in pred)
+
+
+def _own_step(at: Callable[[float], tuple[float, float]], tpot_ms: float, guess: float) -> float:
+    """Log of the step multiplier under which the model's TPOT is `tpot_ms` (TPOT grows with the step): secant
+    steps from the prior (log 0) and `guess`, halving back towards the last stable step where the model has the
+    load unsustainable; a TPOT out of reach ends at the bound it lies beyond."""
+    lo, hi = (math.log(b) for b in STEP_BOUNDS)
+    target = math.log(tpot_ms)
+    xa, fa = 0.0, math.log(at(0.0)[1]) - target
+    x = _clamp(guess, (lo, hi))
+    for _ in range(SOLVE_ITERATIONS):
+        pred = at(x)
+        if not _finite(pred):
+            x = (xa + x) / 2
+            continue
+        fx = math.log(pred[1]) - target
+        if abs(fx) < 1e-3 or x == xa:
+            return x
+        slope = (fx - fa) / (x - xa)
+        xa, fa = x, fx
+        if slope <= 0:
+            break
+        x = _clamp(x - fx / slope, (lo, hi))
+        if x == xa:
+            break
+    return xa
+
+
 def prepare(points: Sequence[Measured], catalog: Catalog, base: Callable[[Case], Factors] | None = None
             ) -> tuple[list[Row], list[tuple[str, str]]]:
     """Rows ready to fit, and (source, why) for each point the model cannot replay (`base` as in `runner`)."""
@@ -102,18 +145,16 @@ def prepare(points: Sequence[Measured], catalog: Catalog, base: Callable[[Case],
             skipped.append((m.source, run))
             continue
         prior = run(1.0)
-        if not all(math.isfinite(v) and v > 0 for v in prior):
+        if not _finite(prior):
             skipped.append((m.source, "the model predicts this load unsustainable for the deployment"))
             continue
         probe, up = PROBE, run(PROBE)
-        if not all(math.isfinite(v) for v in up):
+        if not _finite(up):
             probe, up = 1.05, run(1.05)
-        if all(math.isfinite(v) and v > 0 for v in up):
-            e_ttft = math.log(up[0] / prior[0]) / math.log(probe)
-            e_tpot = math.log(up[1] / prior[1]) / math.log(probe)
-        else:
-            e_ttft, e_tpot = 1.0, 1.0
-        rows.append(Row(m, run, prior, _clamp(e_tpot, ELASTICITY["tpot"]), _clamp(e_ttft, ELASTICITY["ttft"]), {}))
+        e_tpot = math.log(up[1] / prior[1]) / math.log(probe) if _finite(up) else 1.0
+        row = Row(m, run, prior, 0.0, {}, {0.0: prior, math.log(probe): up})
+        row.step = _own_step(row.at, m.case.tpot_ms, math.log(m.case.tpot_ms / prior[1]) / _clamp(e_tpot, ELASTICITY))
+        rows.append(row)
     _key_workloads(rows)
     return rows, skipped
 
@@ -168,7 +209,7 @@ def fit(rows: list[Row]) -> list[Node]:
         return step[(above, r.keys[above])][0]
 
     def step_residual(r: Row, level: str) -> float:
-        return math.log(r.m.case.tpot_ms / r.prior[1]) / r.e_tpot
+        return r.step
 
     step = _levels(rows, step_residual, step_parent, step, bound)
 
@@ -179,8 +220,10 @@ def fit(rows: list[Row]) -> list[Node]:
         return ttft[(above, r.keys[above])][0]
 
     def ttft_residual(r: Row, level: str) -> float:
-        s = step[(level, r.keys[level])][0]
-        return math.log(r.m.case.ttft_ms / r.prior[0]) - r.e_ttft * s
+        pred = r.at(step[(level, r.keys[level])][0])
+        # Where the level's step leaves the point's load unsustainable, the TTFT it would take is unknown: the
+        # prior's stands in (the step correction then says more than the TTFT one could).
+        return math.log(r.m.case.ttft_ms / (pred if _finite(pred) else r.prior)[0])
 
     ttft = _levels(rows, ttft_residual, ttft_parent, ttft, bound)
     groups: dict[tuple[str, str], list[Row]] = {}
@@ -270,11 +313,39 @@ def leave_one_out(rows: list[Row]) -> list[tuple[Row, tuple[float, float]]] | No
     return out
 
 
+LEFT = 0.25
+"""Median error the corrections may leave on their own measurements before the calibration says so."""
+
+
+def notes(nodes: list[Node], calibrated: dict[str, Any]) -> list[str]:
+    """What the calibration's user should check: devices measured far from the catalog's figures, corrections at
+    their bounds, and an in-sample error the corrections leave."""
+    out = []
+    for n in nodes:
+        if n.level == "device" and not 1 / FAR <= n.step <= FAR:
+            out.append(f"{n.key}: the measured engines' steps take {n.step:.3g} times as long as the packaged "
+                       "model predicts for this device; if they ran on part of it (CPU limits, a GPU share) or on "
+                       "another SKU, plans for whole devices inherit that: calibrate on what plans will deploy")
+        at = [what for what, v in (("step time", n.step), ("TTFT", n.ttft)) if v in STEP_BOUNDS]
+        if at:
+            out.append(f"{n.key}: the {' and '.join(at)} correction stops at its bound "
+                       f"(x{STEP_BOUNDS[0]:g}..x{STEP_BOUNDS[1]:g}): the measurements describe another deployment "
+                       "than the one they are filed under, or an engine in trouble")
+    for metric in ("ttft", "tpot"):
+        left = calibrated.get(f"{metric}_median_ape")
+        if left is not None and left > LEFT:
+            out.append(f"calibrated {metric.upper()} stays {100 * left:.0f}% off its own measurements at the median: "
+                       "the model's response to the load differs from this engine's, and figures between and beyond "
+                       "the measured loads carry that error")
+    return out
+
+
 def document(name: str, rows: list[Row], sources: list[dict[str, Any]]) -> CalibrationFile:
     """The calibration file of fitted rows: sources, corrections, points and errors."""
     nodes = fit(rows)
     fitted = [(r, predict(r, nodes)) for r in rows]
     loo = leave_one_out(rows)
+    calibrated = errors(fitted)
     packaged = table()
     points = []
     for r, (ttft, tpot) in sorted(fitted, key=lambda x: (x[0].keys["deployment"], x[0].m.source)):
@@ -291,8 +362,9 @@ def document(name: str, rows: list[Row], sources: list[dict[str, Any]]) -> Calib
         "prior": {"data": str(packaged.get("data", "")), "data_sha256": str(packaged.get("data_sha256", "")),
                   "fitted": str(packaged.get("fitted", ""))},
         "sources": sources, "corrections": [n.model_dump() for n in nodes], "points": points,
-        "error": {"prior": errors([(r, r.prior) for r in rows]), "calibrated": errors(fitted),
-                  "leave_one_out": errors(loo) if loo is not None else None}})
+        "error": {"prior": errors([(r, r.prior) for r in rows]), "calibrated": calibrated,
+                  "leave_one_out": errors(loo) if loo is not None else None},
+        "notes": notes(nodes, calibrated)})
 
 
 __all__ = ["EVIDENCE", "Measured", "Row", "document", "errors", "fit", "leave_one_out", "predict", "prepare",

@@ -45,5 +45,7 @@ def print_calibration(console: Console, doc: Any, written: Any) -> None:
     console.print(e)
     if doc.error.leave_one_out is None:
         console.print("leave one deployment out: needs measurements of two deployments or workloads")
+    for note in doc.notes:
+        console.print(f"note: {note}")
     if written is not None:
         console.print(f"wrote {written}")

@@ -11,7 +11,7 @@ import pytest
 from infra.catalog.loader import load_catalog
 from infra.errors import InfraError
 from infra.perf.arch import compile_worker
-from infra.perf.calibration import Factors
+from infra.perf.calibration import Factors, lookup
 from infra.perf.correction import dump, level_keys, load_calibration, match, scaled, with_ttft
 from infra.perf.estimate import estimate
 from infra.perf.recalibrate import EVIDENCE, Measured, document, fit, predict, prepare
@@ -50,14 +50,38 @@ def test_one_point_moves_its_deployment_nearly_all_the_way_and_the_device_half_w
     assert not skipped
     nodes = {n.level: n for n in fit(rows)}
     assert set(nodes) == {"device", "framework", "model", "deployment"}
-    # The TPOT miss over its elasticity is the step change asked for: half of it at the device level.
-    asked = math.log(1.3) / rows[0].e_tpot
+    # The point asks for the step under which the model predicts its TPOT: half of it at the device level.
+    asked = rows[0].step
+    assert rows[0].run(math.exp(asked))[1] == pytest.approx(1.3 * tpot, rel=2e-3)
     assert math.log(nodes["device"].step) == pytest.approx(asked / (1 + EVIDENCE["device"]), rel=1e-3)
     share = 1 - math.prod(EVIDENCE[k] / (1 + EVIDENCE[k]) for k in nodes)
     assert math.log(nodes["deployment"].step) == pytest.approx(share * asked, rel=1e-3)
     got_ttft, got_tpot = predict(rows[0], fit(rows))
     assert got_tpot == pytest.approx(1.3 * tpot, rel=0.03)
     assert got_ttft == pytest.approx(1.5 * ttft, rel=0.03)
+
+
+def test_a_deployment_many_times_slower_than_its_catalog_device_is_corrected_in_full():
+    """An engine on a slice of the device (two cores of a CPU socket, a share of a GPU) runs tens of times the
+    step the catalog's device would: the correction follows it, and the TTFT left is read at that step."""
+    packaged = lookup("vllm", CAT.device("H100"), CAT.framework("vllm").calibration_from).factors
+    points = []
+    for clients in (1, 6):
+        slow = estimate(DEP, Workload(isl=1000, osl=200, concurrency=clients), CAT, factors=scaled(packaged, 30.0))
+        points.append(_measured(slow.prediction.ttft["mean"] * 1000, slow.prediction.tpot["mean"] * 1000, clients,
+                                source=f"slow:{clients}"))
+    rows, _ = prepare(points, CAT)
+    assert [math.exp(r.step) for r in rows] == pytest.approx([30.0, 30.0], rel=0.01)
+    deployment = next(n for n in fit(rows) if n.level == "deployment")
+    assert deployment.step > 20 and 0.8 < deployment.ttft < 1.25
+    for r in rows:
+        got = predict(r, fit(rows))
+        assert got[0] == pytest.approx(r.m.case.ttft_ms, rel=0.3) and got[1] == pytest.approx(r.m.case.tpot_ms,
+                                                                                             rel=0.15)
+    # Plans for whole devices would inherit the device's share of it: the file says so.
+    doc = document("slow", rows, [{"path": "slow", "sha256": "0" * 64, "format": "infra-bench", "points": 2}])
+    assert [n.split(":")[0] for n in doc.notes] == ["H100"]
+    assert "5.48 times as long" in doc.notes[0]
 
 
 def test_many_deployments_pin_their_own_levels_and_share_only_what_they_agree_on():
@@ -106,6 +130,7 @@ def test_the_calibration_file_round_trips_and_is_deterministic(tmp_path):
     text = dump(doc)
     assert dump(document("mine", prepare(points, CAT)[0], sources)) == text
     assert doc.error.calibrated.tpot_median_ape < doc.error.prior.tpot_median_ape
+    assert doc.notes == []
     assert doc.error.leave_one_out is not None and doc.error.leave_one_out.n == 4
     path = tmp_path / "cal.yaml"
     path.write_text(text)
