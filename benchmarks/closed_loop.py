@@ -5,14 +5,18 @@
 Uses the code path of `infra calibrate` (`infra.perf.recalibrate`: the same rows, corrections and matching):
 - `per_sweep`: in each load sweep (rows of one deployment and workload, `infra.fitting.replay.sweep_key`, at least
   three), the row at its median load is revealed and calibrated on; the sweep's other rows are predicted;
+- `per_sweep_two`: in each sweep of at least four loads, one row at its lower and one at its upper quartile load
+  are revealed (as `infra verify` measures a plan's baseline and peak); the sweep's rows at other loads are
+  predicted;
 - `per_model`: for each model, its sweep with the most rows is revealed; the model's other sweeps (other layouts,
   systems, frameworks, lengths) are predicted;
-- `prior`: the rows `per_sweep` scores, predicted without calibration (`prior_per_model`: those `per_model`
-  scores).
+- `prior`: the rows `per_sweep` scores, predicted without calibration (`prior_two`: those `per_sweep_two` scores,
+  `prior_per_model`: those `per_model` scores).
 Nothing is fitted to a scored row. The prior is the packaged calibration, which was fitted to the calibration set
 itself; `--lomo-prior` refits it without each model (`benchmarks/calibrate.py`'s fit, minutes per model, needs
 scipy) and predicts that model's rows from the refit, so every figure is on a model the prior never saw.
-With --json the last line is one JSON object with `per_sweep`, `per_model` and `prior` (and `prior_per_model`),
+With --json the last line is one JSON object with `per_sweep`, `per_sweep_two`, `per_model` and `prior` (and
+`prior_two`, `prior_per_model`),
 each with n, ttft_median_ape, ttft_p90_ape, tpot_median_ape, tpot_p90_ape (fractions). `--write` commits the
 figures and the spread of the calibrated predictions (quantiles of measured / predicted per mode, per_sweep as
 the `deployment` band and per_model as the `model` band) to infra/perf/data/closed_loop.json: the error band an
@@ -46,6 +50,8 @@ from infra.perf.recalibrate import Measured, Row, errors, fit, predict, prepare 
 from infra.perf.rows import Case, load_rows, to_case  # noqa: E402
 
 OUT = ROOT / "infra" / "perf" / "data" / "closed_loop.json"
+TWO_LOADS_SWEEP = 4
+"""Fewest distinct loads of a sweep that `per_sweep_two` scores: two revealed, at least two predicted."""
 
 
 def _load(row: Row) -> float:
@@ -66,6 +72,25 @@ def per_sweep(rows: list[Row]) -> list[tuple[Row, tuple[float, float]]]:
         shown = ordered[(len(ordered) - 1) // 2]
         nodes = fit([shown])
         out += [(r, predict(r, nodes)) for r in ordered if r is not shown]
+    return out
+
+
+def per_sweep_two(rows: list[Row]) -> list[tuple[Row, tuple[float, float]]]:
+    """Each sweep of at least four loads predicted from a calibration on two of them (its lower and upper quartile
+    loads, one row each), as `infra verify` measures a plan at its baseline and its peak; rows at other loads."""
+    sweeps: dict[tuple[str, ...], list[Row]] = {}
+    for r in rows:
+        sweeps.setdefault(sweep_key(r.m.case.row), []).append(r)
+    out = []
+    for _, members in sorted(sweeps.items()):
+        loads = sorted({_load(r) for r in members})
+        if len(loads) < TWO_LOADS_SWEEP:
+            continue
+        ordered = sorted(members, key=lambda r: (_load(r), r.m.source))
+        picked = (loads[len(loads) // 4], loads[3 * len(loads) // 4])
+        shown = [next(r for r in ordered if _load(r) == load) for load in picked]
+        nodes = fit(shown)
+        out += [(r, predict(r, nodes)) for r in ordered if _load(r) not in picked]
     return out
 
 
@@ -154,9 +179,10 @@ def main() -> int:
         return 1
     base = _lomo_base([p.case for p in points]) if args.lomo_prior else None
     rows, unreplayed = prepare(points, catalog, base)
-    sweep, model = per_sweep(rows), per_model(rows)
-    figures = {"per_sweep": errors(sweep), "per_model": errors(model),
+    sweep, two, model = per_sweep(rows), per_sweep_two(rows), per_model(rows)
+    figures = {"per_sweep": errors(sweep), "per_sweep_two": errors(two), "per_model": errors(model),
                "prior": errors([(r, r.prior) for r, _ in sweep]),
+               "prior_two": errors([(r, r.prior) for r, _ in two]),
                "prior_per_model": errors([(r, r.prior) for r, _ in model]),
                "prior_fit": "leave-one-model-out" if args.lomo_prior else "packaged (fitted on these rows)",
                "rows": len(rows), "skipped": skipped + len(unreplayed)}
@@ -165,6 +191,8 @@ def main() -> int:
     print(f"{'':34s} {'n':>5s}  {'TTFT med':>8s} {'TTFT p90':>8s}  {'TPOT med':>8s} {'TPOT p90':>8s}")
     for name, key in ((f"prior ({sweeps} sweeps' other rows)", "prior"),
                       ("calibrated on the median-load row", "per_sweep"),
+                      ("prior (4+ loads' other loads)", "prior_two"),
+                      ("calibrated on two loads", "per_sweep_two"),
                       ("prior (models' other sweeps)", "prior_per_model"),
                       ("calibrated on the largest sweep", "per_model")):
         b = figures[key]

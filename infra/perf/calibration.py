@@ -21,7 +21,6 @@ import numpy as np
 
 from infra.catalog.schema import DeviceSpec
 
-
 MEM_CEILING = 0.92
 """Highest fraction of peak memory bandwidth a fit may credit an engine with."""
 
@@ -138,6 +137,29 @@ TTFT: median 48.9% -> 45.9%, p90 133.5% -> 113.4%). The first wave's share of a 
 the measuring client, not the framework: the sweep rows state theirs, and the few others of one framework would
 otherwise set it for every plan on that framework."""
 
+TtftLoads = tuple[tuple[str, float, float], ...]
+"""(`concurrency` or `rate`, that load, the TTFT multiplier measured there) for each load a user's deployment was
+measured at, in increasing load."""
+
+
+def ttft_at(ttft: float, loads: TtftLoads, concurrency: int | None, rate: float | None) -> float:
+    """The TTFT multiplier at a load: where the deployment was measured at two or more loads of its kind (closed
+    loop clients, or open loop rates), interpolated in log load between the two around it and the nearest one's
+    beyond them, so that a TTFT that grows with the load faster (or slower) than the model's keeps its measured
+    shape; else `ttft`, the level's one multiplier."""
+    kind, load = ("concurrency", float(concurrency)) if concurrency is not None else ("rate", rate)
+    points = [(x, m) for k, x, m in loads if k == kind]
+    if load is None or load <= 0 or len(points) < 2:
+        return ttft
+    if load <= points[0][0]:
+        return points[0][1]
+    for (x0, m0), (x1, m1) in zip(points, points[1:]):
+        if load <= x1:
+            w = math.log(load / x0) / math.log(x1 / x0)
+            return math.exp((1 - w) * math.log(m0) + w * math.log(m1))
+    return points[-1][1]
+
+
 @dataclass(frozen=True)
 class Calibration:
     """Factors for one (framework, device), and how they were found."""
@@ -155,6 +177,8 @@ class Calibration:
     empty where the figures rest on the packaged prior alone."""
     ttft: float = 1.0
     """Multiplier of predicted TTFT from the user's calibration (their step correction is already in `factors`)."""
+    ttft_loads: TtftLoads = ()
+    """The calibration's TTFT multiplier at each load its deployment was measured at (`ttft_at`)."""
     measured_level: str = ""
     """The level of the user's calibration that matched (`infra.perf.correction.LEVELS`), empty when none did."""
     vendor_measured: bool = True

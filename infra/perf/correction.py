@@ -34,7 +34,7 @@ from pydantic import ValidationError as PydanticValidationError
 from infra.errors import InfraError, Location, Problem
 from infra.intent.loader import problems_from_pydantic
 from infra.intent.yamlio import load_yaml, read_text
-from infra.perf.calibration import Factors, table
+from infra.perf.calibration import Factors, TtftLoads, table
 from infra.perf.serving import Prediction
 from infra.perf.shape import Deployment, Workload
 
@@ -114,16 +114,23 @@ class Correction:
     stale: str = ""
     """Set when the calibration was fitted against another packaged prior than the one installed (its fit
     date): its corrections were sized for that prior's figures."""
+    ttft_loads: TtftLoads = ()
+    """The TTFT multiplier at each measured load of the deployment (`infra.perf.calibration.ttft_at`)."""
 
     def describe(self) -> str:
         """One line for notes and plans: what was corrected, by how much, on what evidence."""
+        by_load = ", ".join(f"x{m:.3g} at {_load_words(kind, x)}" for kind, x, m in self.ttft_loads)
         text = (f"calibrated on {self.rows} measured load point(s) of {self.deployments} deployment(s) "
                 f"({LEVEL_WORDS[self.level]}, {self.measured}; {self.calibration}): step time x{self.step:.3g}, "
-                f"TTFT x{self.ttft:.3g}")
+                f"TTFT x{self.ttft:.3g}" + (f" ({by_load}, in between by load)" if by_load else ""))
         if self.stale:
             text += (f"; fitted against the packaged prior of {self.stale}, not the one installed: re-run "
                      "`infra calibrate` on the same measurements")
         return text
+
+
+def _load_words(kind: str, load: float) -> str:
+    return f"{load:g} clients" if kind == "concurrency" else f"{load:.4g}/s"
 
 
 # --- the file --------------------------------------------------------------------------------------------------
@@ -184,6 +191,23 @@ class Point(CalModel):
     """What this calibration predicts (in-sample)."""
 
 
+class LoadTtft(CalModel):
+    """The TTFT multiplier at one measured load of a deployment."""
+
+    concurrency: int | None = Field(default=None, ge=1)
+    """Closed loop: clients."""
+    rate: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Open loop: requests per second."""
+    ttft: float = Field(ge=STEP_BOUNDS[0], le=STEP_BOUNDS[1], allow_inf_nan=False)
+    """Multiplier of the time to first token at that load, after the step correction."""
+
+    @model_validator(mode="after")
+    def _one_load(self) -> LoadTtft:
+        if (self.concurrency is None) == (self.rate is None):
+            raise ValueError("give the load as concurrency or as rate, one of the two")
+        return self
+
+
 class Node(CalModel):
     """The correction of one level."""
 
@@ -208,12 +232,25 @@ class Node(CalModel):
     """Earliest measurement date behind it."""
     last: str | None = None
     """Latest measurement date behind it."""
+    loads: list[LoadTtft] | None = None
+    """Deployment level, measured at two or more loads of one kind: the TTFT multiplier at each, increasing load;
+    an estimate takes it at its own load, interpolated in log load (the nearest one's beyond them). Its TTFT
+    grows with the load as measured rather than as the model has it."""
+
+    def ttft_loads(self) -> TtftLoads:
+        return tuple(("concurrency", float(p.concurrency), p.ttft) if p.concurrency is not None
+                     else ("rate", float(p.rate), p.ttft) for p in self.loads or ())  # type: ignore[arg-type]
 
     @model_validator(mode="after")
     def _workload(self) -> Node:
         if self.level == "deployment" and (self.isl is None or self.osl is None or "@" not in self.key):
             raise ValueError("a deployment-level correction needs isl, osl and a key ending in @isl/osl, as "
                              "`infra calibrate` writes them")
+        if self.loads and self.level != "deployment":
+            raise ValueError("only a deployment-level correction has loads")
+        at = self.ttft_loads()
+        if any(a[0] == b[0] and a[1] >= b[1] for a, b in zip(at, at[1:])) or len({k for k, _, _ in at}) > 1:
+            raise ValueError("loads must be of one kind (concurrency or rate) and in increasing load")
         return self
 
 
@@ -234,6 +271,9 @@ class Errors(CalModel):
     """This calibration on the same measurements (in-sample)."""
     leave_one_out: Error | None = None
     """Each deployment's points predicted by a calibration fitted without them (when there are at least two)."""
+    leave_one_load_out: Error | None = None
+    """Each measured load of a deployment predicted by a calibration fitted without that load (when a deployment
+    was measured at two loads or more): how far the corrections carry to a load they did not see."""
 
 
 class Prior(CalModel):
@@ -297,7 +337,7 @@ class UserCalibration:
         when = "undated" if not node.first else node.first if node.first == node.last else f"{node.first}..{node.last}"
         stale = "" if self.doc.prior.data_sha256 == table().get("data_sha256", "") else self.doc.prior.fitted
         return Correction(node.step, node.ttft, node.level, node.key, node.rows, node.deployments, when, self.label,
-                          stale)
+                          stale, node.ttft_loads())
 
 
 def match(nodes: list[Node], dep: Deployment, wl: Workload | None) -> Node | None:

@@ -24,6 +24,7 @@ from infra.perf.calibration import (
     doublings_past,
     lookup,
     measured_models,
+    ttft_at,
     unmeasured_regime,
 )
 from infra.perf.correction import Correction, scaled, with_ttft
@@ -194,7 +195,7 @@ def build_workers(dep: Deployment, catalog: Catalog, *, device_memory_gb: float 
                                                                                   fw.calibration_from)
     if correction is not None:
         cal = replace(cal, factors=scaled(cal.factors, correction.step), measured=correction.describe(),
-                      ttft=correction.ttft, measured_level=correction.level)
+                      ttft=correction.ttft, ttft_loads=correction.ttft_loads, measured_level=correction.level)
     if dep.mode != "agg" and "pd_disaggregation" not in fw.features:
         raise ShapeError(Problem(f"{fw.name} does not support prefill/decode disaggregation",
                                  fix="use mode agg or another framework"))
@@ -225,7 +226,8 @@ def build_workers(dep: Deployment, catalog: Catalog, *, device_memory_gb: float 
                "decode": _role_worker(model, other, fw, dep, "decode", dep.decode, decode_cal, decode_memory_gb)}
     both = Calibration(cal.factors, cal.calibrated and decode_cal.calibrated,
                        f"prefill {cal.source}, decode {decode_cal.source}", max(cal.distance, decode_cal.distance),
-                       measured=cal.measured, ttft=cal.ttft, measured_level=cal.measured_level)
+                       measured=cal.measured, ttft=cal.ttft, ttft_loads=cal.ttft_loads,
+                       measured_level=cal.measured_level)
     return workers, both, (link_gbs or NIC_GBS) * GB
 
 
@@ -315,7 +317,12 @@ class Compiled:
     def predict(self, load: Workload) -> Prediction:
         """The prediction alone: what a search compares with its objectives (the estimate is made of the one it
         keeps)."""
-        return predict(self.deployment, load, self.workers, self.link, self.calibration.ttft)
+        return predict(self.deployment, load, self.workers, self.link, self.ttft(load))
+
+    def ttft(self, load: Workload) -> float:
+        """The user's calibration's TTFT multiplier at `load` (1 without one)."""
+        cal = self.calibration
+        return ttft_at(cal.ttft, cal.ttft_loads, load.concurrency, load.rate)
 
     def devices(self, pred: Prediction) -> int:
         """Devices the deployment occupies with the workers a prediction sized."""
@@ -566,13 +573,13 @@ def predictions(loads: Sequence[tuple[Compiled, Workload]]) -> list[Prediction |
         preds = predict_open_agg([(loads[i][0].workers["agg"], loads[i][0].deployment.agg, loads[i][1])
                                   for i in agg], exact=True)
         for i, pred in zip(agg, preds):
-            out[i] = with_ttft(pred, loads[i][0].calibration.ttft)
+            out[i] = with_ttft(pred, loads[i][0].ttft(loads[i][1]))
     if len(pd) >= VECTOR_MIN:
         preds = predict_open_disagg([(one.workers["prefill"], one.workers["decode"], one.deployment.prefill,
                                       one.deployment.decode, wl, one.link) for one, wl in (loads[i] for i in pd)],
                                     exact=True)
         for i, pred in zip(pd, preds):
-            out[i] = with_ttft(pred, loads[i][0].calibration.ttft)
+            out[i] = with_ttft(pred, loads[i][0].ttft(loads[i][1]))
     for i, (one, wl) in enumerate(loads):
         if out[i] is None:
             try:

@@ -37,7 +37,8 @@ def print_calibration(console: Console, doc: Any, written: Any) -> None:
     for col in ("", "points", "TTFT median", "TTFT p90", "TPOT median", "TPOT p90"):
         e.add_column(col, justify="left" if not col else "right")
     for label, block in (("packaged prior", doc.error.prior), ("calibrated (in-sample)", doc.error.calibrated),
-                         ("leave one deployment out", doc.error.leave_one_out)):
+                         ("leave one deployment out", doc.error.leave_one_out),
+                         ("leave one load out", doc.error.leave_one_load_out)):
         if block is None:
             continue
         e.add_row(label, str(block.n), _pct(block.ttft_median_ape), _pct(block.ttft_p90_ape),

@@ -33,11 +33,15 @@ def print_verify(console: Console, result: Any) -> None:
     console.print(t)
     cal = result.calibration
     if cal is not None:
-        before, after = cal.error.prior, cal.error.calibrated
+        before, after, unseen = cal.error.prior, cal.error.calibrated, cal.error.leave_one_load_out
         console.print(f"calibration: {len(cal.points)} measured load point(s); mean TTFT off by "
                       f"{100 * (before.ttft_median_ape or 0):.1f}% before, {100 * (after.ttft_median_ape or 0):.1f}% "
                       f"after; TPOT {100 * (before.tpot_median_ape or 0):.1f}% before, "
-                      f"{100 * (after.tpot_median_ape or 0):.1f}% after")
+                      f"{100 * (after.tpot_median_ape or 0):.1f}% after"
+                      + ("" if unseen is None else
+                         f"; each measured load predicted from the others: TTFT "
+                         f"{100 * (unseen.ttft_median_ape or 0):.1f}%, TPOT {100 * (unseen.tpot_median_ape or 0):.1f}%"
+                         " off"))
     for line in result.changes:
         console.print(line)
     for path in result.written:

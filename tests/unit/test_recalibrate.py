@@ -4,6 +4,7 @@ corrections are matched most specific first, and the file round-trips."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from infra.catalog.loader import load_catalog
 from infra.errors import InfraError
 from infra.perf.arch import compile_worker
-from infra.perf.calibration import Factors, lookup
+from infra.perf.calibration import Factors, lookup, ttft_at
 from infra.perf.correction import dump, level_keys, load_calibration, match, scaled, with_ttft
 from infra.perf.estimate import estimate
 from infra.perf.recalibrate import EVIDENCE, Measured, document, fit, predict, prepare
@@ -170,6 +171,7 @@ def test_a_calibrated_deployment_reports_the_narrower_band_its_evidence_supports
     t, p = _prior(16)
     rows, _ = prepare([_measured(1.3 * t, 1.2 * p, 16)], CAT)
     doc = document("mine", rows, [{"path": "run.jsonl", "sha256": "0" * 64, "format": "infra-bench", "points": 1}])
+    assert doc.error.leave_one_load_out is None
     path = tmp_path / "cal.yaml"
     path.write_text(dump(doc))
     cal = load_calibration(path)
@@ -194,3 +196,41 @@ def test_a_hand_edited_deployment_correction_without_its_workload_is_refused_at_
         load_calibration(path)
     assert "deployment-level correction needs isl" in str(exc.value.problems[0])
     assert str(exc.value.problems[0]).startswith(f"{path}:")
+
+
+def test_the_ttft_multiplier_follows_the_measured_loads_in_between_and_holds_the_nearest_beyond():
+    loads = (("rate", 2.0, 1.2), ("rate", 8.0, 1.8))
+    assert ttft_at(1.5, loads, None, 2.0) == pytest.approx(1.2)
+    assert ttft_at(1.5, loads, None, 4.0) == pytest.approx(math.sqrt(1.2 * 1.8))  # half way in log load
+    assert ttft_at(1.5, loads, None, 0.5) == 1.2 and ttft_at(1.5, loads, None, 50.0) == 1.8
+    # A closed loop is not an open one: the level's one multiplier stands.
+    assert ttft_at(1.5, loads, 16, None) == 1.5 and ttft_at(1.5, loads[:1], None, 4.0) == 1.5
+
+
+def test_a_deployment_measured_at_several_loads_keeps_how_its_ttft_grows_with_them(tmp_path):
+    # The engine's TTFT runs 1.2x the model's at 4 clients and 2x at 64: one multiplier would split the difference.
+    grow = {4: 1.2, 16: 1.55, 64: 2.0}
+    points = [_measured(grow[c] * _prior(c)[0], _prior(c)[1], c, source=f"run.jsonl:{c}") for c in grow]
+    rows, _ = prepare(points, CAT)
+    doc = document("mine", rows, [{"path": "run.jsonl", "sha256": "0" * 64, "format": "infra-bench", "points": 3}])
+    [node] = [n for n in doc.corrections if n.level == "deployment"]
+    assert [p.concurrency for p in node.loads] == [4, 16, 64]
+    assert [p.ttft for p in node.loads] == pytest.approx(list(grow.values()), rel=0.05)
+    assert doc.error.calibrated.ttft_median_ape < 0.05
+    # In-sample the loads fit by construction; each predicted from the others says how far they carry.
+    unseen = doc.error.leave_one_load_out
+    assert unseen is not None and unseen.n == 3 and unseen.ttft_median_ape > doc.error.calibrated.ttft_median_ape
+    path = tmp_path / "cal.yaml"
+    path.write_text(dump(doc))
+    cal = load_calibration(path)
+    wl = Workload(isl=1000, osl=200, concurrency=8)
+    correction = cal.correction(DEP, wl)
+    assert "at 4 clients" in correction.describe() and "at 64 clients" in correction.describe()
+    got = estimate(DEP, wl, CAT, correction=correction).prediction.ttft["mean"]
+    plain = estimate(DEP, wl, CAT, correction=replace(correction, ttft_loads=())).prediction.ttft["mean"]
+    assert got / plain == pytest.approx(math.sqrt(1.2 * 1.55) / correction.ttft, rel=0.05)
+    # Loads of two kinds, or out of order, are refused at the file's line.
+    path.write_text(dump(doc).replace("  - concurrency: 16\n", "  - rate: 16.0\n"))
+    with pytest.raises(InfraError) as exc:
+        load_calibration(path)
+    assert "loads must be of one kind" in str(exc.value.problems[0])
