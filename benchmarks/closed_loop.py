@@ -209,7 +209,8 @@ def main() -> int:
             return 1
         data = {"data": Path(args.csv).name, "data_sha256": table().get("data_sha256"),
                 "prior_fit": figures["prior_fit"],
-                "figures": {k: figures[k] for k in ("per_sweep", "per_model", "prior", "prior_per_model")},
+                "figures": {k: figures[k] for k in ("per_sweep", "per_sweep_two", "per_model", "prior", "prior_two",
+                                                 "prior_per_model")},
                 "bands": {"deployment": error_bands([(r.m.case, p[0], p[1]) for r, p in sweep]),
                           "model": error_bands([(r.m.case, p[0], p[1]) for r, p in model])}}
         OUT.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")

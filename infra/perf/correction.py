@@ -8,7 +8,8 @@ a user's measurements correct. A correction has two multipliers:
 - `step`: of the engine's step time (every term of `Worker.step` scales with it, so TPOT, throughput and the
   capacity a plan sizes replicas by follow consistently, queueing included);
 - `ttft`: of the time to first token left after that (admission, tokenisation, scheduler settings the prior
-  cannot see), applied to the prediction.
+  cannot see), applied to the prediction; only the exact deployment and workload has one (at each measured load,
+  where it was measured at several): it does not carry to other layouts or prompt lengths.
 
 Corrections are kept per level, from the broadest to the exact one: the device; the framework on that device; the
 model on that framework and device; the exact deployment (layout) and workload (lengths). Each level is the level
