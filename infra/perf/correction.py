@@ -218,7 +218,8 @@ class Node(CalModel):
     step: float = Field(ge=STEP_BOUNDS[0], le=STEP_BOUNDS[1], allow_inf_nan=False)
     """Multiplier of the engine's step time."""
     ttft: float = Field(ge=STEP_BOUNDS[0], le=STEP_BOUNDS[1], allow_inf_nan=False)
-    """Multiplier of the time to first token after the step correction."""
+    """Multiplier of the time to first token after the step correction (1 above the deployment level: what TTFT
+    misses after the step is a deployment's and workload's own)."""
     rows: int = Field(ge=1)
     """Measured load points behind it."""
     deployments: int = Field(ge=1)

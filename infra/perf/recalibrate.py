@@ -266,8 +266,8 @@ def _load(r: Row) -> tuple[str, float]:
 
 def _ttft_loads(members: list[Row], residual: Callable[[Row], float], parent: float, weight: float,
                 bound: Callable[[float], float]) -> list[dict[str, Any]]:
-    """A deployment's TTFT multiplier at each load it was measured at (the median of that load's points, shrunk
-    towards the level above as the level itself is), when its points are all of one kind and at two loads or
+    """A deployment's TTFT multiplier at each load it was measured at (the median of that load's points, shrunk as
+    the deployment's one multiplier is), when its points are all of one kind and at two loads or
     more: within a sweep the measured TTFT grows with the load faster or slower than the model's, by a trend one
     multiplier averages away (calibrated on two loads of a sweep, its other loads' TTFT median / p90 error on the
     calibration set, `benchmarks/closed_loop.py`'s per_sweep_two: 18.6 / 73.5% with one multiplier, 14.8 / 69.1%
