@@ -42,6 +42,8 @@ def print_verify(console: Console, result: Any) -> None:
                          f"; each measured load predicted from the others: TTFT "
                          f"{100 * (unseen.ttft_median_ape or 0):.1f}%, TPOT {100 * (unseen.tpot_median_ape or 0):.1f}%"
                          " off"))
+        for note in cal.notes:
+            console.print(f"calibration note: {note}")
     for line in result.changes:
         console.print(line)
     for path in result.written:

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from infra.catalog.loader import load_catalog
 from infra.errors import InfraError
@@ -18,6 +19,7 @@ from infra.perf.estimate import estimate
 from infra.perf.recalibrate import EVIDENCE, Measured, document, fit, predict, prepare
 from infra.perf.rows import Case
 from infra.perf.shape import Deployment, Parallel, Role, Workload
+from infra.report.calibration import print_calibration
 
 CAT = load_catalog()
 DEP = Deployment("Llama-3.1-8B", "H100", "vllm", "bf16", agg=Role(Parallel(tp=1), batch_cap=256))
@@ -83,6 +85,9 @@ def test_a_deployment_many_times_slower_than_its_catalog_device_is_corrected_in_
     doc = document("slow", rows, [{"path": "slow", "sha256": "0" * 64, "format": "infra-bench", "points": 2}])
     assert [n.split(":")[0] for n in doc.notes] == ["H100"]
     assert "5.48 times as long" in doc.notes[0]
+    console = Console(record=True, width=400)
+    print_calibration(console, doc, None)
+    assert "note: H100: the measured engines' steps take 5.48 times as long" in console.export_text()
 
 
 def test_many_deployments_pin_their_own_levels_and_share_only_what_they_agree_on():
