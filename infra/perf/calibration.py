@@ -142,14 +142,20 @@ TtftLoads = tuple[tuple[str, float, float], ...]
 measured at, in increasing load."""
 
 
+def load_key(concurrency: int | None, rate: float | None) -> tuple[str, float]:
+    """A load as `TtftLoads` names it: (`concurrency`, clients) for a closed loop, else (`rate`, requests/s; 0 when
+    none is given)."""
+    return ("concurrency", float(concurrency)) if concurrency is not None else ("rate", float(rate or 0.0))
+
+
 def ttft_at(ttft: float, loads: TtftLoads, concurrency: int | None, rate: float | None) -> float:
     """The TTFT multiplier at a load: where the deployment was measured at two or more loads of its kind (closed
     loop clients, or open loop rates), interpolated in log load between the two around it and the nearest one's
     beyond them, so that a TTFT that grows with the load faster (or slower) than the model's keeps its measured
     shape; else `ttft`, the level's one multiplier."""
-    kind, load = ("concurrency", float(concurrency)) if concurrency is not None else ("rate", rate)
+    kind, load = load_key(concurrency, rate)
     points = [(x, m) for k, x, m in loads if k == kind]
-    if load is None or load <= 0 or len(points) < 2:
+    if load <= 0 or len(points) < 2:
         return ttft
     if load <= points[0][0]:
         return points[0][1]

@@ -35,7 +35,7 @@ from pydantic import ValidationError as PydanticValidationError
 from infra.errors import InfraError, Location, Problem
 from infra.intent.loader import problems_from_pydantic
 from infra.intent.yamlio import load_yaml, read_text
-from infra.perf.calibration import Factors, TtftLoads, table
+from infra.perf.calibration import Factors, TtftLoads, load_key, table
 from infra.perf.serving import Prediction
 from infra.perf.shape import Deployment, Workload
 
@@ -53,9 +53,6 @@ STEP_BOUNDS = (0.01, 100.0)
 """Multipliers a correction may take. An engine on a slice of the device the catalog describes (two cores of a
 96-core socket, a tenth of a GPU) runs tens of times its step; past a hundredth or a hundred times the prior, the
 measurement describes something other than the deployment it is filed under (another model, a broken engine)."""
-FAR = 3.0
-"""A correction past this multiple (or fraction) of the prior is called out in the calibration's notes: the
-measured engine is not the one the catalog's device describes, and plans on that device inherit the correction."""
 
 
 def scaled(factors: Factors, step: float) -> Factors:
@@ -240,8 +237,7 @@ class Node(CalModel):
     grows with the load as measured rather than as the model has it."""
 
     def ttft_loads(self) -> TtftLoads:
-        return tuple(("concurrency", float(p.concurrency), p.ttft) if p.concurrency is not None
-                     else ("rate", float(p.rate), p.ttft) for p in self.loads or ())  # type: ignore[arg-type]
+        return tuple((*load_key(p.concurrency, p.rate), p.ttft) for p in self.loads or ())
 
     @model_validator(mode="after")
     def _workload(self) -> Node:

@@ -30,9 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.catalog.loader import Catalog
-from infra.perf.calibration import Factors, lookup, table, ttft_at
+from infra.perf.calibration import Factors, load_key, lookup, table, ttft_at
 from infra.perf.correction import (
-    FAR,
     LEVELS,
     STEP_BOUNDS,
     WORKLOAD_MATCH,
@@ -260,8 +259,7 @@ def fit(rows: list[Row]) -> list[Node]:
 
 
 def _load(r: Row) -> tuple[str, float]:
-    wl = r.m.case.workload
-    return ("concurrency", float(wl.concurrency)) if wl.concurrency is not None else ("rate", float(wl.rate or 0.0))
+    return load_key(r.m.case.workload.concurrency, r.m.case.workload.rate)
 
 
 def _ttft_loads(members: list[Row], residual: Callable[[Row], float], parent: float, weight: float,
@@ -352,6 +350,9 @@ def leave_one_out(rows: list[Row]) -> list[tuple[Row, tuple[float, float]]] | No
     return out
 
 
+FAR = 3.0
+"""A device correction past this multiple (or fraction) of the prior is called out in the calibration's notes: the
+measured engine is not the one the catalog's device describes, and plans on that device inherit the correction."""
 LEFT = 0.25
 """Median error the corrections may leave on their own measurements before the calibration says so."""
 
