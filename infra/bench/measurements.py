@@ -28,6 +28,7 @@ from infra.perf.cases import EstimateCase, case_from
 from infra.perf.correction import load_calibration
 from infra.perf.recalibrate import Measured
 from infra.perf.rows import REQUIRED_COLUMNS, Case, load_rows, to_case
+from infra.perf.serving import PERCENTILES
 
 MAX_BYTES = MAX_RECORDS_BYTES
 """Largest measurement file read: these come from other teams and pull requests."""
@@ -99,11 +100,31 @@ def _kind(data: bytes) -> str:
 
 
 def _case(fields: dict[str, Any], where: Location, catalog: Catalog, ttft: float, tpot: float, source: str,
-          date: str | None) -> Measured:
+          date: str | None, tails: tuple[tuple[str, str, float], ...] = (), samples: int = 0) -> Measured:
     est: EstimateCase = case_from(fields, where)
     dep = est.deployment(catalog)
     return Measured(Case({"source": source}, f"{dep.framework}/{dep.device}", dep.model, dep, est.workload(), ttft,
-                         tpot, recipe=False), source, date)
+                         tpot, recipe=False, tails=tails, samples=samples), source, date)
+
+
+def _as_tails(tails: dict[str, dict[str, float]]) -> tuple[tuple[str, str, float], ...]:
+    """`ResultPoint.tails` as `Case.tails`."""
+    return tuple((metric.removesuffix("_ms"), pct, ms) for metric in ("ttft_ms", "tpot_ms")
+                 for pct, ms in tails.get(metric, {}).items())
+
+
+def _summary_tails(summary: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """The percentiles of TTFT and TPOT an `infra bench` summary (`metrics.summarize`) or case line records."""
+    out: dict[str, dict[str, float]] = {}
+    for metric in ("ttft_ms", "tpot_ms"):
+        stats = summary.get(metric)
+        if not isinstance(stats, dict):
+            continue
+        got = {p: float(v) for p, v in stats.items() if p in PERCENTILES and isinstance(v, (int, float))
+               and math.isfinite(v) and v > 0}
+        if got:
+            out[metric] = got
+    return out
 
 
 def _silicon(path: Path, data: bytes, catalog: Catalog, src: Source) -> None:
@@ -129,7 +150,10 @@ def _infra_bench(path: Path, data: bytes, deployment: dict[str, Any] | None, cat
                 raise ValueError
             if not isinstance(obj.get("case"), dict):
                 raise KeyError
-            src.points.append(_case(obj["case"], where, catalog, ttft, tpot, f"{path}:{n}", obj.get("date")))
+            pcts = obj.get("percentiles")
+            tails = _as_tails(_summary_tails(pcts if isinstance(pcts, dict) else {}))
+            src.points.append(_case(obj["case"], where, catalog, ttft, tpot, f"{path}:{n}", obj.get("date"), tails,
+                                    int(obj.get("requests") or 0)))
         except (KeyError, TypeError, ValueError):
             src.skipped.append(f"{path}:{n}: a case line needs a `case` object and positive ttft_ms and tpot_ms")
         except InfraError as exc:
@@ -158,7 +182,8 @@ def _infra_bench(path: Path, data: bytes, deployment: dict[str, Any] | None, cat
                                  "completed", Location(str(path), n, 1),
                                  "give a run with completed requests")) from None
     point = ResultPoint(f"{path}:{n}", "infra-bench", ttft, tpot, sum(ins) / len(ins), sum(outs) / len(outs),
-                        load.get("concurrency"), load.get("rate_rps"), len(requests), s.get("date"), None, None)
+                        load.get("concurrency"), load.get("rate_rps"), len(requests), s.get("date"), None, None,
+                        tails=_summary_tails(s))
     _from_point(point, deployment, catalog, src)
 
 
@@ -184,7 +209,8 @@ def _from_point(p: ResultPoint, deployment: dict[str, Any] | None, catalog: Cata
     else:
         fields["rate"] = f"{p.rate:.6g}/s"
     try:
-        src.points.append(_case(fields, Location(p.source), catalog, p.ttft_ms, p.tpot_ms, p.source, p.date))
+        src.points.append(_case(fields, Location(p.source), catalog, p.ttft_ms, p.tpot_ms, p.source, p.date,
+                                _as_tails(p.tails), p.requests))
     except InfraError as exc:
         src.skipped.append(f"{p.source}: {exc.problems[0].message}")
 

@@ -3,8 +3,9 @@ people already have instead of only from runs of our own.
 
 Every reader turns one tool's file into load points of one meaning: mean time to first token and mean time per
 output token in milliseconds, mean input and output tokens per completed request, the load that was offered (a
-closed loop's concurrency or an open loop's rate) and how many requests completed. Field names are taken from each
-tool's own code, cited per format below; nothing is guessed. An entry that cannot be used is returned in `bad` with
+closed loop's concurrency or an open loop's rate) and how many requests completed; beside the means, the percentiles
+of TTFT and TPOT the file records, of the same distribution as the mean and in its unit. Field names are taken from
+each tool's own code, cited per format below; nothing is guessed. An entry that cannot be used is returned in `bad` with
 where it is and why, never dropped in silence. The files come from untrusted places, so their size is bounded and
 every number is checked to be finite and positive before it is believed.
 
@@ -20,7 +21,7 @@ import json
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ import yaml
 
 from infra.errors import InfraError, Location, Problem
 from infra.limits import MAX_RECORDS_BYTES, check_tree, deep_point, loads_json, scan_yaml, too_deep
+from infra.perf.serving import PERCENTILES
 
 FORMATS: tuple[str, ...] = ("vllm-bench", "sglang-bench", "genai-perf", "aiperf", "guidellm")
 
@@ -68,6 +70,10 @@ class ResultPoint:
     isl_cv: float = 0.0
     osl_cv: float = 0.0
     notes: tuple[str, ...] = ()
+    tails: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
+    """Measured percentiles in ms where the file records them: {"ttft_ms": {"p90": ..., "p99": ...}, "tpot_ms":
+    {...}}, only of `PERCENTILES`; a metric the file gives no percentile of is absent. Left out of the hash so that a
+    point stays hashable."""
 
 
 @dataclass(frozen=True)
@@ -419,12 +425,35 @@ _TIME_UNITS = {"ms": 1.0, "s": 1000.0, "sec": 1000.0, "us": 1e-3, "ns": 1e-6}
 
 def _ms(obj: Any, key: str, why_missing: str = "") -> float:
     """A GenAI-Perf/AIPerf time statistic's mean in milliseconds, honouring its unit."""
-    value = _pos(obj, f"{key}.avg", why_missing)
+    return _pos(obj, f"{key}.avg", why_missing) * _ms_factor(obj, key)
+
+
+def _ms_factor(obj: Any, key: str) -> float:
     unit = _dig(obj, f"{key}.unit")
     factor = _TIME_UNITS.get(unit if isinstance(unit, str) else "ms")
     if factor is None:
         raise _Unusable(f"{key}.unit is {unit!r}, not a time unit", f"{key}.unit")
-    return value * factor
+    return factor
+
+
+def _ms_tails(obj: Any, key: str) -> dict[str, float]:
+    """A GenAI-Perf/AIPerf time statistic's percentiles in ms: both name them p50, p90, p95, p99 as we do."""
+    stat = _dig(obj, key)
+    if not isinstance(stat, dict):
+        return {}
+    return _tails({name: stat.get(name) for name in PERCENTILES}, _ms_factor(obj, key))
+
+
+def _tails(values: dict[str, Any], scale: float = 1.0) -> dict[str, float]:
+    """The percentiles of `values` (keyed by PERCENTILES names) that are finite and positive. Anything else is
+    dropped rather than refused: the mean alone decides whether a point is usable, and tools write 0 for a
+    distribution they did not fill."""
+    return {name: float(value) * scale for name, value in values.items()
+            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0}
+
+
+def _by_metric(ttft: dict[str, float], tpot: dict[str, float]) -> dict[str, dict[str, float]]:
+    return {metric: tails for metric, tails in (("ttft_ms", ttft), ("tpot_ms", tpot)) if tails}
 
 
 def _date_from_iso(value: Any) -> str | None:
@@ -474,7 +503,17 @@ def _serving_point(obj: Any, load: Callable[[dict], tuple[int | None, float | No
     when, date_notes = date(obj) if date is not None else (None, [])
     return dict(ttft_ms=ttft, tpot_ms=tpot, **lengths, concurrency=concurrency, rate=rate, requests=completed,
                 date=when, model=_text(model(obj)), framework=engines.get(obj.get("backend")),
-                notes=tuple(length_notes + load_notes + date_notes))
+                notes=tuple(length_notes + load_notes + date_notes),
+                tails=_by_metric(_serving_tails(obj, "ttft"), _serving_tails(obj, "tpot")))
+
+
+def _serving_tails(obj: dict, metric: str) -> dict[str, float]:
+    """vLLM writes p{N}_<metric>_ms for each of --metric-percentiles (N as "99" or "99.9", the names we use) and
+    SGLang a fixed few of the same shape; both write the median as median_<metric>_ms, which stands in for p50."""
+    found = {name: obj.get(f"{name}_{metric}_ms") for name in PERCENTILES}
+    if not _tails({"p50": found["p50"]}):
+        found["p50"] = obj.get(f"median_{metric}_ms")
+    return _tails(found)
 
 
 def _vllm_point(obj: Any) -> dict[str, Any]:
@@ -588,7 +627,8 @@ def _genai_point(obj: Any) -> dict[str, Any]:
     notes = ["tpot is GenAI-Perf's inter_token_latency: (latency - ttft) / (output tokens - 1) per request"]
     return dict(ttft_ms=ttft, tpot_ms=tpot, isl=isl, osl=osl, isl_cv=isl_cv, osl_cv=osl_cv, concurrency=concurrency,
                 rate=rate, requests=requests, date=None, model=model, framework=_genai_engine(config, nested),
-                notes=tuple(notes + load_notes + request_notes + model_notes))
+                notes=tuple(notes + load_notes + request_notes + model_notes),
+                tails=_by_metric(_ms_tails(obj, "time_to_first_token"), _ms_tails(obj, "inter_token_latency")))
 
 
 def _genai_nested_load(config: dict) -> tuple[int | None, float | None, list[str]]:
@@ -655,7 +695,8 @@ def _aiperf_point(obj: Any) -> dict[str, Any]:
         notes.append("the run was cancelled before it finished")
     return dict(ttft_ms=ttft, tpot_ms=tpot, isl=isl, osl=osl, isl_cv=isl_cv, osl_cv=osl_cv, concurrency=concurrency,
                 rate=rate, requests=requests, date=_date_from_iso(obj.get("start_time")), model=model, framework=None,
-                notes=tuple(notes + load_notes + model_notes))
+                notes=tuple(notes + load_notes + model_notes),
+                tails=_by_metric(_ms_tails(obj, "time_to_first_token"), _ms_tails(obj, "inter_token_latency")))
 
 
 def _aiperf_load(config: dict) -> tuple[int | None, float | None, list[str]]:
@@ -700,8 +741,24 @@ def _guidellm_point(pair: Any) -> dict[str, Any]:
     model, engine = _guidellm_backend(bench, report)
     date = _date_from_epoch(bench.get("start_time")) or _date_from_epoch(_dig(bench, "run_stats.start_time"))
     notes = ["tpot is GuideLLM's inter_token_latency_ms, a mean weighted by output tokens - 1"]
+    tails = _by_metric(_guidellm_tails(metrics, "time_to_first_token_ms"),
+                       _guidellm_tails(metrics, "inter_token_latency_ms"))
     return dict(ttft_ms=ttft, tpot_ms=tpot, isl=isl, osl=osl, isl_cv=isl_cv, osl_cv=osl_cv, concurrency=concurrency,
-                rate=rate, requests=requests, date=date, model=model, framework=engine, notes=tuple(notes + load_notes))
+                rate=rate, requests=requests, date=date, model=model, framework=engine, notes=tuple(notes + load_notes),
+                tails=tails)
+
+
+def _guidellm_tails(metrics: dict, key: str) -> dict[str, float]:
+    """The successful requests' percentiles, as the mean is theirs. GuideLLM names them without the dot (p999 is
+    p99.9); v0.2 has no p50 there, only the distribution's median."""
+    dist = _dig(metrics, f"{key}.successful")
+    if not isinstance(dist, dict):
+        return {}
+    shares = dist.get("percentiles") if isinstance(dist.get("percentiles"), dict) else {}
+    found = {name: shares.get(name.replace(".", "")) for name in PERCENTILES}
+    if not _tails({"p50": found["p50"]}):
+        found["p50"] = dist.get("median")
+    return _tails(found)
 
 
 def _guidellm_requests(bench: dict) -> int:

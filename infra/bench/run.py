@@ -17,7 +17,7 @@ import numpy as np
 
 from infra.bench.client import MAX_USAGE_TOKENS
 from infra.bench.engine import plan_allocation
-from infra.bench.metrics import METRICS, RequestRecord, Summary, summarize
+from infra.bench.metrics import METRICS, RequestRecord, Summary, distribution, summarize
 from infra.bench.simulate import plan_policy, simulate_plan
 from infra.bench.verdict import Verdict, judge
 from infra.errors import IntentError, Location, Problem
@@ -117,7 +117,8 @@ def allocation_deployment(svc: Any, alloc: Any) -> dict[str, Any]:
 
 
 def _group_cases(plan: Any, service: str, sim: Any) -> list[dict[str, Any]]:
-    """Per allocation, the estimate case it ran as and the mean TTFT/TPOT its requests measured."""
+    """Per allocation, the estimate case it ran as and the mean TTFT/TPOT its requests measured (with their
+    percentiles)."""
     svc, _ = plan_allocation(plan, service, 0)
     lengths_in = np.array([s.input_tokens for s in sim.load.requests], dtype=float)
     lengths_out = np.array([s.output_tokens for s in sim.load.requests], dtype=float)
@@ -144,8 +145,12 @@ def _group_cases(plan: Any, service: str, sim: Any) -> list[dict[str, Any]]:
                 case["rate"] = round(len(mine) / duration, 6) if duration > 0 else 0.0
                 case["arrival_cv"] = {"constant": 0.0, "gamma": float((wl.get("arrival") or {}).get("cv", 1.0))}.get(
                     sim.load.arrival, 1.0)
-            entry.update(case=case, ttft_ms=round(float(np.mean([r.ttft for r in ok])) * 1000, 4),
-                         tpot_ms=round(float(np.mean(tpots)) * 1000, 4))
+            ttft = distribution([r.ttft for r in ok])
+            tpot = distribution(tpots)
+            entry.update(case=case, ttft_ms=round(float(ttft.mean or 0.0), 4),
+                         tpot_ms=round(float(tpot.mean or 0.0), 4),
+                         percentiles={name: {p: round(v, 4) for p, v in d.percentiles.items() if v is not None}
+                                      for name, d in (("ttft_ms", ttft), ("tpot_ms", tpot))})
         out.append(entry)
     return out
 
@@ -238,7 +243,7 @@ def saved_text(result: BenchResult) -> str:
         if "case" in g:
             lines.append({"kind": "case", "source": result.source, "service": result.service, "label": g["label"],
                           "requests": g["completed"], "case": g["case"], "ttft_ms": g["ttft_ms"],
-                          "tpot_ms": g["tpot_ms"], **when})
+                          "tpot_ms": g["tpot_ms"], "percentiles": g["percentiles"], **when})
     lines.append({"kind": "summary", **result.to_json(), **when})
     return "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines)
 

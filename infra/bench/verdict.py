@@ -38,11 +38,10 @@ from typing import Any, Literal
 import numpy as np
 
 from infra.bench.metrics import RequestRecord, json_number, parse_objective, percentile_q, summarize
+from infra.perf.correction import MIN_TAIL
 
 MIN_MEAN = 30
 """Samples a mean objective needs before it is judged: where a normal interval for the mean starts to hold."""
-MIN_TAIL = 10
-"""Samples that must lie beyond a percentile for it to be judged (p99: 1,000 requests; p50: 20)."""
 CONFIDENCE = 0.95
 RESAMPLES = 2000
 DEFAULT_MAX_FAILED = 0.01

@@ -9,7 +9,10 @@ a user's measurements correct. A correction has two multipliers:
   capacity a plan sizes replicas by follow consistently, queueing included);
 - `ttft`: of the time to first token left after that (admission, tokenisation, scheduler settings the prior
   cannot see), applied to the prediction; only the exact deployment and workload has one (at each measured load,
-  where it was measured at several): it does not carry to other layouts or prompt lengths.
+  where it was measured at several): it does not carry to other layouts or prompt lengths;
+- `tails`: where the measurements record percentiles, what their spread adds to the model's (TTFT and TPOT), at
+  the exact deployment and workload too: objectives are percentiles, and a mean corrected alone leaves the p99 a
+  plan is judged on to the model's idea of the spread.
 
 Corrections are kept per level, from the broadest to the exact one: the device; the framework on that device; the
 model on that framework and device; the exact deployment (layout) and workload (lengths). Each level is the level
@@ -36,7 +39,7 @@ from infra.errors import InfraError, Location, Problem
 from infra.intent.loader import problems_from_pydantic
 from infra.intent.yamlio import load_yaml, read_text
 from infra.perf.calibration import Factors, TtftLoads, load_key, table
-from infra.perf.serving import Prediction
+from infra.perf.serving import PERCENTILES, Prediction, z_of
 from infra.perf.shape import Deployment, Workload
 
 API_VERSION = "infra.dev/v1alpha1"
@@ -53,6 +56,14 @@ STEP_BOUNDS = (0.01, 100.0)
 """Multipliers a correction may take. An engine on a slice of the device the catalog describes (two cores of a
 96-core socket, a tenth of a GPU) runs tens of times its step; past a hundredth or a hundred times the prior, the
 measurement describes something other than the deployment it is filed under (another model, a broken engine)."""
+MIN_TAIL = 10
+"""Samples that must lie beyond a measured percentile for it to say anything (p99: 1,000 requests; p90: 100): a
+calibration fits the spread on the highest percentile that has them, and a verdict judges one only then."""
+TAIL_BOUNDS = (-1.0, 10.0)
+"""What a tail correction may add per standard-normal quantile, in means (+1 at p99 is 2.3 times the mean more)."""
+Tails = tuple[float, float]
+"""(TTFT, TPOT) spread added per standard-normal quantile, in means (`with_tails`)."""
+NO_TAILS: Tails = (0.0, 0.0)
 
 
 def scaled(factors: Factors, step: float) -> Factors:
@@ -73,6 +84,40 @@ def with_ttft(pred: Prediction, ttft: float) -> Prediction:
     new = {k: v * ttft for k, v in pred.ttft.items()}
     e2e = {k: v + new.get(k, new["mean"]) - pred.ttft.get(k, pred.ttft["mean"]) for k, v in pred.e2e.items()}
     return replace(pred, ttft=new, e2e=e2e)
+
+
+def spread_by(values: dict[str, float], tail: float) -> dict[str, float]:
+    """A metric's percentiles with `tail` means added per standard-normal quantile (none at the median), kept in
+    order: percentile p of a metric of mean m becomes p + tail x z_p x m."""
+    if tail == 0.0:
+        return values
+    mean = values["mean"]
+    out = {"mean": mean}
+    floor = 0.0
+    for p in PERCENTILES:
+        if p in values:
+            floor = out[p] = max(values[p] + tail * max(z_of(p), 0.0) * mean, floor)
+    return out
+
+
+def with_tails(pred: Prediction, tails: Tails, osl: float) -> Prediction:
+    """The prediction with its TTFT and TPOT percentiles spread by the measured `tails` (`spread_by`); each E2E
+    percentile's excess over its mean recomposed as the model composes it (`serving._e2e`: the root sum of the
+    parts' squares) with the TTFT's and the (osl - 1) TPOTs' new excesses in place of the old."""
+    if tails == NO_TAILS or not pred.stable:
+        return pred
+    ttft, tpot = spread_by(pred.ttft, tails[0]), spread_by(pred.tpot, tails[1])
+    decode = max(osl - 1, 0.0)
+    e2e = dict(pred.e2e)
+    for p in PERCENTILES:
+        if p not in e2e or z_of(p) <= 0:
+            continue
+        old = (pred.ttft[p] - pred.ttft["mean"], decode * (pred.tpot[p] - pred.tpot["mean"]))
+        new = (ttft[p] - ttft["mean"], decode * (tpot[p] - tpot["mean"]))
+        excess = e2e[p] - e2e["mean"]
+        rest = max(excess * excess - sum(max(x, 0.0) ** 2 for x in old), 0.0)
+        e2e[p] = max(e2e["mean"] + math.sqrt(rest + sum(max(x, 0.0) ** 2 for x in new)), e2e.get("p50", 0.0))
+    return replace(pred, ttft=ttft, tpot=tpot, e2e=e2e)
 
 
 def layout(dep: Deployment) -> str:
@@ -114,6 +159,8 @@ class Correction:
     date): its corrections were sized for that prior's figures."""
     ttft_loads: TtftLoads = ()
     """The TTFT multiplier at each measured load of the deployment (`infra.perf.calibration.ttft_at`)."""
+    tails: Tails = NO_TAILS
+    """What the measured percentiles add to the model's spread (`with_tails`)."""
 
     def describe(self) -> str:
         """One line for notes and plans: what was corrected, by how much, on what evidence."""
@@ -121,6 +168,11 @@ class Correction:
         text = (f"calibrated on {self.rows} measured load point(s) of {self.deployments} deployment(s) "
                 f"({LEVEL_WORDS[self.level]}, {self.measured}; {self.calibration}): step time x{self.step:.3g}, "
                 f"TTFT x{self.ttft:.3g}" + (f" ({by_load}, in between by load)" if by_load else ""))
+        if self.tails != NO_TAILS:
+            z = z_of("p99")
+            text += ("; measured percentiles: p99 " + ", ".join(
+                f"{name} {100 * t * z:+.0f}% of its mean" for name, t in zip(("TTFT", "TPOT"), self.tails) if t)
+                + " beyond the model's spread")
         if self.stale:
             text += (f"; fitted against the packaged prior of {self.stale}, not the one installed: re-run "
                      "`infra calibrate` on the same measurements")
@@ -165,6 +217,19 @@ class Metrics(CalModel):
     tpot_ms: float = Field(gt=0, allow_inf_nan=False)
 
 
+class TailPoint(CalModel):
+    """A measured point's percentile of one metric, with the prior's prediction and the calibrated one."""
+
+    metric: Literal["ttft", "tpot"]
+    percentile: Literal[PERCENTILES]  # type: ignore[valid-type]
+    """The highest one the point's samples support (`MIN_TAIL` beyond it)."""
+    samples: int = Field(ge=1)
+    """Requests measured."""
+    measured_ms: float = Field(gt=0, allow_inf_nan=False)
+    prior_ms: float = Field(gt=0, allow_inf_nan=False)
+    calibrated_ms: float = Field(gt=0, allow_inf_nan=False)
+
+
 class Point(CalModel):
     """One measured load point, with the prior's prediction and the calibrated one."""
 
@@ -187,6 +252,8 @@ class Point(CalModel):
     """What the packaged calibration predicted."""
     calibrated: Metrics
     """What this calibration predicts (in-sample)."""
+    tails: list[TailPoint] | None = None
+    """Its measured percentiles the tail corrections were fitted on, where the file records them."""
 
 
 class LoadTtft(CalModel):
@@ -204,6 +271,18 @@ class LoadTtft(CalModel):
         if (self.concurrency is None) == (self.rate is None):
             raise ValueError("give the load as concurrency or as rate, one of the two")
         return self
+
+
+class TailSpread(CalModel):
+    """What a deployment's measured percentiles add to the model's spread of each metric, per standard-normal
+    quantile and in means of the metric: an estimate's percentile p becomes p + value x z_p x mean (0.1 adds 23%
+    of the mean at p99, none at the median); absent where no measurement supports a percentile."""
+
+    ttft: float | None = Field(default=None, ge=TAIL_BOUNDS[0], le=TAIL_BOUNDS[1], allow_inf_nan=False)
+    tpot: float | None = Field(default=None, ge=TAIL_BOUNDS[0], le=TAIL_BOUNDS[1], allow_inf_nan=False)
+
+    def pair(self) -> Tails:
+        return (self.ttft or 0.0, self.tpot or 0.0)
 
 
 class Node(CalModel):
@@ -235,6 +314,8 @@ class Node(CalModel):
     """Deployment level, measured at two or more loads of one kind: the TTFT multiplier at each, increasing load;
     an estimate takes it at its own load, interpolated in log load (the nearest one's beyond them). Its TTFT
     grows with the load as measured rather than as the model has it."""
+    tails: TailSpread | None = None
+    """Deployment level, where its measurements record percentiles: what they add to the model's spread."""
 
     def ttft_loads(self) -> TtftLoads:
         return tuple((*load_key(p.concurrency, p.rate), p.ttft) for p in self.loads or ())
@@ -244,8 +325,8 @@ class Node(CalModel):
         if self.level == "deployment" and (self.isl is None or self.osl is None or "@" not in self.key):
             raise ValueError("a deployment-level correction needs isl, osl and a key ending in @isl/osl, as "
                              "`infra calibrate` writes them")
-        if self.loads and self.level != "deployment":
-            raise ValueError("only a deployment-level correction has loads")
+        if (self.loads or self.tails) and self.level != "deployment":
+            raise ValueError("only a deployment-level correction has loads or tails")
         at = self.ttft_loads()
         if any(a[0] == b[0] and a[1] >= b[1] for a, b in zip(at, at[1:])) or len({k for k, _, _ in at}) > 1:
             raise ValueError("loads must be of one kind (concurrency or rate) and in increasing load")
@@ -262,6 +343,18 @@ class Error(CalModel):
     tpot_p90_ape: float | None = None
 
 
+class TailErrors(CalModel):
+    """Absolute percentage errors of the measured percentiles (the errors' `ttft_*` and `tpot_*` fields)."""
+
+    prior: Error
+    means_only: Error
+    """The step and TTFT corrections without the tails: the model's own spread around calibrated means."""
+    calibrated: Error
+    """In-sample, the tail corrections included."""
+    leave_one_load_out: Error | None = None
+    """Each measured load's percentiles predicted without that load (where a deployment was measured at two)."""
+
+
 class Errors(CalModel):
     prior: Error
     """The packaged calibration on these measurements."""
@@ -272,6 +365,8 @@ class Errors(CalModel):
     leave_one_load_out: Error | None = None
     """Each measured load of a deployment predicted by a calibration fitted without that load (when a deployment
     was measured at two loads or more): how far the corrections carry to a load they did not see."""
+    tails: TailErrors | None = None
+    """The measured percentiles (`Point.tails`), where there are any."""
 
 
 class Prior(CalModel):
@@ -335,7 +430,7 @@ class UserCalibration:
         when = "undated" if not node.first else node.first if node.first == node.last else f"{node.first}..{node.last}"
         stale = "" if self.doc.prior.data_sha256 == table().get("data_sha256", "") else self.doc.prior.fitted
         return Correction(node.step, node.ttft, node.level, node.key, node.rows, node.deployments, when, self.label,
-                          stale, node.ttft_loads())
+                          stale, node.ttft_loads(), node.tails.pair() if node.tails else NO_TAILS)
 
 
 def match(nodes: list[Node], dep: Deployment, wl: Workload | None) -> Node | None:
@@ -387,5 +482,6 @@ def load_calibration(path: str | Path) -> UserCalibration:
     return UserCalibration(doc, hashlib.sha256(text.encode("utf-8")).hexdigest(), str(path))
 
 
-__all__ = ["API_VERSION", "CalibrationFile", "Correction", "LEVELS", "dump", "UserCalibration", "layout", "level_keys",
-           "load_calibration", "match", "scaled", "schema", "with_ttft"]
+__all__ = ["API_VERSION", "CalibrationFile", "Correction", "LEVELS", "MIN_TAIL", "NO_TAILS", "Tails", "dump",
+           "UserCalibration", "layout", "level_keys", "load_calibration", "match", "scaled", "schema", "spread_by",
+           "with_tails", "with_ttft"]

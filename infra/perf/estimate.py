@@ -27,7 +27,7 @@ from infra.perf.calibration import (
     ttft_at,
     unmeasured_regime,
 )
-from infra.perf.correction import Correction, scaled, with_ttft
+from infra.perf.correction import Correction, scaled, with_tails, with_ttft
 from infra.perf.serving import (
     PERCENTILES,
     Prediction,
@@ -195,7 +195,8 @@ def build_workers(dep: Deployment, catalog: Catalog, *, device_memory_gb: float 
                                                                                   fw.calibration_from)
     if correction is not None:
         cal = replace(cal, factors=scaled(cal.factors, correction.step), measured=correction.describe(),
-                      ttft=correction.ttft, ttft_loads=correction.ttft_loads, measured_level=correction.level)
+                      ttft=correction.ttft, ttft_loads=correction.ttft_loads, tails=correction.tails,
+                      measured_level=correction.level)
     if dep.mode != "agg" and "pd_disaggregation" not in fw.features:
         raise ShapeError(Problem(f"{fw.name} does not support prefill/decode disaggregation",
                                  fix="use mode agg or another framework"))
@@ -226,7 +227,7 @@ def build_workers(dep: Deployment, catalog: Catalog, *, device_memory_gb: float 
                "decode": _role_worker(model, other, fw, dep, "decode", dep.decode, decode_cal, decode_memory_gb)}
     both = Calibration(cal.factors, cal.calibrated and decode_cal.calibrated,
                        f"prefill {cal.source}, decode {decode_cal.source}", max(cal.distance, decode_cal.distance),
-                       measured=cal.measured, ttft=cal.ttft, ttft_loads=cal.ttft_loads,
+                       measured=cal.measured, ttft=cal.ttft, ttft_loads=cal.ttft_loads, tails=cal.tails,
                        measured_level=cal.measured_level)
     return workers, both, (link_gbs or NIC_GBS) * GB
 
@@ -317,12 +318,14 @@ class Compiled:
     def predict(self, load: Workload) -> Prediction:
         """The prediction alone: what a search compares with its objectives (the estimate is made of the one it
         keeps)."""
-        return predict(self.deployment, load, self.workers, self.link, self.ttft(load))
+        return self.corrected(load, _predict(self.deployment, load, self.workers, self.link))
 
-    def ttft(self, load: Workload) -> float:
-        """The user's calibration's TTFT multiplier at `load` (1 without one)."""
+    def corrected(self, load: Workload, pred: Prediction) -> Prediction:
+        """A serving-layer prediction at `load` with the user's calibration's TTFT multiplier at that load and
+        its measured tails (unchanged without one)."""
         cal = self.calibration
-        return ttft_at(cal.ttft, cal.ttft_loads, load.concurrency, load.rate)
+        pred = with_ttft(pred, ttft_at(cal.ttft, cal.ttft_loads, load.concurrency, load.rate))
+        return with_tails(pred, cal.tails, load.osl)
 
     def devices(self, pred: Prediction) -> int:
         """Devices the deployment occupies with the workers a prediction sized."""
@@ -573,13 +576,13 @@ def predictions(loads: Sequence[tuple[Compiled, Workload]]) -> list[Prediction |
         preds = predict_open_agg([(loads[i][0].workers["agg"], loads[i][0].deployment.agg, loads[i][1])
                                   for i in agg], exact=True)
         for i, pred in zip(agg, preds):
-            out[i] = with_ttft(pred, loads[i][0].ttft(loads[i][1]))
+            out[i] = loads[i][0].corrected(loads[i][1], pred)
     if len(pd) >= VECTOR_MIN:
         preds = predict_open_disagg([(one.workers["prefill"], one.workers["decode"], one.deployment.prefill,
                                       one.deployment.decode, wl, one.link) for one, wl in (loads[i] for i in pd)],
                                     exact=True)
         for i, pred in zip(pd, preds):
-            out[i] = with_ttft(pred, loads[i][0].ttft(loads[i][1]))
+            out[i] = loads[i][0].corrected(loads[i][1], pred)
     for i, (one, wl) in enumerate(loads):
         if out[i] is None:
             try:

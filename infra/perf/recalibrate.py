@@ -16,6 +16,11 @@ top down, in log space:
    other layouts or lengths: calibrated on a model's largest sweep, its other sweeps' TTFT came out 27.5% / 87.9%
    off (median / p90) with the multiplier carried up the levels, 28.4% / 80.6% without it (prior 28.1% / 79.2%).
 
+3. the tails, at the deployment level only, where the points record percentiles: each point's highest percentile
+   with `MIN_TAIL` samples beyond it, as a ratio to its own mean, against the calibrated model's ratio at that
+   percentile; the difference per standard-normal quantile, the median over the deployment's points shrunk by
+   its evidence as the step is, is what `with_tails` adds to every percentile of an estimate.
+
 The device level is shrunk towards the prior (no correction). A single measured point moves the device half
 way, and its own deployment 97% of the way; a model measured on many deployments pins its own level and leaves
 the device's to what they share.
@@ -33,15 +38,21 @@ from infra.catalog.loader import Catalog
 from infra.perf.calibration import Factors, load_key, lookup, table, ttft_at
 from infra.perf.correction import (
     LEVELS,
+    MIN_TAIL,
     STEP_BOUNDS,
+    TAIL_BOUNDS,
     WORKLOAD_MATCH,
     CalibrationFile,
     Node,
+    TailSpread,
     level_keys,
     match,
     scaled,
+    with_tails,
+    with_ttft,
 )
-from infra.perf.rows import Case, compiled
+from infra.perf.rows import Case, compiled, compiled_full
+from infra.perf.serving import Prediction, z_of
 
 EVIDENCE = {"device": 1.0, "framework": 1.0, "model": 1.0, "deployment": 0.25}
 """Pseudo-count of each level's pull towards the level above: the deployments (points, at the deployment level)
@@ -84,12 +95,28 @@ class Row:
     """Key of each level; the deployment level's with its workload (`@isl/osl`)."""
     seen: dict[float, tuple[float, float]] = field(default_factory=dict)
     """Predictions already made, by log step multiplier."""
+    full: Callable[[float], Prediction] | None = None
+    """The whole prediction at a step multiplier, for a point with measured percentiles (`Case.tails`)."""
 
     def at(self, log_step: float) -> tuple[float, float]:
         """(TTFT ms, TPOT ms) at a step multiplier of exp(`log_step`)."""
         if log_step not in self.seen:
             self.seen[log_step] = (self.prior if log_step == 0.0 else self.run(math.exp(log_step)))
         return self.seen[log_step]
+
+    def tails(self) -> list[tuple[str, str, float]]:
+        """(metric, percentile, ms) of the highest measured percentile of each metric that has `MIN_TAIL` samples
+        beyond it (above the median), where the point can be predicted whole."""
+        if self.full is None:
+            return []
+        best: dict[str, tuple[str, float]] = {}
+        for metric, pct, ms in self.m.case.tails:
+            q = float(pct[1:])
+            # (in percent, where 200 x (100 - 95) is 1,000 exactly and 200 x (1 - 0.95) is not 10)
+            if q > 50 and self.m.case.samples * (100 - q) >= 100 * MIN_TAIL and (
+                    metric not in best or q > float(best[metric][0][1:])):
+                best[metric] = (pct, ms)
+        return [(metric, *best[metric]) for metric in ("ttft", "tpot") if metric in best]
 
 
 def runner(case: Case, catalog: Catalog, base: Callable[[Case], Factors] | None = None
@@ -99,10 +126,26 @@ def runner(case: Case, catalog: Catalog, base: Callable[[Case], Factors] | None 
     run = compiled(case, catalog)
     if isinstance(run, str):
         return run
-    dep = case.deployment
-    factors = base(case) if base else lookup(dep.framework, catalog.device(dep.device),
-                                               catalog.framework(dep.framework).calibration_from).factors
+    factors = _base(case, catalog, base)
     return lambda step: run(scaled(factors, step))
+
+
+def _base(case: Case, catalog: Catalog, base: Callable[[Case], Factors] | None) -> Factors:
+    dep = case.deployment
+    return base(case) if base else lookup(dep.framework, catalog.device(dep.device),
+                                          catalog.framework(dep.framework).calibration_from).factors
+
+
+def _full_runner(case: Case, catalog: Catalog, base: Callable[[Case], Factors] | None
+                 ) -> Callable[[float], Prediction] | None:
+    """`runner`'s whole prediction, for a point with measured percentiles of one known deployment."""
+    if not case.tails or case.alternatives:
+        return None
+    full = compiled_full(case, catalog)
+    if isinstance(full, str):
+        return None
+    factors = _base(case, catalog, base)
+    return lambda step: full(scaled(factors, step))[0]
 
 
 def _clamp(value: float, bounds: tuple[float, float]) -> float:
@@ -157,7 +200,8 @@ def prepare(points: Sequence[Measured], catalog: Catalog, base: Callable[[Case],
         if not _finite(up):
             probe, up = 1.05, run(1.05)
         e_tpot = math.log(up[1] / prior[1]) / math.log(probe) if _finite(up) else 1.0
-        row = Row(m, run, prior, 0.0, {}, {0.0: prior, math.log(probe): up})
+        row = Row(m, run, prior, 0.0, {}, {0.0: prior, math.log(probe): up},
+                  _full_runner(m.case, catalog, base))
         row.step = _own_step(row.at, m.case.tpot_ms, math.log(m.case.tpot_ms / prior[1]) / _clamp(e_tpot, ELASTICITY))
         rows.append(row)
     _key_workloads(rows)
@@ -252,10 +296,44 @@ def fit(rows: list[Row]) -> list[Node]:
             isl, osl = float(isl_s), float(osl_s)
             loads = _ttft_loads(members, lambda r: ttft_residual(r, "deployment"), ttft_parent(members[0], level),
                                 ttft[(level, key)][1], bound) or None
-        nodes.append(Node(level=level, key=key, step=_r(math.exp(value)), ttft=_r(math.exp(ttft[(level, key)][0])),
-                          rows=len(members), deployments=len({r.keys["deployment"] for r in members}),
-                          weight=_r(weight), isl=isl, osl=osl, first=first, last=last, loads=loads))
+        node = Node(level=level, key=key, step=_r(math.exp(value)), ttft=_r(math.exp(ttft[(level, key)][0])),
+                    rows=len(members), deployments=len({r.keys["deployment"] for r in members}),
+                    weight=_r(weight), isl=isl, osl=osl, first=first, last=last, loads=loads)
+        if level == "deployment":
+            node = node.model_copy(update={"tails": _tails(members, node)})
+        nodes.append(node)
     return nodes
+
+
+def _calibrated(r: Row, node: Node) -> Prediction | None:
+    """A point's whole prediction under a node's step and TTFT corrections (not its tails), where stable."""
+    assert r.full is not None
+    wl = r.m.case.workload
+    pred = r.full(node.step)
+    return with_ttft(pred, ttft_at(node.ttft, node.ttft_loads(), wl.concurrency, wl.rate)) if pred.stable else None
+
+
+def _tails(members: list[Row], node: Node) -> TailSpread | None:
+    """A deployment's tail corrections: per metric, the median over its points of how far the measured
+    percentile's ratio to the measured mean lies beyond the calibrated model's, per standard-normal quantile,
+    shrunk towards none by its evidence as the step is."""
+    gaps: dict[str, list[float]] = {}
+    for r in members:
+        tails = r.tails()
+        pred = _calibrated(r, node) if tails else None
+        if pred is None:
+            continue
+        for metric, pct, ms in tails:
+            values = getattr(pred, metric)
+            measured_mean = r.m.case.ttft_ms if metric == "ttft" else r.m.case.tpot_ms
+            gaps.setdefault(metric, []).append((ms / measured_mean - values[pct] / values["mean"]) / z_of(pct))
+    if not gaps:
+        return None
+    out = {}
+    for metric, v in gaps.items():
+        weight = len(v) / (len(v) + EVIDENCE["deployment"])
+        out[metric] = _r(_clamp(weight * statistics.median(v), TAIL_BOUNDS))
+    return TailSpread(**out)
 
 
 def _load(r: Row) -> tuple[str, float]:
@@ -316,18 +394,51 @@ def predict(row: Row, nodes: list[Node]) -> tuple[float, float]:
     return ttft * ttft_at(node.ttft, node.ttft_loads(), wl.concurrency, wl.rate), tpot
 
 
+def predict_tails(row: Row, nodes: list[Node] | None, spread: bool = True) -> list[tuple[str, str, float, float]]:
+    """(metric, percentile, measured ms, predicted ms) of a point's measured percentiles (`Row.tails`) under the
+    correction that matches it, its tails included unless `spread` is False (the prior's, with `nodes` None or
+    where none matches)."""
+    tails = row.tails()
+    if not tails:
+        return []
+    wl = row.m.case.workload
+    node = match(nodes, row.m.case.deployment, wl) if nodes is not None else None
+    assert row.full is not None
+    if node is None:
+        pred: Prediction | None = row.full(1.0)
+    else:
+        pred = _calibrated(row, node)
+        if pred is not None and node.tails is not None and spread:
+            pred = with_tails(pred, node.tails.pair(), wl.osl)
+    if pred is None or not pred.stable:
+        return []
+    return [(metric, pct, ms, getattr(pred, metric)[pct] * 1000) for metric, pct, ms in tails]
+
+
+def _stats(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    ordered = sorted(values)
+    return (_r(statistics.median(ordered)), _r(ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]))
+
+
 def errors(pairs: list[tuple[Row, tuple[float, float]]]) -> dict[str, Any]:
     """Median and p90 absolute percentage error (fractions) of predicted mean TTFT and TPOT."""
-    def stats(values: list[float]) -> tuple[float | None, float | None]:
-        if not values:
-            return None, None
-        ordered = sorted(values)
-        return (_r(statistics.median(ordered)),
-                _r(ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]))
     ok = [(r, p) for r, p in pairs if all(math.isfinite(v) and v > 0 for v in p)]
-    t = stats([abs(p[0] - r.m.case.ttft_ms) / r.m.case.ttft_ms for r, p in ok])
-    s = stats([abs(p[1] - r.m.case.tpot_ms) / r.m.case.tpot_ms for r, p in ok])
+    t = _stats([abs(p[0] - r.m.case.ttft_ms) / r.m.case.ttft_ms for r, p in ok])
+    s = _stats([abs(p[1] - r.m.case.tpot_ms) / r.m.case.tpot_ms for r, p in ok])
     return {"n": len(ok), "ttft_median_ape": t[0], "ttft_p90_ape": t[1], "tpot_median_ape": s[0],
+            "tpot_p90_ape": s[1]}
+
+
+def tail_errors(tails: list[tuple[str, str, float, float]]) -> dict[str, Any]:
+    """`errors` of measured percentiles: (metric, percentile, measured, predicted) each."""
+    ok = [t for t in tails if math.isfinite(t[3]) and t[3] > 0]
+    ttft = [abs(p - m) / m for metric, _, m, p in ok if metric == "ttft"]
+    tpot = [abs(p - m) / m for metric, _, m, p in ok if metric == "tpot"]
+    t, s = _stats(ttft), _stats(tpot)
+    # (a point has one percentile of each metric: the points are the larger count)
+    return {"n": max(len(ttft), len(tpot)), "ttft_median_ape": t[0], "ttft_p90_ape": t[1], "tpot_median_ape": s[0],
             "tpot_p90_ape": s[1]}
 
 
@@ -380,8 +491,8 @@ def notes(nodes: list[Node], calibrated: dict[str, Any]) -> list[str]:
     return out
 
 
-def leave_one_load_out(rows: list[Row]) -> list[tuple[Row, tuple[float, float]]] | None:
-    """Each measured load of a deployment predicted by corrections fitted without that load's points (its other
+def leave_one_load_out(rows: list[Row]) -> list[tuple[Row, list[Node]]] | None:
+    """Each measured load of a deployment with the corrections fitted without that load's points (its other
     loads kept): what the in-sample error, which the per-load TTFT multipliers close by construction, cannot say.
     None where no deployment was measured at two loads."""
     by_dep: dict[str, list[Row]] = {}
@@ -395,7 +506,7 @@ def leave_one_load_out(rows: list[Row]) -> list[tuple[Row, tuple[float, float]]]
         device = [r for r in rows if r.keys["device"] == members[0].keys["device"]]
         for load in loads:
             nodes = fit([r for r in device if r.keys["deployment"] != dep or _load(r) != load])
-            out += [(r, predict(r, nodes)) for r in members if _load(r) == load]
+            out += [(r, nodes) for r in members if _load(r) == load]
     return out or None
 
 
@@ -408,15 +519,25 @@ def document(name: str, rows: list[Row], sources: list[dict[str, Any]]) -> Calib
     calibrated = errors(fitted)
     packaged = table()
     points = []
+    tails_prior, tails_means, tails_fitted = [], [], []
     for r, (ttft, tpot) in sorted(fitted, key=lambda x: (x[0].keys["deployment"], x[0].m.source)):
         wl = r.m.case.workload
+        prior_t, fitted_t = predict_tails(r, None), predict_tails(r, nodes)
+        tails_prior += prior_t
+        tails_means += predict_tails(r, nodes, spread=False)
+        tails_fitted += fitted_t
+        fitted_at = {(metric, pct): ms for metric, pct, _, ms in fitted_t}
+        tails = [{"metric": metric, "percentile": pct, "samples": r.m.case.samples, "measured_ms": _r(measured),
+                  "prior_ms": _r(ms), "calibrated_ms": _r(fitted_at[(metric, pct)])}
+                 for metric, pct, measured, ms in prior_t if (metric, pct) in fitted_at]
         points.append({
             "source": r.m.source, "date": r.m.date, "deployment": level_keys(r.m.case.deployment)["deployment"],
             "isl": _r(wl.isl), "osl": _r(wl.osl), "concurrency": wl.concurrency,
             "rate": None if wl.rate is None else _r(wl.rate),
             "measured": {"ttft_ms": _r(r.m.case.ttft_ms), "tpot_ms": _r(r.m.case.tpot_ms)},
             "prior": {"ttft_ms": _r(r.prior[0]), "tpot_ms": _r(r.prior[1])},
-            "calibrated": {"ttft_ms": _r(ttft), "tpot_ms": _r(tpot)}})
+            "calibrated": {"ttft_ms": _r(ttft), "tpot_ms": _r(tpot)}, "tails": tails or None})
+    lolo_tails = [t for r, held in lolo or () for t in predict_tails(r, held)]
     return CalibrationFile.model_validate({
         "apiVersion": "infra.dev/v1alpha1", "kind": "Calibration", "metadata": {"name": name},
         "prior": {"data": str(packaged.get("data", "")), "data_sha256": str(packaged.get("data_sha256", "")),
@@ -424,10 +545,13 @@ def document(name: str, rows: list[Row], sources: list[dict[str, Any]]) -> Calib
         "sources": sources, "corrections": [n.model_dump() for n in nodes], "points": points,
         "error": {"prior": errors([(r, r.prior) for r in rows]), "calibrated": calibrated,
                   "leave_one_out": errors(loo) if loo is not None else None,
-                  "leave_one_load_out": errors(lolo) if lolo is not None else None},
+                  "leave_one_load_out": errors([(r, predict(r, held)) for r, held in lolo]) if lolo else None,
+                  "tails": {"prior": tail_errors(tails_prior), "means_only": tail_errors(tails_means),
+                            "calibrated": tail_errors(tails_fitted),
+                            "leave_one_load_out": tail_errors(lolo_tails) if lolo_tails else None}
+                  if tails_fitted else None},
         "notes": notes(nodes, calibrated)})
 
 
 __all__ = ["EVIDENCE", "Measured", "Row", "document", "errors", "fit", "leave_one_load_out", "leave_one_out",
-           "predict", "prepare",
-           "runner"]
+           "predict", "predict_tails", "prepare", "runner", "tail_errors"]

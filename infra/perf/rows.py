@@ -27,6 +27,7 @@ from infra.perf.calibration import Factors
 from infra.perf.cases import read_measured
 from infra.perf.estimate import build_workers
 from infra.perf.estimate import predict as serving_predict
+from infra.perf.serving import Prediction
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 
 REPLAY_MEMORY = 0.95
@@ -87,6 +88,11 @@ class Case:
     alternatives: tuple[tuple[Deployment, bool | None, float], ...] = ()
     """Other recipes of other layouts that ran at the row's client count (the rows do not say which one a row
     measured): the row is predicted as the geometric mean over them and `deployment`."""
+    tails: tuple[tuple[str, str, float], ...] = ()
+    """Measured percentiles where the source records them: (metric `ttft` or `tpot`, percentile name of
+    `serving.PERCENTILES`, milliseconds)."""
+    samples: int = 0
+    """Requests the percentiles were taken over."""
 
 
 SGLANG_CHUNKS = ((35, 2048), (160, 8192), (math.inf, 16384))
@@ -433,6 +439,23 @@ def predict(case: Case, catalog: Catalog, factors: Factors | None = None) -> tup
 
 def compiled(case: Case, catalog: Catalog) -> Callable[[Factors], tuple[float, float]] | str:
     """A fast predictor for refitting: the workers are compiled once and only their factors change."""
+    full = compiled_full(case, catalog)
+    if isinstance(full, str):
+        return full
+
+    def run(factors: Factors) -> tuple[float, float]:
+        got = []
+        for p in full(factors):
+            if not p.stable:
+                return float("inf"), float("inf")
+            got.append((p.ttft["mean"] * 1000, p.tpot["mean"] * 1000))
+        return _geomean(got)
+
+    return run
+
+
+def compiled_full(case: Case, catalog: Catalog) -> Callable[[Factors], list[Prediction]] | str:
+    """`compiled`'s predictions whole (percentiles included), one for each recipe the case may have run."""
     built = []
     for one in _variants(case):
         try:
@@ -442,14 +465,9 @@ def compiled(case: Case, catalog: Catalog) -> Callable[[Factors], tuple[float, f
             return exc.problems[0].message
         built.append((one, workers, link))
 
-    def run(factors: Factors) -> tuple[float, float]:
-        got = []
-        for one, workers, link in built:
-            ws = {k: replace(w, factors=as_measured(one, k, factors)) for k, w in workers.items()}
-            p = serving_predict(one.deployment, one.workload, ws, link)
-            if not p.stable:
-                return float("inf"), float("inf")
-            got.append((p.ttft["mean"] * 1000, p.tpot["mean"] * 1000))
-        return _geomean(got)
+    def run(factors: Factors) -> list[Prediction]:
+        return [serving_predict(one.deployment, one.workload,
+                                {k: replace(w, factors=as_measured(one, k, factors)) for k, w in workers.items()},
+                                link) for one, workers, link in built]
 
     return run

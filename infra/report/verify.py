@@ -42,6 +42,14 @@ def print_verify(console: Console, result: Any) -> None:
                          f"; each measured load predicted from the others: TTFT "
                          f"{100 * (unseen.ttft_median_ape or 0):.1f}%, TPOT {100 * (unseen.tpot_median_ape or 0):.1f}%"
                          " off"))
+        tails = cal.error.tails
+        if tails is not None:
+            pcts = sorted({t.percentile for p in cal.points for t in p.tails or ()}, key=lambda p: float(p[1:]))
+            console.print(f"measured percentiles ({', '.join(pcts)}): TTFT off by "
+                          f"{100 * (tails.means_only.ttft_median_ape or 0):.1f}% with the model's spread around the "
+                          f"calibrated means, {100 * (tails.calibrated.ttft_median_ape or 0):.1f}% with the measured "
+                          f"one; TPOT {100 * (tails.means_only.tpot_median_ape or 0):.1f}% -> "
+                          f"{100 * (tails.calibrated.tpot_median_ape or 0):.1f}%")
         for note in cal.notes:
             console.print(f"calibration note: {note}")
     for line in result.changes:

@@ -52,8 +52,15 @@ def test_bench_simulate_json_and_save(planned, tmp_path):
     for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
         assert all(data[m][k] > 0 for k in ("mean", "p50", "p90", "p99"))
     assert data["verdict"]["overall"] == "pass"
-    kinds = [json.loads(line)["kind"] for line in save.read_text().splitlines()]
+    lines = [json.loads(line) for line in save.read_text().splitlines()]
+    kinds = [line["kind"] for line in lines]
     assert kinds.count("request") == 1200 and "case" in kinds and kinds[-1] == "summary"
+    # Each allocation's case line keeps its requests' percentiles, which a calibration fits its tails on.
+    case = next(line for line in lines if line["kind"] == "case")
+    for metric in ("ttft_ms", "tpot_ms"):
+        pcts = case["percentiles"][metric]
+        assert list(pcts) == ["p50", "p90", "p95", "p99"] and pcts["p50"] <= pcts["p99"]
+        assert pcts["p50"] > 0.5 * case[metric]
 
 
 def test_bench_fails_with_exit_3_on_an_objective_it_misses(planned, tmp_path):

@@ -337,3 +337,73 @@ def test_vllm_date_that_is_not_the_documented_format_is_dropped_with_a_note(tmp_
     doc = dict(json.loads(fixture("vllm-bench.json").read_text()), date="yesterday")
     p = read_results(write_json(tmp_path / "r.json", doc)).points[0]
     assert p.date is None and any("'yesterday'" in note for note in p.notes)
+
+
+# --- measured percentiles -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, ttft, tpot", [
+    # vLLM and SGLang: p99_<metric>_ms, and median_<metric>_ms as p50
+    ("vllm-bench.json", {"p50": 87.238, "p99": 102.0292}, {"p50": 11.7338, "p99": 12.4179}),
+    ("vllm-benchmark-serving.json", {"p50": 105.5, "p99": 124.55}, {"p50": 13.8699, "p99": 14.3204}),
+    # GenAI-Perf and AIPerf: the time_to_first_token and inter_token_latency statistics the means come from
+    ("profile_export_genai_perf.json", {"p50": 42.9, "p90": 64.8, "p95": 71.3, "p99": 88.1},
+     {"p50": 9.8, "p90": 10.4, "p95": 10.6, "p99": 10.9}),
+    ("genai-perf-triton.json", {"p50": 64.7, "p90": 128.6, "p95": 151.0, "p99": 190.3},
+     {"p50": 10.1, "p90": 11.8, "p95": 12.4, "p99": 13.1}),
+    ("profile_export_aiperf.json", {"p50": 37.2, "p90": 51.9, "p95": 57.3, "p99": 68.0},
+     {"p50": 3.16, "p90": 3.44, "p95": 3.52, "p99": 3.71}),
+])
+def test_percentiles_each_single_point_file_records(name, ttft, tpot):
+    p = only_point(name)
+    assert p.tails == {"ttft_ms": ttft, "tpot_ms": tpot}
+    hash(p)  # the dict of tails must not make a point unhashable
+
+
+def test_sglang_percentiles_per_line():
+    result = read_results(fixture("sglang-bench.jsonl"))
+    assert [p.tails for p in result.points] == [
+        {"ttft_ms": {"p50": 45.338, "p99": 117.0}, "tpot_ms": {"p50": 7.35, "p99": 9.75}},
+        {"ttft_ms": {"p50": 58.823, "p99": 151.8}, "tpot_ms": {"p50": 8.085, "p99": 10.725}},
+        {"ttft_ms": {"p50": 205.995, "p99": 531.6}, "tpot_ms": {"p50": 10.78, "p99": 14.3}},
+    ]
+
+
+def test_guidellm_v02_percentiles_take_the_median_for_p50_and_p999_for_p99_9():
+    first = read_results(fixture("guidellm-benchmarks.json")).points[0]
+    assert first.tails == {"ttft_ms": {"p50": 32.98, "p90": 39.79, "p95": 43.07, "p99": 47.43, "p99.9": 47.43},
+                           "tpot_ms": {"p50": 7.179, "p90": 7.413, "p95": 7.505, "p99": 7.57, "p99.9": 7.57}}
+
+
+def test_guidellm_later_report_percentiles():
+    _, second = read_results(fixture("guidellm-benchmarks.yaml")).points
+    assert second.tails == {"ttft_ms": {"p50": 70.59, "p90": 83.18, "p95": 86.82, "p99": 93.76, "p99.9": 105.21},
+                            "tpot_ms": {"p50": 12.261, "p90": 13.028, "p95": 13.232, "p99": 13.699, "p99.9": 13.965}}
+
+
+def test_vllm_every_metric_percentile_is_read_and_unusable_ones_left_out(tmp_path):
+    # As --metric-percentiles 50,90,95,99,99.9 writes them; p50 wins over the median when both are there.
+    doc = dict(json.loads(fixture("vllm-bench.json").read_text()), p50_ttft_ms=87.0, p90_ttft_ms=99.0,
+               p95_ttft_ms=100.5, **{"p99.9_ttft_ms": 110.25}, p90_tpot_ms=float("nan"), p95_tpot_ms=0.0,
+               **{"p99.9_tpot_ms": "13"})
+    p = read_results(write_json(tmp_path / "r.json", doc)).points[0]
+    assert p.tails == {"ttft_ms": {"p50": 87.0, "p90": 99.0, "p95": 100.5, "p99": 102.0292, "p99.9": 110.25},
+                       "tpot_ms": {"p50": 11.7338, "p99": 12.4179}}
+
+
+def test_a_metric_without_percentiles_is_absent_and_itl_does_not_stand_in_for_tpot(tmp_path):
+    doc = json.loads(fixture("vllm-bench.json").read_text())
+    for key in ("median_tpot_ms", "p99_tpot_ms"):
+        del doc[key]
+    doc.update(median_itl_ms=11.5, p99_itl_ms=30.0)
+    p = read_results(write_json(tmp_path / "r.json", doc)).points[0]
+    assert p.tails == {"ttft_ms": {"p50": 87.238, "p99": 102.0292}}
+
+
+def test_profile_export_percentiles_are_converted_like_the_mean(tmp_path):
+    doc = json.loads(fixture("profile_export_aiperf.json").read_text())
+    doc["time_to_first_token"] = {"unit": "s", "avg": 0.04, "p50": 0.037, "p90": 0.052, "p99": 0.068}
+    doc["inter_token_latency"] = {"unit": "ms", "avg": 3.17}
+    p = read_results(write_json(tmp_path / "profile_export_aiperf.json", doc)).points[0]
+    assert p.ttft_ms == pytest.approx(40.0)
+    assert p.tails == {"ttft_ms": pytest.approx({"p50": 37.0, "p90": 52.0, "p99": 68.0})}
