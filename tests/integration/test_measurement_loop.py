@@ -110,3 +110,52 @@ def test_plan_measure_calibrate_predict_and_verify_on_a_real_engine(vllm_server,
     assert replanned["spec"]["provenance"]["calibration"]["measured"]["points"] == 1
     [again] = replanned["spec"]["services"][0]["allocations"]
     assert again["measured"].startswith("calibrated on 1 measured load point(s) of 1 deployment(s) (this deployment")
+
+
+TAIL_REQUESTS = 120
+"""Requests per measured load: p90 needs 100 (ten beyond it) before a calibration fits a tail on it."""
+TAIL_BOUND = 0.25
+"""How far the calibrated TPOT p90 at the unmeasured load may be from the measured one: the mean's error (a few
+percent between two loads) and the spread's, whose measured ratio to the mean moves by 0.1 or so run to run."""
+
+
+def test_measured_tails_carry_to_a_load_between_the_measured_ones(vllm_server, tiny_model, tmp_path):
+    """The model has a closed loop's TPOT flat (p90 = mean); the engine's p90 runs 20-50% above its mean (steps
+    that carry the other clients' prompts). Calibrated on the percentiles of two loads, the estimate at a third
+    takes that spread, where calibrated means alone leave the model's."""
+    catalog = str(_catalog(tiny_model, tmp_path / "catalog"))
+    intent = tmp_path / "loop.yaml"
+    intent.write_text(INTENT.format(device=CPU, isl=ISL, osl=OSL // 2))
+    planned = infra("plan", str(intent), "-o", str(tmp_path / "out"), "--no-verify", "--catalog", catalog)
+    assert planned.returncode == 0, planned.stderr
+    plan = tmp_path / "out" / "plan.yaml"
+    [alloc] = yaml.safe_load(plan.read_text())["spec"]["services"][0]["allocations"]
+
+    def measure(clients: int, save: Path) -> dict:
+        out = infra("bench", "--endpoint", vllm_server, "--model", "tiny", "--plan", str(plan), "--concurrency",
+                    str(clients), "--requests", str(TAIL_REQUESTS), "--input-tokens", str(ISL), "--output-tokens",
+                    str(OSL // 2), "--save", str(save), "--json")
+        assert out.returncode in (0, 3), out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    measure(2, tmp_path / "two.jsonl")
+    measure(6, tmp_path / "six.jsonl")
+    cal = tmp_path / "cal.yaml"
+    fitted = infra("calibrate", str(tmp_path / "two.jsonl"), str(tmp_path / "six.jsonl"), "-o", str(cal),
+                   "--catalog", catalog)
+    assert fitted.returncode == 0, fitted.stderr
+    doc = yaml.safe_load(cal.read_text())
+    [node] = [n for n in doc["corrections"] if n["level"] == "deployment"]
+    assert node["tails"]["tpot"] > 0 and {t["percentile"] for p in doc["points"] for t in p["tails"]} == {"p90"}
+    est = api.estimate({"model": "tiny", "device": CPU, "framework": "vllm", "precision": alloc["precision"],
+                        "isl": ISL, "osl": OSL // 2, "concurrency": 4,
+                        "batch": alloc["engines"]["agg"]["max_num_seqs"]}, (Path(catalog),), calibration=cal)
+
+    def errors(attempt: int) -> tuple[float, float]:
+        got = measure(4, tmp_path / f"four-{attempt}.jsonl")["tpot_ms"]["p90"]
+        return abs(est["tpot_ms"]["p90"] / got - 1), abs(est["tpot_ms"]["mean"] / got - 1)
+
+    tails, means_only = errors(1)
+    if tails > TAIL_BOUND or tails >= means_only:
+        tails, means_only = errors(2)  # shared cores are noisy: once more before it counts
+    assert tails <= TAIL_BOUND and tails < means_only, (tails, means_only, est["tpot_ms"])
