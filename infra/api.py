@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from infra.workflow.emulate import emulate
     from infra.workflow.estimate import estimate, estimate_cases
     from infra.workflow.intent import check, load_intent, schema
+    from infra.workflow.observe import ObserveResult, observe
     from infra.workflow.plan import PlanResult, plan
     from infra.workflow.pr import open_pr
     from infra.workflow.render import RenderResult, render
@@ -33,6 +34,7 @@ _EXPORTS = {
     "emulate": "infra.workflow.emulate",
     "estimate": "infra.workflow.estimate", "estimate_cases": "infra.workflow.estimate",
     "check": "infra.workflow.intent", "load_intent": "infra.workflow.intent", "schema": "infra.workflow.intent",
+    "ObserveResult": "infra.workflow.observe", "observe": "infra.workflow.observe",
     "PlanResult": "infra.workflow.plan", "plan": "infra.workflow.plan",
     "open_pr": "infra.workflow.pr",
     "RenderResult": "infra.workflow.render", "render": "infra.workflow.render",
@@ -41,10 +43,10 @@ _EXPORTS = {
 }
 """Name -> the module that defines it."""
 
-__all__ = ["CalibrateResult", "Catalog", "CheckResult", "PlanResult", "RenderResult", "VerifyResult", "bench",
-           "bench_endpoint", "calibrate", "check", "draft", "emulate", "estimate", "estimate_cases", "explain",
-           "load_catalog", "load_intent", "open_pr", "plan", "plan_agent", "render", "review", "schema", "validate",
-           "verify"]
+__all__ = ["CalibrateResult", "Catalog", "CheckResult", "ObserveResult", "PlanResult", "RenderResult", "VerifyResult",
+           "bench", "bench_endpoint", "calibrate", "check", "draft", "emulate", "estimate", "estimate_cases",
+           "explain", "load_catalog", "load_intent", "observe", "open_pr", "plan", "plan_agent", "render", "review",
+           "schema", "validate", "verify"]
 
 
 def __getattr__(name: str) -> Any:

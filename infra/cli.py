@@ -338,6 +338,63 @@ def calibrate(
 
 
 @app.command()
+def observe(
+    url: Annotated[str, typer.Argument(help="The deployed engine: http://HOST:PORT, its /v1 or its /metrics (vLLM, "
+                                            "or `infra emulate`).", show_default=False)],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Write the measurement here (JSON Lines, as "
+                                         "`infra bench --save`; `infra calibrate` reads it).", show_default=False)],
+    duration: Annotated[float, typer.Option(help="Seconds of traffic to observe between the two scrapes.")] = 600.0,
+    plan_file: Annotated[Optional[Path], typer.Option("--plan", help="The plan the engine was deployed from.",
+                                                      show_default=False)] = None,
+    service: Annotated[Optional[str], typer.Option(help="With --plan: the service observed (default: its only "
+                                                   "one).", show_default=False)] = None,
+    allocation: Annotated[Optional[int], typer.Option(help="With --plan: the allocation whose pods are observed, for "
+                                                      "a service of several.", show_default=False)] = None,
+    model_name: Annotated[Optional[str], typer.Option("--model-name", help="Keep the series of this served model "
+                                                      "(the model_name label) only.", show_default=False)] = None,
+    model: Annotated[Optional[str], typer.Option(help="Model deployed (catalog name or Hugging Face id).",
+                                                 show_default=False)] = None,
+    device: Annotated[Optional[str], typer.Option(help="Device deployed on (catalog name).",
+                                                  show_default=False)] = None,
+    framework: Annotated[Optional[str], typer.Option(help="Serving framework.", show_default=False)] = None,
+    precision: Annotated[Optional[str], typer.Option(help="Weight precision.", show_default=False)] = None,
+    tp: Annotated[Optional[int], typer.Option(help="Tensor parallel size.", show_default=False)] = None,
+    batch: Annotated[Optional[int], typer.Option(help="Batch cap (max_num_seqs).", show_default=False)] = None,
+    workers: Annotated[Optional[int], typer.Option(help="Replicas behind the scraped metrics.",
+                                                   show_default=False)] = None,
+    catalog: CatalogOpt = None,
+    as_json: JsonOpt = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace the output file if it holds something else.")] = False,
+) -> None:
+    """Measure a deployment on its own traffic: scrape its engine's Prometheus /metrics, wait --duration, scrape
+    again, and write what it served in between (mean TTFT and TPOT, percentiles where the buckets resolve them,
+    lengths and rate) as a measurement `infra calibrate` reads. No request is sent."""
+    from infra import api
+
+    fields = {"model": model, "device": device, "framework": framework, "precision": precision, "tp": tp,
+              "batch": batch, "workers": workers}
+    result = api.observe(url, duration, output, plan=plan_file, service=service, allocation=allocation,
+                         deployment=fields, model_name=model_name, catalog_dirs=tuple(catalog or ()), force=force)
+    o = result.observation
+    if as_json:
+        print(json.dumps({"source": o.source, "date": o.date, "seconds": o.seconds, "requests": o.requests,
+                          "rate_rps": round(o.rate, 6), "isl": round(o.isl, 2), "osl": round(o.osl, 2),
+                          "ttft_ms": round(o.ttft_ms, 4), "tpot_ms": round(o.tpot_ms, 4),
+                          "percentiles": o.percentiles, "notes": list(o.notes), "written": str(result.written)},
+                         sort_keys=True))
+        return
+    console = _console()
+    console.print(f"{o.source}: {o.requests} requests finished in {o.seconds:g} s ({o.rate:.4g}/s), prompts "
+                  f"{o.isl:,.0f} tokens, answers {o.osl:,.0f} on average")
+    for key, label, mean in (("ttft_ms", "TTFT", o.ttft_ms), ("tpot_ms", "TPOT", o.tpot_ms)):
+        pcts = ", ".join(f"{p} {v:,.1f}" for p, v in o.percentiles.get(key, {}).items())
+        console.print(f"{label} mean {mean:,.1f} ms" + (f" ({pcts})" if pcts else ""))
+    for note in o.notes:
+        console.print(f"note: {note}")
+    console.print(f"wrote {result.written}: `infra calibrate {result.written}` fits a calibration to it")
+
+
+@app.command()
 def bench(
     simulate: Annotated[Optional[Path], typer.Option("--simulate", help="Simulate this plan (plan.yaml): the "
                                                      "embedded default, no endpoint needed.",

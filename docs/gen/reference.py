@@ -390,7 +390,8 @@ def catalog_pages() -> dict[str, str]:
 
 
 API_ORDER = ("load_intent", "check", "schema", "estimate", "estimate_cases", "plan", "PlanResult", "render",
-             "RenderResult", "validate", "bench", "bench_endpoint", "emulate", "calibrate", "CalibrateResult",
+             "RenderResult", "validate", "bench", "bench_endpoint", "emulate", "observe", "ObserveResult", "calibrate",
+             "CalibrateResult",
              "verify", "VerifyResult", "open_pr", "explain", "draft", "plan_agent", "review", "load_catalog",
              "Catalog", "CheckResult")
 """The order the page lists `infra.api`'s names in: a command's function, then what it returns."""

@@ -46,6 +46,9 @@ DEFAULT_MAX_TOKENS = 16
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
                    10.0, 20.0, 40.0, 80.0)
 
+TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
+"""vLLM's buckets of request token counts (1-2-5 steps up to its longest context)."""
+
 
 CATCH_UP_S = 0.05
 """How far behind real time an engine's next step may start, to make up for the event loop waking it late."""
@@ -252,6 +255,9 @@ class _Metrics:
     prompt_tokens: Any
     generation_tokens: Any
     running: Any
+    request_tpot: Any
+    request_prompt: Any
+    request_generation: Any
 
 
 def _metrics(model: str) -> _Metrics:
@@ -272,6 +278,12 @@ def _metrics(model: str) -> _Metrics:
         Counter("vllm:prompt_tokens", "Prompt tokens processed.", labels, registry=reg).labels(model),
         Counter("vllm:generation_tokens", "Tokens generated.", labels, registry=reg).labels(model),
         Gauge("vllm:num_requests_running", "Requests being answered.", labels, registry=reg).labels(model),
+        hist("vllm:request_time_per_output_token_seconds", "A finished request's decode time per output token "
+             "after the first."),
+        Histogram("vllm:request_prompt_tokens", "A finished request's prompt tokens.", labels, registry=reg,
+                  buckets=TOKEN_BUCKETS).labels(model),
+        Histogram("vllm:request_generation_tokens", "A finished request's generated tokens.", labels, registry=reg,
+                  buckets=TOKEN_BUCKETS).labels(model),
     )
 
 
@@ -392,6 +404,7 @@ class Emulator:
                 now = time.perf_counter()
                 if last is None:
                     m.ttft.observe(now - plan.arrived)
+                    plan.first_at = now
                 sent += k
                 last = now
                 yield k
@@ -430,7 +443,12 @@ class Emulator:
 
     def _finished(self, plan: _RequestPlan, n: int, reason: str) -> None:
         m = self.metrics
-        m.e2e.observe(time.perf_counter() - plan.arrived)
+        now = time.perf_counter()
+        m.e2e.observe(now - plan.arrived)
+        if n > 1 and plan.first_at is not None:
+            m.request_tpot.observe((now - plan.first_at) / (n - 1))
+        m.request_prompt.observe(plan.prompt_tokens)
+        m.request_generation.observe(n)
         m.success.labels(self.models[0], reason).inc()
         m.prompt_tokens.inc(plan.prompt_tokens)
         m.generation_tokens.inc(n)
@@ -446,6 +464,8 @@ class _RequestPlan:
     stall_at: int | None
     cut_at: int | None
     cut: bool = False
+    first_at: float | None = None
+    """When its first token was written (perf_counter)."""
     id: str = field(default_factory=lambda: "cmpl-" + uuid.uuid4().hex[:16])
     created: int = field(default_factory=lambda: int(time.time()))
 

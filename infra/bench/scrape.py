@@ -6,6 +6,9 @@ after them. Means come from `_sum / _count`; that is all a bucketed histogram sa
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 from prometheus_client.parser import text_string_to_metric_families
 
 HISTOGRAMS = {"ttft": "vllm:time_to_first_token_seconds", "itl": "vllm:inter_token_latency_seconds",
@@ -38,3 +41,74 @@ def server_means(before: dict[str, tuple[float, float]], after: dict[str, tuple[
         if c1 - c0 > 0:
             out[key] = {"mean_ms": round((s1 - s0) / (c1 - c0) * 1000.0, 3), "n": int(c1 - c0)}
     return out
+
+
+@dataclass(frozen=True)
+class Series:
+    """One histogram's totals (or a counter's, with no buckets), added over its label sets."""
+
+    sum: float
+    count: float
+    buckets: tuple[tuple[float, float], ...] = ()
+    """(upper bound, cumulative count), increasing bounds, the last one +Inf."""
+
+
+def snapshot(text: str, model: str | None = None) -> dict[str, Series]:
+    """Every histogram and counter of a Prometheus text scrape by family name (`vllm:request_success` for
+    `vllm:request_success_total`), added over label sets; with `model`, only the series of that `model_name`
+    (an engine serving several models, or a scrape of several engines)."""
+    out: dict[str, Series] = {}
+    for family in text_string_to_metric_families(text):
+        if family.type not in ("histogram", "counter"):
+            continue
+        total, count = 0.0, 0.0
+        buckets: dict[float, float] = {}
+        for sample in family.samples:
+            if model is not None and sample.labels.get("model_name", model) != model:
+                continue
+            if sample.name.endswith("_bucket"):
+                le = float(sample.labels["le"])
+                buckets[le] = buckets.get(le, 0.0) + sample.value
+            elif sample.name.endswith("_sum"):
+                total += sample.value
+            elif sample.name.endswith("_count") or (family.type == "counter" and sample.name.endswith("_total")):
+                count += sample.value
+        # A family met twice (the scrapes of several engines joined) adds up.
+        seen = out.get(family.name, Series(0.0, 0.0))
+        for le, c in seen.buckets:
+            buckets[le] = buckets.get(le, 0.0) + c
+        out[family.name] = Series(seen.sum + total, seen.count + count, tuple(sorted(buckets.items())))
+    return out
+
+
+def window(before: dict[str, Series], after: dict[str, Series]) -> dict[str, Series]:
+    """What each series counted between two scrapes (a series absent before counts from zero)."""
+    out = {}
+    for name, s in after.items():
+        b = before.get(name, Series(0.0, 0.0))
+        earlier = dict(b.buckets)
+        out[name] = Series(s.sum - b.sum, s.count - b.count,
+                           tuple((le, c - earlier.get(le, 0.0)) for le, c in s.buckets))
+    return out
+
+
+FINE = 1.25
+"""Widest bucket (upper bound over lower) a percentile is read from: inside a bucket the observations' order is
+lost, and the linear interpolation `histogram_quantile` makes can be off by the bucket's width (vLLM's default
+TTFT buckets run 0.1, 0.25, 0.5 s: a p99 read from them may be off by half)."""
+
+
+def bucket_quantile(series: Series, q: float) -> float | None:
+    """The q-quantile (0..1) of a histogram's window, interpolated linearly inside its bucket as Prometheus's
+    `histogram_quantile` does; None where that bucket is wider than `FINE`, open-ended, or empty."""
+    if series.count <= 0 or not series.buckets:
+        return None
+    rank = q * series.count
+    lower, below = 0.0, 0.0
+    for upper, cumulative in series.buckets:
+        if cumulative >= rank and cumulative > below:
+            if math.isinf(upper) or lower <= 0 or upper / lower > FINE:
+                return None
+            return lower + (upper - lower) * (rank - below) / (cumulative - below)
+        lower, below = upper, cumulative
+    return None

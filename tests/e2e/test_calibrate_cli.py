@@ -4,6 +4,8 @@ simulate with the calibration, and verify a plan against a served endpoint."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -317,3 +319,35 @@ def test_verify_shows_its_progress_on_a_terminal_and_never_with_json(loop: Path)
         code, seen = _stderr_on_a_terminal("verify", plan, "--endpoint", url, "--requests", "12", "--json", cwd=loop)
         assert code in (0, 3), seen
         assert "load, requests" not in seen
+
+
+def test_observe_measures_a_deployment_on_its_own_traffic_and_calibrate_reads_it(tmp_path: Path):
+    """A live engine (the emulator) serves traffic someone else sends; observe scrapes its /metrics over a window
+    and writes the measurement that calibrate fits."""
+    out = tmp_path / "observed.jsonl"
+    with emulator("--ttft-ms", "120", "--itl-ms", "20") as url:
+        load = subprocess.Popen([sys.executable, "-m", "infra", "bench", "--endpoint", url, "--rate", "20/s",
+                                 "--requests", "200", "--input-tokens", "128", "--output-tokens", "16"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            run = infra("observe", url, "--duration", "6", "-o", str(out), "--model", "Llama-3.1-8B",
+                        "--device", "H100-SXM", "--framework", "vllm", "--json")
+        finally:
+            load.wait(timeout=120)
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout)
+    assert got["requests"] >= 30 and got["rate_rps"] > 5
+    # The emulator's figures: 120 ms to the first token, then 20 ms a token.
+    assert got["ttft_ms"] == pytest.approx(120, rel=0.15) and got["tpot_ms"] == pytest.approx(20, rel=0.15)
+    assert got["isl"] == pytest.approx(128, rel=0.1) and got["osl"] == pytest.approx(16, rel=0.1)
+    fitted = infra("calibrate", str(out), "-o", str(tmp_path / "cal.yaml"))
+    assert fitted.returncode == 0, fitted.stderr
+    doc = yaml.safe_load((tmp_path / "cal.yaml").read_text())
+    assert doc["sources"][0]["format"] == "infra-bench" and doc["points"][0]["rate"] == pytest.approx(
+        got["rate_rps"], rel=1e-3)
+    # Nothing is written for a window in which nothing finished, and the error says so.
+    with emulator("--ttft-ms", "120", "--itl-ms", "20") as idle:
+        empty = infra("observe", idle, "--duration", "0.5", "-o", str(tmp_path / "none.jsonl"), "--model",
+                      "Llama-3.1-8B", "--device", "H100-SXM")
+    assert empty.returncode == 1 and "0 request(s) finished" in empty.stderr
+    assert not (tmp_path / "none.jsonl").exists()

@@ -1,0 +1,116 @@
+"""A deployment measured on its own traffic: Prometheus scrapes read as histograms, a window's difference, the
+percentiles narrow buckets resolve, and the window written as a measurement calibrate reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from infra.bench.measurements import read_measurements
+from infra.bench.observe import GENERATION, MIN_REQUESTS, PROMPT, TPOT, TTFT, observation, observation_lines
+from infra.bench.scrape import FINE, Series, bucket_quantile, snapshot, window
+from infra.catalog.loader import load_catalog
+from infra.errors import InfraError
+
+FINE_BUCKETS = tuple(round(0.005 * 1.1 ** k, 7) for k in range(80))
+"""Latency buckets 10% apart: narrow enough to read percentiles from."""
+
+
+class Engine:
+    """A registry exporting vLLM's request-level series, as an engine's /metrics does."""
+
+    def __init__(self, buckets: tuple[float, ...] = FINE_BUCKETS, model: str = "m") -> None:
+        reg = self.registry = CollectorRegistry()
+        self.ttft = Histogram(TTFT, "", ["model_name"], registry=reg, buckets=buckets).labels(model)
+        self.tpot = Histogram(TPOT, "", ["model_name"], registry=reg, buckets=buckets).labels(model)
+        self.prompt = Histogram(PROMPT, "", ["model_name"], registry=reg,
+                                buckets=(10, 20, 50, 100, 200, 500, 1000, 2000)).labels(model)
+        self.answer = Histogram(GENERATION, "", ["model_name"], registry=reg,
+                                buckets=(10, 20, 50, 100, 200, 500, 1000, 2000)).labels(model)
+        self.success = Counter("vllm:request_success", "", ["model_name"], registry=reg).labels(model)
+
+    def serve(self, n: int, ttft: float, tpot: float, prompt: int = 300, answer: int = 150) -> None:
+        for i in range(n):
+            # A spread of 0.5x .. 1.5x around each mean, in even steps.
+            k = 0.5 + i / max(n - 1, 1)
+            self.ttft.observe(ttft * k)
+            self.tpot.observe(tpot * k)
+            self.prompt.observe(prompt)
+            self.answer.observe(answer)
+            self.success.inc()
+
+    def scrape(self, model: str | None = None) -> dict[str, Series]:
+        return snapshot(generate_latest(self.registry).decode(), model)
+
+
+def test_a_window_is_the_difference_of_two_scrapes_and_its_means_are_exact():
+    engine = Engine()
+    engine.serve(50, 9.0, 9.0)  # before the window: not the window's
+    before = engine.scrape()
+    engine.serve(200, 0.2, 0.03)
+    obs = observation(before, engine.scrape(), 20.0, "http://e/metrics", "2026-12-06T00:00:00+00:00")
+    assert obs.requests == 200 and obs.rate == pytest.approx(10.0)
+    assert obs.ttft_ms == pytest.approx(200.0) and obs.tpot_ms == pytest.approx(30.0)
+    assert obs.isl == pytest.approx(300) and obs.osl == pytest.approx(150)
+    # Observations spread evenly over 0.5..1.5 of the mean: p90 at 1.4 of it, read within a 10% bucket.
+    assert obs.percentiles["ttft_ms"]["p90"] == pytest.approx(280.0, rel=0.1)
+    assert obs.percentiles["tpot_ms"]["p50"] == pytest.approx(30.0, rel=0.1)
+
+
+def test_percentiles_are_read_only_from_narrow_buckets():
+    wide = Series(3.0, 10.0, ((0.1, 0.0), (0.25, 10.0), (float("inf"), 10.0)))
+    assert bucket_quantile(wide, 0.9) is None and 0.25 / 0.1 > FINE
+    narrow = Series(2.1, 10.0, ((0.2, 0.0), (0.22, 10.0), (float("inf"), 10.0)))
+    assert bucket_quantile(narrow, 0.5) == pytest.approx(0.21)
+    open_ended = Series(9.0, 10.0, ((0.2, 0.0), (float("inf"), 10.0)))
+    assert bucket_quantile(open_ended, 0.5) is None
+    engine = Engine(buckets=(0.1, 0.25, 0.5, 1.0))
+    before = engine.scrape()
+    engine.serve(100, 0.2, 0.03)
+    obs = observation(before, engine.scrape(), 10.0, "u", "d")
+    assert obs.percentiles == {} and any("means only" in n for n in obs.notes)
+
+
+def test_a_scrape_keeps_one_served_model_when_asked():
+    a, b = Engine(model="a"), Engine(model="b")
+    a.serve(40, 0.1, 0.01)
+    b.serve(40, 0.3, 0.05)
+    text = generate_latest(a.registry).decode() + generate_latest(b.registry).decode()
+    both, only_b = snapshot(text), snapshot(text, "b")
+    assert both[TTFT].count == 80 and only_b[TTFT].count == 40
+    assert only_b[TTFT].sum == pytest.approx(40 * 0.3)
+    assert window(only_b, both)[TTFT].count == 40
+
+
+def test_a_window_without_a_measurement_is_a_clear_error():
+    engine = Engine()
+    before = engine.scrape()
+    engine.serve(MIN_REQUESTS - 1, 0.2, 0.03)
+    with pytest.raises(InfraError, match=f"{MIN_REQUESTS - 1} request.*finished in 5 s"):
+        observation(before, engine.scrape(), 5.0, "u", "d")
+    restarted = Engine()
+    restarted.serve(10, 0.2, 0.03)
+    with pytest.raises(InfraError, match="counters went down"):
+        observation(engine.scrape(), restarted.scrape(), 5.0, "u", "d")
+    with pytest.raises(InfraError, match="no vllm:request_time_per_output_token_seconds.* among the metrics"):
+        observation({}, {TTFT: Series(1.0, 50.0)}, 5.0, "u", "d")
+
+
+def test_the_window_is_a_measurement_calibrate_reads(tmp_path: Path):
+    engine = Engine()
+    before = engine.scrape()
+    engine.serve(300, 0.2, 0.03)
+    obs = observation(before, engine.scrape(), 30.0, "http://e/metrics", "2026-12-06T00:00:00+00:00")
+    deployment = {"model": "Llama-3.1-8B", "device": "H100-SXM", "framework": "vllm", "tp": 1}
+    path = tmp_path / "observed.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in observation_lines(obs, deployment, "chat")))
+    src = read_measurements(path, None, load_catalog())
+    assert src.format == "infra-bench" and not src.skipped
+    [m] = src.points
+    assert m.case.workload.rate == pytest.approx(10.0) and m.case.workload.isl == 300
+    assert m.case.ttft_ms == pytest.approx(200.0) and m.case.samples == 300
+    assert ("ttft", "p90", obs.percentiles["ttft_ms"]["p90"]) in m.case.tails
+    assert m.date == "2026-12-06T00:00:00+00:00"
