@@ -159,3 +159,27 @@ def test_measured_tails_carry_to_a_load_between_the_measured_ones(vllm_server, t
     if tails > TAIL_BOUND or tails >= means_only:
         tails, means_only = errors(2)  # shared cores are noisy: once more before it counts
     assert tails <= TAIL_BOUND and tails < means_only, (tails, means_only, est["tpot_ms"])
+
+
+def test_observe_reads_what_a_real_engine_served(vllm_server, tiny_model, tmp_path):
+    """`infra observe` on vLLM's own /metrics while a client sends it traffic: the window's means are the client's
+    (the engine's TTFT starts at arrival, the client's at send: a few percent apart)."""
+    catalog = str(_catalog(tiny_model, tmp_path / "catalog"))
+    load = subprocess.Popen([sys.executable, "-m", "infra", "bench", "--endpoint", vllm_server, "--model", "tiny",
+                             "--concurrency", "4", "--requests", "100", "--input-tokens", str(ISL),
+                             "--output-tokens", str(OSL // 2), "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        observed = infra("observe", vllm_server, "--duration", "20", "-o", str(tmp_path / "observed.jsonl"),
+                         "--model", "tiny", "--device", CPU, "--framework", "vllm", "--precision", "fp32",
+                         "--catalog", catalog, "--json")
+    finally:
+        out, err = load.communicate(timeout=900)
+    assert observed.returncode == 0, observed.stderr
+    got, client = json.loads(observed.stdout), json.loads(out.strip().splitlines()[-1])
+    assert got["requests"] >= 30 and got["osl"] == pytest.approx(OSL // 2, rel=0.1)
+    for metric in ("ttft_ms", "tpot_ms"):
+        assert got[metric] == pytest.approx(client[metric]["mean"], rel=0.2), (metric, got, client[metric])
+    fitted = infra("calibrate", str(tmp_path / "observed.jsonl"), "-o", str(tmp_path / "cal.yaml"),
+                   "--catalog", catalog)
+    assert fitted.returncode == 0, fitted.stderr
