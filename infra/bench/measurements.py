@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +225,21 @@ def _implausible(m: Measured) -> str | None:
     return None
 
 
+def _implausible_tails(m: Measured) -> str | None:
+    """Why a point's percentiles cannot be a measurement: one outside `BOUNDS`, or a higher percentile below a
+    lower one of the same metric."""
+    last: dict[str, tuple[float, str, float]] = {}
+    for metric, pct, ms in sorted(m.case.tails, key=lambda t: (t[0], float(t[1][1:]))):
+        lo, hi = BOUNDS[f"{metric}_ms"]
+        if not lo <= ms <= hi:
+            return f"{metric} {pct} {ms:g} ms is outside {lo:g}..{hi:g}"
+        q = float(pct[1:])
+        if metric in last and ms < last[metric][2] and q > last[metric][0]:
+            return f"{metric} {pct} {ms:g} ms is below its {last[metric][1]} {last[metric][2]:g} ms"
+        last[metric] = (q, pct, ms)
+    return None
+
+
 def read_measurements(path: str | Path, deployment: dict[str, Any] | None, catalog: Catalog) -> Source:
     """The measured points of one file, with the deployment given (from a plan or flags) where the file does not
     record it."""
@@ -246,8 +261,12 @@ def read_measurements(path: str | Path, deployment: dict[str, Any] | None, catal
         why = _implausible(m)
         if why:
             src.skipped.append(f"{m.source}: {why}")
-        else:
-            kept.append(m)
+            continue
+        why = _implausible_tails(m)
+        if why:
+            src.skipped.append(f"{m.source}: its percentiles are not used ({why}); its means are")
+            m = replace(m, case=replace(m.case, tails=()))
+        kept.append(m)
     src.points = kept
     if not src.points:
         why = f"; {src.skipped[0]}" + (f" (and {len(src.skipped) - 1} more)" if len(src.skipped) > 1 else "") \

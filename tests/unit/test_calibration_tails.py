@@ -155,3 +155,21 @@ def test_a_saved_run_records_each_allocation_s_percentiles_and_calibration_reads
     assert case.samples == 1200
     assert set(case.tails) == {("ttft", "p50", 75.0), ("ttft", "p90", 110.0), ("ttft", "p99", 160.0),
                                ("tpot", "p50", 9.0), ("tpot", "p99", 11.5)}
+
+
+@pytest.mark.parametrize("pcts,why", [
+    ({"p50": 75.0, "p99": 5e7}, "ttft p99 5e+07 ms is outside"),
+    ({"p50": 75.0, "p90": 60.0}, "ttft p90 60 ms is below its p50 75 ms"),
+])
+def test_implausible_percentiles_are_dropped_and_said_so(tmp_path: Path, pcts: dict[str, float], why: str):
+    line = {"kind": "case", "case": {"model": "Llama-3.1-8B", "device": "H100-SXM", "framework": "vllm",
+                                     "precision": "bf16", "mode": "agg", "tp": 1, "isl": 1000, "osl": 200,
+                                     "concurrency": 8},
+            "requests": 1200, "ttft_ms": 80.0, "tpot_ms": 9.0,
+            "percentiles": {"ttft_ms": pcts, "tpot_ms": {"p50": 9.0, "p99": 11.5}}}
+    path = tmp_path / "run.jsonl"
+    path.write_text(json.dumps(line) + "\n", encoding="utf-8")
+    src = read_measurements(path, None, CAT)
+    [m] = src.points
+    assert m.case.tails == () and m.case.ttft_ms == 80.0
+    assert len(src.skipped) == 1 and why in src.skipped[0] and "its means are" in src.skipped[0]
