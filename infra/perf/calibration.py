@@ -185,8 +185,8 @@ class Calibration:
     """Multiplier of predicted TTFT from the user's calibration (their step correction is already in `factors`)."""
     ttft_loads: TtftLoads = ()
     """The calibration's TTFT multiplier at each load its deployment was measured at (`ttft_at`)."""
-    tails: tuple[float, float] = (0.0, 0.0)
-    """What the user's measured percentiles add to the model's TTFT and TPOT spread
+    tails: tuple[tuple[float, float], tuple[float, float]] = ((1.0, 0.0), (1.0, 0.0))
+    """What the user's measured percentiles make of the model's TTFT and TPOT spread
     (`infra.perf.correction.with_tails`)."""
     measured_level: str = ""
     """The level of the user's calibration that matched (`infra.perf.correction.LEVELS`), empty when none did."""

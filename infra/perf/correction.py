@@ -10,9 +10,9 @@ a user's measurements correct. A correction has two multipliers:
 - `ttft`: of the time to first token left after that (admission, tokenisation, scheduler settings the prior
   cannot see), applied to the prediction; only the exact deployment and workload has one (at each measured load,
   where it was measured at several): it does not carry to other layouts or prompt lengths;
-- `tails`: where the measurements record percentiles, what their spread adds to the model's (TTFT and TPOT), at
-  the exact deployment and workload too: objectives are percentiles, and a mean corrected alone leaves the p99 a
-  plan is judged on to the model's idea of the spread.
+- `tails`: where the measurements record percentiles, what their spread makes of the model's (TTFT and TPOT):
+  its share kept, and what is added beyond it; at the exact deployment and workload too. Objectives are
+  percentiles, and a mean corrected alone leaves the p99 a plan is judged on to the model's idea of the spread.
 
 Corrections are kept per level, from the broadest to the exact one: the device; the framework on that device; the
 model on that framework and device; the exact deployment (layout) and workload (lengths). Each level is the level
@@ -59,11 +59,15 @@ measurement describes something other than the deployment it is filed under (ano
 MIN_TAIL = 10
 """Samples that must lie beyond a measured percentile for it to say anything (p99: 1,000 requests; p90: 100): a
 calibration fits the spread on the highest percentile that has them, and a verdict judges one only then."""
-TAIL_BOUNDS = (-1.0, 10.0)
-"""What a tail correction may add per standard-normal quantile, in means (+1 at p99 is 2.3 times the mean more)."""
-Tails = tuple[float, float]
-"""(TTFT, TPOT) spread added per standard-normal quantile, in means (`with_tails`)."""
-NO_TAILS: Tails = (0.0, 0.0)
+TAIL_ADD = 10.0
+"""Most a tail correction may add per standard-normal quantile, in means (+1 at p99 is 2.3 times the mean more)."""
+Tail = tuple[float, float]
+"""One metric's tail correction (`spread_by`): the share of the model's spread kept, and what is added beyond it
+per standard-normal quantile, in means."""
+NO_TAIL: Tail = (1.0, 0.0)
+Tails = tuple[Tail, Tail]
+"""TTFT's and TPOT's."""
+NO_TAILS: Tails = (NO_TAIL, NO_TAIL)
 
 
 def scaled(factors: Factors, step: float) -> Factors:
@@ -86,17 +90,21 @@ def with_ttft(pred: Prediction, ttft: float) -> Prediction:
     return replace(pred, ttft=new, e2e=e2e)
 
 
-def spread_by(values: dict[str, float], tail: float) -> dict[str, float]:
-    """A metric's percentiles with `tail` means added per standard-normal quantile (none at the median), kept in
-    order: percentile p of a metric of mean m becomes p + tail x z_p x m."""
-    if tail == 0.0:
+def spread_by(values: dict[str, float], tail: Tail) -> dict[str, float]:
+    """A metric's percentiles under a measured tail (scale, add): percentile p of a metric of mean m becomes
+    m + scale x (p - m) + add x z_p x m. A measured spread narrower than the model's keeps its shape, scaled
+    down (the model's queueing tail overstated); a wider one keeps the model's and adds a normal one beyond it
+    (variability the model does not have: an engine's own jitter, a flat closed-loop TPOT). Either keeps the
+    percentiles in order."""
+    if tail == NO_TAIL:
         return values
+    scale, add = tail
     mean = values["mean"]
     out = {"mean": mean}
     floor = 0.0
     for p in PERCENTILES:
         if p in values:
-            floor = out[p] = max(values[p] + tail * max(z_of(p), 0.0) * mean, floor)
+            floor = out[p] = max(mean + scale * (values[p] - mean) + add * max(z_of(p), 0.0) * mean, floor)
     return out
 
 
@@ -160,7 +168,7 @@ class Correction:
     ttft_loads: TtftLoads = ()
     """The TTFT multiplier at each measured load of the deployment (`infra.perf.calibration.ttft_at`)."""
     tails: Tails = NO_TAILS
-    """What the measured percentiles add to the model's spread (`with_tails`)."""
+    """What the measured percentiles make of the model's spread (`with_tails`)."""
 
     def describe(self) -> str:
         """One line for notes and plans: what was corrected, by how much, on what evidence."""
@@ -169,14 +177,21 @@ class Correction:
                 f"({LEVEL_WORDS[self.level]}, {self.measured}; {self.calibration}): step time x{self.step:.3g}, "
                 f"TTFT x{self.ttft:.3g}" + (f" ({by_load}, in between by load)" if by_load else ""))
         if self.tails != NO_TAILS:
-            z = z_of("p99")
-            text += ("; measured percentiles: p99 " + ", ".join(
-                f"{name} {100 * t * z:+.0f}% of its mean" for name, t in zip(("TTFT", "TPOT"), self.tails) if t)
-                + " beyond the model's spread")
+            text += "; measured percentiles: " + ", ".join(
+                f"{name} {tail_words(t)}" for name, t in zip(("TTFT", "TPOT"), self.tails) if t != NO_TAIL)
         if self.stale:
             text += (f"; fitted against the packaged prior of {self.stale}, not the one installed: re-run "
                      "`infra calibrate` on the same measurements")
         return text
+
+
+def tail_words(tail: Tail) -> str:
+    """`spread x0.4 of the model's`, `p99 +26% of the mean beyond the model's spread`."""
+    scale, add = tail
+    parts = [f"spread x{scale:.2g} of the model's"] if scale != 1.0 else []
+    if add:
+        parts.append(f"p99 +{100 * add * z_of('p99'):.0f}% of the mean beyond the model's spread")
+    return " and ".join(parts) or "the model's spread"
 
 
 def _load_words(kind: str, load: float) -> str:
@@ -273,16 +288,29 @@ class LoadTtft(CalModel):
         return self
 
 
-class TailSpread(CalModel):
-    """What a deployment's measured percentiles add to the model's spread of each metric, per standard-normal
-    quantile and in means of the metric: an estimate's percentile p becomes p + value x z_p x mean (0.1 adds 23%
-    of the mean at p99, none at the median); absent where no measurement supports a percentile."""
+class MetricTail(CalModel):
+    """One metric's measured spread against the model's: an estimate's percentile p of mean m becomes
+    m + scale x (p - m) + add x z_p x m."""
 
-    ttft: float | None = Field(default=None, ge=TAIL_BOUNDS[0], le=TAIL_BOUNDS[1], allow_inf_nan=False)
-    tpot: float | None = Field(default=None, ge=TAIL_BOUNDS[0], le=TAIL_BOUNDS[1], allow_inf_nan=False)
+    scale: float = Field(default=1.0, ge=0.0, le=1.0, allow_inf_nan=False)
+    """Share of the model's spread around the mean kept (below 1 where the measured spread was narrower)."""
+    add: float = Field(default=0.0, ge=0.0, le=TAIL_ADD, allow_inf_nan=False)
+    """Spread added beyond the model's, per standard-normal quantile, in means (0.1 adds 23% of the mean at p99,
+    none at the median)."""
+
+    def pair(self) -> Tail:
+        return (self.scale, self.add)
+
+
+class TailSpread(CalModel):
+    """What a deployment's measured percentiles make of the model's spread of each metric; a metric is absent
+    where no measurement supports a percentile of it."""
+
+    ttft: MetricTail | None = None
+    tpot: MetricTail | None = None
 
     def pair(self) -> Tails:
-        return (self.ttft or 0.0, self.tpot or 0.0)
+        return (self.ttft.pair() if self.ttft else NO_TAIL, self.tpot.pair() if self.tpot else NO_TAIL)
 
 
 class Node(CalModel):
@@ -315,7 +343,7 @@ class Node(CalModel):
     an estimate takes it at its own load, interpolated in log load (the nearest one's beyond them). Its TTFT
     grows with the load as measured rather than as the model has it."""
     tails: TailSpread | None = None
-    """Deployment level, where its measurements record percentiles: what they add to the model's spread."""
+    """Deployment level, where its measurements record percentiles: what they make of the model's spread."""
 
     def ttft_loads(self) -> TtftLoads:
         return tuple((*load_key(p.concurrency, p.rate), p.ttft) for p in self.loads or ())
@@ -482,6 +510,6 @@ def load_calibration(path: str | Path) -> UserCalibration:
     return UserCalibration(doc, hashlib.sha256(text.encode("utf-8")).hexdigest(), str(path))
 
 
-__all__ = ["API_VERSION", "CalibrationFile", "Correction", "LEVELS", "MIN_TAIL", "NO_TAILS", "Tails", "dump",
-           "UserCalibration", "layout", "level_keys", "load_calibration", "match", "scaled", "schema", "spread_by",
-           "with_tails", "with_ttft"]
+__all__ = ["API_VERSION", "CalibrationFile", "Correction", "LEVELS", "MIN_TAIL", "NO_TAIL", "NO_TAILS", "Tail",
+           "Tails", "UserCalibration", "dump", "layout", "level_keys", "load_calibration", "match", "scaled",
+           "schema", "spread_by", "tail_words", "with_tails", "with_ttft"]

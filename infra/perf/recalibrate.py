@@ -18,8 +18,8 @@ top down, in log space:
 
 3. the tails, at the deployment level only, where the points record percentiles: each point's highest percentile
    with `MIN_TAIL` samples beyond it, as a ratio to its own mean, against the calibrated model's ratio at that
-   percentile; the difference per standard-normal quantile, the median over the deployment's points shrunk by
-   its evidence as the step is, is what `with_tails` adds to every percentile of an estimate.
+   percentile; a narrower measured spread scales the model's down, a wider one adds a normal spread beyond it
+   (`_tails`), the medians over the deployment's points shrunk by its evidence as the step is.
 
 The device level is shrunk towards the prior (no correction). A single measured point moves the device half
 way, and its own deployment 97% of the way; a model measured on many deployments pins its own level and leaves
@@ -40,9 +40,10 @@ from infra.perf.correction import (
     LEVELS,
     MIN_TAIL,
     STEP_BOUNDS,
-    TAIL_BOUNDS,
+    TAIL_ADD,
     WORKLOAD_MATCH,
     CalibrationFile,
+    MetricTail,
     Node,
     TailSpread,
     level_keys,
@@ -314,10 +315,12 @@ def _calibrated(r: Row, node: Node) -> Prediction | None:
 
 
 def _tails(members: list[Row], node: Node) -> TailSpread | None:
-    """A deployment's tail corrections: per metric, the median over its points of how far the measured
-    percentile's ratio to the measured mean lies beyond the calibrated model's, per standard-normal quantile,
-    shrunk towards none by its evidence as the step is."""
-    gaps: dict[str, list[float]] = {}
+    """A deployment's tail corrections (`MetricTail`), per metric from each point's measured percentile against
+    the calibrated model's at the same percentile, both as ratios to their means: a narrower measured spread is
+    the model's scaled down, a wider one the model's with a normal one added beyond it. The medians over the
+    deployment's points, shrunk towards no correction by their evidence as the step is."""
+    scales: dict[str, list[float]] = {}
+    adds: dict[str, list[float]] = {}
     for r in members:
         tails = r.tails()
         pred = _calibrated(r, node) if tails else None
@@ -325,14 +328,21 @@ def _tails(members: list[Row], node: Node) -> TailSpread | None:
             continue
         for metric, pct, ms in tails:
             values = getattr(pred, metric)
-            measured_mean = r.m.case.ttft_ms if metric == "ttft" else r.m.case.tpot_ms
-            gaps.setdefault(metric, []).append((ms / measured_mean - values[pct] / values["mean"]) / z_of(pct))
-    if not gaps:
+            model = values[pct] / values["mean"] - 1
+            measured = ms / (r.m.case.ttft_ms if metric == "ttft" else r.m.case.tpot_ms) - 1
+            if model > 0 and measured <= model:
+                scale, add = max(measured, 0.0) / model, 0.0
+            else:
+                scale, add = 1.0, max(measured - max(model, 0.0), 0.0) / z_of(pct)
+            scales.setdefault(metric, []).append(scale)
+            adds.setdefault(metric, []).append(add)
+    if not scales:
         return None
     out = {}
-    for metric, v in gaps.items():
+    for metric, v in scales.items():
         weight = len(v) / (len(v) + EVIDENCE["deployment"])
-        out[metric] = _r(_clamp(weight * statistics.median(v), TAIL_BOUNDS))
+        out[metric] = MetricTail(scale=_r(1 - weight * (1 - statistics.median(v))),
+                                 add=_r(min(weight * statistics.median(adds[metric]), TAIL_ADD)))
     return TailSpread(**out)
 
 

@@ -17,7 +17,9 @@ def _pct(v: float | None) -> str:
 def _tails(spread: Any) -> str:
     if spread is None:
         return "—"
-    return " / ".join("—" if v is None else f"{100 * v * z_of('p99'):+.0f}%" for v in (spread.ttft, spread.tpot))
+    return " / ".join("—" if t is None else " ".join(
+        ([f"x{t.scale:.2g}"] if t.scale != 1 else []) + ([f"+{100 * t.add * z_of('p99'):.0f}%"] if t.add else []))
+        or "x1" for t in (spread.ttft, spread.tpot))
 
 
 def _errors(console: Console, title: str, blocks: tuple[tuple[str, Any], ...]) -> None:
@@ -46,7 +48,7 @@ def print_calibration(console: Console, doc: Any, written: Any) -> None:
             console.print(f"  ... and {len(s.skipped) - 10} more (all listed in the file)")
     t = Table(title="corrections (multipliers of the packaged model's figures)", title_justify="left")
     tails = any(n.tails for n in doc.corrections)
-    numeric = ("step time", "TTFT", *(("tails p99",) if tails else ()), "points", "deployments", "weight")
+    numeric = ("step time", "TTFT", *(("tails",) if tails else ()), "points", "deployments", "weight")
     for col in ("level", "key", *numeric, "measured"):
         t.add_column(col, justify="right" if col in numeric else "left")
     for n in doc.corrections:
@@ -56,8 +58,8 @@ def print_calibration(console: Console, doc: Any, written: Any) -> None:
                   f"{n.weight:.2f}", when)
     console.print(t)
     if tails:
-        console.print("tails p99: what the measured percentiles add to the model's TTFT / TPOT p99, in means of "
-                      "each (in proportion at the other percentiles above the median)")
+        console.print("tails: what the measured percentiles make of the model's TTFT / TPOT spread: x the share "
+                      "of it kept, + what they add beyond it at p99, in means of each")
     _errors(console, "error of mean TTFT / TPOT on these measurements",
             (("packaged prior", doc.error.prior), ("calibrated (in-sample)", doc.error.calibrated),
              ("leave one deployment out", doc.error.leave_one_out),

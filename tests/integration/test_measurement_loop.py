@@ -146,7 +146,7 @@ def test_measured_tails_carry_to_a_load_between_the_measured_ones(vllm_server, t
     assert fitted.returncode == 0, fitted.stderr
     doc = yaml.safe_load(cal.read_text())
     [node] = [n for n in doc["corrections"] if n["level"] == "deployment"]
-    assert node["tails"]["tpot"] > 0 and {t["percentile"] for p in doc["points"] for t in p["tails"]} == {"p90"}
+    assert node["tails"]["tpot"]["add"] > 0 and {t["percentile"] for p in doc["points"] for t in p["tails"]} == {"p90"}
     est = api.estimate({"model": "tiny", "device": CPU, "framework": "vllm", "precision": alloc["precision"],
                         "isl": ISL, "osl": OSL // 2, "concurrency": 4,
                         "batch": alloc["engines"]["agg"]["max_num_seqs"]}, (Path(catalog),), calibration=cal)

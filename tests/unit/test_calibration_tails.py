@@ -11,7 +11,7 @@ from rich.console import Console
 
 from infra.bench.measurements import read_measurements
 from infra.catalog.loader import load_catalog
-from infra.perf.correction import MIN_TAIL, dump, load_calibration, spread_by, with_tails
+from infra.perf.correction import MIN_TAIL, NO_TAIL, NO_TAILS, dump, load_calibration, spread_by, with_tails
 from infra.perf.estimate import estimate
 from infra.perf.recalibrate import EVIDENCE, Measured, document, fit, predict_tails, prepare
 from infra.perf.rows import Case
@@ -28,16 +28,18 @@ def _pred(ttft: dict[str, float], tpot: dict[str, float], e2e: dict[str, float])
     return Prediction(ttft, tpot, tpot, e2e, 1.0, 10.0, 4.0, 0.5, True, {"agg": 1})
 
 
-def test_a_tail_spreads_every_percentile_above_the_median_by_its_normal_quantile():
+def test_a_wider_tail_adds_a_normal_spread_and_a_narrower_one_scales_the_model_s():
     values = {"mean": 1.0, "p50": 0.9, "p90": 1.5, "p95": 1.8, "p99": 2.4, "p99.9": 3.0}
-    wider = spread_by(values, 0.1)
+    wider = spread_by(values, (1.0, 0.1))
     assert wider["mean"] == 1.0 and wider["p50"] == 0.9
     for p in ("p90", "p95", "p99", "p99.9"):
         assert wider[p] == pytest.approx(values[p] + 0.1 * z_of(p))
-    # A narrower measured spread never puts a higher percentile below a lower one.
-    narrower = spread_by(values, -0.6)
+    narrower = spread_by(values, (0.25, 0.0))
+    for p in PERCENTILES:
+        assert narrower[p] == pytest.approx(1.0 + 0.25 * (values[p] - 1.0))
     ordered = [narrower[p] for p in PERCENTILES]
-    assert ordered == sorted(ordered) and narrower["p50"] == 0.9
+    assert ordered == sorted(ordered)
+    assert spread_by(values, NO_TAIL) is values
 
 
 def test_e2e_percentiles_take_the_new_tpot_tail_as_the_model_composes_them():
@@ -45,24 +47,29 @@ def test_e2e_percentiles_take_the_new_tpot_tail_as_the_model_composes_them():
     ttft = {"mean": 0.2, "p50": 0.2, "p90": 0.3, "p95": 0.35, "p99": 0.5, "p99.9": 0.6}
     e2e = {"mean": 4.2, "p50": 4.2, "p90": 4.3, "p95": 4.35, "p99": 4.5, "p99.9": 4.6}
     pred = _pred(ttft, flat, e2e)
-    out = with_tails(pred, (0.0, 0.1), osl=201)
+    out = with_tails(pred, (NO_TAIL, (1.0, 0.1)), osl=201)
     assert out.ttft == ttft and out.tpot["p50"] == 0.02
     assert out.tpot["p99"] == pytest.approx(0.02 * (1 + 0.1 * Z99))
     decode = 200 * (out.tpot["p99"] - 0.02)
     # The old excess was the TTFT's alone (a flat TPOT): the new one adds the decode tail in quadrature.
     assert out.e2e["p99"] == pytest.approx(4.2 + (0.3 ** 2 + decode ** 2) ** 0.5)
     assert out.e2e["mean"] == 4.2 and out.e2e["p50"] == 4.2
-    assert with_tails(pred, (0.0, 0.0), osl=201) is pred
+    assert with_tails(pred, NO_TAILS, osl=201) is pred
 
 
-def _measured(clients: int, tails: dict[str, float], samples: int, source: str) -> Measured:
-    """A point measured at the prior's means, with percentiles `tails` means (per normal quantile) beyond the
-    prior's own percentiles."""
+def _measured(clients: int, tails: dict[str, float], samples: int, source: str, narrow: float = 1.0) -> Measured:
+    """A point measured at the prior's means, with percentiles `narrow` times the prior's spread and `tails` means
+    (per normal quantile) beyond it."""
     wl = Workload(isl=1000, osl=200, concurrency=clients)
     p = estimate(DEP, wl, CAT).prediction
-    pcts = tuple((metric, pct, 1000 * (getattr(p, metric)[pct] + tails[metric] * z_of(pct)
-                                       * getattr(p, metric)["mean"]))
-                 for metric in ("ttft", "tpot") for pct in ("p50", "p90", "p95", "p99"))
+
+    def measured(metric: str, pct: str) -> float:
+        values = getattr(p, metric)
+        mean = values["mean"]
+        return 1000 * (mean + narrow * (values[pct] - mean) + tails[metric] * z_of(pct) * mean)
+
+    pcts = tuple((metric, pct, measured(metric, pct)) for metric in ("ttft", "tpot")
+                 for pct in ("p50", "p90", "p95", "p99"))
     case = Case({"source": source}, "vllm/H100", DEP.model, DEP, wl, p.ttft["mean"] * 1000, p.tpot["mean"] * 1000,
                 recipe=False, tails=pcts, samples=samples)
     return Measured(case, source, "2026-12-01")
@@ -77,8 +84,8 @@ def test_the_fit_reads_what_the_measured_percentiles_add_to_the_model_spread():
     assert deployment.tails is not None
     weight = 2 / (2 + EVIDENCE["deployment"])
     # The means were the prior's, so the step and TTFT corrections are ~none and the tails are the added spread.
-    assert deployment.tails.ttft == pytest.approx(weight * 0.2, rel=0.05)
-    assert deployment.tails.tpot == pytest.approx(weight * 0.05, rel=0.05)
+    assert deployment.tails.ttft.add == pytest.approx(weight * 0.2, rel=0.05) and deployment.tails.ttft.scale == 1
+    assert deployment.tails.tpot.add == pytest.approx(weight * 0.05, rel=0.05)
     nodes = fit(rows)
     for r in rows:
         for metric, _, measured, predicted in predict_tails(r, nodes):
@@ -87,6 +94,16 @@ def test_the_fit_reads_what_the_measured_percentiles_add_to_the_model_spread():
             assert abs(predicted - measured) <= 1.2 * (1 - weight) * added
         for _, _, measured, prior in predict_tails(r, None):
             assert prior < measured
+
+
+def test_a_measured_spread_narrower_than_the_model_s_scales_it_down():
+    rows, _ = prepare([_measured(c, {"ttft": 0.0, "tpot": 0.0}, 2000, f"run:{c}", narrow=0.3) for c in (4, 16)],
+                      CAT)
+    deployment = next(n for n in fit(rows) if n.level == "deployment")
+    weight = 2 / (2 + EVIDENCE["deployment"])
+    # TTFT has a spread in the model to scale (TPOT is flat in a closed loop: nothing to narrow, nothing added).
+    assert deployment.tails.ttft.scale == pytest.approx(1 - weight * 0.7, rel=0.05)
+    assert deployment.tails.ttft.add == 0
 
 
 @pytest.mark.parametrize("samples,want", [(2000, "p99"), (1000, "p99"), (999, "p95"), (200, "p95"), (100, "p90"),
@@ -115,25 +132,26 @@ def test_a_calibration_file_carries_its_tails_to_estimates(tmp_path: Path):
     cal = load_calibration(path)
     wl = Workload(isl=1000, osl=200, concurrency=8)
     correction = cal.correction(DEP, wl)
-    assert correction is not None and correction.tails[0] > 0.25 and correction.tails[1] > 0.06
-    assert "measured percentiles: p99 TTFT +" in correction.describe()
+    assert correction is not None and correction.tails[0][1] > 0.25 and correction.tails[1][1] > 0.06
+    assert "measured percentiles: TTFT p99 +" in correction.describe()
     plain = estimate(DEP, wl, CAT).prediction
     spread = estimate(DEP, wl, CAT, correction=correction).prediction
-    for metric, tail in zip(("ttft", "tpot"), correction.tails):
+    for metric, (scale, add) in zip(("ttft", "tpot"), correction.tails):
         before, after = getattr(plain, metric), getattr(spread, metric)
-        assert after["p99"] / after["mean"] == pytest.approx(before["p99"] / before["mean"] + tail * Z99, rel=0.02)
+        assert scale == 1
+        assert after["p99"] / after["mean"] == pytest.approx(before["p99"] / before["mean"] + add * Z99, rel=0.02)
     assert spread.e2e["p99"] > plain.e2e["p99"]
     console = Console(record=True, width=200)
     print_calibration(console, doc, None)
     text = console.export_text()
-    assert "tails p99" in text and "error of measured TTFT / TPOT percentiles (p99" in text
+    assert "tails: what the measured percentiles" in text and "error of measured TTFT / TPOT percentiles (p99" in text
 
 
 def test_tails_belong_to_the_deployment_level_only(tmp_path: Path):
     rows, _ = prepare([_measured(8, {"ttft": 0.1, "tpot": 0.1}, 1500, "run:1")], CAT)
     doc = document("tails", rows, [{"path": "run.jsonl", "sha256": "0" * 64, "format": "infra-bench",
                                     "points": 1, "skipped": []}])
-    text = dump(doc).replace("  step:", "  tails: {ttft: 0.1}\n  step:", 1)
+    text = dump(doc).replace("  step:", "  tails: {ttft: {add: 0.1}}\n  step:", 1)
     path = tmp_path / "cal.yaml"
     path.write_text(text, encoding="utf-8")
     with pytest.raises(Exception) as exc:
