@@ -37,11 +37,11 @@ def _fetch(url: str) -> str:
     try:
         resp = httpx.get(url, timeout=SCRAPE_TIMEOUT_S)
     except httpx.HTTPError as exc:
-        raise InfraError(Problem(f"cannot read {url}: {exc}", Location(url),
+        raise InfraError(Problem(f"cannot be read: {exc}", Location(url),
                                  "give the engine's base URL (http://HOST:PORT or .../v1); its /metrics must be "
                                  "reachable from here (kubectl port-forward)")) from None
     if resp.status_code != 200:
-        raise InfraError(Problem(f"{url} answered HTTP {resp.status_code}", Location(url),
+        raise InfraError(Problem(f"answered HTTP {resp.status_code}", Location(url),
                                  "give the engine's base URL; vLLM serves /metrics beside /v1"))
     return resp.text
 
@@ -78,7 +78,7 @@ def observe(url: str, seconds: float, output: str | Path, *, plan: str | Path | 
         try:
             return snapshot(_fetch(url), model_name)
         except ValueError as exc:
-            raise InfraError(Problem(f"{url} is not Prometheus text: {exc}", Location(url),
+            raise InfraError(Problem(f"not Prometheus text: {exc}", Location(url),
                                      "point at the /metrics of a vLLM engine or of `infra emulate`")) from None
 
     before = scrape()

@@ -4,6 +4,7 @@ simulate with the calibration, and verify a plan against a served endpoint."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -351,3 +352,27 @@ def test_observe_measures_a_deployment_on_its_own_traffic_and_calibrate_reads_it
                       "Llama-3.1-8B", "--device", "H100-SXM")
     assert empty.returncode == 1 and "0 request(s) finished" in empty.stderr
     assert not (tmp_path / "none.jsonl").exists()
+
+
+def test_observe_refuses_what_is_not_an_engine_s_metrics(tmp_path: Path):
+    """A page that is not Prometheus text, and metrics without vLLM's request histograms: one-line errors, no
+    file."""
+    served = tmp_path / "site"
+    served.mkdir()
+    server = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory",
+                               str(served)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        line = server.stdout.readline() if server.stdout else ""
+        port = int(line.split("port ")[1].split()[0])
+        for text, why in (("<html><body>hello</body></html>\n", "not Prometheus text"),
+                          ("some_metric 1\n", "no vllm:time_to_first_token_seconds")):
+            (served / "metrics").write_text(text)
+            out = tmp_path / "observed.jsonl"
+            run = infra("observe", f"http://127.0.0.1:{port}", "--duration", "0.1", "-o", str(out), "--model",
+                        "Llama-3.1-8B", "--device", "H100-SXM")
+            assert run.returncode == 1 and why in run.stderr and "Traceback" not in run.stderr, run.stderr
+            assert len(run.stderr.strip().splitlines()) == 1 and not out.exists()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
