@@ -73,6 +73,19 @@ def deployment_of_plan(plan: Any, service: str | None, plan_path: str, allocatio
     return allocation_deployment(svc, alloc)
 
 
+def measured_deployment(plan: Any, plan_path: str | Path | None, service: str | None, allocation: int | None,
+                        given: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The deployment fields a measurement is filed under: the plan's service (its `allocation`), overridden by
+    the `given` fields that are set; None when neither says anything."""
+    fields = {k: v for k, v in (given or {}).items() if v is not None}
+    unknown = sorted(set(fields) - set(DEPLOYMENT_FIELDS))
+    if unknown:
+        raise InfraError(Problem(f"{', '.join(unknown)} do not describe a deployment", Location(path="deployment"),
+                                 f"use {', '.join(DEPLOYMENT_FIELDS)}"))
+    base = deployment_of_plan(plan, service, str(plan_path), allocation) if plan is not None else None
+    return {**(base or {}), **fields} if base is not None or fields else None
+
+
 def _read(path: Path) -> bytes:
     try:
         return read_limited(path, "measurement", MAX_BYTES)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infra.bench.measurements import DEPLOYMENT_FIELDS, deployment_of_plan, read_measurements
+from infra.bench.measurements import measured_deployment, read_measurements
 from infra.catalog.loader import load_catalog
 from infra.errors import InfraError, Location, Problem
 from infra.files import write_file
@@ -38,14 +38,7 @@ def calibrate(measurements: list[str | Path], output: str | Path | None = None, 
         raise InfraError(Problem("no measurement files given", Location(path="MEASUREMENTS"),
                                  "give the files of `infra bench --save`, a benchmark's results or a silicon CSV"))
     catalog = load_catalog(catalog_dirs)
-    given = {k: v for k, v in (deployment or {}).items() if v is not None}
-    unknown = sorted(set(given) - set(DEPLOYMENT_FIELDS))
-    if unknown:
-        raise InfraError(Problem(f"{', '.join(unknown)} do not describe a deployment", Location(path="deployment"),
-                                 f"use {', '.join(DEPLOYMENT_FIELDS)}"))
-    base = deployment_of_plan(load_plan(plan), service, str(plan), allocation) if plan is not None else None
-    if base is not None or given:
-        base = {**(base or {}), **given}
+    base = measured_deployment(load_plan(plan) if plan is not None else None, plan, service, allocation, deployment)
     sources = [read_measurements(p, base, catalog) for p in measurements]
     points = [m for s in sources for m in s.points]
     rows, skipped = prepare(points, catalog)

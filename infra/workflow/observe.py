@@ -5,14 +5,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from infra.bench.measurements import DEPLOYMENT_FIELDS, deployment_of_plan
+from infra.bench.measurements import measured_deployment
 from infra.bench.observe import Observation, metrics_url, observation, observation_lines
 from infra.bench.scrape import snapshot
 from infra.catalog.loader import load_catalog
@@ -48,8 +47,7 @@ def _fetch(url: str) -> str:
 
 def observe(url: str, seconds: float, output: str | Path, *, plan: str | Path | None = None,
             service: str | None = None, allocation: int | None = None, deployment: dict[str, Any] | None = None,
-            model_name: str | None = None, catalog_dirs: tuple[Path, ...] = (), force: bool = False,
-            wait: Callable[[float], None] = time.sleep) -> ObserveResult:
+            model_name: str | None = None, catalog_dirs: tuple[Path, ...] = (), force: bool = False) -> ObserveResult:
     """Scrape a deployed engine's /metrics, wait `seconds`, scrape again, and write what it served in between as
     a measurement file `infra calibrate` reads (`infra.bench.observe`). The deployment comes from `plan` (its
     `service`, `allocation`) and the `deployment` fields given, which override the plan's; `model_name` keeps the
@@ -57,13 +55,8 @@ def observe(url: str, seconds: float, output: str | Path, *, plan: str | Path | 
     if not seconds > 0:
         raise InfraError(Problem(f"a window of {seconds:g} s observes nothing", Location(path="--duration"),
                                  "give the window in seconds, e.g. --duration 600"))
-    given = {k: v for k, v in (deployment or {}).items() if v is not None}
-    unknown = sorted(set(given) - set(DEPLOYMENT_FIELDS))
-    if unknown:
-        raise InfraError(Problem(f"{', '.join(unknown)} do not describe a deployment", Location(path="deployment"),
-                                 f"use {', '.join(DEPLOYMENT_FIELDS)}"))
-    fields = {**(deployment_of_plan(load_plan(plan), service, str(plan), allocation) if plan is not None else {}),
-              **given}
+    fields = measured_deployment(load_plan(plan) if plan is not None else None, plan, service, allocation,
+                                 deployment) or {}
     missing = [f for f in ("model", "device") if f not in fields]
     if missing:
         raise InfraError(Problem(f"the deployment observed has no {' or '.join(missing)}", Location(path="--plan"),
@@ -82,7 +75,7 @@ def observe(url: str, seconds: float, output: str | Path, *, plan: str | Path | 
                                      "point at the /metrics of a vLLM engine or of `infra emulate`")) from None
 
     before = scrape()
-    wait(seconds)
+    time.sleep(seconds)
     obs = observation(before, scrape(), seconds, url,
                       dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
     lines = observation_lines(obs, fields, service)
