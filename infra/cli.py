@@ -339,11 +339,21 @@ def calibrate(
 
 @app.command()
 def observe(
-    url: Annotated[str, typer.Argument(help="The deployed engine: http://HOST:PORT, its /v1 or its /metrics (vLLM, "
-                                            "or `infra emulate`).", show_default=False)],
     output: Annotated[Path, typer.Option("-o", "--output", help="Write the measurement here (JSON Lines, as "
                                          "`infra bench --save`; `infra calibrate` reads it).", show_default=False)],
-    duration: Annotated[float, typer.Option(help="Seconds of traffic to observe between the two scrapes.")] = 600.0,
+    url: Annotated[Optional[str], typer.Argument(help="The deployed engine: http://HOST:PORT, its /v1 or its "
+                                                 "/metrics (vLLM, or `infra emulate`). Or give --prometheus.",
+                                                 show_default=False)] = None,
+    duration: Annotated[float, typer.Option(help="Seconds of traffic: waited out between two scrapes of the engine, "
+                                            "or read back from Prometheus up to --end.")] = 600.0,
+    prometheus: Annotated[Optional[str], typer.Option("--prometheus", help="Read the window from this Prometheus "
+                                                      "server (http://HOST:9090), which scrapes the engines: every "
+                                                      "replica added, no waiting.", show_default=False)] = None,
+    selector: Annotated[Optional[str], typer.Option("--selector", help="With --prometheus: the label matchers of "
+                                                    "the deployment's series, e.g. 'namespace=\"llm\",service="
+                                                    "\"chat\"'.", show_default=False)] = None,
+    end: Annotated[Optional[str], typer.Option("--end", help="With --prometheus: when the window ends (RFC 3339 or "
+                                               "Unix seconds; default now).", show_default=False)] = None,
     plan_file: Annotated[Optional[Path], typer.Option("--plan", help="The plan the engine was deployed from.",
                                                       show_default=False)] = None,
     service: Annotated[Optional[str], typer.Option(help="With --plan: the service observed (default: its only "
@@ -367,14 +377,16 @@ def observe(
     force: Annotated[bool, typer.Option("--force", help="Replace the output file if it holds something else.")] = False,
 ) -> None:
     """Measure a deployment on its own traffic: scrape its engine's Prometheus /metrics, wait --duration, scrape
-    again, and write what it served in between (mean TTFT and TPOT, percentiles where the buckets resolve them,
-    lengths and rate) as a measurement `infra calibrate` reads. No request is sent."""
+    again (or ask the Prometheus server that scrapes its engines for a window it has kept), and write what it
+    served (mean TTFT and TPOT, percentiles where the buckets resolve them, lengths and rate) as a measurement
+    `infra calibrate` reads. No request is sent."""
     from infra import api
 
     fields = {"model": model, "device": device, "framework": framework, "precision": precision, "tp": tp,
               "batch": batch, "workers": workers}
     result = api.observe(url, duration, output, plan=plan_file, service=service, allocation=allocation,
-                         deployment=fields, model_name=model_name, catalog_dirs=tuple(catalog or ()), force=force)
+                         deployment=fields, model_name=model_name, catalog_dirs=tuple(catalog or ()), force=force,
+                         prometheus=prometheus, labels=selector, end=end)
     o = result.observation
     if as_json:
         print(json.dumps({"source": o.source, "date": o.date, "seconds": o.seconds, "requests": o.requests,

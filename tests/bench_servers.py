@@ -20,9 +20,14 @@ def emulator(*args: str, timeout: float = 30.0) -> Iterator[str]:
             raise RuntimeError(f"emulator did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}")
         yield line.split()[1]
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, timeout)
+
+
+def stop(proc: subprocess.Popen, timeout: float) -> None:
+    """Terminate a server process, killing it where it has not exited within `timeout` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -82,7 +82,9 @@ def observation(before: dict[str, Series], after: dict[str, Series], seconds: fl
                                  "point at the /metrics of a vLLM engine that exports its request-level "
                                  "histograms (V1) or of `infra emulate`"))
     got = window(before, after)
-    n = int(got[TTFT].count)
+    # Whole numbers from two scrapes; Prometheus's increase() extrapolates them (`promql`), so the means divide by
+    # the counts as they are and only the request count is rounded.
+    n = round(got[TTFT].count)
     if any(s.count < 0 or s.sum < 0 for s in got.values()):
         raise InfraError(Problem("the counters went down during the window (the engine restarted)",
                                  where, "observe a window in which the engine keeps running"))
@@ -101,10 +103,10 @@ def observation(before: dict[str, Series], after: dict[str, Series], seconds: fl
     if not pcts:
         notes.append("the latency buckets are too wide to read percentiles from (wider than "
                      "x1.25): a calibration from this window corrects the means only")
-    return Observation(source, date, seconds, n, n / seconds, got[PROMPT].sum / got[PROMPT].count,
+    return Observation(source, date, seconds, n, got[TTFT].count / seconds, got[PROMPT].sum / got[PROMPT].count,
                        got[GENERATION].sum / got[GENERATION].count, _bucket_cv(got[PROMPT]),
-                       _bucket_cv(got[GENERATION]), 1000 * got[TTFT].sum / n, 1000 * got[TPOT].sum / got[TPOT].count,
-                       pcts, tuple(notes))
+                       _bucket_cv(got[GENERATION]), 1000 * got[TTFT].sum / got[TTFT].count,
+                       1000 * got[TPOT].sum / got[TPOT].count, pcts, tuple(notes))
 
 
 def observation_lines(obs: Observation, deployment: dict[str, Any], service: str | None) -> list[dict[str, Any]]:
@@ -125,4 +127,4 @@ def observation_lines(obs: Observation, deployment: dict[str, Any], service: str
     ]
 
 
-__all__ = ["MIN_REQUESTS", "Observation", "metrics_url", "observation", "observation_lines"]
+__all__ = ["MIN_REQUESTS", "NEEDED", "TTFT", "Observation", "metrics_url", "observation", "observation_lines"]

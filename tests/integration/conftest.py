@@ -18,6 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ..bench_servers import stop
+
 HERE = Path(__file__).resolve().parent
 READY_S = 600.0
 """vLLM imports torch and compiles its CPU kernels on start: 20-40 s on a quiet 2-core machine, minutes when busy."""
@@ -81,9 +83,4 @@ def vllm(engine_python: str, args: list[str], env: dict[str, str], log: Path, ba
             time.sleep(0.5)
         yield log
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 60)

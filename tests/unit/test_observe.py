@@ -3,7 +3,9 @@ percentiles narrow buckets resolve, and the window written as a measurement cali
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -11,9 +13,11 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 
 from infra.bench.measurements import read_measurements
 from infra.bench.observe import GENERATION, MIN_REQUESTS, PROMPT, TPOT, TTFT, observation, observation_lines
+from infra.bench.promql import queries, read_window, selector, vector, window_series
 from infra.bench.scrape import FINE, Series, bucket_quantile, snapshot, window
 from infra.catalog.loader import load_catalog
 from infra.errors import InfraError
+from infra.workflow.observe import end_time, observe
 
 FINE_BUCKETS = tuple(round(0.005 * 1.1 ** k, 7) for k in range(80))
 """Latency buckets 10% apart: narrow enough to read percentiles from."""
@@ -114,3 +118,80 @@ def test_the_window_is_a_measurement_calibrate_reads(tmp_path: Path):
     assert m.case.ttft_ms == pytest.approx(200.0) and m.case.samples == 300
     assert ("ttft", "p90", obs.percentiles["ttft_ms"]["p90"]) in m.case.tails
     assert m.date == "2026-12-06T00:00:00+00:00"
+
+
+def _answer(*samples: tuple[dict[str, str], str]) -> str:
+    """A Prometheus API answer to an instant query, as the server writes it."""
+    return json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": labels, "value": [1796558926.2, value]} for labels, value in samples]}})
+
+
+def test_prometheus_queries_carry_the_selector_and_the_served_model():
+    assert selector(None, None) == "" and selector("  ", None) == ""
+    assert selector('{namespace="llm"}', None) == '{namespace="llm"}'
+    assert selector('namespace="llm",', 'a "b"\\c') == '{namespace="llm",model_name="a \\"b\\"\\\\c"}'
+    asked = queries([TTFT], '{job="x"}', 600, TTFT)
+    assert asked[f"{TTFT}:buckets"] == f'sum by (le) (increase({TTFT}_bucket{{job="x"}}[600s]))'
+    assert asked[f"{TTFT}:sum"] == f'sum(increase({TTFT}_sum{{job="x"}}[600s]))'
+    assert asked["instances"] == f'count(count by (instance) (increase({TTFT}_count{{job="x"}}[600s]) > 0))'
+
+
+def test_prometheus_answers_become_the_window_s_series():
+    """Each histogram's buckets, sum and count from its queries' answers; extrapolated buckets that dip are raised
+    to the count below them, as histogram_quantile does; a histogram no series matched is left out."""
+    answers = {
+        f"{TTFT}:buckets": vector(_answer(({"le": "0.1"}, "10.5"), ({"le": "+Inf"}, "40.2"), ({"le": "0.2"}, "10.4"))),
+        f"{TTFT}:sum": vector(_answer(({}, "6.03"),)),
+        f"{TTFT}:count": vector(_answer(({}, "40.2"),)),
+        f"{TPOT}:buckets": vector(_answer()), f"{TPOT}:sum": vector(_answer()), f"{TPOT}:count": vector(_answer()),
+    }
+    got = window_series(answers, [TTFT, TPOT])
+    assert list(got) == [TTFT]
+    assert got[TTFT] == Series(6.03, 40.2, ((0.1, 10.5), (0.2, 10.5), (float("inf"), 40.2)))
+    asked = []
+
+    def fetch(query: str) -> str:
+        asked.append(query)
+        return _answer(({}, "2"),) if query.startswith("count(") else _answer()
+
+    series, instances = read_window(fetch, [TTFT], "", 60, TTFT)
+    assert series == {} and instances == 2 and len(asked) == 4
+
+
+@pytest.mark.parametrize("body, why", [
+    ("<html>", "not JSON"),
+    ("[1]", "not a Prometheus API response"),
+    ('{"status": "error", "errorType": "bad_data", "error": "parse error at char 5"}',
+     "bad_data: parse error at char 5"),
+    ('{"status": "success", "data": {"resultType": "matrix", "result": []}}', "not an instant vector"),
+    ('{"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": [1]}]}}',
+     "not a (time, value) pair"),
+])
+def test_prometheus_answers_that_are_not_instant_vectors_are_refused(body: str, why: str):
+    with pytest.raises(ValueError, match=re.escape(why)):
+        vector(body)
+
+
+@pytest.mark.parametrize("args, why", [
+    ((None, None), "observe reads one source"),
+    (("http://127.0.0.1:1", "http://127.0.0.1:2"), "observe reads one source"),
+])
+def test_observe_reads_one_source(tmp_path: Path, args: tuple, why: str):
+    url, prometheus = args
+    with pytest.raises(InfraError, match=why):
+        observe(url, 1.0, tmp_path / "o.jsonl", prometheus=prometheus, deployment={"model": "Llama-3.1-8B",
+                                                                                   "device": "H100-SXM"})
+    with pytest.raises(InfraError, match="--selector selects Prometheus series"):
+        observe("http://127.0.0.1:1", 1.0, tmp_path / "o.jsonl", labels='job="x"')
+    with pytest.raises(InfraError, match="is not an http"):
+        observe(None, 1.0, tmp_path / "o.jsonl", prometheus="prometheus:9090",
+                deployment={"model": "Llama-3.1-8B", "device": "H100-SXM"})
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_the_window_s_end_is_a_time_in_utc():
+    assert end_time("2026-12-06T10:00:00Z") == dt.datetime(2026, 12, 6, 10, tzinfo=dt.timezone.utc)
+    assert end_time("2026-12-06T10:00:00") == dt.datetime(2026, 12, 6, 10, tzinfo=dt.timezone.utc)
+    assert end_time("1796558926") == dt.datetime.fromtimestamp(1796558926, dt.timezone.utc)
+    with pytest.raises(InfraError, match="'noon' is not a time"):
+        end_time("noon")

@@ -1,0 +1,122 @@
+"""A window of a deployment's traffic read from the Prometheus server that scrapes its engines, instead of from one
+engine's `/metrics`: a window that has already passed (the last hour, yesterday's peak), every replica's series
+added together (one engine's `/metrics` behind a Service is whichever pod answers), and an engine restart inside
+the window counted right (`increase()` treats a counter that drops as a reset, where two scrapes of an engine
+would see the counters go down).
+
+Each histogram `observe.NEEDED` names is asked for as PromQL instant queries at the window's end:
+`sum by (le) (increase(H_bucket{SEL}[Ns]))`, `sum(increase(H_sum{SEL}[Ns]))` and `sum(increase(H_count{SEL}[Ns]))`,
+which make the `scrape.Series` of the window that two scrapes would; and the instances whose engines finished a
+request in it. `increase()` extrapolates each series to the window's edges, so its counts are not whole numbers;
+the means are ratios of such increases and stay exact where the window holds whole scrapes of steady traffic.
+Source: the Prometheus HTTP API (`GET /api/v1/query?query=...&time=...`, a JSON envelope with `status`, `data`
+`{"resultType": "vector", "result": [{"metric": {...}, "value": [t, "v"]}]}`, or `errorType` and `error`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from infra.bench.scrape import Series
+
+INSTANCES = "instances"
+"""The query key of the count of instances that finished a request in the window."""
+
+
+def escape(value: str) -> str:
+    """A PromQL string literal's contents: backslashes and double quotes escaped, newlines spelled out."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def selector(labels: str | None, model: str | None) -> str:
+    """The label matchers every query carries (`{namespace="llm",model_name="m"}`): the user's, with or without
+    their braces, and the served model's where one is kept; "" for none."""
+    inner = (labels or "").strip()
+    if inner.startswith("{") and inner.endswith("}"):
+        inner = inner[1:-1].strip()
+    parts = [inner.rstrip(",")] if inner else []
+    if model is not None:
+        parts.append(f'model_name="{escape(model)}"')
+    return "{" + ",".join(parts) + "}" if parts else ""
+
+
+def queries(names: Sequence[str], sel: str, seconds: int, instances_of: str) -> dict[str, str]:
+    """The instant queries of a window of `seconds` ending at the query's time, by key (`name:buckets`,
+    `name:sum`, `name:count`, and `INSTANCES`: the instances whose `instances_of` histogram counted a request)."""
+    span = f"[{seconds}s]"
+    out = {}
+    for name in names:
+        out[f"{name}:buckets"] = f"sum by (le) (increase({name}_bucket{sel}{span}))"
+        out[f"{name}:sum"] = f"sum(increase({name}_sum{sel}{span}))"
+        out[f"{name}:count"] = f"sum(increase({name}_count{sel}{span}))"
+    out[INSTANCES] = f"count(count by (instance) (increase({instances_of}_count{sel}{span}) > 0))"
+    return out
+
+
+def vector(body: str) -> list[tuple[dict[str, str], float]]:
+    """The (labels, value) samples of an instant query's answer; ValueError, with Prometheus's own words where it
+    gives them, for an error or anything that is not an instant vector."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        raise ValueError("the answer is not JSON (is this a Prometheus server's address?)") from None
+    if not isinstance(doc, dict):
+        raise ValueError("the answer is not a Prometheus API response")
+    if doc.get("status") != "success":
+        raise ValueError(f"{doc.get('errorType') or 'error'}: {doc.get('error') or 'no reason given'}")
+    data = doc.get("data")
+    if not isinstance(data, dict) or data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
+        raise ValueError("the answer is not an instant vector")
+    out = []
+    for item in data["result"]:
+        try:
+            labels, (_, text) = item["metric"], item["value"]
+            value = float(text)
+        except (KeyError, TypeError, ValueError):
+            raise ValueError("a sample of the answer is not a (time, value) pair") from None
+        if not isinstance(labels, dict):
+            raise ValueError("a sample of the answer has no labels")
+        out.append(({str(k): str(v) for k, v in labels.items()}, value))
+    return out
+
+
+def _finite(samples: list[tuple[dict[str, str], float]]) -> float | None:
+    """The one value of an aggregated query (None where no series matched, or it is not a number)."""
+    values = [v for _, v in samples if math.isfinite(v)]
+    return values[0] if values else None
+
+
+def window_series(answers: dict[str, list[tuple[dict[str, str], float]]], names: Sequence[str]
+                  ) -> dict[str, Series]:
+    """The window's `Series` of each histogram the answers hold (those no series matched are left out). The
+    buckets' increases are extrapolated series by series, so a cumulative count can dip below the one before it;
+    it is raised to it, as `histogram_quantile` does."""
+    out = {}
+    for name in names:
+        total, count = _finite(answers[f"{name}:sum"]), _finite(answers[f"{name}:count"])
+        if total is None or count is None:
+            continue
+        buckets = sorted((float(labels["le"]), value) for labels, value in answers[f"{name}:buckets"]
+                         if "le" in labels and math.isfinite(value))
+        running, monotone = 0.0, []
+        for le, cumulative in buckets:
+            running = max(running, cumulative)
+            monotone.append((le, running))
+        out[name] = Series(total, count, tuple(monotone))
+    return out
+
+
+def read_window(fetch: Callable[[str], str], names: Sequence[str], sel: str, seconds: int,
+                instances_of: str) -> tuple[dict[str, Series], int]:
+    """The window's histograms and how many instances served in it, `fetch(query)` answering each query with
+    the response body (ValueError, as `vector`, where an answer is not one)."""
+    asked = queries(names, sel, seconds, instances_of)
+    answers: dict[str, Any] = {key: vector(fetch(query)) for key, query in asked.items()}
+    instances = _finite(answers.pop(INSTANCES))
+    return window_series(answers, names), int(instances or 0)
+
+
+__all__ = ["escape", "queries", "read_window", "selector", "vector", "window_series"]

@@ -1,0 +1,123 @@
+"""`infra observe --prometheus`: a real Prometheus server (Debian's `prometheus` package, which `.ci/run` installs)
+scrapes two engines (emulators) while traffic runs; observe reads the window back from it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from infra.bench.observe import TPOT, TTFT
+from infra.bench.scrape import snapshot
+
+from ..bench_servers import emulator, stop
+from .test_cli import infra
+
+PROMETHEUS = shutil.which("prometheus")
+FLAGS = ("--model", "Llama-3.1-8B", "--device", "H100-SXM", "--framework", "vllm")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def prometheus(tmp: Path, targets: list[str]) -> Iterator[str]:
+    """A Prometheus server scraping `targets` (host:port) every second as job "engine"; yields its URL."""
+    tmp.mkdir()
+    config = tmp / "prometheus.yml"
+    config.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: engine\n    static_configs:\n"
+                      f"      - targets: {json.dumps(targets)}\n")
+    port = _free_port()
+    proc = subprocess.Popen([str(PROMETHEUS), f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
+                             f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
+                            stderr=(tmp / "log").open("w"))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        # Ready, and every target scraped once (its discovery is throttled to every 5 s): the counters' increase
+        # counts from the idle engines' zeros.
+        for _ in range(300):
+            with contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
+                up = httpx.get(f"{url}/api/v1/query", params={"query": 'up{job="engine"} == 1'}, timeout=1)
+                if len(up.json()["data"]["result"]) == len(targets):
+                    break
+            assert proc.poll() is None, (tmp / "log").read_text()
+            time.sleep(0.1)
+        else:
+            raise AssertionError("prometheus did not scrape its targets: " + (tmp / "log").read_text())
+        yield url
+    finally:
+        stop(proc, 30)
+
+
+def _load(url: str, rate: str, requests: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "infra", "bench", "--endpoint", url, "--rate", rate, "--requests",
+                             str(requests), "--input-tokens", "128", "--output-tokens", "16"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="needs Debian's prometheus package (.ci/run installs it)")
+def test_observe_reads_a_window_of_every_replica_back_from_prometheus(tmp_path: Path):
+    """Two replicas of different speed serve traffic; Prometheus scrapes both. observe reads the window back: the
+    requests of both, the means over both (as the engines' own counters give them), two instances, hence two
+    replicas; and one replica alone through a narrower selector. A window that matches nothing, a selector
+    Prometheus refuses and an unreachable server are one-line errors that write nothing."""
+    with emulator("--ttft-ms", "100", "--itl-ms", "20") as fast, \
+            emulator("--ttft-ms", "200", "--itl-ms", "30") as slow:
+        hosts = [u.removeprefix("http://").removesuffix("/v1") for u in (fast, slow)]
+        with prometheus(tmp_path / "prom", hosts) as prom:
+            loads = [_load(fast, "12/s", 120), _load(slow, "6/s", 60)]
+            for load in loads:
+                assert load.wait(timeout=120) == 0
+            time.sleep(3)  # the last requests' counts scraped
+            exact = {}
+            for url in (fast, slow):
+                text = httpx.get(url.removesuffix("/v1") + "/metrics", timeout=10).text
+                exact[url] = snapshot(text)
+            out = tmp_path / "observed.jsonl"
+            run = infra("observe", "--prometheus", prom, "--selector", 'job="engine"', "--duration", "60", "-o",
+                        str(out), *FLAGS, "--json")
+            assert run.returncode == 0, run.stderr
+            got = json.loads(run.stdout)
+            one = infra("observe", "--prometheus", prom, "--selector", f'{{instance="{hosts[1]}"}}', "--duration",
+                        "60", "-o", str(tmp_path / "slow.jsonl"), *FLAGS, "--json")
+            assert one.returncode == 0, one.stderr
+            alone = json.loads(one.stdout)
+            failures = [
+                (("--selector", 'job="nothing"'), "no series of vllm:time_to_first_token_seconds"),
+                (("--selector", 'job="engine"', "--end", "2020-01-01T00:00:00Z"), "no series of"),
+                (("--selector", "job="), "Prometheus refused a query: bad_data"),
+                (("--selector", 'job="engine"', "--end", "yesterday"), "'yesterday' is not a time"),
+            ]
+            for flags, why in failures:
+                bad = tmp_path / "bad.jsonl"
+                run = infra("observe", "--prometheus", prom, *flags, "-o", str(bad), *FLAGS)
+                assert run.returncode == 1 and why in run.stderr, run.stderr
+                assert len(run.stderr.strip().splitlines()) == 1 and not bad.exists()
+    # Both replicas: every request, the means the engines' own counters give.
+    both = {name: (sum(exact[u][name].sum for u in exact), sum(exact[u][name].count for u in exact))
+            for name in (TTFT, TPOT)}
+    assert got["requests"] == pytest.approx(180, rel=0.1)
+    assert got["ttft_ms"] == pytest.approx(1000 * both[TTFT][0] / both[TTFT][1], rel=0.01)
+    assert got["tpot_ms"] == pytest.approx(1000 * both[TPOT][0] / both[TPOT][1], rel=0.01)
+    assert any("2 instances served in the window" in note for note in got["notes"])
+    case = json.loads(out.read_text().splitlines()[0])
+    assert case["case"]["workers"] == 2 and case["source"] == f'{prom} {{job="engine"}}'
+    # The slow replica alone.
+    s = exact[slow]
+    assert alone["requests"] == pytest.approx(60, rel=0.1)
+    assert alone["ttft_ms"] == pytest.approx(1000 * s[TTFT].sum / s[TTFT].count, rel=0.01)
+    assert alone["ttft_ms"] > 1.3 * got["ttft_ms"]
+    down = infra("observe", "--prometheus", prom, "-o", str(tmp_path / "down.jsonl"), *FLAGS)
+    assert down.returncode == 1 and "cannot be read" in down.stderr and len(down.stderr.strip().splitlines()) == 1
