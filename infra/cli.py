@@ -354,6 +354,9 @@ def observe(
                                                     "\"chat\"'.", show_default=False)] = None,
     end: Annotated[Optional[str], typer.Option("--end", help="With --prometheus: when the window ends (RFC 3339 or "
                                                "Unix seconds; default now).", show_default=False)] = None,
+    step: Annotated[Optional[float], typer.Option("--step", help="With --prometheus: split the window into windows "
+                                                  "of this many seconds, each a load point (those with fewer than "
+                                                  "30 requests left out).", show_default=False)] = None,
     plan_file: Annotated[Optional[Path], typer.Option("--plan", help="The plan the engine was deployed from.",
                                                       show_default=False)] = None,
     service: Annotated[Optional[str], typer.Option(help="With --plan: the service observed (default: its only "
@@ -386,18 +389,27 @@ def observe(
               "batch": batch, "workers": workers}
     result = api.observe(url, duration, output, plan=plan_file, service=service, allocation=allocation,
                          deployment=fields, model_name=model_name, catalog_dirs=tuple(catalog or ()), force=force,
-                         prometheus=prometheus, labels=selector, end=end)
+                         prometheus=prometheus, labels=selector, end=end, step=step)
     o = result.observation
     if as_json:
+        windows = [{"date": w.date, "requests": w.requests, "rate_rps": round(w.rate, 6),
+                    "workers": dep.get("workers", 1), "ttft_ms": round(w.ttft_ms, 4), "tpot_ms": round(w.tpot_ms, 4)}
+                   for w, dep in result.windows]
         print(json.dumps({"source": o.source, "date": o.date, "seconds": o.seconds, "requests": o.requests,
                           "rate_rps": round(o.rate, 6), "isl": round(o.isl, 2), "osl": round(o.osl, 2),
                           "ttft_ms": round(o.ttft_ms, 4), "tpot_ms": round(o.tpot_ms, 4),
-                          "percentiles": o.percentiles, "notes": list(o.notes), "written": str(result.written)},
-                         sort_keys=True))
+                          "percentiles": o.percentiles, "notes": list(o.notes), "windows": windows,
+                          "skipped": result.skipped, "written": str(result.written)}, sort_keys=True))
         return
     console = _console()
     console.print(f"{o.source}: {o.requests} requests finished in {o.seconds:g} s ({o.rate:.4g}/s), prompts "
                   f"{o.isl:,.0f} tokens, answers {o.osl:,.0f} on average")
+    if len(result.windows) > 1 or result.skipped:
+        console.print(f"{len(result.windows)} windows written as load points"
+                      + (f", {result.skipped} left out (too few requests, or no series)" if result.skipped else "") + ":")
+        for w, dep in result.windows:
+            console.print(f"  until {w.date}: {w.requests} requests ({w.rate:.4g}/s on {dep.get('workers', 1)} "
+                          f"replica(s)), TTFT {w.ttft_ms:,.1f} ms, TPOT {w.tpot_ms:,.1f} ms")
     for key, label, mean in (("ttft_ms", "TTFT", o.ttft_ms), ("tpot_ms", "TPOT", o.tpot_ms)):
         pcts = ", ".join(f"{p} {v:,.1f}" for p, v in o.percentiles.get(key, {}).items())
         console.print(f"{label} mean {mean:,.1f} ms" + (f" ({pcts})" if pcts else ""))

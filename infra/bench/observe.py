@@ -9,6 +9,7 @@ made from the window corrects the means only.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,22 +110,26 @@ def observation(before: dict[str, Series], after: dict[str, Series], seconds: fl
                        1000 * got[TPOT].sum / got[TPOT].count, pcts, tuple(notes))
 
 
-def observation_lines(obs: Observation, deployment: dict[str, Any], service: str | None) -> list[dict[str, Any]]:
-    """The window as an `infra bench --save` file holds a run (`infra calibrate` reads it): a `case` line with the
-    deployment, the workload it served and what it measured, and a closing `summary` line."""
-    case = {**deployment, "isl": max(1, round(obs.isl)), "osl": max(1, round(obs.osl)), "isl_cv": obs.isl_cv,
-            "osl_cv": obs.osl_cv, "rate": round(obs.rate, 6), "arrival_cv": 1.0}
-    metrics = {key: {"mean": round(mean, 4), "n": obs.requests, **obs.percentiles.get(key, {})}
-               for key, mean in (("ttft_ms", obs.ttft_ms), ("tpot_ms", obs.tpot_ms))}
-    return [
-        {"kind": "case", "source": obs.source, "service": service, "label": "observed", "requests": obs.requests,
-         "case": case, "ttft_ms": round(obs.ttft_ms, 4), "tpot_ms": round(obs.tpot_ms, 4),
-         "percentiles": obs.percentiles, "date": obs.date},
-        {"kind": "summary", "source": obs.source, "service": service, "date": obs.date, "completed": obs.requests,
-         "duration_s": round(obs.seconds, 3), "request_throughput": round(obs.rate, 6),
-         "load": {"observed_s": round(obs.seconds, 3), "rate_rps": round(obs.rate, 6)}, **metrics,
-         "notes": list(obs.notes)},
-    ]
+def observation_lines(windows: Sequence[tuple[Observation, dict[str, Any]]], whole: Observation,
+                      service: str | None) -> list[dict[str, Any]]:
+    """Windows as an `infra bench --save` file holds a run (`infra calibrate` reads it): a `case` line for each
+    (the deployment that served it, the workload it served and what it measured, one load point), and a closing
+    `summary` line of them all (`whole`)."""
+    lines = []
+    for obs, deployment in windows:
+        case = {**deployment, "isl": max(1, round(obs.isl)), "osl": max(1, round(obs.osl)), "isl_cv": obs.isl_cv,
+                "osl_cv": obs.osl_cv, "rate": round(obs.rate, 6), "arrival_cv": 1.0}
+        lines.append({"kind": "case", "source": obs.source, "service": service, "label": "observed",
+                      "requests": obs.requests, "case": case, "ttft_ms": round(obs.ttft_ms, 4),
+                      "tpot_ms": round(obs.tpot_ms, 4), "percentiles": obs.percentiles, "date": obs.date})
+    metrics = {key: {"mean": round(mean, 4), "n": whole.requests, **whole.percentiles.get(key, {})}
+               for key, mean in (("ttft_ms", whole.ttft_ms), ("tpot_ms", whole.tpot_ms))}
+    lines.append({"kind": "summary", "source": whole.source, "service": service, "date": whole.date,
+                  "completed": whole.requests, "duration_s": round(whole.seconds, 3),
+                  "request_throughput": round(whole.rate, 6),
+                  "load": {"observed_s": round(whole.seconds, 3), "rate_rps": round(whole.rate, 6)}, **metrics,
+                  "notes": list(whole.notes)})
+    return lines
 
 
 __all__ = ["MIN_REQUESTS", "NEEDED", "TTFT", "Observation", "metrics_url", "observation", "observation_lines"]

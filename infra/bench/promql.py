@@ -4,13 +4,15 @@ added together (one engine's `/metrics` behind a Service is whichever pod answer
 the window counted right (`increase()` treats a counter that drops as a reset, where two scrapes of an engine
 would see the counters go down).
 
-Each histogram `observe.NEEDED` names is asked for as PromQL instant queries at the window's end:
+Each histogram `observe.NEEDED` names is asked for as PromQL range queries whose points are the windows' ends:
 `sum by (le) (increase(H_bucket{SEL}[Ns]))`, `sum(increase(H_sum{SEL}[Ns]))` and `sum(increase(H_count{SEL}[Ns]))`,
 which make the `scrape.Series` of the window that two scrapes would; and the instances whose engines finished a
 request in it. `increase()` extrapolates each series to the window's edges, so its counts are not whole numbers;
 the means are ratios of such increases and stay exact where the window holds whole scrapes of steady traffic.
-Source: the Prometheus HTTP API (`GET /api/v1/query?query=...&time=...`, a JSON envelope with `status`, `data`
-`{"resultType": "vector", "result": [{"metric": {...}, "value": [t, "v"]}]}`, or `errorType` and `error`).
+A window split into consecutive ones of `seconds` (a day in windows of 15 minutes, say) is the same queries over
+more points, one load point each. Source: the Prometheus HTTP API (`GET /api/v1/query_range?query=...&start=...
+&end=...&step=...`, a JSON envelope with `status`, `data` `{"resultType": "matrix", "result": [{"metric": {...},
+"values": [[t, "v"], ...]}]}`, or `errorType` and `error`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from infra.bench.scrape import Series
+from infra.bench.scrape import Series, add
 
 INSTANCES = "instances"
 """The query key of the count of instances that finished a request in the window."""
@@ -56,9 +58,9 @@ def queries(names: Sequence[str], sel: str, seconds: int, instances_of: str) -> 
     return out
 
 
-def vector(body: str) -> list[tuple[dict[str, str], float]]:
-    """The (labels, value) samples of an instant query's answer; ValueError, with Prometheus's own words where it
-    gives them, for an error or anything that is not an instant vector."""
+def _envelope(body: str) -> tuple[str, list]:
+    """The result type and results of a query's answer; ValueError, with Prometheus's own words where it gives
+    them, for an error or an answer that is not Prometheus's."""
     try:
         doc = json.loads(body)
     except (ValueError, RecursionError):
@@ -68,18 +70,33 @@ def vector(body: str) -> list[tuple[dict[str, str], float]]:
     if doc.get("status") != "success":
         raise ValueError(f"{doc.get('errorType') or 'error'}: {doc.get('error') or 'no reason given'}")
     data = doc.get("data")
-    if not isinstance(data, dict) or data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
-        raise ValueError("the answer is not an instant vector")
-    out = []
-    for item in data["result"]:
+    if not isinstance(data, dict) or not isinstance(data.get("result"), list):
+        raise ValueError("the answer holds no result")
+    return str(data.get("resultType")), data["result"]
+
+
+def _labels(item: Any) -> dict[str, str]:
+    labels = item.get("metric") if isinstance(item, dict) else None
+    if not isinstance(labels, dict):
+        raise ValueError("a series of the answer has no labels")
+    return {str(k): str(v) for k, v in labels.items()}
+
+
+def matrix(body: str) -> dict[float, list[tuple[dict[str, str], float]]]:
+    """A range query's answer as the instant vectors at each of its times (ValueError where it is not a range
+    vector)."""
+    kind, result = _envelope(body)
+    if kind != "matrix":
+        raise ValueError("the answer is not a range vector")
+    out: dict[float, list[tuple[dict[str, str], float]]] = {}
+    for item in result:
+        labels = _labels(item)
         try:
-            labels, (_, text) = item["metric"], item["value"]
-            value = float(text)
+            points = [(float(t), float(v)) for t, v in item["values"]]
         except (KeyError, TypeError, ValueError):
             raise ValueError("a sample of the answer is not a (time, value) pair") from None
-        if not isinstance(labels, dict):
-            raise ValueError("a sample of the answer has no labels")
-        out.append(({str(k): str(v) for k, v in labels.items()}, value))
+        for t, v in points:
+            out.setdefault(t, []).append((labels, v))
     return out
 
 
@@ -109,14 +126,29 @@ def window_series(answers: dict[str, list[tuple[dict[str, str], float]]], names:
     return out
 
 
-def read_window(fetch: Callable[[str], str], names: Sequence[str], sel: str, seconds: int,
-                instances_of: str) -> tuple[dict[str, Series], int]:
-    """The window's histograms and how many instances served in it, `fetch(query)` answering each query with
-    the response body (ValueError, as `vector`, where an answer is not one)."""
+def read_windows(fetch: Callable[[str], str], names: Sequence[str], sel: str, seconds: int,
+                 instances_of: str) -> list[tuple[float, dict[str, Series], int]]:
+    """Each window's time (its end, Unix seconds), histograms and the instances that served in it, oldest first:
+    `fetch(query)` answers a range query whose points are the windows' ends, `seconds` apart (one point, one
+    window); ValueError, as `matrix`, where an answer is not one."""
     asked = queries(names, sel, seconds, instances_of)
-    answers: dict[str, Any] = {key: vector(fetch(query)) for key, query in asked.items()}
-    instances = _finite(answers.pop(INSTANCES))
-    return window_series(answers, names), int(instances or 0)
+    answers = {key: matrix(fetch(query)) for key, query in asked.items()}
+    times = sorted(set().union(*(a.keys() for key, a in answers.items() if key != INSTANCES)))
+    out = []
+    for t in times:
+        at = {key: a.get(t, []) for key, a in answers.items()}
+        instances = _finite(at.pop(INSTANCES))
+        out.append((t, window_series(at, names), int(instances or 0)))
+    return out
 
 
-__all__ = ["escape", "queries", "read_window", "selector", "vector", "window_series"]
+def total(windows: Sequence[dict[str, Series]]) -> dict[str, Series]:
+    """Consecutive windows' histograms as one window's."""
+    out: dict[str, Series] = {}
+    for got in windows:
+        for name, s in got.items():
+            out[name] = add(out.get(name, Series(0.0, 0.0)), s)
+    return out
+
+
+__all__ = ["escape", "matrix", "queries", "read_windows", "selector", "total", "window_series"]

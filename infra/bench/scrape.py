@@ -74,11 +74,17 @@ def snapshot(text: str, model: str | None = None) -> dict[str, Series]:
             elif sample.name.endswith("_count") or (family.type == "counter" and sample.name.endswith("_total")):
                 count += sample.value
         # A family met twice (the scrapes of several engines joined) adds up.
-        seen = out.get(family.name, Series(0.0, 0.0))
-        for le, c in seen.buckets:
-            buckets[le] = buckets.get(le, 0.0) + c
-        out[family.name] = Series(seen.sum + total, seen.count + count, tuple(sorted(buckets.items())))
+        out[family.name] = add(out.get(family.name, Series(0.0, 0.0)),
+                               Series(total, count, tuple(sorted(buckets.items()))))
     return out
+
+
+def add(a: Series, b: Series) -> Series:
+    """Two series' totals as one: sums, counts and each bucket's count added."""
+    buckets = dict(a.buckets)
+    for le, c in b.buckets:
+        buckets[le] = buckets.get(le, 0.0) + c
+    return Series(a.sum + b.sum, a.count + b.count, tuple(sorted(buckets.items())))
 
 
 def window(before: dict[str, Series], after: dict[str, Series]) -> dict[str, Series]:

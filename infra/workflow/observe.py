@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from infra.bench.measurements import measured_deployment
-from infra.bench.observe import NEEDED, TTFT, Observation, metrics_url, observation, observation_lines
-from infra.bench.promql import read_window, selector
+from infra.bench.observe import MIN_REQUESTS, NEEDED, TTFT, Observation, metrics_url, observation, observation_lines
+from infra.bench.promql import read_windows, selector, total
 from infra.bench.scrape import snapshot
 from infra.catalog.loader import load_catalog
 from infra.errors import InfraError, Location, Problem
@@ -27,13 +27,23 @@ from infra.planner.types import load_plan
 SCRAPE_TIMEOUT_S = 30.0
 
 
+MAX_WINDOWS = 2000
+"""Windows one observation may be split into (a week in windows of five minutes; Prometheus answers a range query
+with at most 11,000 points a series)."""
+
+
 @dataclass(frozen=True)
 class ObserveResult:
-    """A window of a deployment's traffic and the measurement file written of it."""
+    """What a deployment served over a window, the windows written as load points, and the file written."""
 
     observation: Observation
+    """The whole window (every window written, together)."""
+    windows: tuple[tuple[Observation, dict[str, Any]], ...]
+    """Each window written (one load point each) and the deployment that served it."""
     deployment: dict[str, Any]
     written: Path
+    skipped: int = 0
+    """Windows left out: fewer than `MIN_REQUESTS` finished in them, or no series matched."""
 
 
 def _fetch(url: str, fix: str, params: dict[str, str] | None = None) -> str:
@@ -96,77 +106,136 @@ def _from_engine(url: str, seconds: float, model_name: str | None) -> Observatio
                        dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
 
 
-def _from_prometheus(base: str, seconds: float, labels: str | None, model_name: str | None, end: dt.datetime
-                     ) -> tuple[Observation, int]:
-    """The window of `seconds` ending at `end`, queried from a Prometheus server, and the instances that served
-    in it."""
+def _spans(seconds: float, step: float | None) -> tuple[int, int]:
+    """(how many windows, each one's seconds): the window, or as many whole steps as fit in it."""
+    span = max(1, round(seconds))
+    each = span if step is None else round(step)
+    if each < 1 or each > span:
+        raise InfraError(Problem(f"a step of {step:g} s does not split a window of {span} s", Location(path="--step"),
+                                 "give a step of at least 1 s and at most --duration"))
+    n = span // each
+    if n > MAX_WINDOWS:
+        raise InfraError(Problem(f"{n} windows of {each} s", Location(path="--step"),
+                                 f"split the window into at most {MAX_WINDOWS} (a longer --step)"))
+    return n, each
+
+
+def _from_prometheus(base: str, seconds: float, step: float | None, labels: str | None, model_name: str | None,
+                     end: dt.datetime) -> tuple[list[tuple[Observation, int]], Observation, int]:
+    """The windows (`_spans`) ending at `end`, queried from a Prometheus server, each with the instances that
+    served in it; those windows together; and how many were left out. Where one window is asked for, what keeps
+    it out is an error."""
     parts = urlsplit(base)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise InfraError(Problem(f"{base!r} is not an http(s) URL", Location(path="--prometheus"),
                                  "give the Prometheus server's address, e.g. http://prometheus:9090"))
-    api = base.rstrip("/").removesuffix("/api/v1") + "/api/v1/query"
-    span = max(1, round(seconds))
+    api = base.rstrip("/").removesuffix("/api/v1") + "/api/v1/query_range"
+    n, each = _spans(seconds, step)
     sel = selector(labels, model_name)
     fix = "give the Prometheus server's address (http://HOST:9090); its API must be reachable from here"
+    last = end.timestamp()
+    params = {"start": f"{last - (n - 1) * each:.3f}", "end": f"{last:.3f}", "step": f"{each}s"}
 
     def ask(query: str) -> str:
-        return _fetch(api, fix, {"query": query, "time": f"{end.timestamp():.3f}"})
+        return _fetch(api, fix, {"query": query, **params})
 
     source = f"{base.rstrip('/')} {sel or '{}'}"
     try:
-        got, instances = read_window(ask, NEEDED, sel, span, TTFT)
+        got = read_windows(ask, NEEDED, sel, each, TTFT)
     except ValueError as exc:
         raise InfraError(Problem(f"Prometheus refused a query: {exc}", Location(api),
                                  "check --selector: label matchers as PromQL writes them, e.g. "
                                  "'namespace=\"llm\",service=\"chat\"'")) from None
-    missing = [name for name in NEEDED if name not in got]
-    if missing:
-        raise InfraError(Problem(f"no series of {', '.join(missing)} match {sel or 'any selector'} in the "
-                                 f"{span} s before {end.isoformat()}", Location(api),
+    found = [(t, series, instances) for t, series, instances in got if all(name in series for name in NEEDED)]
+    if not found:
+        names = [name for name in NEEDED if not any(name in series for _, series, _ in got)] or list(NEEDED)
+        raise InfraError(Problem(f"no series of {', '.join(names)} match {sel or 'any selector'} in the "
+                                 f"{n * each} s before {end.isoformat()}", Location(api),
                                  "check --selector and --end, and that Prometheus scrapes the engines (vLLM's "
                                  "request-level histograms)"))
-    obs = observation({}, got, span, source, end.isoformat(timespec="seconds"))
-    notes = ("read from Prometheus: increase() over the window, every matching series added (its counts are "
-             "extrapolated to the window's edges)",)
-    return dataclasses.replace(obs, notes=obs.notes + notes), instances
+    note = ("read from Prometheus: increase() over the window, every matching series added (its counts are "
+            "extrapolated to the window's edges)")
+    out, kept = [], []
+    for t, series, instances in found:
+        when = dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat(timespec="seconds")
+        try:
+            obs = observation({}, series, each, source, when)
+        except InfraError:
+            if n == 1:
+                raise
+            continue
+        out.append((dataclasses.replace(obs, notes=obs.notes + (note,)), instances))
+        kept.append(series)
+    if not out:
+        raise InfraError(Problem(f"none of the {n} windows of {each} s before {end.isoformat()} holds "
+                                 f"{MIN_REQUESTS} finished requests", Location(api),
+                                 "give a longer --step, or a --duration and --end where the deployment was busy"))
+    whole = out[0][0]
+    if len(out) > 1:
+        whole = observation({}, total(kept), len(out) * each, source, out[-1][0].date)
+        whole = dataclasses.replace(whole, notes=whole.notes + (note, f"{len(out)} windows of {each} s, each a load "
+                                                                      "point; this summary is them together"))
+    return out, whole, n - len(out)
+
+
+def _replicas(fields: dict[str, Any], windows: list[tuple[Observation, int]]
+              ) -> tuple[list[tuple[Observation, dict[str, Any]]], tuple[str, ...]]:
+    """The deployment that served each window: where neither the plan nor --workers says how many replicas, as
+    many as instances served in it; and notes where they differ from the deployment's."""
+    out, differ = [], []
+    for obs, instances in windows:
+        if "workers" not in fields and instances > 1:
+            out.append((obs, {**fields, "workers": instances}))
+        else:
+            out.append((obs, fields))
+            if instances and instances != fields.get("workers", 1):
+                differ.append(instances)
+    notes = []
+    counted = sorted({dep.get("workers", 1) for _, dep in out})
+    if "workers" not in fields and counted != [1]:
+        notes.append(f"the deployment is taken as the instances that served each window: "
+                     f"{', '.join(map(str, counted))} replica(s)")
+    if differ:
+        notes.append(f"{', '.join(map(str, sorted(set(differ))))} instance(s) served in {len(differ)} of "
+                     f"{len(out)} window(s), the deployment has {fields.get('workers', 1)} replica(s): a scale-out "
+                     "or pods replaced within them, or a selector wider than the deployment")
+    return out, tuple(notes)
 
 
 def observe(url: str | None, seconds: float, output: str | Path, *, plan: str | Path | None = None,
             service: str | None = None, allocation: int | None = None, deployment: dict[str, Any] | None = None,
             model_name: str | None = None, catalog_dirs: tuple[Path, ...] = (), force: bool = False,
-            prometheus: str | None = None, labels: str | None = None, end: str | None = None) -> ObserveResult:
+            prometheus: str | None = None, labels: str | None = None, end: str | None = None,
+            step: float | None = None) -> ObserveResult:
     """Write what a deployment served over a window as a measurement file `infra calibrate` reads
     (`infra.bench.observe`): from its engine's /metrics at `url` (scraped, `seconds` waited, scraped again), or
     from the Prometheus server at `prometheus` (the `seconds` before `end`, now by default, of the series the
-    `labels` matchers select, every replica's added). The deployment comes from `plan` (its `service`,
-    `allocation`) and the `deployment` fields given, which override the plan's; `model_name` keeps the series of
-    one served model. Nothing is written unless the window holds a measurement."""
+    `labels` matchers select, every replica's added; split into windows of `step` seconds, each a load point).
+    The deployment comes from `plan` (its `service`, `allocation`) and the `deployment` fields given, which
+    override the plan's; `model_name` keeps the series of one served model. Nothing is written unless a window
+    holds a measurement."""
     if (url is None) == (prometheus is None):
         raise InfraError(Problem("observe reads one source", Location(path="URL"),
                                  "give the engine's URL, or --prometheus URL (with --selector), not both"))
-    if url is not None and (labels is not None or end is not None):
-        raise InfraError(Problem(f"{'--selector' if labels is not None else '--end'} selects Prometheus series",
-                                 Location(path="--prometheus"), "give --prometheus URL, or leave it out"))
+    if url is not None and (labels, end, step) != (None, None, None):
+        flag = "--selector" if labels is not None else "--end" if end is not None else "--step"
+        raise InfraError(Problem(f"{flag} reads Prometheus series", Location(path="--prometheus"),
+                                 "give --prometheus URL, or leave it out"))
     if not seconds > 0:
         raise InfraError(Problem(f"a window of {seconds:g} s observes nothing", Location(path="--duration"),
                                  "give the window in seconds, e.g. --duration 600"))
     ends = end_time(end)
     fields = _deployment(plan, service, allocation, deployment, catalog_dirs)
     if prometheus is not None:
-        obs, instances = _from_prometheus(prometheus, seconds, labels, model_name, ends)
-        if "workers" not in fields and instances > 1:
-            fields = {**fields, "workers": instances}
-            obs = dataclasses.replace(obs, notes=obs.notes + (f"{instances} instances served in the window: the "
-                                                              f"deployment is taken as {instances} replicas",))
-        elif instances and instances != fields.get("workers", 1):
-            obs = dataclasses.replace(obs, notes=obs.notes + (
-                f"{instances} instance(s) served in the window, the deployment has {fields.get('workers', 1)} "
-                "replica(s): a scale-out or pods replaced within it, or a selector wider than the deployment",))
+        found, whole, skipped = _from_prometheus(prometheus, seconds, step, labels, model_name, ends)
+        windows, notes = _replicas(fields, found)
     else:
-        obs = _from_engine(str(url), seconds, model_name)
-    lines = observation_lines(obs, fields, service)
+        whole, skipped, notes = _from_engine(str(url), seconds, model_name), 0, ()
+        windows = [(whole, fields)]
+    whole = dataclasses.replace(whole, notes=whole.notes + notes)
+    lines = observation_lines(windows, whole, service)
     write_file(output, "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines), force=force)
-    return ObserveResult(obs, fields, Path(output))
+    return ObserveResult(whole, tuple(windows), fields, Path(output), skipped)
 
 
 __all__ = ["ObserveResult", "end_time", "observe"]

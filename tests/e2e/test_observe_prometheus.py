@@ -94,11 +94,18 @@ def test_observe_reads_a_window_of_every_replica_back_from_prometheus(tmp_path: 
                         "60", "-o", str(tmp_path / "slow.jsonl"), *FLAGS, "--json")
             assert one.returncode == 0, one.stderr
             alone = json.loads(one.stdout)
+            stepped = infra("observe", "--prometheus", prom, "--selector", 'job="engine"', "--duration", "60",
+                            "--step", "4", "-o", str(tmp_path / "stepped.jsonl"), *FLAGS, "--json")
+            assert stepped.returncode == 0, stepped.stderr
+            steps = json.loads(stepped.stdout)
             failures = [
                 (("--selector", 'job="nothing"'), "no series of vllm:time_to_first_token_seconds"),
                 (("--selector", 'job="engine"', "--end", "2020-01-01T00:00:00Z"), "no series of"),
                 (("--selector", "job="), "Prometheus refused a query: bad_data"),
                 (("--selector", 'job="engine"', "--end", "yesterday"), "'yesterday' is not a time"),
+                (("--selector", 'job="engine"', "--step", "0.2"), "a step of 0.2 s does not split"),
+                (("--selector", 'job="engine"', "--duration", "4", "--end", "2020-01-01T00:00:00Z", "--step", "1"),
+                 "no series of"),
             ]
             for flags, why in failures:
                 bad = tmp_path / "bad.jsonl"
@@ -111,9 +118,19 @@ def test_observe_reads_a_window_of_every_replica_back_from_prometheus(tmp_path: 
     assert got["requests"] == pytest.approx(180, rel=0.1)
     assert got["ttft_ms"] == pytest.approx(1000 * both[TTFT][0] / both[TTFT][1], rel=0.01)
     assert got["tpot_ms"] == pytest.approx(1000 * both[TPOT][0] / both[TPOT][1], rel=0.01)
-    assert any("2 instances served in the window" in note for note in got["notes"])
+    assert any("the instances that served each window: 2 replica(s)" in note for note in got["notes"])
     case = json.loads(out.read_text().splitlines()[0])
     assert case["case"]["workers"] == 2 and case["source"] == f'{prom} {{job="engine"}}'
+    # Split into windows of 4 s: those the traffic filled are load points of their own (two replicas each), the
+    # idle ones are left out; calibrate reads each as a point.
+    windows = steps["windows"]
+    assert len(windows) >= 2 and steps["skipped"] >= 5 and all(w["workers"] == 2 for w in windows)
+    assert all(w["requests"] >= 30 and w["rate_rps"] == pytest.approx(w["requests"] / 4, rel=0.05) for w in windows)
+    assert 100 <= sum(w["requests"] for w in windows) <= 200
+    assert abs(steps["requests"] - sum(w["requests"] for w in windows)) <= len(windows)
+    fitted = infra("calibrate", str(tmp_path / "stepped.jsonl"), "-o", str(tmp_path / "cal.yaml"), "--json")
+    assert fitted.returncode == 0, fitted.stderr
+    assert len(json.loads(fitted.stdout)["points"]) == len(windows)
     # The slow replica alone.
     s = exact[slow]
     assert alone["requests"] == pytest.approx(60, rel=0.1)

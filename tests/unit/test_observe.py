@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 
 from infra.bench.measurements import read_measurements
 from infra.bench.observe import GENERATION, MIN_REQUESTS, PROMPT, TPOT, TTFT, observation, observation_lines
-from infra.bench.promql import queries, read_window, selector, vector, window_series
+from infra.bench.promql import matrix, queries, read_windows, selector, total, window_series
 from infra.bench.scrape import FINE, Series, bucket_quantile, snapshot, window
 from infra.catalog.loader import load_catalog
 from infra.errors import InfraError
@@ -110,7 +110,7 @@ def test_the_window_is_a_measurement_calibrate_reads(tmp_path: Path):
     obs = observation(before, engine.scrape(), 30.0, "http://e/metrics", "2026-12-06T00:00:00+00:00")
     deployment = {"model": "Llama-3.1-8B", "device": "H100-SXM", "framework": "vllm", "tp": 1}
     path = tmp_path / "observed.jsonl"
-    path.write_text("".join(json.dumps(x) + "\n" for x in observation_lines(obs, deployment, "chat")))
+    path.write_text("".join(json.dumps(x) + "\n" for x in observation_lines([(obs, deployment)], obs, "chat")))
     src = read_measurements(path, None, load_catalog())
     assert src.format == "infra-bench" and not src.skipped
     [m] = src.points
@@ -120,10 +120,10 @@ def test_the_window_is_a_measurement_calibrate_reads(tmp_path: Path):
     assert m.date == "2026-12-06T00:00:00+00:00"
 
 
-def _answer(*samples: tuple[dict[str, str], str]) -> str:
-    """A Prometheus API answer to an instant query, as the server writes it."""
-    return json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
-        {"metric": labels, "value": [1796558926.2, value]} for labels, value in samples]}})
+def _answer(*series: tuple[dict[str, str], list[tuple[float, str]]]) -> str:
+    """A Prometheus API answer to a range query, as the server writes it."""
+    return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": labels, "values": [[t, v] for t, v in values]} for labels, values in series]}})
 
 
 def test_prometheus_queries_carry_the_selector_and_the_served_model():
@@ -136,26 +136,32 @@ def test_prometheus_queries_carry_the_selector_and_the_served_model():
     assert asked["instances"] == f'count(count by (instance) (increase({TTFT}_count{{job="x"}}[600s]) > 0))'
 
 
-def test_prometheus_answers_become_the_window_s_series():
-    """Each histogram's buckets, sum and count from its queries' answers; extrapolated buckets that dip are raised
-    to the count below them, as histogram_quantile does; a histogram no series matched is left out."""
-    answers = {
-        f"{TTFT}:buckets": vector(_answer(({"le": "0.1"}, "10.5"), ({"le": "+Inf"}, "40.2"), ({"le": "0.2"}, "10.4"))),
-        f"{TTFT}:sum": vector(_answer(({}, "6.03"),)),
-        f"{TTFT}:count": vector(_answer(({}, "40.2"),)),
-        f"{TPOT}:buckets": vector(_answer()), f"{TPOT}:sum": vector(_answer()), f"{TPOT}:count": vector(_answer()),
-    }
-    got = window_series(answers, [TTFT, TPOT])
-    assert list(got) == [TTFT]
-    assert got[TTFT] == Series(6.03, 40.2, ((0.1, 10.5), (0.2, 10.5), (float("inf"), 40.2)))
+def test_prometheus_answers_become_each_window_s_series():
+    """Each histogram's buckets, sum and count at each point of its range queries; extrapolated buckets that dip
+    are raised to the count below them, as histogram_quantile does; a histogram no series matched is left out;
+    consecutive windows add up to one."""
+    t1, t2 = 1796558000.0, 1796558600.0
+    answers = {TTFT: (_answer(({"le": "0.1"}, [(t1, "10.5"), (t2, "3")]), ({"le": "+Inf"}, [(t1, "40.2"), (t2, "5")]),
+                              ({"le": "0.2"}, [(t1, "10.4"), (t2, "4")])),
+                      _answer(({}, [(t1, "6.03"), (t2, "0.5")])), _answer(({}, [(t1, "40.2"), (t2, "5")]))),
+               TPOT: (_answer(), _answer(), _answer())}
     asked = []
 
     def fetch(query: str) -> str:
         asked.append(query)
-        return _answer(({}, "2"),) if query.startswith("count(") else _answer()
+        if query.startswith("count("):
+            return _answer(({}, [(t1, "2"), (t2, "1")]))
+        name = TTFT if TTFT in query else TPOT
+        return answers[name][0 if "by (le)" in query else 1 if "_sum" in query else 2]
 
-    series, instances = read_window(fetch, [TTFT], "", 60, TTFT)
-    assert series == {} and instances == 2 and len(asked) == 4
+    got = read_windows(fetch, [TTFT, TPOT], "", 600, TTFT)
+    assert len(asked) == 7 and [(t, instances) for t, _, instances in got] == [(t1, 2), (t2, 1)]
+    first, second = got[0][1], got[1][1]
+    assert list(first) == [TTFT]
+    assert first[TTFT] == Series(6.03, 40.2, ((0.1, 10.5), (0.2, 10.5), (float("inf"), 40.2)))
+    assert second[TTFT] == Series(0.5, 5.0, ((0.1, 3.0), (0.2, 4.0), (float("inf"), 5.0)))
+    assert total([first, second])[TTFT] == Series(6.53, 45.2, ((0.1, 13.5), (0.2, 14.5), (float("inf"), 45.2)))
+    assert window_series({f"{TTFT}:{k}": [] for k in ("buckets", "sum", "count")}, [TTFT]) == {}
 
 
 @pytest.mark.parametrize("body, why", [
@@ -163,13 +169,14 @@ def test_prometheus_answers_become_the_window_s_series():
     ("[1]", "not a Prometheus API response"),
     ('{"status": "error", "errorType": "bad_data", "error": "parse error at char 5"}',
      "bad_data: parse error at char 5"),
-    ('{"status": "success", "data": {"resultType": "matrix", "result": []}}', "not an instant vector"),
-    ('{"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": [1]}]}}',
+    ('{"status": "success", "data": {"resultType": "vector", "result": []}}', "not a range vector"),
+    ('{"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {}, "values": [[1]]}]}}',
      "not a (time, value) pair"),
+    ('{"status": "success", "data": {"resultType": "matrix", "result": [{"values": []}]}}', "has no labels"),
 ])
-def test_prometheus_answers_that_are_not_instant_vectors_are_refused(body: str, why: str):
+def test_prometheus_answers_that_are_not_range_vectors_are_refused(body: str, why: str):
     with pytest.raises(ValueError, match=re.escape(why)):
-        vector(body)
+        matrix(body)
 
 
 @pytest.mark.parametrize("args, why", [
@@ -181,7 +188,7 @@ def test_observe_reads_one_source(tmp_path: Path, args: tuple, why: str):
     with pytest.raises(InfraError, match=why):
         observe(url, 1.0, tmp_path / "o.jsonl", prometheus=prometheus, deployment={"model": "Llama-3.1-8B",
                                                                                    "device": "H100-SXM"})
-    with pytest.raises(InfraError, match="--selector selects Prometheus series"):
+    with pytest.raises(InfraError, match="--selector reads Prometheus series"):
         observe("http://127.0.0.1:1", 1.0, tmp_path / "o.jsonl", labels='job="x"')
     with pytest.raises(InfraError, match="is not an http"):
         observe(None, 1.0, tmp_path / "o.jsonl", prometheus="prometheus:9090",
