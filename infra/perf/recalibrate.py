@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +70,11 @@ ELASTICITY = (0.3, 4.0)
 change says nothing about a large one."""
 SOLVE_ITERATIONS = 12
 """Secant steps towards a point's own step multiplier; they meet the measured TPOT to 0.1% within a few."""
+LOAD_MATCH = 0.1
+"""How far (relative) loads may be from the lowest of their group and still count as one load of a deployment's
+TTFT multipliers: a benchmark sweep's loads are far apart, while a day of production traffic observed in windows
+(`infra observe --step`) has a load per window, each a few dozen requests or more, and a multiplier per window
+would follow their noise."""
 
 
 @dataclass(frozen=True)
@@ -350,22 +355,38 @@ def _load(r: Row) -> tuple[str, float]:
     return load_key(r.m.case.workload.concurrency, r.m.case.workload.rate)
 
 
+def _load_groups(loads: Iterable[tuple[str, float]]) -> list[frozenset[tuple[str, float]]]:
+    """The distinct loads, increasing, in groups of one kind within `LOAD_MATCH` of the lowest of each: what a
+    deployment's TTFT multipliers (and leaving a load out) take as one load."""
+    groups: list[list[tuple[str, float]]] = []
+    for load in sorted(set(loads)):
+        if groups and load[0] == groups[-1][0][0] and load[1] <= groups[-1][0][1] * (1 + LOAD_MATCH):
+            groups[-1].append(load)
+        else:
+            groups.append([load])
+    return [frozenset(g) for g in groups]
+
+
 def _ttft_loads(members: list[Row], residual: Callable[[Row], float], parent: float, weight: float,
                 bound: Callable[[float], float]) -> list[dict[str, Any]]:
-    """A deployment's TTFT multiplier at each load it was measured at (the median of that load's points, shrunk as
-    the deployment's one multiplier is), when its points are all of one kind and at two loads or
-    more: within a sweep the measured TTFT grows with the load faster or slower than the model's, by a trend one
-    multiplier averages away (calibrated on two loads of a sweep, its other loads' TTFT median / p90 error on the
-    calibration set, `benchmarks/closed_loop.py`'s per_sweep_two: 18.6 / 73.5% with one multiplier, 14.8 / 69.1%
-    by load)."""
-    by_load: dict[tuple[str, float], list[float]] = {}
-    for r in members:
-        by_load.setdefault(_load(r), []).append(residual(r))
-    if len(by_load) < 2 or len({kind for kind, _ in by_load}) > 1 or any(x <= 0 for _, x in by_load):
+    """A deployment's TTFT multiplier at each load it was measured at (`_load_groups`: the group's median load,
+    at the median of its points' multipliers, shrunk as the deployment's one multiplier is), when its points are
+    all of one kind and at two loads or more: within a sweep the measured TTFT grows with the load faster or
+    slower than the model's, by a trend one multiplier averages away (calibrated on two loads of a sweep, its
+    other loads' TTFT median / p90 error on the calibration set, `benchmarks/closed_loop.py`'s per_sweep_two:
+    18.6 / 73.5% with one multiplier, 14.8 / 69.1% by load)."""
+    if len({kind for kind, _ in map(_load, members)}) > 1:
         return []
-    return [{kind: int(x) if kind == "concurrency" else _r(x),
-             "ttft": _r(math.exp(bound(parent + weight * (statistics.median(v) - parent))))}
-            for (kind, x), v in sorted(by_load.items())]
+    groups = _load_groups(map(_load, members))
+    if len(groups) < 2 or any(x <= 0 for group in groups for _, x in group):
+        return []
+    out = []
+    for group in groups:
+        inside = [r for r in members if _load(r) in group]
+        kind, x = _load(inside[0])[0], statistics.median(_load(r)[1] for r in inside)
+        ttft = math.exp(bound(parent + weight * (statistics.median(map(residual, inside)) - parent)))
+        out.append({kind: round(x) if kind == "concurrency" else _r(x), "ttft": _r(ttft)})
+    return out
 
 
 def _levels(rows: list[Row], residual: Callable[[Row, str], float], parent: Callable[[Row, str], float],
@@ -510,13 +531,13 @@ def leave_one_load_out(rows: list[Row]) -> list[tuple[Row, list[Node]]] | None:
         by_dep.setdefault(r.keys["deployment"], []).append(r)
     out = []
     for dep, members in sorted(by_dep.items()):
-        loads = sorted({_load(r) for r in members})
-        if len(loads) < 2:
+        groups = _load_groups(map(_load, members))
+        if len(groups) < 2:
             continue
         device = [r for r in rows if r.keys["device"] == members[0].keys["device"]]
-        for load in loads:
-            nodes = fit([r for r in device if r.keys["deployment"] != dep or _load(r) != load])
-            out += [(r, nodes) for r in members if _load(r) == load]
+        for group in groups:
+            nodes = fit([r for r in device if r.keys["deployment"] != dep or _load(r) not in group])
+            out += [(r, nodes) for r in members if _load(r) in group]
     return out or None
 
 

@@ -16,7 +16,7 @@ from infra.perf.arch import compile_worker
 from infra.perf.calibration import Factors, lookup, ttft_at
 from infra.perf.correction import dump, level_keys, load_calibration, match, scaled, with_ttft
 from infra.perf.estimate import estimate
-from infra.perf.recalibrate import EVIDENCE, Measured, document, fit, predict, prepare
+from infra.perf.recalibrate import EVIDENCE, Measured, document, fit, leave_one_load_out, predict, prepare
 from infra.perf.rows import Case
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 from infra.report.calibration import print_calibration
@@ -239,3 +239,23 @@ def test_a_deployment_measured_at_several_loads_keeps_how_its_ttft_grows_with_th
     with pytest.raises(InfraError) as exc:
         load_calibration(path)
     assert "loads must be of one kind" in str(exc.value.problems[0])
+
+
+def test_windows_at_nearby_loads_are_one_load_of_the_ttft_multipliers():
+    """A day observed in windows has a load per window: those within 10% of the lowest of their group are one
+    load (the group's median, at its points' median multiplier), and leaving a load out leaves the group out."""
+    rates = {10.0: 1.2, 10.4: 1.3, 10.9: 1.25, 20.0: 1.8, 21.0: 1.9}
+    points = []
+    for rate, miss in rates.items():
+        wl = Workload(isl=1000, osl=200, rate=rate)
+        p = estimate(DEP, wl, CAT).prediction
+        case = Case({"source": f"day.jsonl:{rate}"}, "vllm/H100", DEP.model, DEP, wl, miss * p.ttft["mean"] * 1000,
+                    p.tpot["mean"] * 1000, recipe=False)
+        points.append(Measured(case, f"day.jsonl:{rate}", "2026-12-05"))
+    rows, _ = prepare(points, CAT)
+    doc = document("day", rows, [{"path": "day.jsonl", "sha256": "0" * 64, "format": "infra-bench", "points": 5}])
+    [node] = [n for n in doc.corrections if n.level == "deployment"]
+    assert [p.rate for p in node.loads] == [10.4, 20.5]
+    assert [p.ttft for p in node.loads] == pytest.approx([1.25, 1.85], rel=0.05)
+    held = leave_one_load_out(rows)
+    assert held is not None and len(held) == 5 and len({id(nodes) for _, nodes in held}) == 2
