@@ -1,15 +1,15 @@
 """What a deployed engine served over a window of its own traffic, read from its Prometheus `/metrics` (vLLM's
-request-level histograms; the emulator exports the same): no load is sent. Two scrapes, at the start and the end
-of the window, and their difference is the window's: the requests that finished in it, their mean TTFT and TPOT
-(`_sum / _count`, exact), mean prompt and answer lengths, and the arrival rate. Percentiles come from the buckets
-where these are narrow enough to say them (`scrape.FINE`); vLLM's default ones rarely are, and then a calibration
-made from the window corrects the means only.
+request-level histograms, which the emulator exports too, or SGLang's): no load is sent. Two scrapes, at the start
+and the end of the window, and their difference is the window's: the requests that finished in it, their mean TTFT
+and TPOT (`_sum / _count`, exact), mean prompt and answer lengths, and the arrival rate. Percentiles come from the
+buckets where these are narrow enough to say them (`scrape.FINE`); the engines' default ones rarely are, and then
+a calibration made from the window corrects the means only.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,50 @@ TPOT = "vllm:request_time_per_output_token_seconds"
 """A finished request's decode time per output token after its first (vLLM V1; the emulator alike)."""
 PROMPT = "vllm:request_prompt_tokens"
 GENERATION = "vllm:request_generation_tokens"
-NEEDED = (TTFT, TPOT, PROMPT, GENERATION)
+
+
+@dataclass(frozen=True)
+class Exporter:
+    """Which series an engine counts its finished requests in (family names: a counter's without `_total`)."""
+
+    engine: str
+    ttft: str
+    """Histogram of each request's time to its first token."""
+    tpot: str
+    """Histogram of the decode time per output token: each request's, or each gap between tokens (`per_gap`)."""
+    prompt: str
+    """Prompt tokens: a histogram of each request's, or a counter of them all (with `requests`)."""
+    generation: str
+    requests: str | None = None
+    """Counter of finished requests, where the token counts are counters."""
+    lengths: tuple[str, str] | None = None
+    """Histograms of each request's prompt and answer tokens, where the engine exports them besides the counters."""
+    per_gap: bool = False
+
+    @property
+    def needed(self) -> tuple[str, ...]:
+        return (self.ttft, self.tpot, self.prompt, self.generation) + ((self.requests,) if self.requests else ())
+
+    @property
+    def histograms(self) -> tuple[str, ...]:
+        return (self.ttft, self.tpot) + ((self.prompt, self.generation) if self.requests is None else
+                                         self.lengths or ())
+
+    @property
+    def counters(self) -> tuple[str, ...]:
+        return (self.prompt, self.generation, self.requests) if self.requests else ()
+
+
+VLLM = Exporter("vLLM", TTFT, TPOT, PROMPT, GENERATION)
+SGLANG = Exporter("SGLang", "sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds",
+                  "sglang:prompt_tokens", "sglang:generation_tokens", "sglang:num_requests",
+                  ("sglang:prompt_tokens_histogram", "sglang:generation_tokens_histogram"), per_gap=True)
+"""SGLang (`--enable-metrics`): its inter-token histogram adds each streamed chunk's interval to `_sum` and its
+tokens to the buckets, so `_sum / _count` is the mean gap over the window's tokens, not over its requests; the
+per-request token histograms come with `--collect-tokens-histogram`. Source: sgl-project/sglang
+python/sglang/srt/metrics/collector.py (TokenizerMetricsCollector)."""
+EXPORTERS = (VLLM, SGLANG)
+NEEDED = VLLM.needed
 MIN_REQUESTS = 30
 """Finished requests a window needs before its means say anything (as a mean objective's verdict does)."""
 
@@ -73,41 +116,65 @@ def _bucket_cv(series: Series) -> float:
     return round(math.sqrt(max(second / series.count - mean * mean, 0.0)) / mean, 4) if mean > 0 else 0.0
 
 
+def exporter(names: Iterable[str]) -> Exporter | None:
+    """The engine whose request series are all among `names`."""
+    have = set(names)
+    return next((e for e in EXPORTERS if all(n in have for n in e.needed)), None)
+
+
 def observation(before: dict[str, Series], after: dict[str, Series], seconds: float, source: str,
                 date: str) -> Observation:
     """The window between two scrapes (`scrape.snapshot`), or a clear error where it cannot be read."""
     where = Location(source)
-    missing = [name for name in NEEDED if name not in after]
-    if missing:
-        raise InfraError(Problem(f"no {', '.join(missing)} among the metrics", where,
+    e = exporter(after)
+    if e is None:
+        missing = [name for name in NEEDED if name not in after]
+        raise InfraError(Problem(f"no {', '.join(missing)} among the metrics, nor SGLang's request metrics", where,
                                  "point at the /metrics of a vLLM engine that exports its request-level "
-                                 "histograms (V1) or of `infra emulate`"))
+                                 "histograms (V1), of an SGLang engine run with --enable-metrics, or of "
+                                 "`infra emulate`"))
     got = window(before, after)
     # Whole numbers from two scrapes; Prometheus's increase() extrapolates them (`promql`), so the means divide by
     # the counts as they are and only the request count is rounded.
-    n = round(got[TTFT].count)
+    n = round(got[e.ttft].count)
     if any(s.count < 0 or s.sum < 0 for s in got.values()):
         raise InfraError(Problem("the counters went down during the window (the engine restarted)",
                                  where, "observe a window in which the engine keeps running"))
-    if n < MIN_REQUESTS or got[TPOT].count <= 0:
+    finished = got[e.requests].count if e.requests else got[e.prompt].count
+    if n < MIN_REQUESTS or got[e.tpot].count <= 0 or finished <= 0:
         raise InfraError(Problem(f"{n} request(s) finished in {seconds:g} s; a window needs "
                                  f"{MIN_REQUESTS} or more", where,
                                  "observe a longer window (--duration) or a busier deployment"))
     pcts: dict[str, dict[str, float]] = {}
-    for key, name in (("ttft_ms", TTFT), ("tpot_ms", TPOT)):
+    # A per-gap histogram's percentiles are the gaps', not the requests' TPOT an objective is written on.
+    for key, name in (("ttft_ms", e.ttft),) + ((("tpot_ms", e.tpot),) if not e.per_gap else ()):
         found = {p: round(1000 * v, 4) for p in PERCENTILES
                  if (v := bucket_quantile(got[name], float(p[1:]) / 100)) is not None}
         if found:
             pcts[key] = found
-    notes = ["arrivals are taken as Poisson (the metrics do not say how requests were spaced)",
-             "length CVs are read from the token histograms' buckets (each at its bucket's middle)"]
+    notes = ["arrivals are taken as Poisson (the metrics do not say how requests were spaced)"]
+    if e.requests is None:
+        isl, osl = got[e.prompt].sum / got[e.prompt].count, got[e.generation].sum / got[e.generation].count
+        lengths: tuple[str, str] | None = (e.prompt, e.generation)
+    else:
+        isl, osl = got[e.prompt].count / finished, got[e.generation].count / finished
+        lengths = e.lengths if e.lengths and all(got.get(h, Series(0, 0)).count > 0 for h in e.lengths) else None
+    if lengths:
+        notes.append("length CVs are read from the token histograms' buckets (each at its bucket's middle)")
+        cvs = (_bucket_cv(got[lengths[0]]), _bucket_cv(got[lengths[1]]))
+    else:
+        notes.append(f"{e.engine} exported no per-request token histograms (--collect-tokens-histogram): the "
+                     "lengths are taken as fixed at their means")
+        cvs = (0.0, 0.0)
+    if e.per_gap:
+        notes.append(f"TPOT is {e.engine}'s mean gap between tokens over the window's tokens, which weighs long "
+                     "answers more than a mean over requests")
     if not pcts:
         notes.append("the latency buckets are too wide to read percentiles from (wider than "
                      "x1.25): a calibration from this window corrects the means only")
-    return Observation(source, date, seconds, n, got[TTFT].count / seconds, got[PROMPT].sum / got[PROMPT].count,
-                       got[GENERATION].sum / got[GENERATION].count, _bucket_cv(got[PROMPT]),
-                       _bucket_cv(got[GENERATION]), 1000 * got[TTFT].sum / got[TTFT].count,
-                       1000 * got[TPOT].sum / got[TPOT].count, pcts, tuple(notes))
+    return Observation(source, date, seconds, n, got[e.ttft].count / seconds, isl, osl, *cvs,
+                       1000 * got[e.ttft].sum / got[e.ttft].count, 1000 * got[e.tpot].sum / got[e.tpot].count, pcts,
+                       tuple(notes))
 
 
 def observation_lines(windows: Sequence[tuple[Observation, dict[str, Any]]], whole: Observation,
@@ -132,4 +199,5 @@ def observation_lines(windows: Sequence[tuple[Observation, dict[str, Any]]], who
     return lines
 
 
-__all__ = ["MIN_REQUESTS", "NEEDED", "TTFT", "Observation", "metrics_url", "observation", "observation_lines"]
+__all__ = ["EXPORTERS", "MIN_REQUESTS", "NEEDED", "SGLANG", "TTFT", "VLLM", "Exporter", "Observation", "exporter",
+           "metrics_url", "observation", "observation_lines"]

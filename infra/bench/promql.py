@@ -4,11 +4,12 @@ added together (one engine's `/metrics` behind a Service is whichever pod answer
 the window counted right (`increase()` treats a counter that drops as a reset, where two scrapes of an engine
 would see the counters go down).
 
-Each histogram `observe.NEEDED` names is asked for as PromQL range queries whose points are the windows' ends:
-`sum by (le) (increase(H_bucket{SEL}[Ns]))`, `sum(increase(H_sum{SEL}[Ns]))` and `sum(increase(H_count{SEL}[Ns]))`,
-which make the `scrape.Series` of the window that two scrapes would; and the instances whose engines finished a
-request in it. `increase()` extrapolates each series to the window's edges, so its counts are not whole numbers;
-the means are ratios of such increases and stay exact where the window holds whole scrapes of steady traffic.
+Each histogram an engine counts its requests in (`observe.Exporter`) is asked for as PromQL range queries whose
+points are the windows' ends: `sum by (le) (increase(H_bucket{SEL}[Ns]))`, `sum(increase(H_sum{SEL}[Ns]))` and
+`sum(increase(H_count{SEL}[Ns]))`, and each counter as `sum(increase(C_total{SEL}[Ns]))`, which make the
+`scrape.Series` of the window that two scrapes would; and the instances whose engines finished a request in it.
+`increase()` extrapolates each series to the window's edges, so its counts are not whole numbers; the means are
+ratios of such increases and stay exact where the window holds whole scrapes of steady traffic.
 A window split into consecutive ones of `seconds` (a day in windows of 15 minutes, say) is the same queries over
 more points, one load point each. Source: the Prometheus HTTP API (`GET /api/v1/query_range?query=...&start=...
 &end=...&step=...`, a JSON envelope with `status`, `data` `{"resultType": "matrix", "result": [{"metric": {...},
@@ -45,15 +46,19 @@ def selector(labels: str | None, model: str | None) -> str:
     return "{" + ",".join(parts) + "}" if parts else ""
 
 
-def queries(names: Sequence[str], sel: str, seconds: int, instances_of: str) -> dict[str, str]:
-    """The instant queries of a window of `seconds` ending at the query's time, by key (`name:buckets`,
-    `name:sum`, `name:count`, and `INSTANCES`: the instances whose `instances_of` histogram counted a request)."""
+def queries(histograms: Sequence[str], counters: Sequence[str], sel: str, seconds: int, instances_of: str
+            ) -> dict[str, str]:
+    """The queries of windows of `seconds` ending at each point, by key (`name:buckets`, `name:sum` and
+    `name:count` of a histogram, `name:count` of a counter, and `INSTANCES`: the instances whose `instances_of`
+    histogram counted a request)."""
     span = f"[{seconds}s]"
     out = {}
-    for name in names:
+    for name in histograms:
         out[f"{name}:buckets"] = f"sum by (le) (increase({name}_bucket{sel}{span}))"
         out[f"{name}:sum"] = f"sum(increase({name}_sum{sel}{span}))"
         out[f"{name}:count"] = f"sum(increase({name}_count{sel}{span}))"
+    for name in counters:
+        out[f"{name}:count"] = f"sum(increase({name}_total{sel}{span}))"
     out[INSTANCES] = f"count(count by (instance) (increase({instances_of}_count{sel}{span}) > 0))"
     return out
 
@@ -106,13 +111,17 @@ def _finite(samples: list[tuple[dict[str, str], float]]) -> float | None:
     return values[0] if values else None
 
 
-def window_series(answers: dict[str, list[tuple[dict[str, str], float]]], names: Sequence[str]
-                  ) -> dict[str, Series]:
-    """The window's `Series` of each histogram the answers hold (those no series matched are left out). The
-    buckets' increases are extrapolated series by series, so a cumulative count can dip below the one before it;
-    it is raised to it, as `histogram_quantile` does."""
+def window_series(answers: dict[str, list[tuple[dict[str, str], float]]], histograms: Sequence[str],
+                  counters: Sequence[str] = ()) -> dict[str, Series]:
+    """The window's `Series` of each histogram and counter the answers hold (those no series matched are left
+    out). The buckets' increases are extrapolated series by series, so a cumulative count can dip below the one
+    before it; it is raised to it, as `histogram_quantile` does."""
     out = {}
-    for name in names:
+    for name in counters:
+        count = _finite(answers[f"{name}:count"])
+        if count is not None:
+            out[name] = Series(0.0, count)
+    for name in histograms:
         total, count = _finite(answers[f"{name}:sum"]), _finite(answers[f"{name}:count"])
         if total is None or count is None:
             continue
@@ -126,19 +135,19 @@ def window_series(answers: dict[str, list[tuple[dict[str, str], float]]], names:
     return out
 
 
-def read_windows(fetch: Callable[[str], str], names: Sequence[str], sel: str, seconds: int,
-                 instances_of: str) -> list[tuple[float, dict[str, Series], int]]:
-    """Each window's time (its end, Unix seconds), histograms and the instances that served in it, oldest first:
-    `fetch(query)` answers a range query whose points are the windows' ends, `seconds` apart (one point, one
-    window); ValueError, as `matrix`, where an answer is not one."""
-    asked = queries(names, sel, seconds, instances_of)
+def read_windows(fetch: Callable[[str], str], histograms: Sequence[str], counters: Sequence[str], sel: str,
+                 seconds: int, instances_of: str) -> list[tuple[float, dict[str, Series], int]]:
+    """Each window's time (its end, Unix seconds), histograms and counters, and the instances that served in it,
+    oldest first: `fetch(query)` answers a range query whose points are the windows' ends, `seconds` apart (one
+    point, one window); ValueError, as `matrix`, where an answer is not one."""
+    asked = queries(histograms, counters, sel, seconds, instances_of)
     answers = {key: matrix(fetch(query)) for key, query in asked.items()}
     times = sorted(set().union(*(a.keys() for key, a in answers.items() if key != INSTANCES)))
     out = []
     for t in times:
         at = {key: a.get(t, []) for key, a in answers.items()}
         instances = _finite(at.pop(INSTANCES))
-        out.append((t, window_series(at, names), int(instances or 0)))
+        out.append((t, window_series(at, histograms, counters), int(instances or 0)))
     return out
 
 

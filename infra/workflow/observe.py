@@ -15,9 +15,18 @@ from urllib.parse import urlsplit
 import httpx
 
 from infra.bench.measurements import measured_deployment
-from infra.bench.observe import MIN_REQUESTS, NEEDED, TTFT, Observation, metrics_url, observation, observation_lines
+from infra.bench.observe import (
+    EXPORTERS,
+    MIN_REQUESTS,
+    NEEDED,
+    Observation,
+    exporter,
+    metrics_url,
+    observation,
+    observation_lines,
+)
 from infra.bench.promql import read_windows, selector, total
-from infra.bench.scrape import snapshot
+from infra.bench.scrape import Series, snapshot
 from infra.catalog.loader import load_catalog
 from infra.errors import InfraError, Location, Problem
 from infra.files import write_file
@@ -140,19 +149,22 @@ def _from_prometheus(base: str, seconds: float, step: float | None, labels: str 
         return _fetch(api, fix, {"query": query, **params})
 
     source = f"{base.rstrip('/')} {sel or '{}'}"
-    try:
-        got = read_windows(ask, NEEDED, sel, each, TTFT)
-    except ValueError as exc:
-        raise InfraError(Problem(f"Prometheus refused a query: {exc}", Location(api),
-                                 "check --selector: label matchers as PromQL writes them, e.g. "
-                                 "'namespace=\"llm\",service=\"chat\"'")) from None
-    found = [(t, series, instances) for t, series, instances in got if all(name in series for name in NEEDED)]
+    found: list[tuple[float, dict[str, Series], int]] = []
+    for e in EXPORTERS:
+        try:
+            got = read_windows(ask, e.histograms, e.counters, sel, each, e.ttft)
+        except ValueError as exc:
+            raise InfraError(Problem(f"Prometheus refused a query: {exc}", Location(api),
+                                     "check --selector: label matchers as PromQL writes them, e.g. "
+                                     "'namespace=\"llm\",service=\"chat\"'")) from None
+        found = [(t, series, instances) for t, series, instances in got if exporter(series) is e]
+        if found:
+            break
     if not found:
-        names = [name for name in NEEDED if not any(name in series for _, series, _ in got)] or list(NEEDED)
-        raise InfraError(Problem(f"no series of {', '.join(names)} match {sel or 'any selector'} in the "
-                                 f"{n * each} s before {end.isoformat()}", Location(api),
+        raise InfraError(Problem(f"no series of {', '.join(NEEDED)} match {sel or 'any selector'} in the "
+                                 f"{n * each} s before {end.isoformat()}, nor SGLang's", Location(api),
                                  "check --selector and --end, and that Prometheus scrapes the engines (vLLM's "
-                                 "request-level histograms)"))
+                                 "request-level histograms, or SGLang's metrics)"))
     note = ("read from Prometheus: increase() over the window, every matching series added (its counts are "
             "extrapolated to the window's edges)")
     out, kept = [], []

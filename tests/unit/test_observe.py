@@ -130,9 +130,10 @@ def test_prometheus_queries_carry_the_selector_and_the_served_model():
     assert selector(None, None) == "" and selector("  ", None) == ""
     assert selector('{namespace="llm"}', None) == '{namespace="llm"}'
     assert selector('namespace="llm",', 'a "b"\\c') == '{namespace="llm",model_name="a \\"b\\"\\\\c"}'
-    asked = queries([TTFT], '{job="x"}', 600, TTFT)
+    asked = queries([TTFT], ["sglang:num_requests"], '{job="x"}', 600, TTFT)
     assert asked[f"{TTFT}:buckets"] == f'sum by (le) (increase({TTFT}_bucket{{job="x"}}[600s]))'
     assert asked[f"{TTFT}:sum"] == f'sum(increase({TTFT}_sum{{job="x"}}[600s]))'
+    assert asked["sglang:num_requests:count"] == 'sum(increase(sglang:num_requests_total{job="x"}[600s]))'
     assert asked["instances"] == f'count(count by (instance) (increase({TTFT}_count{{job="x"}}[600s]) > 0))'
 
 
@@ -154,7 +155,7 @@ def test_prometheus_answers_become_each_window_s_series():
         name = TTFT if TTFT in query else TPOT
         return answers[name][0 if "by (le)" in query else 1 if "_sum" in query else 2]
 
-    got = read_windows(fetch, [TTFT, TPOT], "", 600, TTFT)
+    got = read_windows(fetch, [TTFT, TPOT], [], "", 600, TTFT)
     assert len(asked) == 7 and [(t, instances) for t, _, instances in got] == [(t1, 2), (t2, 1)]
     first, second = got[0][1], got[1][1]
     assert list(first) == [TTFT]
@@ -162,6 +163,9 @@ def test_prometheus_answers_become_each_window_s_series():
     assert second[TTFT] == Series(0.5, 5.0, ((0.1, 3.0), (0.2, 4.0), (float("inf"), 5.0)))
     assert total([first, second])[TTFT] == Series(6.53, 45.2, ((0.1, 13.5), (0.2, 14.5), (float("inf"), 45.2)))
     assert window_series({f"{TTFT}:{k}": [] for k in ("buckets", "sum", "count")}, [TTFT]) == {}
+    # A counter's increase is its count.
+    counted = window_series({"sglang:num_requests:count": [({}, 41.5)]}, [], ["sglang:num_requests"])
+    assert counted == {"sglang:num_requests": Series(0.0, 41.5)}
 
 
 @pytest.mark.parametrize("body, why", [
@@ -202,3 +206,34 @@ def test_the_window_s_end_is_a_time_in_utc():
     assert end_time("1796558926") == dt.datetime.fromtimestamp(1796558926, dt.timezone.utc)
     with pytest.raises(InfraError, match="'noon' is not a time"):
         end_time("noon")
+
+
+def test_an_sglang_engine_s_window_reads_its_counters_and_its_gaps():
+    """SGLang counts prompt and answer tokens and requests in counters, and the gaps between tokens (not each
+    request's TPOT) in its inter-token histogram: the means come from those, the lengths are taken as fixed, and
+    no TPOT percentile is read from the gaps."""
+    reg = CollectorRegistry()
+    ttft = Histogram("sglang:time_to_first_token_seconds", "", ["model_name"], registry=reg,
+                     buckets=FINE_BUCKETS).labels("m")
+    gaps = Histogram("sglang:inter_token_latency_seconds", "", ["model_name"], registry=reg,
+                     buckets=FINE_BUCKETS).labels("m")
+    prompt = Counter("sglang:prompt_tokens", "", ["model_name"], registry=reg).labels("m")
+    answer = Counter("sglang:generation_tokens", "", ["model_name"], registry=reg).labels("m")
+    finished = Counter("sglang:num_requests", "", ["model_name"], registry=reg).labels("m")
+    before = snapshot(generate_latest(reg).decode())
+    for i in range(40):
+        ttft.observe(0.2)
+        tokens = 10 if i % 2 else 30  # a short and a long answer in turn, the long one's gaps slower
+        for _ in range(tokens - 1):
+            gaps.observe(0.01 if tokens == 10 else 0.03)
+        prompt.inc(500)
+        answer.inc(tokens)
+        finished.inc()
+    obs = observation(before, snapshot(generate_latest(reg).decode()), 10.0, "http://e/metrics", "2026-12-06")
+    assert obs.requests == 40 and obs.isl == 500 and obs.osl == 20 and (obs.isl_cv, obs.osl_cv) == (0.0, 0.0)
+    assert obs.ttft_ms == pytest.approx(200)
+    # Over the gaps: (9 x 10 + 29 x 30) / 38 ms, where a mean over requests would be 20 ms.
+    assert obs.tpot_ms == pytest.approx((9 * 10 + 29 * 30) / 38)
+    assert "tpot_ms" not in obs.percentiles and "ttft_ms" in obs.percentiles
+    assert any("mean gap between tokens" in note for note in obs.notes)
+    assert any("no per-request token histograms" in note for note in obs.notes)
