@@ -31,7 +31,15 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import uvicorn
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -262,6 +270,9 @@ class _Metrics:
 
 def _metrics(model: str) -> _Metrics:
     reg = CollectorRegistry()
+    # The process's own series, as an engine on the client's default registry exports them (its start time tells
+    # two scrapes of one process from a restart).
+    ProcessCollector(registry=reg)
     labels = ["model_name"]
 
     def hist(name: str, doc: str) -> Any:

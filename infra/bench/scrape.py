@@ -87,6 +87,14 @@ def add(a: Series, b: Series) -> Series:
     return Series(a.sum + b.sum, a.count + b.count, tuple(sorted(buckets.items())))
 
 
+def process_starts(text: str) -> tuple[float, ...]:
+    """The start times of the processes a scrape reports (`process_start_time_seconds`, which Prometheus's
+    Python client exports where the engine keeps its default registry, as vLLM does): two scrapes of one engine
+    report the same; a restart, or a Service answering from another pod, does not."""
+    return tuple(sorted(sample.value for family in text_string_to_metric_families(text)
+                        if family.name == "process_start_time_seconds" for sample in family.samples))
+
+
 def window(before: dict[str, Series], after: dict[str, Series]) -> dict[str, Series]:
     """What each series counted between two scrapes (a series absent before counts from zero)."""
     out = {}

@@ -26,7 +26,7 @@ from infra.bench.observe import (
     observation_lines,
 )
 from infra.bench.promql import read_windows, selector, total
-from infra.bench.scrape import Series, snapshot
+from infra.bench.scrape import Series, process_starts, snapshot
 from infra.catalog.loader import load_catalog
 from infra.errors import InfraError, Location, Problem
 from infra.files import write_file
@@ -100,19 +100,24 @@ def _from_engine(url: str, seconds: float, model_name: str | None) -> Observatio
     """Scrape the engine's /metrics, wait `seconds`, scrape again."""
     url = metrics_url(url)
 
-    def scrape() -> Any:
+    def scrape() -> tuple[dict[str, Series], tuple[float, ...]]:
         text = _fetch(url, "give the engine's base URL (http://HOST:PORT or .../v1); its /metrics must be reachable "
                            "from here (kubectl port-forward)")
         try:
-            return snapshot(text, model_name)
+            return snapshot(text, model_name), process_starts(text)
         except ValueError as exc:
             raise InfraError(Problem(f"not Prometheus text: {exc}", Location(url),
                                      "point at the /metrics of a vLLM engine or of `infra emulate`")) from None
 
-    before = scrape()
+    before, started = scrape()
     time.sleep(seconds)
-    return observation(before, scrape(), seconds, url,
-                       dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+    after, restarted = scrape()
+    if started != restarted:
+        raise InfraError(Problem("the two scrapes reached different engine processes (a restart, or a Service "
+                                 "answering from another pod)", Location(url),
+                                 "scrape one pod (kubectl port-forward pod/NAME), or read every replica's series "
+                                 "from Prometheus (--prometheus)"))
+    return observation(before, after, seconds, url, dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
 
 
 def _spans(seconds: float, step: float | None) -> tuple[int, int]:

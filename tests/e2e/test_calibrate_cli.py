@@ -15,7 +15,7 @@ import yaml
 from infra import api
 from infra.errors import InfraError
 
-from ..bench_servers import emulator
+from ..bench_servers import emulator, stop
 from ..conftest import ROOT
 from .test_cli import infra
 
@@ -355,8 +355,8 @@ def test_observe_measures_a_deployment_on_its_own_traffic_and_calibrate_reads_it
 
 
 def test_observe_refuses_what_is_not_an_engine_s_metrics(tmp_path: Path):
-    """A page that is not Prometheus text, and metrics without vLLM's request histograms: one-line errors, no
-    file."""
+    """A page that is not Prometheus text, metrics without vLLM's request histograms, and two scrapes answered by
+    different processes: one-line errors, no file."""
     served = tmp_path / "site"
     served.mkdir()
     server = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory",
@@ -373,6 +373,19 @@ def test_observe_refuses_what_is_not_an_engine_s_metrics(tmp_path: Path):
                         "Llama-3.1-8B", "--device", "H100-SXM")
             assert run.returncode == 1 and why in run.stderr and "Traceback" not in run.stderr, run.stderr
             assert len(run.stderr.strip().splitlines()) == 1 and not out.exists()
+        # Another process answers the second scrape (a restart, or a Service's other pod).
+        page = served / "restart" / "metrics"
+        page.parent.mkdir()
+        page.write_text("# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds 1000\n")
+        run = subprocess.Popen([sys.executable, "-m", "infra", "observe", f"http://127.0.0.1:{port}/restart",
+                                "--duration", "2", "-o", str(out), *FLAGS[:4]], stderr=subprocess.PIPE, text=True)
+        while server.stdout and "GET /restart/metrics" not in server.stdout.readline():
+            pass  # the server logs each request: the first scrape is in
+        # Replaced, not rewritten: the server may still be sending the first scrape from the file it opened.
+        (page.parent / "next").write_text("# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds 2000\n")
+        (page.parent / "next").replace(page)
+        _, err = run.communicate(timeout=60)
+        assert run.returncode == 1 and "reached different engine processes" in err, err
+        assert len(err.strip().splitlines()) == 1 and not out.exists()
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        stop(server, 10)
