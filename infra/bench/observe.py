@@ -41,6 +41,8 @@ class Exporter:
     lengths: tuple[str, str] | None = None
     """Histograms of each request's prompt and answer tokens, where the engine exports them besides the counters."""
     per_gap: bool = False
+    cache: tuple[str, str] | None = None
+    """Counters of the prompt tokens found in the prefix cache and of those looked up, where the engine keeps one."""
 
     @property
     def needed(self) -> tuple[str, ...]:
@@ -53,13 +55,16 @@ class Exporter:
 
     @property
     def counters(self) -> tuple[str, ...]:
-        return (self.prompt, self.generation, self.requests) if self.requests else ()
+        named = (self.prompt, self.generation, self.requests) if self.requests else ()
+        return tuple(dict.fromkeys(named + (self.cache or ())))
 
 
-VLLM = Exporter("vLLM", TTFT, TPOT, PROMPT, GENERATION)
+VLLM = Exporter("vLLM", TTFT, TPOT, PROMPT, GENERATION, cache=("vllm:prefix_cache_hits", "vllm:prefix_cache_queries"))
+"""vLLM V1: per-request histograms, and the prefix cache's hit and query counters (in tokens)."""
 SGLANG = Exporter("SGLang", "sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds",
                   "sglang:prompt_tokens", "sglang:generation_tokens", "sglang:num_requests",
-                  ("sglang:prompt_tokens_histogram", "sglang:generation_tokens_histogram"), per_gap=True)
+                  ("sglang:prompt_tokens_histogram", "sglang:generation_tokens_histogram"), per_gap=True,
+                  cache=("sglang:cached_tokens", "sglang:prompt_tokens"))
 """SGLang (`--enable-metrics`): its inter-token histogram adds each streamed chunk's interval to `_sum` and its
 tokens to the buckets, so `_sum / _count` is the mean gap over the window's tokens, not over its requests; the
 per-request token histograms come with `--collect-tokens-histogram`. Source: sgl-project/sglang
@@ -92,6 +97,8 @@ class Observation:
     percentiles: dict[str, dict[str, float]] = field(default_factory=dict)
     """{"ttft_ms": {"p90": ...}, "tpot_ms": {...}}: those the buckets resolve (`scrape.bucket_quantile`)."""
     notes: tuple[str, ...] = ()
+    prefix_hit: float = 0.0
+    """Share of the prompt tokens the prefix cache held (0 where the engine keeps no count of it)."""
 
 
 def metrics_url(url: str) -> str:
@@ -172,9 +179,16 @@ def observation(before: dict[str, Series], after: dict[str, Series], seconds: fl
     if not pcts:
         notes.append("the latency buckets are too wide to read percentiles from (wider than "
                      "x1.25): a calibration from this window corrects the means only")
+    hit = 0.0
+    if e.cache:
+        hits, looked = (got.get(name, Series(0.0, 0.0)).count for name in e.cache)
+        if hits > 0 and looked > 0:
+            hit = round(min(hits / looked, 1.0), 4)
+            notes.append(f"the prefix cache held {hit:.1%} of the prompt tokens ({e.cache[0]} over {e.cache[1]}): "
+                         "the point's prompts are that much shorter to prefill")
     return Observation(source, date, seconds, n, got[e.ttft].count / seconds, isl, osl, *cvs,
                        1000 * got[e.ttft].sum / got[e.ttft].count, 1000 * got[e.tpot].sum / got[e.tpot].count, pcts,
-                       tuple(notes))
+                       tuple(notes), hit)
 
 
 def observation_lines(windows: Sequence[tuple[Observation, dict[str, Any]]], whole: Observation,
@@ -185,7 +199,8 @@ def observation_lines(windows: Sequence[tuple[Observation, dict[str, Any]]], who
     lines = []
     for obs, deployment in windows:
         case = {**deployment, "isl": max(1, round(obs.isl)), "osl": max(1, round(obs.osl)), "isl_cv": obs.isl_cv,
-                "osl_cv": obs.osl_cv, "rate": round(obs.rate, 6), "arrival_cv": 1.0}
+                "osl_cv": obs.osl_cv, "rate": round(obs.rate, 6), "arrival_cv": 1.0,
+                **({"prefix_hit": obs.prefix_hit} if obs.prefix_hit > 0 else {})}
         lines.append({"kind": "case", "source": obs.source, "service": service, "label": "observed",
                       "requests": obs.requests, "case": case, "ttft_ms": round(obs.ttft_ms, 4),
                       "tpot_ms": round(obs.tpot_ms, 4), "percentiles": obs.percentiles, "date": obs.date})

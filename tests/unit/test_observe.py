@@ -35,6 +35,8 @@ class Engine:
         self.answer = Histogram(GENERATION, "", ["model_name"], registry=reg,
                                 buckets=(10, 20, 50, 100, 200, 500, 1000, 2000)).labels(model)
         self.success = Counter("vllm:request_success", "", ["model_name"], registry=reg).labels(model)
+        self.cache_hits = Counter("vllm:prefix_cache_hits", "", ["model_name"], registry=reg).labels(model)
+        self.cache_queries = Counter("vllm:prefix_cache_queries", "", ["model_name"], registry=reg).labels(model)
 
     def serve(self, n: int, ttft: float, tpot: float, prompt: int = 300, answer: int = 150) -> None:
         for i in range(n):
@@ -118,6 +120,25 @@ def test_the_window_is_a_measurement_calibrate_reads(tmp_path: Path):
     assert m.case.ttft_ms == pytest.approx(200.0) and m.case.samples == 300
     assert ("ttft", "p90", obs.percentiles["ttft_ms"]["p90"]) in m.case.tails
     assert m.date == "2026-12-06T00:00:00+00:00"
+    assert obs.prefix_hit == 0.0 and "prefix_hit" not in json.loads(path.read_text().splitlines()[0])["case"]
+
+
+def test_a_window_keeps_the_share_of_prompt_tokens_the_prefix_cache_held(tmp_path: Path):
+    """vLLM counts the prompt tokens it looked up in its prefix cache and those it found: the window's share is
+    the measured workload's prefix_hit, which calibrate's point carries (its prompts that much shorter to
+    prefill), rather than a TTFT multiplier that would carry the cache to workloads without it."""
+    engine = Engine()
+    before = engine.scrape()
+    engine.serve(100, 0.2, 0.03)
+    engine.cache_queries.inc(100 * 300)
+    engine.cache_hits.inc(100 * 120)
+    obs = observation(before, engine.scrape(), 10.0, "http://e/metrics", "2026-12-06T00:00:00+00:00")
+    assert obs.prefix_hit == pytest.approx(0.4) and any("prefix cache held 40.0%" in n for n in obs.notes)
+    path = tmp_path / "observed.jsonl"
+    deployment = {"model": "Llama-3.1-8B", "device": "H100-SXM", "framework": "vllm", "tp": 1}
+    path.write_text("".join(json.dumps(x) + "\n" for x in observation_lines([(obs, deployment)], obs, "chat")))
+    [m] = read_measurements(path, None, load_catalog()).points
+    assert m.case.workload.prefix_hit == pytest.approx(0.4)
 
 
 def _answer(*series: tuple[dict[str, str], list[tuple[float, str]]]) -> str:
@@ -220,6 +241,7 @@ def test_an_sglang_engine_s_window_reads_its_counters_and_its_gaps():
     prompt = Counter("sglang:prompt_tokens", "", ["model_name"], registry=reg).labels("m")
     answer = Counter("sglang:generation_tokens", "", ["model_name"], registry=reg).labels("m")
     finished = Counter("sglang:num_requests", "", ["model_name"], registry=reg).labels("m")
+    cached = Counter("sglang:cached_tokens", "", ["model_name"], registry=reg).labels("m")
     before = snapshot(generate_latest(reg).decode())
     for i in range(40):
         ttft.observe(0.2)
@@ -227,6 +249,7 @@ def test_an_sglang_engine_s_window_reads_its_counters_and_its_gaps():
         for _ in range(tokens - 1):
             gaps.observe(0.01 if tokens == 10 else 0.03)
         prompt.inc(500)
+        cached.inc(100)
         answer.inc(tokens)
         finished.inc()
     obs = observation(before, snapshot(generate_latest(reg).decode()), 10.0, "http://e/metrics", "2026-12-06")
@@ -237,3 +260,4 @@ def test_an_sglang_engine_s_window_reads_its_counters_and_its_gaps():
     assert "tpot_ms" not in obs.percentiles and "ttft_ms" in obs.percentiles
     assert any("mean gap between tokens" in note for note in obs.notes)
     assert any("no per-request token histograms" in note for note in obs.notes)
+    assert obs.prefix_hit == pytest.approx(0.2)  # cached prompt tokens over prompt tokens
