@@ -342,8 +342,8 @@ def observe(
     output: Annotated[Path, typer.Option("-o", "--output", help="Write the measurement here (JSON Lines, as "
                                          "`infra bench --save`; `infra calibrate` reads it).", show_default=False)],
     url: Annotated[Optional[str], typer.Argument(help="The deployed engine: http://HOST:PORT, its /v1 or its "
-                                                 "/metrics (vLLM, SGLang, or `infra emulate`). Or give "
-                                                 "--prometheus.",
+                                                 "/metrics (vLLM, SGLang, a Dynamo frontend, or `infra "
+                                                 "emulate`). Or give --prometheus.",
                                                  show_default=False)] = None,
     duration: Annotated[float, typer.Option(help="Seconds of traffic: waited out between two scrapes of the engine, "
                                             "or read back from Prometheus up to --end.")] = 600.0,

@@ -42,7 +42,11 @@ class Exporter:
     """Histograms of each request's prompt and answer tokens, where the engine exports them besides the counters."""
     per_gap: bool = False
     cache: tuple[str, str] | None = None
-    """Counters of the prompt tokens found in the prefix cache and of those looked up, where the engine keeps one."""
+    """The prompt tokens found in the prefix cache and those looked up, where the engine counts them: counters, or
+    (`cache_histograms`) histograms of each request's, whose sums are the tokens."""
+    cache_histograms: bool = False
+    model_label: str = "model_name"
+    """The label that names the served model."""
 
     @property
     def needed(self) -> tuple[str, ...]:
@@ -50,13 +54,14 @@ class Exporter:
 
     @property
     def histograms(self) -> tuple[str, ...]:
-        return (self.ttft, self.tpot) + ((self.prompt, self.generation) if self.requests is None else
-                                         self.lengths or ())
+        named = (self.ttft, self.tpot) + ((self.prompt, self.generation) if self.requests is None else
+                                          self.lengths or ())
+        return tuple(dict.fromkeys(named + (self.cache or () if self.cache_histograms else ())))
 
     @property
     def counters(self) -> tuple[str, ...]:
         named = (self.prompt, self.generation, self.requests) if self.requests else ()
-        return tuple(dict.fromkeys(named + (self.cache or ())))
+        return tuple(dict.fromkeys(named + (self.cache or () if not self.cache_histograms else ())))
 
 
 VLLM = Exporter("vLLM", TTFT, TPOT, PROMPT, GENERATION, cache=("vllm:prefix_cache_hits", "vllm:prefix_cache_queries"))
@@ -69,7 +74,15 @@ SGLANG = Exporter("SGLang", "sglang:time_to_first_token_seconds", "sglang:inter_
 tokens to the buckets, so `_sum / _count` is the mean gap over the window's tokens, not over its requests; the
 per-request token histograms come with `--collect-tokens-histogram`. Source: sgl-project/sglang
 python/sglang/srt/metrics/collector.py (TokenizerMetricsCollector)."""
-EXPORTERS = (VLLM, SGLANG)
+DYNAMO = Exporter("Dynamo", "dynamo_frontend_time_to_first_token_seconds",
+                  "dynamo_frontend_inter_token_latency_seconds", "dynamo_frontend_input_sequence_tokens",
+                  "dynamo_frontend_output_sequence_tokens", per_gap=True,
+                  cache=("dynamo_frontend_cached_tokens", "dynamo_frontend_input_sequence_tokens"),
+                  cache_histograms=True, model_label="model")
+"""NVIDIA Dynamo's HTTP frontend (what its clients see, a disaggregated deployment's prefill and hand-off included):
+per-request histograms of TTFT, prompt, answer and cached tokens, and an inter-token histogram observed once per
+token at each chunk's gap. Source: ai-dynamo/dynamo lib/llm/src/http/service/metrics.rs (ResponseMetricCollector)."""
+EXPORTERS = (VLLM, SGLANG, DYNAMO)
 NEEDED = VLLM.needed
 MIN_REQUESTS = 30
 """Finished requests a window needs before its means say anything (as a mean objective's verdict does)."""
@@ -136,10 +149,10 @@ def observation(before: dict[str, Series], after: dict[str, Series], seconds: fl
     e = exporter(after)
     if e is None:
         missing = [name for name in NEEDED if name not in after]
-        raise InfraError(Problem(f"no {', '.join(missing)} among the metrics, nor SGLang's request metrics", where,
-                                 "point at the /metrics of a vLLM engine that exports its request-level "
-                                 "histograms (V1), of an SGLang engine run with --enable-metrics, or of "
-                                 "`infra emulate`"))
+        raise InfraError(Problem(f"no {', '.join(missing)} among the metrics, nor SGLang's or Dynamo's request "
+                                 "metrics", where, "point at the /metrics of a vLLM engine that exports its "
+                                 "request-level histograms (V1), of an SGLang engine run with --enable-metrics, of a "
+                                 "Dynamo frontend, or of `infra emulate`"))
     got = window(before, after)
     # Whole numbers from two scrapes; Prometheus's increase() extrapolates them (`promql`), so the means divide by
     # the counts as they are and only the request count is rounded.
@@ -181,7 +194,8 @@ def observation(before: dict[str, Series], after: dict[str, Series], seconds: fl
                      "x1.25): a calibration from this window corrects the means only")
     hit = 0.0
     if e.cache:
-        hits, looked = (got.get(name, Series(0.0, 0.0)).count for name in e.cache)
+        hits, looked = (getattr(got.get(name, Series(0.0, 0.0)), "sum" if e.cache_histograms else "count")
+                        for name in e.cache)
         if hits > 0 and looked > 0:
             hit = round(min(hits / looked, 1.0), 4)
             notes.append(f"the prefix cache held {hit:.1%} of the prompt tokens ({e.cache[0]} over {e.cache[1]}): "
@@ -214,5 +228,5 @@ def observation_lines(windows: Sequence[tuple[Observation, dict[str, Any]]], who
     return lines
 
 
-__all__ = ["EXPORTERS", "MIN_REQUESTS", "NEEDED", "SGLANG", "TTFT", "VLLM", "Exporter", "Observation", "exporter",
-           "metrics_url", "observation", "observation_lines"]
+__all__ = ["DYNAMO", "EXPORTERS", "MIN_REQUESTS", "NEEDED", "SGLANG", "TTFT", "VLLM", "Exporter", "Observation",
+           "exporter", "metrics_url", "observation", "observation_lines"]

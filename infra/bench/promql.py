@@ -34,15 +34,15 @@ def escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def selector(labels: str | None, model: str | None) -> str:
+def selector(labels: str | None, model: str | None, model_label: str = "model_name") -> str:
     """The label matchers every query carries (`{namespace="llm",model_name="m"}`): the user's, with or without
-    their braces, and the served model's where one is kept; "" for none."""
+    their braces, and the served model's (by `model_label`) where one is kept; "" for none."""
     inner = (labels or "").strip()
     if inner.startswith("{") and inner.endswith("}"):
         inner = inner[1:-1].strip()
     parts = [inner.rstrip(",")] if inner else []
     if model is not None:
-        parts.append(f'model_name="{escape(model)}"')
+        parts.append(f'{model_label}="{escape(model)}"')
     return "{" + ",".join(parts) + "}" if parts else ""
 
 

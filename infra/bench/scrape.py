@@ -55,8 +55,8 @@ class Series:
 
 def snapshot(text: str, model: str | None = None) -> dict[str, Series]:
     """Every histogram and counter of a Prometheus text scrape by family name (`vllm:request_success` for
-    `vllm:request_success_total`), added over label sets; with `model`, only the series of that `model_name`
-    (an engine serving several models, or a scrape of several engines)."""
+    `vllm:request_success_total`), added over label sets; with `model`, only the series of that `model_name` (or
+    `model`, Dynamo's label: an engine serving several models, or a scrape of several engines)."""
     out: dict[str, Series] = {}
     for family in text_string_to_metric_families(text):
         if family.type not in ("histogram", "counter"):
@@ -64,7 +64,7 @@ def snapshot(text: str, model: str | None = None) -> dict[str, Series]:
         total, count = 0.0, 0.0
         buckets: dict[float, float] = {}
         for sample in family.samples:
-            if model is not None and sample.labels.get("model_name", model) != model:
+            if model is not None and sample.labels.get("model_name", sample.labels.get("model", model)) != model:
                 continue
             if sample.name.endswith("_bucket"):
                 le = float(sample.labels["le"])

@@ -145,7 +145,6 @@ def _from_prometheus(base: str, seconds: float, step: float | None, labels: str 
                                  "give the Prometheus server's address, e.g. http://prometheus:9090"))
     api = base.rstrip("/").removesuffix("/api/v1") + "/api/v1/query_range"
     n, each = _spans(seconds, step)
-    sel = selector(labels, model_name)
     fix = "give the Prometheus server's address (http://HOST:9090); its API must be reachable from here"
     last = end.timestamp()
     params = {"start": f"{last - (n - 1) * each:.3f}", "end": f"{last:.3f}", "step": f"{each}s"}
@@ -153,9 +152,9 @@ def _from_prometheus(base: str, seconds: float, step: float | None, labels: str 
     def ask(query: str) -> str:
         return _fetch(api, fix, {"query": query, **params})
 
-    source = f"{base.rstrip('/')} {sel or '{}'}"
     found: list[tuple[float, dict[str, Series], int]] = []
     for e in EXPORTERS:
+        sel = selector(labels, model_name, e.model_label)
         try:
             got = read_windows(ask, e.histograms, e.counters, sel, each, e.ttft)
         except ValueError as exc:
@@ -166,10 +165,12 @@ def _from_prometheus(base: str, seconds: float, step: float | None, labels: str 
         if found:
             break
     if not found:
-        raise InfraError(Problem(f"no series of {', '.join(NEEDED)} match {sel or 'any selector'} in the "
-                                 f"{n * each} s before {end.isoformat()}, nor SGLang's", Location(api),
-                                 "check --selector and --end, and that Prometheus scrapes the engines (vLLM's "
-                                 "request-level histograms, or SGLang's metrics)"))
+        asked = selector(labels, model_name) or "any selector"
+        raise InfraError(Problem(f"no series of {', '.join(NEEDED)} match {asked} in the {n * each} s before "
+                                 f"{end.isoformat()}, nor SGLang's or Dynamo's",
+                                 Location(api), "check --selector and --end, and that Prometheus scrapes the engines "
+                                 "(vLLM's request-level histograms, SGLang's metrics or a Dynamo frontend's)"))
+    source = f"{base.rstrip('/')} {sel or '{}'}"
     note = ("read from Prometheus: increase() over the window, every matching series added (its counts are "
             "extrapolated to the window's edges)")
     out, kept = [], []

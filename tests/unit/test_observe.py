@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from infra.bench.measurements import read_measurements
-from infra.bench.observe import GENERATION, MIN_REQUESTS, PROMPT, TPOT, TTFT, observation, observation_lines
+from infra.bench.observe import DYNAMO, GENERATION, MIN_REQUESTS, PROMPT, TPOT, TTFT, observation, observation_lines
 from infra.bench.promql import matrix, queries, read_windows, selector, total, window_series
 from infra.bench.scrape import FINE, Series, bucket_quantile, snapshot, window
 from infra.catalog.loader import load_catalog
@@ -261,3 +261,33 @@ def test_an_sglang_engine_s_window_reads_its_counters_and_its_gaps():
     assert any("mean gap between tokens" in note for note in obs.notes)
     assert any("no per-request token histograms" in note for note in obs.notes)
     assert obs.prefix_hit == pytest.approx(0.2)  # cached prompt tokens over prompt tokens
+
+
+def test_a_dynamo_frontend_s_window_reads_what_its_clients_saw():
+    """Dynamo's frontend keeps per-request histograms of TTFT and prompt, answer and cached tokens under a `model`
+    label, and observes its inter-token histogram once per token: TPOT is the mean gap, the cache's share the
+    cached tokens over the prompt tokens, and a served model is kept by its `model` label."""
+    reg = CollectorRegistry()
+
+    def hist(name: str, buckets: tuple[float, ...] = FINE_BUCKETS) -> Histogram:
+        return Histogram(f"dynamo_frontend_{name}", "", ["model"], registry=reg, buckets=buckets)
+
+    ttft, gaps = hist("time_to_first_token_seconds"), hist("inter_token_latency_seconds")
+    tokens = (50, 100, 200, 500, 1000, 2000)
+    prompt, answer, cached = hist("input_sequence_tokens", tokens), hist("output_sequence_tokens", tokens), hist(
+        "cached_tokens", tokens)
+    before = snapshot(generate_latest(reg).decode(), "m")
+    for model, n in (("m", 40), ("other", 25)):
+        for _ in range(n):
+            ttft.labels(model).observe(0.3)
+            for _ in range(99):
+                gaps.labels(model).observe(0.02)
+            prompt.labels(model).observe(800)
+            cached.labels(model).observe(200)
+            answer.labels(model).observe(100)
+    obs = observation(before, snapshot(generate_latest(reg).decode(), "m"), 20.0, "http://f/metrics", "d")
+    assert obs.requests == 40 and obs.isl == 800 and obs.osl == 100
+    assert obs.ttft_ms == pytest.approx(300) and obs.tpot_ms == pytest.approx(20)
+    assert obs.prefix_hit == pytest.approx(0.25) and "tpot_ms" not in obs.percentiles
+    assert any("Dynamo's mean gap between tokens" in note for note in obs.notes)
+    assert selector(None, "m", DYNAMO.model_label) == '{model="m"}'
