@@ -35,6 +35,10 @@ MAX_RECORDS_BYTES = 256 << 20
 """JSON Lines traces and measurement files, legitimately large (a day of production requests), read line by line;
 the same bound `infra.bench.results` applies to benchmark result files."""
 
+MAX_SCRAPE_BYTES = 64 << 20
+"""An engine's /metrics page (some 100 KB for vLLM) or a Prometheus answer (a week in windows of five minutes is a
+few MB): past this, what answered is not what it was taken for, and its body is not read further."""
+
 MAX_DEPTH = 64
 """Nesting of mappings and lists; infra's own formats nest at most about ten deep."""
 

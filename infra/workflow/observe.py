@@ -30,6 +30,7 @@ from infra.bench.scrape import Series, process_starts, snapshot
 from infra.catalog.loader import load_catalog
 from infra.errors import InfraError, Location, Problem
 from infra.files import write_file
+from infra.limits import MAX_SCRAPE_BYTES
 from infra.perf.cases import case_from
 from infra.planner.types import load_plan
 
@@ -59,13 +60,19 @@ def _fetch(url: str, fix: str, params: dict[str, str] | None = None) -> str:
     """The body of a GET; a one-line error where it cannot be read or does not answer 200 (Prometheus's API
     answers 400 and 422 with a JSON error, which is returned for `promql.vector` to word)."""
     try:
-        resp = httpx.get(url, params=params, timeout=SCRAPE_TIMEOUT_S)
+        with httpx.stream("GET", url, params=params, timeout=SCRAPE_TIMEOUT_S) as resp:
+            if resp.status_code != 200 and not (params is not None and resp.status_code in (400, 422, 503) and
+                                                resp.headers.get("content-type", "").startswith("application/json")):
+                raise InfraError(Problem(f"answered HTTP {resp.status_code}", Location(url), fix))
+            body = bytearray()
+            for chunk in resp.iter_bytes():
+                body += chunk
+                if len(body) > MAX_SCRAPE_BYTES:
+                    raise InfraError(Problem(f"answered more than {MAX_SCRAPE_BYTES >> 20} MiB; refused",
+                                             Location(url), fix))
+            return body.decode(resp.encoding or "utf-8", errors="replace")
     except httpx.HTTPError as exc:
         raise InfraError(Problem(f"cannot be read: {exc}", Location(url), fix)) from None
-    if resp.status_code != 200 and not (params is not None and resp.status_code in (400, 422, 503)
-                                        and resp.headers.get("content-type", "").startswith("application/json")):
-        raise InfraError(Problem(f"answered HTTP {resp.status_code}", Location(url), fix))
-    return resp.text
 
 
 def end_time(text: str | None) -> dt.datetime:

@@ -355,8 +355,8 @@ def test_observe_measures_a_deployment_on_its_own_traffic_and_calibrate_reads_it
 
 
 def test_observe_refuses_what_is_not_an_engine_s_metrics(tmp_path: Path):
-    """A page that is not Prometheus text, metrics without vLLM's request histograms, and two scrapes answered by
-    different processes: one-line errors, no file."""
+    """A page that is not Prometheus text, metrics without vLLM's request histograms, a page too large to be one,
+    and two scrapes answered by different processes: one-line errors, no file."""
     served = tmp_path / "site"
     served.mkdir()
     server = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory",
@@ -366,7 +366,8 @@ def test_observe_refuses_what_is_not_an_engine_s_metrics(tmp_path: Path):
         line = server.stdout.readline() if server.stdout else ""
         port = int(line.split("port ")[1].split()[0])
         for text, why in (("<html><body>hello</body></html>\n", "not Prometheus text"),
-                          ("some_metric 1\n", "no vllm:time_to_first_token_seconds")):
+                          ("some_metric 1\n", "no vllm:time_to_first_token_seconds"),
+                          ("# " + "x" * (65 << 20) + "\n", "answered more than 64 MiB")):
             (served / "metrics").write_text(text)
             out = tmp_path / "observed.jsonl"
             run = infra("observe", f"http://127.0.0.1:{port}", "--duration", "0.1", "-o", str(out), "--model",
