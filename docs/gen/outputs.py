@@ -134,6 +134,10 @@ SESSIONS = [
         Step("replan", "infra plan examples/measured-chat.yaml --calibration measured/calibration.yaml -o out2"),
         Step("bench", f"infra bench --endpoint http://127.0.0.1:{PORT}/v1 --concurrency 8 --requests 200 "
              "--slo ttft_p50=250ms"),
+        Step("traffic", f"infra bench --endpoint http://127.0.0.1:{PORT}/v1 --rate 10/s --requests 400 "
+             "--input-tokens 400 --output-tokens 60 &", background=True, show=False),
+        Step("observe", f"infra observe http://127.0.0.1:{PORT} --duration 20 --plan out/plan.yaml "
+             "-o observed.jsonl"),
     ]),
     Session("agent", "~/serving", {
         "examples/chat-mixed-fleet.yaml": "intent.yaml",

@@ -142,6 +142,14 @@ TtftLoads = tuple[tuple[str, float, float], ...]
 measured at, in increasing load."""
 
 
+TailPair = tuple[tuple[float, float], tuple[float, float]]
+"""TTFT's and TPOT's tail corrections: (share of the model's spread kept, spread added per standard-normal quantile
+in means) each (`infra.perf.correction.spread_by`)."""
+TailLoads = tuple[tuple[str, float, TailPair], ...]
+"""(`concurrency` or `rate`, that load, the tail corrections measured there) for each load whose measurements
+recorded percentiles, in increasing load."""
+
+
 def load_key(concurrency: int | None, rate: float | None) -> tuple[str, float]:
     """A load as `TtftLoads` names it: (`concurrency`, clients) for a closed loop, else (`rate`, requests/s; 0 when
     none is given)."""
@@ -166,6 +174,25 @@ def ttft_at(ttft: float, loads: TtftLoads, concurrency: int | None, rate: float 
     return points[-1][1]
 
 
+def tails_at(tails: TailPair, loads: TailLoads, concurrency: int | None, rate: float | None) -> TailPair:
+    """The tail corrections at a load: where percentiles were measured at two or more loads of its kind,
+    interpolated in log load between the two around it (each share and each added spread linearly) and the nearest
+    one's beyond them, so that a spread that narrows or widens with the load against the model's keeps its
+    measured course; else `tails`, the deployment's one pair."""
+    kind, load = load_key(concurrency, rate)
+    points = [(x, t) for k, x, t in loads if k == kind]
+    if load <= 0 or len(points) < 2:
+        return tails
+    if load <= points[0][0]:
+        return points[0][1]
+    for (x0, t0), (x1, t1) in zip(points, points[1:]):
+        if load <= x1:
+            w = math.log(load / x0) / math.log(x1 / x0)
+            ttft, tpot = (((1 - w) * a[0] + w * b[0], (1 - w) * a[1] + w * b[1]) for a, b in zip(t0, t1))
+            return ttft, tpot
+    return points[-1][1]
+
+
 @dataclass(frozen=True)
 class Calibration:
     """Factors for one (framework, device), and how they were found."""
@@ -185,9 +212,11 @@ class Calibration:
     """Multiplier of predicted TTFT from the user's calibration (their step correction is already in `factors`)."""
     ttft_loads: TtftLoads = ()
     """The calibration's TTFT multiplier at each load its deployment was measured at (`ttft_at`)."""
-    tails: tuple[tuple[float, float], tuple[float, float]] = ((1.0, 0.0), (1.0, 0.0))
+    tails: TailPair = ((1.0, 0.0), (1.0, 0.0))
     """What the user's measured percentiles make of the model's TTFT and TPOT spread
     (`infra.perf.correction.with_tails`)."""
+    tail_loads: TailLoads = ()
+    """Those at each load they were measured at (`tails_at`)."""
     measured_level: str = ""
     """The level of the user's calibration that matched (`infra.perf.correction.LEVELS`), empty when none did."""
     vendor_measured: bool = True

@@ -38,7 +38,7 @@ from pydantic import ValidationError as PydanticValidationError
 from infra.errors import InfraError, Location, Problem
 from infra.intent.loader import problems_from_pydantic
 from infra.intent.yamlio import load_yaml, read_text
-from infra.perf.calibration import Factors, TtftLoads, load_key, table
+from infra.perf.calibration import Factors, TailLoads, TtftLoads, load_key, table
 from infra.perf.serving import PERCENTILES, Prediction, z_of
 from infra.perf.shape import Deployment, Workload
 
@@ -169,6 +169,8 @@ class Correction:
     """The TTFT multiplier at each measured load of the deployment (`infra.perf.calibration.ttft_at`)."""
     tails: Tails = NO_TAILS
     """What the measured percentiles make of the model's spread (`with_tails`)."""
+    tail_loads: TailLoads = ()
+    """Those at each load they were measured at (`infra.perf.calibration.tails_at`)."""
 
     def describe(self) -> str:
         """One line for notes and plans: what was corrected, by how much, on what evidence."""
@@ -179,6 +181,8 @@ class Correction:
         if self.tails != NO_TAILS:
             text += "; measured percentiles: " + ", ".join(
                 f"{name} {tail_words(t)}" for name, t in zip(("TTFT", "TPOT"), self.tails) if t != NO_TAIL)
+            if len(self.tail_loads) > 1:
+                text += f" (measured at {len(self.tail_loads)} loads, in between by load)"
         if self.stale:
             text += (f"; fitted against the packaged prior of {self.stale}, not the one installed: re-run "
                      "`infra calibrate` on the same measurements")
@@ -271,23 +275,6 @@ class Point(CalModel):
     """Its measured percentiles the tail corrections were fitted on, where the file records them."""
 
 
-class LoadTtft(CalModel):
-    """The TTFT multiplier at one measured load of a deployment."""
-
-    concurrency: int | None = Field(default=None, ge=1)
-    """Closed loop: clients."""
-    rate: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    """Open loop: requests per second."""
-    ttft: float = Field(ge=STEP_BOUNDS[0], le=STEP_BOUNDS[1], allow_inf_nan=False)
-    """Multiplier of the time to first token at that load, after the step correction."""
-
-    @model_validator(mode="after")
-    def _one_load(self) -> LoadTtft:
-        if (self.concurrency is None) == (self.rate is None):
-            raise ValueError("give the load as concurrency or as rate, one of the two")
-        return self
-
-
 class MetricTail(CalModel):
     """One metric's measured spread against the model's: an estimate's percentile p of mean m becomes
     m + scale x (p - m) + add x z_p x m."""
@@ -311,6 +298,27 @@ class TailSpread(CalModel):
 
     def pair(self) -> Tails:
         return (self.ttft.pair() if self.ttft else NO_TAIL, self.tpot.pair() if self.tpot else NO_TAIL)
+
+
+class LoadTtft(CalModel):
+    """The TTFT multiplier at one measured load of a deployment."""
+
+    concurrency: int | None = Field(default=None, ge=1)
+    """Closed loop: clients."""
+    rate: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Open loop: requests per second."""
+    ttft: float = Field(ge=STEP_BOUNDS[0], le=STEP_BOUNDS[1], allow_inf_nan=False)
+    """Multiplier of the time to first token at that load, after the step correction."""
+    tails: TailSpread | None = None
+    """Where that load's measurements record percentiles: what they make of the model's spread there (shrunk
+    towards the deployment's `tails` by their evidence). An estimate between two such loads takes them
+    interpolated in log load, the nearest one's beyond them."""
+
+    @model_validator(mode="after")
+    def _one_load(self) -> LoadTtft:
+        if (self.concurrency is None) == (self.rate is None):
+            raise ValueError("give the load as concurrency or as rate, one of the two")
+        return self
 
 
 class Node(CalModel):
@@ -347,6 +355,9 @@ class Node(CalModel):
 
     def ttft_loads(self) -> TtftLoads:
         return tuple((*load_key(p.concurrency, p.rate), p.ttft) for p in self.loads or ())
+
+    def tail_loads(self) -> TailLoads:
+        return tuple((*load_key(p.concurrency, p.rate), p.tails.pair()) for p in self.loads or () if p.tails)
 
     @model_validator(mode="after")
     def _workload(self) -> Node:
@@ -458,7 +469,7 @@ class UserCalibration:
         when = "undated" if not node.first else node.first if node.first == node.last else f"{node.first}..{node.last}"
         stale = "" if self.doc.prior.data_sha256 == table().get("data_sha256", "") else self.doc.prior.fitted
         return Correction(node.step, node.ttft, node.level, node.key, node.rows, node.deployments, when, self.label,
-                          stale, node.ttft_loads(), node.tails.pair() if node.tails else NO_TAILS)
+                          stale, node.ttft_loads(), node.tails.pair() if node.tails else NO_TAILS, node.tail_loads())
 
 
 def match(nodes: list[Node], dep: Deployment, wl: Workload | None) -> Node | None:

@@ -24,6 +24,7 @@ from infra.perf.calibration import (
     doublings_past,
     lookup,
     measured_models,
+    tails_at,
     ttft_at,
     unmeasured_regime,
 )
@@ -196,7 +197,7 @@ def build_workers(dep: Deployment, catalog: Catalog, *, device_memory_gb: float 
     if correction is not None:
         cal = replace(cal, factors=scaled(cal.factors, correction.step), measured=correction.describe(),
                       ttft=correction.ttft, ttft_loads=correction.ttft_loads, tails=correction.tails,
-                      measured_level=correction.level)
+                      tail_loads=correction.tail_loads, measured_level=correction.level)
     if dep.mode != "agg" and "pd_disaggregation" not in fw.features:
         raise ShapeError(Problem(f"{fw.name} does not support prefill/decode disaggregation",
                                  fix="use mode agg or another framework"))
@@ -228,7 +229,7 @@ def build_workers(dep: Deployment, catalog: Catalog, *, device_memory_gb: float 
     both = Calibration(cal.factors, cal.calibrated and decode_cal.calibrated,
                        f"prefill {cal.source}, decode {decode_cal.source}", max(cal.distance, decode_cal.distance),
                        measured=cal.measured, ttft=cal.ttft, ttft_loads=cal.ttft_loads, tails=cal.tails,
-                       measured_level=cal.measured_level)
+                       tail_loads=cal.tail_loads, measured_level=cal.measured_level)
     return workers, both, (link_gbs or NIC_GBS) * GB
 
 
@@ -325,7 +326,7 @@ class Compiled:
         its measured tails (unchanged without one)."""
         cal = self.calibration
         pred = with_ttft(pred, ttft_at(cal.ttft, cal.ttft_loads, load.concurrency, load.rate))
-        return with_tails(pred, cal.tails, load.osl)
+        return with_tails(pred, tails_at(cal.tails, cal.tail_loads, load.concurrency, load.rate), load.osl)
 
     def devices(self, pred: Prediction) -> int:
         """Devices the deployment occupies with the workers a prediction sized."""

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.catalog.loader import Catalog
-from infra.perf.calibration import Factors, load_key, lookup, table, ttft_at
+from infra.perf.calibration import Factors, load_key, lookup, table, tails_at, ttft_at
 from infra.perf.correction import (
     LEVELS,
     MIN_TAIL,
@@ -306,7 +306,7 @@ def fit(rows: list[Row]) -> list[Node]:
                     rows=len(members), deployments=len({r.keys["deployment"] for r in members}),
                     weight=_r(weight), isl=isl, osl=osl, first=first, last=last, loads=loads)
         if level == "deployment":
-            node = node.model_copy(update={"tails": _tails(members, node)})
+            node = _load_tails(members, node.model_copy(update={"tails": _tails(members, node)}))
         nodes.append(node)
     return nodes
 
@@ -319,11 +319,12 @@ def _calibrated(r: Row, node: Node) -> Prediction | None:
     return with_ttft(pred, ttft_at(node.ttft, node.ttft_loads(), wl.concurrency, wl.rate)) if pred.stable else None
 
 
-def _tails(members: list[Row], node: Node) -> TailSpread | None:
+def _tails(members: list[Row], node: Node, toward: TailSpread | None = None) -> TailSpread | None:
     """A deployment's tail corrections (`MetricTail`), per metric from each point's measured percentile against
     the calibrated model's at the same percentile, both as ratios to their means: a narrower measured spread is
     the model's scaled down, a wider one the model's with a normal one added beyond it. The medians over the
-    deployment's points, shrunk towards no correction by their evidence as the step is."""
+    points, shrunk by their evidence as the step is: towards no correction, or towards `toward` (the
+    deployment's, for the points of one of its loads)."""
     scales: dict[str, list[float]] = {}
     adds: dict[str, list[float]] = {}
     for r in members:
@@ -346,9 +347,22 @@ def _tails(members: list[Row], node: Node) -> TailSpread | None:
     out = {}
     for metric, v in scales.items():
         weight = len(v) / (len(v) + EVIDENCE["deployment"])
-        out[metric] = MetricTail(scale=_r(1 - weight * (1 - statistics.median(v))),
-                                 add=_r(min(weight * statistics.median(adds[metric]), TAIL_ADD)))
+        base = getattr(toward, metric, None) or MetricTail()
+        out[metric] = MetricTail(scale=_r(base.scale + weight * (statistics.median(v) - base.scale)),
+                                 add=_r(min(base.add + weight * (statistics.median(adds[metric]) - base.add),
+                                            TAIL_ADD)))
     return TailSpread(**out)
+
+
+def _load_tails(members: list[Row], node: Node) -> Node:
+    """The node with each of its loads' own tail corrections, where its points were measured at two loads or
+    more (`_ttft_loads`' groups) and record percentiles."""
+    if not node.loads or node.tails is None:
+        return node
+    groups = _load_groups(map(_load, members))
+    loads = [load.model_copy(update={"tails": _tails([r for r in members if _load(r) in group], node, node.tails)})
+             for load, group in zip(node.loads, groups)]
+    return node.model_copy(update={"loads": loads})
 
 
 def _load(r: Row) -> tuple[str, float]:
@@ -440,7 +454,7 @@ def predict_tails(row: Row, nodes: list[Node] | None, spread: bool = True) -> li
     else:
         pred = _calibrated(row, node)
         if pred is not None and node.tails is not None and spread:
-            pred = with_tails(pred, node.tails.pair(), wl.osl)
+            pred = with_tails(pred, tails_at(node.tails.pair(), node.tail_loads(), wl.concurrency, wl.rate), wl.osl)
     if pred is None or not pred.stable:
         return []
     return [(metric, pct, ms, getattr(pred, metric)[pct] * 1000) for metric, pct, ms in tails]

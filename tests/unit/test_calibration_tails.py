@@ -11,6 +11,7 @@ from rich.console import Console
 
 from infra.bench.measurements import read_measurements
 from infra.catalog.loader import load_catalog
+from infra.perf.calibration import tails_at
 from infra.perf.correction import MIN_TAIL, NO_TAIL, NO_TAILS, dump, load_calibration, spread_by, with_tails
 from infra.perf.estimate import estimate
 from infra.perf.recalibrate import EVIDENCE, Measured, document, fit, predict_tails, prepare
@@ -134,9 +135,15 @@ def test_a_calibration_file_carries_its_tails_to_estimates(tmp_path: Path):
     correction = cal.correction(DEP, wl)
     assert correction is not None and correction.tails[0][1] > 0.25 and correction.tails[1][1] > 0.06
     assert "measured percentiles: TTFT p99 +" in correction.describe()
+    # Measured at 4 and 16 clients, each load has its own; at 8, half way between them in log load.
+    assert [(kind, x) for kind, x, _ in correction.tail_loads] == [("concurrency", 4.0), ("concurrency", 16.0)]
+    assert "(measured at 2 loads, in between by load)" in correction.describe()
+    at8 = tails_at(correction.tails, correction.tail_loads, 8, None)
+    (lo, hi) = (t for _, _, t in correction.tail_loads)
+    assert at8[0][1] == pytest.approx((lo[0][1] + hi[0][1]) / 2)
     plain = estimate(DEP, wl, CAT).prediction
     spread = estimate(DEP, wl, CAT, correction=correction).prediction
-    for metric, (scale, add) in zip(("ttft", "tpot"), correction.tails):
+    for metric, (scale, add) in zip(("ttft", "tpot"), at8):
         before, after = getattr(plain, metric), getattr(spread, metric)
         assert scale == 1
         assert after["p99"] / after["mean"] == pytest.approx(before["p99"] / before["mean"] + add * Z99, rel=0.02)
@@ -191,3 +198,13 @@ def test_implausible_percentiles_are_dropped_and_said_so(tmp_path: Path, pcts: d
     [m] = src.points
     assert m.case.tails == () and m.case.ttft_ms == 80.0
     assert len(src.skipped) == 1 and why in src.skipped[0] and "its means are" in src.skipped[0]
+
+
+def test_tails_measured_at_several_loads_follow_the_load_in_between_and_hold_the_nearest_beyond():
+    one = ((0.8, 0.1), (1.0, 0.2))
+    loads = (("concurrency", 2.0, ((1.0, 0.2), (1.0, 0.1))), ("concurrency", 8.0, ((0.5, 0.0), (1.0, 0.3))))
+    assert tails_at(one, loads, 2, None) == loads[0][2] and tails_at(one, loads, 32, None) == loads[1][2]
+    (ttft, tpot) = tails_at(one, loads, 4, None)  # half way in log load
+    assert ttft == pytest.approx((0.75, 0.1)) and tpot == pytest.approx((1.0, 0.2))
+    # An open loop is not a closed one, and one load says nothing of a course: the deployment's pair stands.
+    assert tails_at(one, loads, None, 4.0) == one and tails_at(one, loads[:1], 4, None) == one
