@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -142,6 +143,7 @@ TtftLoads = tuple[tuple[str, float, float], ...]
 measured at, in increasing load."""
 
 
+T = TypeVar("T")
 TailPair = tuple[tuple[float, float], tuple[float, float]]
 """TTFT's and TPOT's tail corrections: (share of the model's spread kept, spread added per standard-normal quantile
 in means) each (`infra.perf.correction.spread_by`)."""
@@ -156,41 +158,39 @@ def load_key(concurrency: int | None, rate: float | None) -> tuple[str, float]:
     return ("concurrency", float(concurrency)) if concurrency is not None else ("rate", float(rate or 0.0))
 
 
-def ttft_at(ttft: float, loads: TtftLoads, concurrency: int | None, rate: float | None) -> float:
-    """The TTFT multiplier at a load: where the deployment was measured at two or more loads of its kind (closed
-    loop clients, or open loop rates), interpolated in log load between the two around it and the nearest one's
-    beyond them, so that a TTFT that grows with the load faster (or slower) than the model's keeps its measured
-    shape; else `ttft`, the level's one multiplier."""
+def _at_load(alone: T, loads: Sequence[tuple[str, float, T]], concurrency: int | None, rate: float | None,
+             between: Callable[[float, T, T], T]) -> T:
+    """What was measured at a load: where the deployment was measured at two or more loads of its kind (closed loop
+    clients, or open loop rates), `between(w, below, above)` of the two around it, `w` the share of the way in log
+    load, and the nearest one's beyond them; else `alone`, the level's one value."""
     kind, load = load_key(concurrency, rate)
-    points = [(x, m) for k, x, m in loads if k == kind]
+    points = [(x, v) for k, x, v in loads if k == kind]
     if load <= 0 or len(points) < 2:
-        return ttft
+        return alone
     if load <= points[0][0]:
         return points[0][1]
-    for (x0, m0), (x1, m1) in zip(points, points[1:]):
+    for (x0, v0), (x1, v1) in zip(points, points[1:]):
         if load <= x1:
-            w = math.log(load / x0) / math.log(x1 / x0)
-            return math.exp((1 - w) * math.log(m0) + w * math.log(m1))
+            return between(math.log(load / x0) / math.log(x1 / x0), v0, v1)
     return points[-1][1]
+
+
+def ttft_at(ttft: float, loads: TtftLoads, concurrency: int | None, rate: float | None) -> float:
+    """The TTFT multiplier at a load (`_at_load`), interpolated in log load and log multiplier, so that a TTFT that
+    grows with the load faster (or slower) than the model's keeps its measured shape."""
+    return _at_load(ttft, loads, concurrency, rate,
+                    lambda w, m0, m1: math.exp((1 - w) * math.log(m0) + w * math.log(m1)))
+
+
+def _tails_between(w: float, t0: TailPair, t1: TailPair) -> TailPair:
+    ttft, tpot = (((1 - w) * a[0] + w * b[0], (1 - w) * a[1] + w * b[1]) for a, b in zip(t0, t1))
+    return ttft, tpot
 
 
 def tails_at(tails: TailPair, loads: TailLoads, concurrency: int | None, rate: float | None) -> TailPair:
-    """The tail corrections at a load: where percentiles were measured at two or more loads of its kind,
-    interpolated in log load between the two around it (each share and each added spread linearly) and the nearest
-    one's beyond them, so that a spread that narrows or widens with the load against the model's keeps its
-    measured course; else `tails`, the deployment's one pair."""
-    kind, load = load_key(concurrency, rate)
-    points = [(x, t) for k, x, t in loads if k == kind]
-    if load <= 0 or len(points) < 2:
-        return tails
-    if load <= points[0][0]:
-        return points[0][1]
-    for (x0, t0), (x1, t1) in zip(points, points[1:]):
-        if load <= x1:
-            w = math.log(load / x0) / math.log(x1 / x0)
-            ttft, tpot = (((1 - w) * a[0] + w * b[0], (1 - w) * a[1] + w * b[1]) for a, b in zip(t0, t1))
-            return ttft, tpot
-    return points[-1][1]
+    """The tail corrections at a load (`_at_load`), each share and each added spread interpolated linearly in log
+    load, so that a spread that narrows or widens with the load against the model's keeps its measured course."""
+    return _at_load(tails, loads, concurrency, rate, _tails_between)
 
 
 @dataclass(frozen=True)
