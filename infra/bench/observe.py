@@ -47,6 +47,8 @@ class Exporter:
     cache_histograms: bool = False
     model_label: str = "model_name"
     """The label that names the served model."""
+    whole_requests: bool = False
+    """Whether it sees whole requests where prefill and decode run apart (a frontend does; an engine serves part)."""
 
     @property
     def needed(self) -> tuple[str, ...]:
@@ -78,7 +80,7 @@ DYNAMO = Exporter("Dynamo", "dynamo_frontend_time_to_first_token_seconds",
                   "dynamo_frontend_inter_token_latency_seconds", "dynamo_frontend_input_sequence_tokens",
                   "dynamo_frontend_output_sequence_tokens", per_gap=True,
                   cache=("dynamo_frontend_cached_tokens", "dynamo_frontend_input_sequence_tokens"),
-                  cache_histograms=True, model_label="model")
+                  cache_histograms=True, model_label="model", whole_requests=True)
 """NVIDIA Dynamo's HTTP frontend (what its clients see, a disaggregated deployment's prefill and hand-off included):
 per-request histograms of TTFT, prompt, answer and cached tokens, and an inter-token histogram observed once per
 token at each chunk's gap. Source: ai-dynamo/dynamo lib/llm/src/http/service/metrics.rs (ResponseMetricCollector)."""

@@ -19,6 +19,7 @@ from infra.bench.observe import (
     EXPORTERS,
     MIN_REQUESTS,
     NEEDED,
+    Exporter,
     Observation,
     exporter,
     metrics_url,
@@ -103,7 +104,18 @@ def _deployment(plan: str | Path | None, service: str | None, allocation: int | 
     return fields
 
 
-def _from_engine(url: str, seconds: float, model_name: str | None) -> Observation:
+def _whole_requests(fields: dict[str, Any], e: Exporter | None, where: str) -> None:
+    """Refuse an engine's own series for a disaggregated deployment: each of its engines serves part of a request
+    (a decode engine's TTFT starts once the remote prefill is done), so only a frontend that sees whole requests
+    (Dynamo's) measures the deployment the plan predicts."""
+    if fields.get("mode") == "disagg" and e is not None and not e.whole_requests:
+        raise InfraError(Problem(f"{e.engine}'s engine metrics see part of each request of a disaggregated "
+                                 "deployment (a decode engine's TTFT starts after the remote prefill)", Location(where),
+                                 "observe the deployment's frontend (a Dynamo frontend's metrics), or measure its "
+                                 "endpoint: infra verify PLAN --endpoint URL"))
+
+
+def _from_engine(url: str, seconds: float, model_name: str | None, fields: dict[str, Any]) -> Observation:
     """Scrape the engine's /metrics, wait `seconds`, scrape again."""
     url = metrics_url(url)
 
@@ -117,6 +129,7 @@ def _from_engine(url: str, seconds: float, model_name: str | None) -> Observatio
                                      "point at the /metrics of a vLLM engine or of `infra emulate`")) from None
 
     before, started = scrape()
+    _whole_requests(fields, exporter(before), url)
     time.sleep(seconds)
     after, restarted = scrape()
     if started != restarted:
@@ -142,7 +155,8 @@ def _spans(seconds: float, step: float | None) -> tuple[int, int]:
 
 
 def _from_prometheus(base: str, seconds: float, step: float | None, labels: str | None, model_name: str | None,
-                     end: dt.datetime) -> tuple[list[tuple[Observation, int]], Observation, int]:
+                     end: dt.datetime, fields: dict[str, Any]
+                     ) -> tuple[list[tuple[Observation, int]], Observation, int]:
     """The windows (`_spans`) ending at `end`, queried from a Prometheus server, each with the instances that
     served in it; those windows together; and how many were left out. Where one window is asked for, what keeps
     it out is an error."""
@@ -170,6 +184,7 @@ def _from_prometheus(base: str, seconds: float, step: float | None, labels: str 
                                      "'namespace=\"llm\",service=\"chat\"'")) from None
         found = [(t, series, instances) for t, series, instances in got if exporter(series) is e]
         if found:
+            _whole_requests(fields, e, api)
             break
     if not found:
         asked = selector(labels, model_name) or "any selector"
@@ -252,10 +267,10 @@ def observe(url: str | None, seconds: float, output: str | Path, *, plan: str | 
     ends = end_time(end)
     fields = _deployment(plan, service, allocation, deployment, catalog_dirs)
     if prometheus is not None:
-        found, whole, skipped = _from_prometheus(prometheus, seconds, step, labels, model_name, ends)
+        found, whole, skipped = _from_prometheus(prometheus, seconds, step, labels, model_name, ends, fields)
         windows, notes = _replicas(fields, found)
     else:
-        whole, skipped, notes = _from_engine(str(url), seconds, model_name), 0, ()
+        whole, skipped, notes = _from_engine(str(url), seconds, model_name, fields), 0, ()
         windows = [(whole, fields)]
     whole = dataclasses.replace(whole, notes=whole.notes + notes)
     lines = observation_lines(windows, whole, service)

@@ -390,3 +390,14 @@ def test_observe_refuses_what_is_not_an_engine_s_metrics(tmp_path: Path):
         assert len(err.strip().splitlines()) == 1 and not out.exists()
     finally:
         stop(server, 10)
+
+
+def test_observe_refuses_an_engine_s_view_of_a_disaggregated_deployment(tmp_path: Path):
+    """A prefill/decode deployment's engines each serve part of a request: their own metrics do not measure what
+    the plan predicts, which is said before the window is waited out."""
+    pd = {"model": "Llama-3.1-8B", "device": "H100-SXM", "framework": "vllm", "mode": "disagg", "prefill": {"tp": 1},
+          "decode": {"tp": 1}}
+    with emulator("--ttft-ms", "50", "--itl-ms", "10") as url:
+        with pytest.raises(InfraError, match="see part of each request of a disaggregated deployment"):
+            api.observe(url, 3600.0, tmp_path / "o.jsonl", deployment=pd)
+    assert not (tmp_path / "o.jsonl").exists()
