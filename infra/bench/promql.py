@@ -73,11 +73,21 @@ def _envelope(body: str) -> tuple[str, list]:
     if not isinstance(doc, dict):
         raise ValueError("the answer is not a Prometheus API response")
     if doc.get("status") != "success":
-        raise ValueError(f"{doc.get('errorType') or 'error'}: {doc.get('error') or 'no reason given'}")
+        raise ValueError(_reason(f"{doc.get('errorType') or 'error'}: {doc.get('error') or 'no reason given'}"))
     data = doc.get("data")
     if not isinstance(data, dict) or not isinstance(data.get("result"), list):
         raise ValueError("the answer holds no result")
     return str(data.get("resultType")), data["result"]
+
+
+REASON_CHARS = 200
+"""Most of a server's own error message quoted back: a PromQL parse error fits, a hostile megabyte does not."""
+
+
+def _reason(text: str) -> str:
+    """A server's message on one line, cut after `REASON_CHARS` with its length said."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= REASON_CHARS else f"{flat[:REASON_CHARS]}… ({len(flat):,} characters)"
 
 
 def _labels(item: Any) -> dict[str, str]:

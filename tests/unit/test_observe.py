@@ -204,6 +204,13 @@ def test_prometheus_answers_that_are_not_range_vectors_are_refused(body: str, wh
         matrix(body)
 
 
+def test_a_server_s_error_message_is_quoted_on_one_line_and_cut():
+    huge = json.dumps({"status": "error", "errorType": "bad_data", "error": "no\nway " * 100_000})
+    with pytest.raises(ValueError) as exc:
+        matrix(huge)
+    assert "\n" not in str(exc.value) and len(str(exc.value)) < 300 and "(700,009 characters)" in str(exc.value)
+
+
 @pytest.mark.parametrize("args, why", [
     ((None, None), "observe reads one source"),
     (("http://127.0.0.1:1", "http://127.0.0.1:2"), "observe reads one source"),
