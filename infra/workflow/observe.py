@@ -190,8 +190,9 @@ def _from_prometheus(base: str, seconds: float, step: float | None, labels: str 
         asked = selector(labels, model_name) or "any selector"
         raise InfraError(Problem(f"no series of {', '.join(NEEDED)} match {asked} in the {n * each} s before "
                                  f"{end.isoformat()}, nor SGLang's or Dynamo's",
-                                 Location(api), "check --selector and --end, and that Prometheus scrapes the engines "
-                                 "(vLLM's request-level histograms, SGLang's metrics or a Dynamo frontend's)"))
+                                 Location(api), "check --selector and --end, that Prometheus scrapes the engines "
+                                 "(vLLM's request-level histograms, SGLang's metrics or a Dynamo frontend's), and "
+                                 "that each window spans two scrapes or more"))
     source = f"{base.rstrip('/')} {sel or '{}'}"
     note = ("read from Prometheus: increase() over the window, every matching series added (its counts are "
             "extrapolated to the window's edges)")
