@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,8 @@ from infra.planner.types import load_plan
 SCRAPE_TIMEOUT_S = 30.0
 
 
+MAX_WAIT_S = 7 * 86400
+"""Longest window observe waits out between two scrapes of an engine (Prometheus keeps longer ones)."""
 MAX_WINDOWS = 2000
 """Windows one observation may be split into (a week in windows of five minutes; Prometheus answers a range query
 with at most 11,000 points a series)."""
@@ -262,9 +265,15 @@ def observe(url: str | None, seconds: float, output: str | Path, *, plan: str | 
         flag = "--selector" if labels is not None else "--end" if end is not None else "--step"
         raise InfraError(Problem(f"{flag} reads Prometheus series", Location(path="--prometheus"),
                                  "give --prometheus URL, or leave it out"))
-    if not seconds > 0:
+    if not (seconds > 0 and math.isfinite(seconds)):
         raise InfraError(Problem(f"a window of {seconds:g} s observes nothing", Location(path="--duration"),
                                  "give the window in seconds, e.g. --duration 600"))
+    if url is not None and seconds > MAX_WAIT_S:
+        raise InfraError(Problem(f"a window of {seconds:g} s is longer than observe waits ({MAX_WAIT_S:,} s)",
+                                 Location(path="--duration"), "read a longer window from Prometheus (--prometheus)"))
+    if step is not None and not (step > 0 and math.isfinite(step)):
+        raise InfraError(Problem(f"a step of {step:g} s splits nothing", Location(path="--step"),
+                                 "give the windows' length in seconds, e.g. --step 900"))
     ends = end_time(end)
     fields = _deployment(plan, service, allocation, deployment, catalog_dirs)
     if prometheus is not None:

@@ -222,6 +222,13 @@ def test_observe_reads_one_source(tmp_path: Path, args: tuple, why: str):
                                                                                    "device": "H100-SXM"})
     with pytest.raises(InfraError, match="--selector reads Prometheus series"):
         observe("http://127.0.0.1:1", 1.0, tmp_path / "o.jsonl", labels='job="x"')
+    for seconds, step, why in ((float("inf"), None, "a window of inf s"), (60.0, float("nan"), "a step of nan s")):
+        with pytest.raises(InfraError, match=why):
+            observe(None, seconds, tmp_path / "o.jsonl", prometheus="http://127.0.0.1:9", step=step,
+                    deployment={"model": "Llama-3.1-8B", "device": "H100-SXM"})
+    with pytest.raises(InfraError, match="longer than observe waits"):
+        observe("http://127.0.0.1:9", 1e12, tmp_path / "o.jsonl", deployment={"model": "Llama-3.1-8B",
+                                                                                "device": "H100-SXM"})
     with pytest.raises(InfraError, match="is not an http"):
         observe(None, 1.0, tmp_path / "o.jsonl", prometheus="prometheus:9090",
                 deployment={"model": "Llama-3.1-8B", "device": "H100-SXM"})
