@@ -28,13 +28,15 @@ from infra.bench.observe import (
     observation_lines,
 )
 from infra.bench.promql import read_windows, selector, total
+from infra.bench.replan import plan_loads
+from infra.bench.run import pick_service
 from infra.bench.scrape import Series, process_starts, snapshot
 from infra.catalog.loader import load_catalog
 from infra.errors import InfraError, Location, Problem
 from infra.files import write_file
 from infra.limits import MAX_SCRAPE_BYTES
 from infra.perf.cases import case_from
-from infra.planner.types import load_plan
+from infra.planner.types import DeploymentPlan, load_plan
 
 SCRAPE_TIMEOUT_S = 30.0
 
@@ -92,11 +94,11 @@ def end_time(text: str | None) -> dt.datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=dt.timezone.utc)
 
 
-def _deployment(plan: str | Path | None, service: str | None, allocation: int | None,
-                deployment: dict[str, Any] | None, catalog_dirs: tuple[Path, ...]) -> dict[str, Any]:
+def _deployment(plan_doc: DeploymentPlan | None, plan: str | Path | None, service: str | None,
+                allocation: int | None, deployment: dict[str, Any] | None,
+                catalog_dirs: tuple[Path, ...]) -> dict[str, Any]:
     """The deployment observed, checked before any window is read or waited out."""
-    fields = measured_deployment(load_plan(plan) if plan is not None else None, plan, service, allocation,
-                                 deployment) or {}
+    fields = measured_deployment(plan_doc, plan, service, allocation, deployment) or {}
     missing = [f for f in ("model", "device") if f not in fields]
     if missing:
         raise InfraError(Problem(f"the deployment observed has no {' or '.join(missing)}", Location(path="--plan"),
@@ -222,6 +224,24 @@ def _from_prometheus(base: str, seconds: float, step: float | None, labels: str 
     return out, whole, n - len(out)
 
 
+FAR_BELOW_PEAK = 0.5
+"""Share of the plan's peak rate below which every window's load is said to be far from it."""
+
+
+def _against_peak(plan_doc: DeploymentPlan, service: str | None, allocation: int | None,
+                  windows: list[tuple[Observation, dict[str, Any]]], plan: str | Path | None) -> tuple[str, ...]:
+    """A note where every window served far less than the peak the plan sized the deployment for: the
+    calibration is measured at the windows' loads and carried to the peak by the model."""
+    name = pick_service(plan_doc, service, plan)
+    peak = plan_loads(plan_doc, name, allocation)[0][1]
+    busiest = max(obs.rate for obs, _ in windows)
+    if peak is None or busiest >= FAR_BELOW_PEAK * peak:
+        return ()
+    return (f"the busiest window served {busiest:.3g}/s, {busiest / peak:.0%} of the {peak:.3g}/s peak the plan "
+            "sized for: a calibration from it is measured at that load and carried to the peak by the model "
+            "(a window of peak traffic measures the peak)",)
+
+
 def _replicas(fields: dict[str, Any], windows: list[tuple[Observation, int]]
               ) -> tuple[list[tuple[Observation, dict[str, Any]]], tuple[str, ...]]:
     """The deployment that served each window: where neither the plan nor --workers says how many replicas, as
@@ -275,13 +295,16 @@ def observe(url: str | None, seconds: float, output: str | Path, *, plan: str | 
         raise InfraError(Problem(f"a step of {step:g} s splits nothing", Location(path="--step"),
                                  "give the windows' length in seconds, e.g. --step 900"))
     ends = end_time(end)
-    fields = _deployment(plan, service, allocation, deployment, catalog_dirs)
+    plan_doc = load_plan(plan) if plan is not None else None
+    fields = _deployment(plan_doc, plan, service, allocation, deployment, catalog_dirs)
     if prometheus is not None:
         found, whole, skipped = _from_prometheus(prometheus, seconds, step, labels, model_name, ends, fields)
         windows, notes = _replicas(fields, found)
     else:
         whole, skipped, notes = _from_engine(str(url), seconds, model_name, fields), 0, ()
         windows = [(whole, fields)]
+    if plan_doc is not None:
+        notes += _against_peak(plan_doc, service, allocation, windows, plan)
     whole = dataclasses.replace(whole, notes=whole.notes + notes)
     lines = observation_lines(windows, whole, service)
     write_file(output, "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines), force=force)

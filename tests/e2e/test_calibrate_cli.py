@@ -401,3 +401,20 @@ def test_observe_refuses_an_engine_s_view_of_a_disaggregated_deployment(tmp_path
         with pytest.raises(InfraError, match="see part of each request of a disaggregated deployment"):
             api.observe(url, 3600.0, tmp_path / "o.jsonl", deployment=pd)
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_observe_says_when_every_window_is_far_below_the_plan_s_peak(tmp_path: Path):
+    """A quiet window calibrates a quiet load: observing a plan's deployment at a third of the peak it was sized
+    for says that the peak's figures are carried there by the model."""
+    planned = api.plan(ROOT / "examples" / "measured-chat.yaml", tmp_path / "out", verify=False)
+    peak = next(s for s in planned.plan.spec.services if s.name == "chat").workload["rate"]["peak"]
+    with emulator("--ttft-ms", "50", "--itl-ms", "5") as url:
+        load = subprocess.Popen([sys.executable, "-m", "infra", "bench", "--endpoint", url, "--rate", "3/s",
+                                 "--requests", "60", "--input-tokens", "64", "--output-tokens", "8"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            result = api.observe(url, 14.0, tmp_path / "quiet.jsonl", plan=tmp_path / "out" / "plan.yaml")
+        finally:
+            load.wait(timeout=120)
+    assert str(peak) == "8/s" and result.observation.rate < 4
+    assert any("of the 8/s peak the plan sized for" in note for note in result.observation.notes)
