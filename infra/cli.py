@@ -385,38 +385,17 @@ def observe(
     served (mean TTFT and TPOT, percentiles where the buckets resolve them, lengths and rate) as a measurement
     `infra calibrate` reads. No request is sent."""
     from infra import api
+    from infra.report.observe import observe_json, print_observe
 
     fields = {"model": model, "device": device, "framework": framework, "precision": precision, "tp": tp,
               "batch": batch, "workers": workers}
     result = api.observe(url, duration, output, plan=plan_file, service=service, allocation=allocation,
                          deployment=fields, model_name=model_name, catalog_dirs=tuple(catalog or ()), force=force,
                          prometheus=prometheus, labels=selector, end=end, step=step)
-    o = result.observation
     if as_json:
-        windows = [{"date": w.date, "requests": w.requests, "rate_rps": round(w.rate, 6),
-                    "workers": dep.get("workers", 1), "ttft_ms": round(w.ttft_ms, 4), "tpot_ms": round(w.tpot_ms, 4)}
-                   for w, dep in result.windows]
-        print(json.dumps({"source": o.source, "date": o.date, "seconds": o.seconds, "requests": o.requests,
-                          "rate_rps": round(o.rate, 6), "isl": round(o.isl, 2), "osl": round(o.osl, 2),
-                          "ttft_ms": round(o.ttft_ms, 4), "tpot_ms": round(o.tpot_ms, 4),
-                          "percentiles": o.percentiles, "notes": list(o.notes), "windows": windows,
-                          "skipped": result.skipped, "written": str(result.written)}, sort_keys=True))
-        return
-    console = _console()
-    console.print(f"{o.source}: {o.requests} requests finished in {o.seconds:g} s ({o.rate:.4g}/s), prompts "
-                  f"{o.isl:,.0f} tokens, answers {o.osl:,.0f} on average")
-    if len(result.windows) > 1 or result.skipped:
-        console.print(f"{len(result.windows)} windows written as load points"
-                      + (f", {result.skipped} left out (too few requests, or no series)" if result.skipped else "") + ":")
-        for w, dep in result.windows:
-            console.print(f"  until {w.date}: {w.requests} requests ({w.rate:.4g}/s on {dep.get('workers', 1)} "
-                          f"replica(s)), TTFT {w.ttft_ms:,.1f} ms, TPOT {w.tpot_ms:,.1f} ms")
-    for key, label, mean in (("ttft_ms", "TTFT", o.ttft_ms), ("tpot_ms", "TPOT", o.tpot_ms)):
-        pcts = ", ".join(f"{p} {v:,.1f}" for p, v in o.percentiles.get(key, {}).items())
-        console.print(f"{label} mean {mean:,.1f} ms" + (f" ({pcts})" if pcts else ""))
-    for note in o.notes:
-        console.print(f"note: {note}")
-    console.print(f"wrote {result.written}: `infra calibrate {result.written}` fits a calibration to it")
+        print(json.dumps(observe_json(result), sort_keys=True))
+    else:
+        print_observe(_console(), result)
 
 
 @app.command()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import json
 import math
 import time
@@ -37,6 +38,7 @@ from infra.files import write_file
 from infra.limits import MAX_SCRAPE_BYTES
 from infra.perf.cases import case_from
 from infra.planner.types import DeploymentPlan, load_plan
+from infra.workflow.estimate import estimate
 
 SCRAPE_TIMEOUT_S = 30.0
 
@@ -60,6 +62,11 @@ class ObserveResult:
     written: Path
     skipped: int = 0
     """Windows left out: fewer than `MIN_REQUESTS` finished in them, or no series matched."""
+    predicted: tuple[tuple[float, float] | None, ...] = ()
+    """Each window's mean TTFT and TPOT (ms) as the performance model predicts them at its load, with the
+    calibration `basis` names (None where the model has the load past what the deployment sustains)."""
+    basis: str = ""
+    """What those predictions rest on: the plan's calibration (a path), or the packaged prior ("")."""
 
 
 def _fetch(url: str, fix: str, params: dict[str, str] | None = None) -> str:
@@ -224,6 +231,31 @@ def _from_prometheus(base: str, seconds: float, step: float | None, labels: str 
     return out, whole, n - len(out)
 
 
+def _plan_calibration(plan_doc: DeploymentPlan | None) -> str:
+    """The calibration file the plan was made with, where it is still there unchanged; "" where there is none."""
+    measured = plan_doc.spec.provenance.calibration.measured if plan_doc is not None else None
+    if measured is None or not Path(measured.path).is_file():
+        return ""
+    return measured.path if hashlib.sha256(Path(measured.path).read_bytes()).hexdigest() == measured.sha256 else ""
+
+
+def _predictions(windows: list[tuple[Observation, dict[str, Any]]], calibration: str,
+                 catalog_dirs: tuple[Path, ...]) -> tuple[tuple[float, float] | None, ...]:
+    """Each window's mean TTFT and TPOT (ms) as the model predicts them for the deployment that served it at the
+    load it served: what the measurement says of the figures a plan rests on, before calibrating on it."""
+    out = []
+    for obs, deployment in windows:
+        case = {**deployment, "isl": obs.isl, "osl": max(obs.osl, 1.0), "isl_cv": obs.isl_cv, "osl_cv": obs.osl_cv,
+                "rate": obs.rate, "arrival_cv": 1.0, "prefix_hit": obs.prefix_hit}
+        try:
+            got = estimate(case, catalog_dirs, calibration=calibration or None)
+        except InfraError:
+            out.append(None)
+            continue
+        out.append((got["ttft_ms"]["mean"], got["tpot_ms"]["mean"]) if got.get("stable") else None)
+    return tuple(out)
+
+
 FAR_BELOW_PEAK = 0.5
 """Share of the plan's peak rate below which every window's load is said to be far from it."""
 
@@ -306,9 +338,11 @@ def observe(url: str | None, seconds: float, output: str | Path, *, plan: str | 
     if plan_doc is not None:
         notes += _against_peak(plan_doc, service, allocation, windows, plan)
     whole = dataclasses.replace(whole, notes=whole.notes + notes)
+    basis = _plan_calibration(plan_doc)
+    predicted = _predictions(windows, basis, catalog_dirs)
     lines = observation_lines(windows, whole, service)
     write_file(output, "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines), force=force)
-    return ObserveResult(whole, tuple(windows), fields, Path(output), skipped)
+    return ObserveResult(whole, tuple(windows), fields, Path(output), skipped, predicted, basis)
 
 
 __all__ = ["ObserveResult", "end_time", "observe"]

@@ -341,6 +341,9 @@ def test_observe_measures_a_deployment_on_its_own_traffic_and_calibrate_reads_it
     # The emulator's figures: 120 ms to the first token, then 20 ms a token.
     assert got["ttft_ms"] == pytest.approx(120, rel=0.15) and got["tpot_ms"] == pytest.approx(20, rel=0.15)
     assert got["isl"] == pytest.approx(128, rel=0.1) and got["osl"] == pytest.approx(16, rel=0.1)
+    # Against what the performance model predicts at the window's load (the packaged prior: no plan was given).
+    [window] = got["windows"]
+    assert got["predicted_with"] is None and window["predicted"]["ttft_ms"] > 0 and window["predicted"]["tpot_ms"] > 0
     fitted = infra("calibrate", str(out), "-o", str(tmp_path / "cal.yaml"))
     assert fitted.returncode == 0, fitted.stderr
     doc = yaml.safe_load((tmp_path / "cal.yaml").read_text())
@@ -418,3 +421,5 @@ def test_observe_says_when_every_window_is_far_below_the_plan_s_peak(tmp_path: P
             load.wait(timeout=120)
     assert str(peak) == "8/s" and result.observation.rate < 4
     assert any("of the 8/s peak the plan sized for" in note for note in result.observation.notes)
+    # Predicted at the window's load with the calibration the plan was made with, which is still there.
+    assert result.basis.endswith("chat-h100.yaml") and result.predicted[0] is not None
