@@ -162,11 +162,20 @@ def observation(before: dict[str, Series], after: dict[str, Series], seconds: fl
     if any(s.count < 0 or s.sum < 0 for s in got.values()):
         raise InfraError(Problem("the counters went down during the window (the engine restarted)",
                                  where, "observe a window in which the engine keeps running"))
-    finished = got[e.requests].count if e.requests else got[e.prompt].count
-    if n < MIN_REQUESTS or got[e.tpot].count <= 0 or finished <= 0:
+    if n < MIN_REQUESTS:
         raise InfraError(Problem(f"{n} request(s) finished in {seconds:g} s; a window needs "
                                  f"{MIN_REQUESTS} or more", where,
                                  "observe a longer window (--duration) or a busier deployment"))
+    finished = got[e.requests].count if e.requests else got[e.prompt].count
+    # Every count a mean divides by: a window's series can disagree (a broken exporter, series of other engines).
+    counts = {e.tpot: got[e.tpot].count, e.requests or e.prompt: finished}
+    if e.requests is None:
+        counts[e.generation] = got[e.generation].count
+    empty = [name for name, count in counts.items() if count <= 0]
+    if empty:
+        raise InfraError(Problem(f"{n} requests had a first token in the window but {', '.join(empty)} counted "
+                                 "none", where, "observe metrics of one deployment's engines (--selector, "
+                                 "--model-name)"))
     pcts: dict[str, dict[str, float]] = {}
     # A per-gap histogram's percentiles are the gaps', not the requests' TPOT an objective is written on.
     for key, name in (("ttft_ms", e.ttft),) + ((("tpot_ms", e.tpot),) if not e.per_gap else ()):

@@ -101,6 +101,11 @@ def test_a_window_without_a_measurement_is_a_clear_error():
     restarted.serve(10, 0.2, 0.03)
     with pytest.raises(InfraError, match="counters went down"):
         observation(engine.scrape(), restarted.scrape(), 5.0, "u", "d")
+    # Series that disagree (no answer counted while 50 requests had a first token): no mean divides by zero.
+    broken = {TTFT: Series(5.0, 50.0), TPOT: Series(1.0, 50.0), PROMPT: Series(500.0, 50.0), GENERATION: Series(0, 0)}
+    with pytest.raises(InfraError, match="50 requests had a first token in the window but "
+                                         "vllm:request_generation_tokens counted none"):
+        observation({}, broken, 5.0, "u", "d")
     with pytest.raises(InfraError, match="no vllm:request_time_per_output_token_seconds.* among the metrics"):
         observation({}, {TTFT: Series(1.0, 50.0)}, 5.0, "u", "d")
 
