@@ -1,9 +1,9 @@
 """What a deployed engine served over a window of its own traffic, read from its Prometheus `/metrics` (vLLM's
-request-level histograms, which the emulator exports too, or SGLang's): no load is sent. Two scrapes, at the start
-and the end of the window, and their difference is the window's: the requests that finished in it, their mean TTFT
-and TPOT (`_sum / _count`, exact), mean prompt and answer lengths, and the arrival rate. Percentiles come from the
-buckets where these are narrow enough to say them (`scrape.FINE`); the engines' default ones rarely are, and then
-a calibration made from the window corrects the means only.
+request-level histograms, which the emulator exports too, SGLang's or a Dynamo frontend's: `Exporter`): no load is
+sent. Two scrapes, at the start and the end of the window, and their difference is the window's: the requests that
+finished in it, their mean TTFT and TPOT (`_sum / _count`, exact), mean prompt and answer lengths, and the arrival
+rate. Percentiles come from the buckets where these are narrow enough to say them (`scrape.FINE`); the engines'
+default ones rarely are, and then a calibration made from the window corrects the means only.
 """
 
 from __future__ import annotations

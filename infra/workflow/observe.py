@@ -41,8 +41,6 @@ from infra.planner.types import DeploymentPlan, load_plan
 from infra.workflow.estimate import estimate
 
 SCRAPE_TIMEOUT_S = 30.0
-
-
 MAX_WAIT_S = 7 * 86400
 """Longest window observe waits out between two scrapes of an engine (Prometheus keeps longer ones)."""
 MAX_WINDOWS = 2000
@@ -71,7 +69,7 @@ class ObserveResult:
 
 def _fetch(url: str, fix: str, params: dict[str, str] | None = None) -> str:
     """The body of a GET; a one-line error where it cannot be read or does not answer 200 (Prometheus's API
-    answers 400 and 422 with a JSON error, which is returned for `promql.vector` to word)."""
+    answers 400 and 422 with a JSON error, which is returned for `promql.matrix` to word)."""
     try:
         with httpx.stream("GET", url, params=params, timeout=SCRAPE_TIMEOUT_S) as resp:
             if resp.status_code != 200 and not (params is not None and resp.status_code in (400, 422, 503) and

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -357,6 +359,15 @@ def test_observe_measures_a_deployment_on_its_own_traffic_and_calibrate_reads_it
     assert not (tmp_path / "none.jsonl").exists()
 
 
+def _logged(server: subprocess.Popen, text: str, client: subprocess.Popen, timeout: float = 60.0) -> bool:
+    """Whether the server logs a line holding `text` (it logs each request once served) while the client runs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and client.poll() is None and server.stdout:
+        if select.select([server.stdout], [], [], 0.5)[0] and text in server.stdout.readline():
+            return True
+    return False
+
+
 def test_observe_refuses_what_is_not_an_engine_s_metrics(tmp_path: Path):
     """A page that is not Prometheus text, metrics without vLLM's request histograms, a page too large to be one,
     and two scrapes answered by different processes: one-line errors, no file."""
@@ -383,8 +394,7 @@ def test_observe_refuses_what_is_not_an_engine_s_metrics(tmp_path: Path):
         page.write_text("# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds 1000\n")
         run = subprocess.Popen([sys.executable, "-m", "infra", "observe", f"http://127.0.0.1:{port}/restart",
                                 "--duration", "2", "-o", str(out), *FLAGS[:4]], stderr=subprocess.PIPE, text=True)
-        while server.stdout and "GET /restart/metrics" not in server.stdout.readline():
-            pass  # the server logs each request: the first scrape is in
+        assert _logged(server, "GET /restart/metrics", run), "observe never scraped the page"
         # Replaced, not rewritten: the server may still be sending the first scrape from the file it opened.
         (page.parent / "next").write_text("# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds 2000\n")
         (page.parent / "next").replace(page)
