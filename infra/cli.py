@@ -596,10 +596,23 @@ def pr_cmd(
         print_pr(_console(), result)
 @app.command()
 def verify(
-    plan_file: Annotated[Path, typer.Argument(help="The plan (plan.yaml) deployed at the endpoint.",
+    plan_file: Annotated[Path, typer.Argument(help="The plan (plan.yaml) that was deployed.",
                                               show_default=False)],
-    endpoint: Annotated[str, typer.Option(help="The deployed service's OpenAI-compatible URL, e.g. "
-                                          "http://chat.example:8000/v1.", show_default=False)],
+    endpoint: Annotated[Optional[str], typer.Option(help="The deployed service's OpenAI-compatible URL, e.g. "
+                                                    "http://chat.example:8000/v1: send it the planned loads. Or "
+                                                    "give --prometheus.", show_default=False)] = None,
+    prometheus: Annotated[Optional[str], typer.Option("--prometheus", help="Verify on the service's own traffic "
+                                                      "instead: read it from this Prometheus server "
+                                                      "(http://HOST:9090), which scrapes its engines; no request "
+                                                      "is sent.", show_default=False)] = None,
+    selector: Annotated[Optional[str], typer.Option("--selector", help="With --prometheus: the label matchers of "
+                                                    "the service's series, e.g. 'namespace=\"llm\"'.",
+                                                    show_default=False)] = None,
+    end: Annotated[Optional[str], typer.Option("--end", help="With --prometheus: when the window ends (RFC 3339 or "
+                                               "Unix seconds; default now).", show_default=False)] = None,
+    step: Annotated[Optional[float], typer.Option("--step", help="With --prometheus: split the window into windows "
+                                                  "of this many seconds, each a load point to calibrate on.",
+                                                  show_default=False)] = None,
     service: Annotated[Optional[str], typer.Option(help="Service of the plan deployed there (default: its only "
                                                    "one).", show_default=False)] = None,
     allocation: Annotated[Optional[int], typer.Option(help="For a service of several allocations: the one the "
@@ -609,9 +622,11 @@ def verify(
                                                    show_default=False)] = None,
     requests: Annotated[Optional[int], typer.Option(help="Requests per load (default 100, or what --duration "
                                                     "allows).", show_default=False)] = None,
-    duration: Annotated[Optional[float], typer.Option(help="Send no request after this many seconds per load.",
+    duration: Annotated[Optional[float], typer.Option(help="Send no request after this many seconds per load; with "
+                                                      "--prometheus, the seconds of traffic read (default 3600).",
                                                       show_default=False)] = None,
-    model: Annotated[Optional[str], typer.Option(help="Served model name (default: the first /v1/models lists).",
+    model: Annotated[Optional[str], typer.Option(help="Served model name (default: the first /v1/models lists; "
+                                                 "with --prometheus, every model's series).",
                                                  show_default=False)] = None,
     api_kind: Annotated[str, typer.Option("--api", help="chat or completions.")] = "chat",
     timeout: Annotated[float, typer.Option(help="Seconds one request may take before it fails.")] = 60.0,
@@ -625,8 +640,8 @@ def verify(
                                                         "write, and replace files there that infra did not write "
                                                         "(or that were changed since).")] = False,
 ) -> None:
-    """Measure a deployed plan at its planned loads, judge its objectives, calibrate on the measurements and
-    re-plan: what would change and why (exit 3 when an objective fails)."""
+    """Measure a deployed plan at its planned loads (or on its own traffic, from Prometheus), judge its objectives,
+    calibrate on the measurements and re-plan: what would change and why (exit 3 when an objective fails)."""
     from contextlib import nullcontext
 
     from infra import api
@@ -649,7 +664,8 @@ def verify(
         result = api.verify(plan_file, endpoint, service=service, allocation=allocation, intent=intent,
                             requests=requests, duration_s=duration, model=model, api_kind=api_kind,
                             timeout_s=timeout, warmup=warmup, seed=seed, write=write,
-                            catalog_dirs=tuple(catalog or ()), progress=progress, force=force)
+                            catalog_dirs=tuple(catalog or ()), progress=progress, force=force,
+                            prometheus=prometheus, labels=selector, end=end, step=step)
     if as_json:
         print(json.dumps(verify_json(result), indent=2, sort_keys=True))
     else:

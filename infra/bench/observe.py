@@ -49,6 +49,17 @@ class Exporter:
     """The label that names the served model."""
     whole_requests: bool = False
     """Whether it sees whole requests where prefill and decode run apart (a frontend does; an engine serves part)."""
+    e2e: str | None = None
+    """Histogram of each request's time from arrival to its last token, where the engine exports one."""
+    itl: str | None = None
+    """Histogram of the gaps between a request's tokens (each gap, or each token at its chunk's gap)."""
+
+    @property
+    def latencies(self) -> dict[str, str]:
+        """The histogram each objective's metric is judged on (`infra.bench.window_verdict`), where there is one:
+        TPOT only from a histogram of each request's, not of gaps."""
+        named = {"ttft": self.ttft, "tpot": None if self.per_gap else self.tpot, "itl": self.itl, "e2e": self.e2e}
+        return {metric: name for metric, name in named.items() if name}
 
     @property
     def needed(self) -> tuple[str, ...]:
@@ -58,7 +69,8 @@ class Exporter:
     def histograms(self) -> tuple[str, ...]:
         named = (self.ttft, self.tpot) + ((self.prompt, self.generation) if self.requests is None else
                                           self.lengths or ())
-        return tuple(dict.fromkeys(named + (self.cache or () if self.cache_histograms else ())))
+        return tuple(dict.fromkeys(named + (self.cache or () if self.cache_histograms else ())
+                                   + tuple(self.latencies.values())))
 
     @property
     def counters(self) -> tuple[str, ...]:
@@ -66,12 +78,15 @@ class Exporter:
         return tuple(dict.fromkeys(named + (self.cache or () if not self.cache_histograms else ())))
 
 
-VLLM = Exporter("vLLM", TTFT, TPOT, PROMPT, GENERATION, cache=("vllm:prefix_cache_hits", "vllm:prefix_cache_queries"))
-"""vLLM V1: per-request histograms, and the prefix cache's hit and query counters (in tokens)."""
+VLLM = Exporter("vLLM", TTFT, TPOT, PROMPT, GENERATION, cache=("vllm:prefix_cache_hits", "vllm:prefix_cache_queries"),
+                e2e="vllm:e2e_request_latency_seconds", itl="vllm:inter_token_latency_seconds")
+"""vLLM V1: per-request histograms (and one of every gap between tokens), and the prefix cache's hit and query
+counters (in tokens)."""
 SGLANG = Exporter("SGLang", "sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds",
                   "sglang:prompt_tokens", "sglang:generation_tokens", "sglang:num_requests",
                   ("sglang:prompt_tokens_histogram", "sglang:generation_tokens_histogram"), per_gap=True,
-                  cache=("sglang:cached_tokens", "sglang:prompt_tokens"))
+                  cache=("sglang:cached_tokens", "sglang:prompt_tokens"), e2e="sglang:e2e_request_latency_seconds",
+                  itl="sglang:inter_token_latency_seconds")
 """SGLang (`--enable-metrics`): its inter-token histogram adds each streamed chunk's interval to `_sum` and its
 tokens to the buckets, so `_sum / _count` is the mean gap over the window's tokens, not over its requests; the
 per-request token histograms come with `--collect-tokens-histogram`. Source: sgl-project/sglang
@@ -80,7 +95,8 @@ DYNAMO = Exporter("Dynamo", "dynamo_frontend_time_to_first_token_seconds",
                   "dynamo_frontend_inter_token_latency_seconds", "dynamo_frontend_input_sequence_tokens",
                   "dynamo_frontend_output_sequence_tokens", per_gap=True,
                   cache=("dynamo_frontend_cached_tokens", "dynamo_frontend_input_sequence_tokens"),
-                  cache_histograms=True, model_label="model", whole_requests=True)
+                  cache_histograms=True, model_label="model", whole_requests=True,
+                  e2e="dynamo_frontend_request_duration_seconds", itl="dynamo_frontend_inter_token_latency_seconds")
 """NVIDIA Dynamo's HTTP frontend (what its clients see, a disaggregated deployment's prefill and hand-off included):
 per-request histograms of TTFT, prompt, answer and cached tokens, and an inter-token histogram observed once per
 token at each chunk's gap. Source: ai-dynamo/dynamo lib/llm/src/http/service/metrics.rs (ResponseMetricCollector)."""
@@ -114,6 +130,10 @@ class Observation:
     notes: tuple[str, ...] = ()
     prefix_hit: float = 0.0
     """Share of the prompt tokens the prefix cache held (0 where the engine keeps no count of it)."""
+    latency: dict[str, Series] = field(default_factory=dict)
+    """The window's histogram of each metric an objective is judged on (`Exporter.latencies`), in seconds."""
+    engine: str = ""
+    """The engine whose series these are (`Exporter.engine`)."""
 
 
 def metrics_url(url: str) -> str:
@@ -213,7 +233,7 @@ def observation(before: dict[str, Series], after: dict[str, Series], seconds: fl
                          "the point's prompts are that much shorter to prefill")
     return Observation(source, date, seconds, n, got[e.ttft].count / seconds, isl, osl, *cvs,
                        1000 * got[e.ttft].sum / got[e.ttft].count, 1000 * got[e.tpot].sum / got[e.tpot].count, pcts,
-                       tuple(notes), hit)
+                       tuple(notes), hit, {m: got[name] for m, name in e.latencies.items() if name in got}, e.engine)
 
 
 def observation_lines(windows: Sequence[tuple[Observation, dict[str, Any]]], whole: Observation,

@@ -11,7 +11,9 @@ from typing import Any
 from pydantic import ValidationError as PydanticValidationError
 
 from infra.bench.engine import plan_allocation
+from infra.bench.observe import Observation
 from infra.bench.run import BenchResult
+from infra.bench.verdict import ObjectiveVerdict, Outcome
 from infra.errors import IntentError, Location, Problem
 from infra.intent.models import Workload
 from infra.planner.types import DeploymentPlan
@@ -22,20 +24,37 @@ MAX_FAILED = 0.01
 
 @dataclass(frozen=True)
 class Run:
-    """One measured load of the service."""
+    """One measured load of the service: a benchmark at a planned load, or a window of its own traffic."""
 
     label: str
-    """`peak` or `baseline`."""
+    """`peak` or `baseline` (a benchmark), `observed` (a window of traffic)."""
     rate: float | None
     concurrency: int | None
-    bench: BenchResult
+    objectives: tuple[ObjectiveVerdict, ...]
+    overall: Outcome
+    bench: BenchResult | None = None
+    """The benchmark, where load was sent."""
+    observed: Observation | None = None
+    """The window, where the deployment's own traffic was read (`infra.bench.window_verdict` judged it)."""
+    predicted: dict[str, float] | None = None
+    """The model's figures at the window's load (ms by objective key, `ttft_mean` ...), where it is one window."""
+
+    @classmethod
+    def of_bench(cls, label: str, rate: float | None, concurrency: int | None, bench: BenchResult) -> Run:
+        return cls(label, rate, concurrency, tuple(bench.verdict.objectives), bench.verdict.overall, bench)
 
     def load(self) -> str:
-        return f"{self.rate:g}/s" if self.rate is not None else f"{self.concurrency} clients"
+        if self.rate is None:
+            return f"{self.concurrency} clients"
+        # A planned load is the intent's figure; an observed one a measured rate, said to four digits.
+        return f"{self.rate:.4g}/s" if self.observed is not None else f"{self.rate:g}/s"
 
     def failure(self) -> str | None:
         """Why the run fails whatever its latencies: requests that failed beyond `MAX_FAILED` of those sent (a
-        deployment that errors is not one that meets its objectives), or none completed."""
+        deployment that errors is not one that meets its objectives), or none completed. A window of traffic
+        counts its finished requests only."""
+        if self.bench is None:
+            return None
         s = self.bench.summary
         sent = s.completed + s.failed
         if s.completed == 0:
@@ -79,15 +98,20 @@ def _allocations(svc: Any) -> str:
 
 
 def _why(runs: list[Run]) -> str:
-    """The objective furthest from its prediction, measured over predicted, at the peak (what the plan's
-    predictions are for)."""
+    """The figure furthest from its prediction, measured over predicted, at the peak (what the plan's predictions
+    are for), or on the window of traffic observed (its objectives, and its mean TTFT and TPOT, which a
+    histogram gives exactly where its buckets place a percentile only roughly)."""
     worst: tuple[float, str] | None = None
     for run in runs[:1]:
-        for o in run.bench.verdict.objectives:
-            if o.measured_ms is None or not o.predicted_ms or not math.isfinite(o.measured_ms):
+        pairs = [(o.key, o.measured_ms, o.predicted_ms) for o in run.objectives]
+        if run.observed is not None and run.predicted:
+            pairs += [("ttft_mean", run.observed.ttft_ms, run.predicted.get("ttft_mean")),
+                      ("tpot_mean", run.observed.tpot_ms, run.predicted.get("tpot_mean"))]
+        for key, measured, predicted in pairs:
+            if measured is None or not predicted or not math.isfinite(measured):
                 continue
-            ratio = o.measured_ms / o.predicted_ms
-            metric, _, pct = o.key.partition("_")
+            ratio = measured / predicted
+            metric, _, pct = key.partition("_")
             text = f"{metric.upper()} {pct} measured {ratio:.2f}x predicted at {run.load()}"
             if worst is None or abs(math.log(ratio)) > worst[0]:
                 worst = (abs(math.log(ratio)), text)
@@ -98,7 +122,9 @@ def _basis(measured: str | None) -> str:
     """What an allocation's figures rest on, in words: the packaged prior, or the level of the measurements."""
     if not measured:
         return "the packaged prior alone"
-    level = measured.partition("(")[2].partition(",")[0]
+    # "calibrated on 2 measured load point(s) of 1 deployment(s) (this deployment, ...)": the level is the first
+    # thing in the parentheses after the deployments counted.
+    level = measured.partition("deployment(s) (")[2].partition(",")[0]
     return f"measurements of {level}" if level else "the measurements"
 
 

@@ -112,11 +112,30 @@ lost, and the linear interpolation `histogram_quantile` makes can be off by the 
 TTFT buckets run 0.1, 0.25, 0.5 s: a p99 read from them may be off by half)."""
 
 
+def bucket_at(series: Series, q: float) -> tuple[float, float, float, float] | None:
+    """The bucket that holds the q-quantile (0..1) of a histogram's window: its bounds (lower, upper] and the
+    cumulative counts below and at its upper bound (upper +Inf past the last bucket); None for an empty one."""
+    if series.count <= 0 or not series.buckets:
+        return None
+    rank = q * series.count
+    lower, below = 0.0, 0.0
+    for upper, cumulative in series.buckets:
+        if cumulative >= rank and cumulative > below:
+            return lower, upper, below, cumulative
+        lower, below = upper, cumulative
+    return lower, math.inf, below, series.count
+
+
 def bucket_quantile(series: Series, q: float) -> float | None:
     """The q-quantile (0..1) of a histogram's window, interpolated linearly inside its bucket as Prometheus's
     `histogram_quantile` does; None where that bucket is wider than `FINE`, open-ended, or empty."""
-    if series.count <= 0 or not series.buckets:
+    got = bucket_at(series, q)
+    if got is None:
         return None
+    lower, upper, below, cumulative = got
+    if math.isinf(upper) or lower <= 0 or upper / lower > FINE:
+        return None
+    return lower + (upper - lower) * (q * series.count - below) / (cumulative - below)
     rank = q * series.count
     lower, below = 0.0, 0.0
     for upper, cumulative in series.buckets:

@@ -13,7 +13,7 @@ def observe_json(result: Any) -> dict[str, Any]:
     o = result.observation
     windows = [{"date": w.date, "requests": w.requests, "rate_rps": round(w.rate, 6),
                 "workers": dep.get("workers", 1), "ttft_ms": round(w.ttft_ms, 4), "tpot_ms": round(w.tpot_ms, 4),
-                "predicted": {"ttft_ms": round(p[0], 4), "tpot_ms": round(p[1], 4)} if p else None}
+                "predicted": {"ttft_ms": round(p["ttft_mean"], 4), "tpot_ms": round(p["tpot_mean"], 4)} if p else None}
                for (w, dep), p in zip(result.windows, result.predicted)]
     return {"source": o.source, "date": o.date, "seconds": o.seconds, "requests": o.requests,
             "rate_rps": round(o.rate, 6), "isl": round(o.isl, 2), "osl": round(o.osl, 2),
@@ -22,10 +22,11 @@ def observe_json(result: Any) -> dict[str, Any]:
             "predicted_with": result.basis or None, "written": str(result.written)}
 
 
-def _against(w: Any, p: tuple[float, float] | None) -> str:
+def _against(w: Any, p: dict[str, float] | None) -> str:
     if p is None:
         return "the model has this load past what the deployment sustains"
-    return f"measured {w.ttft_ms / p[0]:.2f}x / {w.tpot_ms / p[1]:.2f}x the model's {p[0]:,.1f} / {p[1]:,.1f} ms"
+    ttft, tpot = p["ttft_mean"], p["tpot_mean"]
+    return f"measured {w.ttft_ms / ttft:.2f}x / {w.tpot_ms / tpot:.2f}x the model's {ttft:,.1f} / {tpot:,.1f} ms"
 
 
 def print_observe(console: Console, result: Any) -> None:

@@ -7,10 +7,20 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from infra.report.observe import observe_json
+
+
+def _run_json(run: Any) -> dict[str, Any]:
+    if run.bench is not None:
+        return {**run.bench.to_json(), "label": run.label, "planned_load": run.load()}
+    return {"label": run.label, "load": run.load(),
+            "verdict": {"overall": run.overall, "objectives": [o.to_json() for o in run.objectives]}}
+
 
 def verify_json(result: Any) -> dict[str, Any]:
     return {"service": result.service, "passed": result.passed,
-            "runs": [{**r.bench.to_json(), "label": r.label, "planned_load": r.load()} for r in result.runs],
+            "runs": [_run_json(r) for r in result.runs],
+            "observed": observe_json(result.observed) if result.observed is not None else None,
             "calibration": (result.calibration.model_dump(mode="json", by_alias=True, exclude_none=True)
                             if result.calibration is not None else None),
             "replanned": result.replanned.document() if result.replanned is not None else None,
@@ -18,19 +28,40 @@ def verify_json(result: Any) -> dict[str, Any]:
             "written": [str(p) for p in result.written]}
 
 
+def _measured(o: Any, run: Any) -> str:
+    """What was measured: the value, or for a window of traffic whose buckets do not resolve it, its bucket."""
+    if o.measured_ms is not None:
+        return f"{o.measured_ms:,.1f} ms"
+    if run.observed is not None and o.ci_ms is not None:
+        lo, hi = o.ci_ms
+        return f"{lo:,.0f}–{hi:,.0f} ms" if hi != float("inf") else f"> {lo:,.0f} ms"
+    return "—"
+
+
 def print_verify(console: Console, result: Any) -> None:
+    obs = result.observed
+    if obs is not None:
+        o = obs.observation
+        console.print(f"{o.source}: {o.requests:,} requests finished in {o.seconds:g} s until {o.date} "
+                      f"({o.rate:.4g}/s), prompts {o.isl:,.0f} tokens, answers {o.osl:,.0f} on average")
+        for note in obs.about:
+            console.print(f"note: {note}")
     t = Table(title=f"{result.service}: measured against the plan", title_justify="left")
     for col in ("load", "objective", "target", "predicted", "measured", "measured/predicted", "verdict"):
         t.add_column(col, justify="left" if col in ("load", "objective", "verdict") else "right")
     for n, run in enumerate(result.runs):
-        for o in run.bench.verdict.objectives:
-            # The plan predicts its peak; at a lighter load its figures are bounds, not predictions.
+        for o in run.objectives:
+            # The plan predicts its peak; at a lighter load its figures are bounds, not predictions. A window of
+            # traffic is predicted at the load it served.
             predicted = o.predicted_ms if n == 0 else None
             ratio = (f"{o.measured_ms / predicted:.2f}x" if o.measured_ms is not None and predicted else "—")
             t.add_row(f"{run.label} {run.load()}", o.key, f"{o.target_ms:,.1f} ms",
-                      "—" if predicted is None else f"{predicted:,.1f} ms",
-                      "—" if o.measured_ms is None else f"{o.measured_ms:,.1f} ms", ratio, o.verdict)
+                      "—" if predicted is None else f"{predicted:,.1f} ms", _measured(o, run), ratio, o.verdict)
     console.print(t)
+    if obs is not None:
+        said = (f"predicted at the load it served, with {obs.basis or 'the packaged prior'}" if len(obs.windows) == 1
+                else f"not predicted: {len(obs.windows)} windows of their own loads (infra observe compares each)")
+        console.print(f"{said}; judged on the engines' histograms, which place a percentile within its bucket")
     cal = result.calibration
     if cal is not None:
         before, after, unseen = cal.error.prior, cal.error.calibrated, cal.error.leave_one_load_out
@@ -56,5 +87,11 @@ def print_verify(console: Console, result: Any) -> None:
         console.print(line)
     for path in result.written:
         console.print(f"wrote {path}")
+    if result.observed is not None:
+        open_ = sum(o.verdict == "inconclusive" for r in result.runs for o in r.objectives)
+        console.print("verification failed: an objective fails on the traffic served" if not result.passed else
+                      f"no objective fails on the traffic served; {open_} inconclusive" if open_ else
+                      "objectives hold on the traffic served")
+        return
     console.print("objectives hold" if result.passed else
                   "verification failed: an objective or the requests fail at the planned load")

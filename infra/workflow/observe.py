@@ -60,11 +60,15 @@ class ObserveResult:
     written: Path
     skipped: int = 0
     """Windows left out: fewer than `MIN_REQUESTS` finished in them, or no series matched."""
-    predicted: tuple[tuple[float, float] | None, ...] = ()
-    """Each window's mean TTFT and TPOT (ms) as the performance model predicts them at its load, with the
-    calibration `basis` names (None where the model has the load past what the deployment sustains)."""
+    predicted: tuple[dict[str, float] | None, ...] = ()
+    """Each window's metrics (ms by objective key, `ttft_mean`, `tpot_p99` ...) as the performance model predicts
+    them at its load, with the calibration `basis` names (None where the model has the load past what the
+    deployment sustains)."""
     basis: str = ""
     """What those predictions rest on: the plan's calibration (a path), or the packaged prior ("")."""
+    about: tuple[str, ...] = ()
+    """What the windows say of the deployment against the plan (replicas counted, load far below the peak): part
+    of the observation's notes."""
 
 
 def _fetch(url: str, fix: str, params: dict[str, str] | None = None) -> str:
@@ -238,10 +242,11 @@ def _plan_calibration(plan_doc: DeploymentPlan | None) -> str:
 
 
 def _predictions(windows: list[tuple[Observation, dict[str, Any]]], calibration: str,
-                 catalog_dirs: tuple[Path, ...]) -> tuple[tuple[float, float] | None, ...]:
-    """Each window's mean TTFT and TPOT (ms) as the model predicts them for the deployment that served it at the
-    load it served: what the measurement says of the figures a plan rests on, before calibrating on it."""
-    out = []
+                 catalog_dirs: tuple[Path, ...]) -> tuple[dict[str, float] | None, ...]:
+    """Each window's metrics as the model predicts them for the deployment that served it at the load it served
+    (ms by objective key: `ttft_mean`, `ttft_p99`, ... for TTFT, TPOT, ITL and E2E): what the measurement says of
+    the figures a plan rests on, before calibrating on it."""
+    out: list[dict[str, float] | None] = []
     for obs, deployment in windows:
         case = {**deployment, "isl": obs.isl, "osl": max(obs.osl, 1.0), "isl_cv": obs.isl_cv, "osl_cv": obs.osl_cv,
                 "rate": obs.rate, "arrival_cv": 1.0, "prefix_hit": obs.prefix_hit}
@@ -250,7 +255,9 @@ def _predictions(windows: list[tuple[Observation, dict[str, Any]]], calibration:
         except InfraError:
             out.append(None)
             continue
-        out.append((got["ttft_ms"]["mean"], got["tpot_ms"]["mean"]) if got.get("stable") else None)
+        out.append({f"{metric}_{stat}": value for metric in ("ttft", "tpot", "itl", "e2e")
+                    for stat, value in got[f"{metric}_ms"].items() if value is not None}
+                   if got.get("stable") else None)
     return tuple(out)
 
 
@@ -340,7 +347,7 @@ def observe(url: str | None, seconds: float, output: str | Path, *, plan: str | 
     predicted = _predictions(windows, basis, catalog_dirs)
     lines = observation_lines(windows, whole, service)
     write_file(output, "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines), force=force)
-    return ObserveResult(whole, tuple(windows), fields, Path(output), skipped, predicted, basis)
+    return ObserveResult(whole, tuple(windows), fields, Path(output), skipped, predicted, basis, notes)
 
 
 __all__ = ["ObserveResult", "end_time", "observe"]

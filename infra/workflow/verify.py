@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,13 +11,18 @@ from pathlib import Path
 from infra.bench.measurements import earlier_measurements
 from infra.bench.replan import Run, changes, plan_loads
 from infra.bench.run import pick_service, saved_text
-from infra.errors import InfeasibleError, InfraError
+from infra.bench.window_verdict import judge_window
+from infra.errors import InfeasibleError, InfraError, Location, Problem
 from infra.files import plan_writes, write_files
 from infra.perf.correction import CalibrationFile
 from infra.planner.types import DeploymentPlan, load_plan
 from infra.workflow.bench import bench_endpoint
 from infra.workflow.calibrate import calibrate
+from infra.workflow.observe import ObserveResult, observe
 from infra.workflow.plan import plan
+
+OBSERVED_WINDOW_S = 3600.0
+"""The window of its own traffic a deployment is verified on when none is given: the hour before --end."""
 
 
 @dataclass(frozen=True)
@@ -35,35 +41,83 @@ class VerifyResult:
     """What re-planning changed and why, one line each."""
     passed: bool
     written: list[Path]
+    observed: ObserveResult | None = None
+    """The window of the deployment's own traffic it was verified on, where it was (`--prometheus`)."""
 
 
-def verify(plan_path: str | Path, url: str, *, service: str | None = None, allocation: int | None = None,
+def _observed(plan_path: str | Path, plan_doc: DeploymentPlan, name: str, allocation: int | None, prometheus: str,
+              keep: Path, scratch: Path, *, labels: str | None, seconds: float | None, end: str | None,
+              step: float | None, model_name: str | None, catalog_dirs: tuple[Path, ...], force: bool
+              ) -> tuple[Run, ObserveResult]:
+    """The service's own traffic over a window Prometheus has kept, written as `measurements/observed.jsonl`
+    under `keep` (by way of `scratch`, so that it is recorded as infra's like the benchmarks' files), and its
+    objectives judged on the engines' histograms (predicted at the load it served, where it is one window)."""
+    got = observe(None, OBSERVED_WINDOW_S if seconds is None else seconds, scratch / "observed.jsonl",
+                  plan=plan_path, service=name, allocation=allocation, model_name=model_name,
+                  catalog_dirs=catalog_dirs, prometheus=prometheus, labels=labels, end=end, step=step)
+    written = write_files(keep, {"measurements/observed.jsonl": got.written.read_text(encoding="utf-8")},
+                          force=force)[0]
+    got = dataclasses.replace(got, written=written)
+    svc = next(s for s in plan_doc.spec.services if s.name == name)
+    predicted = got.predicted[0] if len(got.predicted) == 1 else None
+    judged, overall = judge_window(got.observation, {**svc.objectives, **svc.attainment_objectives}, predicted)
+    return Run("observed", got.observation.rate, None, tuple(judged), overall, observed=got.observation,
+               predicted=predicted), got
+
+
+def verify(plan_path: str | Path, url: str | None, *, service: str | None = None, allocation: int | None = None,
            intent: str | Path | None = None, requests: int | None = None, duration_s: float | None = None,
            model: str | None = None, api_kind: str = "chat", timeout_s: float = 60.0, warmup: int = 1, seed: int = 0,
            write: str | Path | None = None, catalog_dirs: tuple[Path, ...] = (),
-           progress: Callable[[int, int, str], None] | None = None, force: bool = False) -> VerifyResult:
-    """Measure a deployed plan's service at its planned load (the peak, and the baseline when the workload has
-    one), judge every objective on the measurements, calibrate on them (`calibrate`, together with the
-    still-readable measurement files of the calibration the plan was made with), plan the intent again with that
-    calibration and say what would change. `allocation` names the one allocation of a service of several that
-    the endpoint serves on its own (measured at its share of the load). With `write`, writes
-    `measurements/*.jsonl`, `calibration.yaml` and the new plan (`plan/`) there (each measurement as soon as it
-    is taken, for it cannot be taken again; files infra did not write there are replaced only with `force`).
-    `progress(done, total, load)` hears each load's requests as they complete (`load` "peak" or "baseline")."""
+           progress: Callable[[int, int, str], None] | None = None, force: bool = False,
+           prometheus: str | None = None, labels: str | None = None, end: str | None = None,
+           step: float | None = None) -> VerifyResult:
+    """Measure a deployed plan's service, judge every objective on the measurements, calibrate on them
+    (`calibrate`, together with the still-readable measurement files of the calibration the plan was made with),
+    plan the intent again with that calibration and say what would change.
+
+    Measured at `url` by sending its planned load (the peak, and the baseline when the workload has one), or,
+    with `prometheus`, on its own traffic: the `duration_s` before `end` (the last hour by default) of the series
+    the `labels` matchers select, read from the Prometheus server that scrapes its engines (`observe`; `step`
+    splits it into load points; `model` keeps one served model's series), its objectives judged on the engines'
+    latency histograms (`infra.bench.window_verdict`). `allocation` names the one allocation of a service of
+    several that is measured on its own (at its share of the load). With `write`, writes `measurements/*.jsonl`,
+    `calibration.yaml` and the new plan (`plan/`) there (each measurement as soon as it is taken, for it cannot
+    be taken again; files infra did not write there are replaced only with `force`). `progress(done, total,
+    load)` hears each load's requests as they complete (`load` "peak" or "baseline")."""
+    if (url is None) == (prometheus is None):
+        raise InfraError(Problem("verify measures one way", Location(path="--endpoint"),
+                                 "give --endpoint URL (send the planned load) or --prometheus URL (read the "
+                                 "deployment's own traffic), not both"))
+    if prometheus is not None and requests is not None:
+        raise InfraError(Problem("--requests sends load", Location(path="--prometheus"),
+                                 "leave --requests out to verify on the traffic served (--duration sets its "
+                                 "window), or give --endpoint to send load"))
+    if prometheus is None and (labels, end, step) != (None, None, None):
+        flag = "--selector" if labels is not None else "--end" if end is not None else "--step"
+        raise InfraError(Problem(f"{flag} reads Prometheus series", Location(path="--prometheus"),
+                                 "give --prometheus URL instead of --endpoint, or leave it out"))
     plan_doc = load_plan(plan_path)
     name = pick_service(plan_doc, service, plan_path)
     intent_path = Path(intent) if intent is not None else Path(plan_doc.spec.provenance.intent)
     out = Path(write) if write is not None else None
-    loads = plan_loads(plan_doc, name, allocation)
+    loads = plan_loads(plan_doc, name, allocation) if prometheus is None else [("observed", None, None)]
     if out is not None:  # refused before minutes of measuring, not after
         plan_writes(out, {**{f"measurements/{label}.jsonl": None for label, _, _ in loads},
                           "calibration.yaml": None}, force=force)
         plan_writes(out / "plan", {"plan.yaml": None, "report.md": None}, force=force)
+    observed = None
     with tempfile.TemporaryDirectory(prefix="infra-verify-") as tmp:
         keep = out if out is not None else Path(tmp) / "verify"
         runs, files = [], []
-        for label, rate, clients in loads:
-            result = bench_endpoint(url, model=model, api=api_kind, rate=rate, concurrency=clients,
+        if prometheus is not None:
+            run, observed = _observed(plan_path, plan_doc, name, allocation, prometheus, keep, Path(tmp),
+                                      labels=labels, seconds=duration_s, end=end, step=step, model_name=model,
+                                      catalog_dirs=catalog_dirs, force=force)
+            runs.append(run)
+            files.append(observed.written)
+        for label, rate, clients in loads if prometheus is None else ():
+            result = bench_endpoint(str(url), model=model, api=api_kind, rate=rate, concurrency=clients,
                                     requests=requests, duration_s=duration_s, plan=plan_path, service=name,
                                     warmup=warmup, timeout_s=timeout_s, seed=seed,
                                     progress=None if progress is None else
@@ -71,7 +125,7 @@ def verify(plan_path: str | Path, url: str, *, service: str | None = None, alloc
             rel = f"measurements/{label}.jsonl"
             write_files(keep, {rel: saved_text(result.bench)}, force=force)
             files.append(keep / rel)
-            runs.append(Run(label, rate, clients, result.bench))
+            runs.append(Run.of_bench(label, rate, clients, result.bench))
         cal, cal_path, replanned, notes = None, None, None, []
         earlier = earlier_measurements(plan_doc)
         if earlier:
@@ -94,6 +148,6 @@ def verify(plan_path: str | Path, url: str, *, service: str | None = None, alloc
     if out is not None and replanned is not None:
         written.append(out / "plan")
     failures = [why for r in runs if (why := r.failure())]
-    passed = not failures and all(r.bench.verdict.overall != "fail" for r in runs)
+    passed = not failures and all(r.overall != "fail" for r in runs)
     return VerifyResult(name, runs, cal, replanned, failures + notes + changes(plan_doc, replanned, name, runs),
-                        passed, written)
+                        passed, written, observed)

@@ -1,5 +1,6 @@
 """`infra observe --prometheus`: a real Prometheus server (Debian's `prometheus` package, which `.ci/run` installs)
-scrapes two engines (emulators) while traffic runs; observe reads the window back from it."""
+scrapes two engines (emulators) while traffic runs; observe reads the window back from it, and verify judges a
+plan on it."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from infra.bench.observe import TPOT, TTFT
 from infra.bench.scrape import snapshot
 
 from ..bench_servers import emulator, stop
+from .test_calibrate_cli import LOOP, PROFILE
 from .test_cli import infra
 
 PROMETHEUS = shutil.which("prometheus")
@@ -138,3 +141,50 @@ def test_observe_reads_a_window_of_every_replica_back_from_prometheus(tmp_path: 
     assert alone["ttft_ms"] > 1.3 * got["ttft_ms"]
     down = infra("observe", "--prometheus", prom, "-o", str(tmp_path / "down.jsonl"), *FLAGS)
     assert down.returncode == 1 and "cannot be read" in down.stderr and len(down.stderr.strip().splitlines()) == 1
+
+
+INTENT = LOOP.replace("ttft: {p99: 1s}", "ttft: {p99: 1s, mean: 400ms}")
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="needs Debian's prometheus package (.ci/run installs it)")
+def test_verify_judges_calibrates_and_replans_on_the_traffic_prometheus_kept(tmp_path: Path):
+    """A deployment whose tokens come 45 ms apart serves its traffic; `infra verify --prometheus` reads the window
+    back, judges the objectives on the engine's histograms (TPOT p99 over its 40 ms objective: fail, whatever the
+    sample; TTFT mean exact, under its 400 ms; TTFT p99 within its bucket but on too few requests to pass),
+    calibrates on the window and re-plans with that calibration. Measuring two ways at once, or sending load
+    while reading traffic, is a one-line error."""
+    (tmp_path / "loop.yaml").write_text(INTENT)
+    (tmp_path / "profile.yaml").write_text(PROFILE)
+    assert infra("plan", str(tmp_path / "loop.yaml"), "-o", str(tmp_path / "out"), "--no-verify").returncode == 0
+    plan = tmp_path / "out" / "plan.yaml"
+    with emulator("--ttft-ms", "150", "--itl-ms", "45") as url:
+        host = url.removeprefix("http://").removesuffix("/v1")
+        with prometheus(tmp_path / "prom", [host]) as prom:
+            assert _load(url, "6/s", 60).wait(timeout=120) == 0
+            time.sleep(3)
+            run = infra("verify", str(plan), "--prometheus", prom, "--selector", 'job="engine"', "--duration", "60",
+                        "--write", str(tmp_path / "v"), "--json")
+            text = infra("verify", str(plan), "--prometheus", prom, "--selector", 'job="engine"', "--duration",
+                         "60")
+            both = infra("verify", str(plan), "--prometheus", prom, "--endpoint", url)
+            load = infra("verify", str(plan), "--prometheus", prom, "--requests", "10")
+    assert run.returncode == 3, run.stderr
+    got = json.loads(run.stdout)
+    verdicts = {o["key"]: o for o in got["runs"][0]["verdict"]["objectives"]}
+    assert got["runs"][0]["label"] == "observed" and got["observed"]["requests"] == pytest.approx(60, rel=0.1)
+    assert verdicts["tpot_p99"]["verdict"] == "fail" and verdicts["tpot_p99"]["ci_ms"][0] >= 40
+    assert verdicts["ttft_mean"]["verdict"] == "pass"
+    assert verdicts["ttft_mean"]["measured_ms"] == pytest.approx(got["observed"]["ttft_ms"], rel=1e-4)
+    assert verdicts["ttft_p99"]["verdict"] == "inconclusive"
+    assert "needs at least 1,000" in verdicts["ttft_p99"]["reason"]
+    assert all(o["predicted_ms"] > 0 for o in verdicts.values())
+    for name in ("measurements/observed.jsonl", "calibration.yaml", "plan/plan.yaml"):
+        assert (tmp_path / "v" / name).exists(), name
+    cal = yaml.safe_load((tmp_path / "v" / "calibration.yaml").read_text())
+    assert cal["error"]["calibrated"]["tpot_median_ape"] < cal["error"]["prior"]["tpot_median_ape"]
+    replanned = yaml.safe_load((tmp_path / "v" / "plan" / "plan.yaml").read_text())
+    assert replanned["spec"]["provenance"]["calibration"]["measured"]["points"] == 1
+    assert any("TPOT mean measured" in line for line in got["changes"]), got["changes"]
+    assert text.returncode == 3 and "observed" in text.stdout and "verification failed" in text.stdout
+    for bad, why in ((both, "verify measures one way"), (load, "--requests sends load")):
+        assert bad.returncode == 1 and why in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
