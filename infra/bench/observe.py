@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.bench.scrape import Series, bucket_quantile, window
+from infra.catalog import metrics
 from infra.errors import InfraError, Location, Problem
 from infra.perf.serving import PERCENTILES
 
-TTFT = "vllm:time_to_first_token_seconds"
-TPOT = "vllm:request_time_per_output_token_seconds"
+TTFT = metrics.VLLM.ttft
+TPOT = metrics.VLLM.tpot
 """A finished request's decode time per output token after its first (vLLM V1; the emulator alike)."""
 PROMPT = "vllm:request_prompt_tokens"
 GENERATION = "vllm:request_generation_tokens"
@@ -29,10 +30,8 @@ class Exporter:
     """Which series an engine counts its finished requests in (family names: a counter's without `_total`)."""
 
     engine: str
-    ttft: str
-    """Histogram of each request's time to its first token."""
-    tpot: str
-    """Histogram of the decode time per output token: each request's, or each gap between tokens (`per_gap`)."""
+    latency: metrics.LatencyHistograms
+    """Its latency histograms (`infra.catalog.metrics`): TTFT, TPOT (each request's, or each gap's), ITL, E2E."""
     prompt: str
     """Prompt tokens: a histogram of each request's, or a counter of them all (with `requests`)."""
     generation: str
@@ -40,37 +39,23 @@ class Exporter:
     """Counter of finished requests, where the token counts are counters."""
     lengths: tuple[str, str] | None = None
     """Histograms of each request's prompt and answer tokens, where the engine exports them besides the counters."""
-    per_gap: bool = False
     cache: tuple[str, str] | None = None
     """The prompt tokens found in the prefix cache and those looked up, where the engine counts them: counters, or
     (`cache_histograms`) histograms of each request's, whose sums are the tokens."""
     cache_histograms: bool = False
-    model_label: str = "model_name"
-    """The label that names the served model."""
     whole_requests: bool = False
     """Whether it sees whole requests where prefill and decode run apart (a frontend does; an engine serves part)."""
-    e2e: str | None = None
-    """Histogram of each request's time from arrival to its last token, where the engine exports one."""
-    itl: str | None = None
-    """Histogram of the gaps between a request's tokens (each gap, or each token at its chunk's gap)."""
-
-    @property
-    def latencies(self) -> dict[str, str]:
-        """The histogram each objective's metric is judged on (`infra.bench.window_verdict`), where there is one:
-        TPOT only from a histogram of each request's, not of gaps."""
-        named = {"ttft": self.ttft, "tpot": None if self.per_gap else self.tpot, "itl": self.itl, "e2e": self.e2e}
-        return {metric: name for metric, name in named.items() if name}
 
     @property
     def needed(self) -> tuple[str, ...]:
-        return (self.ttft, self.tpot, self.prompt, self.generation) + ((self.requests,) if self.requests else ())
+        return (self.latency.ttft, self.latency.tpot, self.prompt, self.generation) + ((self.requests,) if self.requests else ())
 
     @property
     def histograms(self) -> tuple[str, ...]:
-        named = (self.ttft, self.tpot) + ((self.prompt, self.generation) if self.requests is None else
+        named = (self.latency.ttft, self.latency.tpot) + ((self.prompt, self.generation) if self.requests is None else
                                           self.lengths or ())
         return tuple(dict.fromkeys(named + (self.cache or () if self.cache_histograms else ())
-                                   + tuple(self.latencies.values())))
+                                   + tuple(self.latency.by_metric().values())))
 
     @property
     def counters(self) -> tuple[str, ...]:
@@ -78,25 +63,21 @@ class Exporter:
         return tuple(dict.fromkeys(named + (self.cache or () if not self.cache_histograms else ())))
 
 
-VLLM = Exporter("vLLM", TTFT, TPOT, PROMPT, GENERATION, cache=("vllm:prefix_cache_hits", "vllm:prefix_cache_queries"),
-                e2e="vllm:e2e_request_latency_seconds", itl="vllm:inter_token_latency_seconds")
+VLLM = Exporter("vLLM", metrics.VLLM, PROMPT, GENERATION,
+                cache=("vllm:prefix_cache_hits", "vllm:prefix_cache_queries"))
 """vLLM V1: per-request histograms (and one of every gap between tokens), and the prefix cache's hit and query
 counters (in tokens)."""
-SGLANG = Exporter("SGLang", "sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds",
-                  "sglang:prompt_tokens", "sglang:generation_tokens", "sglang:num_requests",
-                  ("sglang:prompt_tokens_histogram", "sglang:generation_tokens_histogram"), per_gap=True,
-                  cache=("sglang:cached_tokens", "sglang:prompt_tokens"), e2e="sglang:e2e_request_latency_seconds",
-                  itl="sglang:inter_token_latency_seconds")
+SGLANG = Exporter("SGLang", metrics.SGLANG, "sglang:prompt_tokens", "sglang:generation_tokens", "sglang:num_requests",
+                  ("sglang:prompt_tokens_histogram", "sglang:generation_tokens_histogram"),
+                  cache=("sglang:cached_tokens", "sglang:prompt_tokens"))
 """SGLang (`--enable-metrics`): its inter-token histogram adds each streamed chunk's interval to `_sum` and its
 tokens to the buckets, so `_sum / _count` is the mean gap over the window's tokens, not over its requests; the
 per-request token histograms come with `--collect-tokens-histogram`. Source: sgl-project/sglang
 python/sglang/srt/metrics/collector.py (TokenizerMetricsCollector)."""
-DYNAMO = Exporter("Dynamo", "dynamo_frontend_time_to_first_token_seconds",
-                  "dynamo_frontend_inter_token_latency_seconds", "dynamo_frontend_input_sequence_tokens",
-                  "dynamo_frontend_output_sequence_tokens", per_gap=True,
+DYNAMO = Exporter("Dynamo", metrics.DYNAMO, "dynamo_frontend_input_sequence_tokens",
+                  "dynamo_frontend_output_sequence_tokens",
                   cache=("dynamo_frontend_cached_tokens", "dynamo_frontend_input_sequence_tokens"),
-                  cache_histograms=True, model_label="model", whole_requests=True,
-                  e2e="dynamo_frontend_request_duration_seconds", itl="dynamo_frontend_inter_token_latency_seconds")
+                  cache_histograms=True, whole_requests=True)
 """NVIDIA Dynamo's HTTP frontend (what its clients see, a disaggregated deployment's prefill and hand-off included):
 per-request histograms of TTFT, prompt, answer and cached tokens, and an inter-token histogram observed once per
 token at each chunk's gap. Source: ai-dynamo/dynamo lib/llm/src/http/service/metrics.rs (ResponseMetricCollector)."""
@@ -131,7 +112,8 @@ class Observation:
     prefix_hit: float = 0.0
     """Share of the prompt tokens the prefix cache held (0 where the engine keeps no count of it)."""
     latency: dict[str, Series] = field(default_factory=dict)
-    """The window's histogram of each metric an objective is judged on (`Exporter.latencies`), in seconds."""
+    """The window's histogram of each metric an objective is judged on, in seconds (`infra.catalog.metrics`:
+    `LatencyHistograms.by_metric`)."""
     engine: str = ""
     """The engine whose series these are (`Exporter.engine`)."""
 
@@ -178,7 +160,7 @@ def observation(before: dict[str, Series], after: dict[str, Series], seconds: fl
     got = window(before, after)
     # Whole numbers from two scrapes; Prometheus's increase() extrapolates them (`promql`), so the means divide by
     # the counts as they are and only the request count is rounded.
-    n = round(got[e.ttft].count)
+    n = round(got[e.latency.ttft].count)
     if any(s.count < 0 or s.sum < 0 for s in got.values()):
         raise InfraError(Problem("the counters went down during the window (the engine restarted)",
                                  where, "observe a window in which the engine keeps running"))
@@ -188,7 +170,7 @@ def observation(before: dict[str, Series], after: dict[str, Series], seconds: fl
                                  "observe a longer window (--duration) or a busier deployment"))
     finished = got[e.requests].count if e.requests else got[e.prompt].count
     # Every count a mean divides by: a window's series can disagree (a broken exporter, series of other engines).
-    counts = {e.tpot: got[e.tpot].count, e.requests or e.prompt: finished}
+    counts = {e.latency.tpot: got[e.latency.tpot].count, e.requests or e.prompt: finished}
     if e.requests is None:
         counts[e.generation] = got[e.generation].count
     empty = [name for name, count in counts.items() if count <= 0]
@@ -198,7 +180,7 @@ def observation(before: dict[str, Series], after: dict[str, Series], seconds: fl
                                  "--model-name)"))
     pcts: dict[str, dict[str, float]] = {}
     # A per-gap histogram's percentiles are the gaps', not the requests' TPOT an objective is written on.
-    for key, name in (("ttft_ms", e.ttft),) + ((("tpot_ms", e.tpot),) if not e.per_gap else ()):
+    for key, name in (("ttft_ms", e.latency.ttft),) + ((("tpot_ms", e.latency.tpot),) if not e.latency.per_gap else ()):
         found = {p: round(1000 * v, 4) for p in PERCENTILES
                  if (v := bucket_quantile(got[name], float(p[1:]) / 100)) is not None}
         if found:
@@ -217,7 +199,7 @@ def observation(before: dict[str, Series], after: dict[str, Series], seconds: fl
         notes.append(f"{e.engine} exported no per-request token histograms (--collect-tokens-histogram): the "
                      "lengths are taken as fixed at their means")
         cvs = (0.0, 0.0)
-    if e.per_gap:
+    if e.latency.per_gap:
         notes.append(f"TPOT is {e.engine}'s mean gap between tokens over the window's tokens, which weighs long "
                      "answers more than a mean over requests")
     if not pcts:
@@ -231,9 +213,10 @@ def observation(before: dict[str, Series], after: dict[str, Series], seconds: fl
             hit = round(min(hits / looked, 1.0), 4)
             notes.append(f"the prefix cache held {hit:.1%} of the prompt tokens ({e.cache[0]} over {e.cache[1]}): "
                          "the point's prompts are that much shorter to prefill")
-    return Observation(source, date, seconds, n, got[e.ttft].count / seconds, isl, osl, *cvs,
-                       1000 * got[e.ttft].sum / got[e.ttft].count, 1000 * got[e.tpot].sum / got[e.tpot].count, pcts,
-                       tuple(notes), hit, {m: got[name] for m, name in e.latencies.items() if name in got}, e.engine)
+    return Observation(source, date, seconds, n, got[e.latency.ttft].count / seconds, isl, osl, *cvs,
+                       1000 * got[e.latency.ttft].sum / got[e.latency.ttft].count, 1000 * got[e.latency.tpot].sum / got[e.latency.tpot].count, pcts,
+                       tuple(notes), hit, {m: got[name] for m, name in e.latency.by_metric().items() if name in got},
+                       e.engine)
 
 
 def observation_lines(windows: Sequence[tuple[Observation, dict[str, Any]]], whole: Observation,

@@ -63,6 +63,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("ScaledObject", "keda.sh", crd="keda"),
     Kind("InferencePool", "inference.networking.k8s.io", crd="inference_extension"),
     Kind("HTTPRoute", "gateway.networking.k8s.io", crd="gateway_api"),
+    Kind("PrometheusRule", "monitoring.coreos.com", crd="prometheus_operator"),
     Kind("DynamoGraphDeployment", "nvidia.com", crd="dynamo"),
     Kind("InferenceService", "serving.kserve.io", crd="kserve"),
     Kind("LLMInferenceService", "serving.kserve.io", crd="kserve"),

@@ -517,6 +517,10 @@ class FrameworkSpec(CatalogModel):
     (the model's 16-bit dtype, or fp32 where the engine chooses accuracy)."""
     kinds: list[ModelKind] = ["llm"]
     """Kinds of model (pipeline stage) the engine serves."""
+    metrics: Literal["vllm", "sglang"] | None = None
+    """The family of Prometheus series its engine counts requests in (`infra.catalog.metrics`): `vllm` for vLLM and
+    its vendor builds, `sglang`; unset where it exports neither, and then no objective rules are rendered for its
+    pods."""
     calibration_from: str | None = None
     """The engine (catalog name) whose measured efficiency factors this one borrows on a device no measurement
     fitted it on, before any other engine's: a vendor build of vLLM takes vLLM's. Unset: its own, where fitted."""

@@ -253,6 +253,9 @@ class Crds(Strict):
     """KEDA ScaledObject version (`keda.sh/v1alpha1`); without it autoscaling renders an HPA."""
     dra: ApiVersion | None = None
     """Dynamic Resource Allocation API version (`resource.k8s.io/v1`)."""
+    prometheus_operator: ApiVersion | None = None
+    """Prometheus Operator API version serving PrometheusRule (`monitoring.coreos.com/v1`): each service's
+    objectives and planned peak become alerting rules on its engines' metrics."""
 
 
 class Conventions(Strict):

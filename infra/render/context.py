@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError as PydanticValidationError
+
 from infra.catalog.hfids import checkpoint_precision
 from infra.catalog.kinds import kind_of
 from infra.catalog.loader import Catalog
@@ -22,6 +24,7 @@ from infra.errors import CatalogError, InfraError, IntentError, Location, Proble
 from infra.intent.models import Workload
 from infra.intent.yamlio import dotted
 from infra.planner.types import Allocation, ClusterPool, DeploymentPlan, ServicePlan, allocation_problems
+from infra.render.alerts import objective_rules
 from infra.render.args import config_file_content, engine_settings, kv_transfer, model_args
 from infra.render.cpu import engine_env, size_pod
 from infra.render.settings import Settings
@@ -186,12 +189,35 @@ class ServiceBuilder:
                       f"({per_pod[0]:g} to {per_pod[-1]:g} {svc.demand.unit} each), so the smaller ones get more "
                       "than they were planned for: list the Gateway API (crds.gateway_api) or the Inference "
                       "Extension in the cluster profile and re-plan, for a router that splits by capacity")
+        if self.crds.get("prometheus_operator") and svc.runs_llm_engine and self.stage is None:
+            self._objective_rules()
         # A weighted route is the service's way in; a Service over every pod beside it would split evenly, so it
         # is kept only where a pipeline's stage config hands off to it.
         if any(a.mode == "agg" for a in svc.allocations) and (not routed or self.stage is not None):
             self.add("service.yaml.j2", {"name": svc.name, "port": endpoint_port, "labels": self.base_labels,
                                          "selector": {"infra.dev/service": svc.name, "infra.dev/role": "agg",
                                                       SERVES: "true"}})
+
+    def _objective_rules(self) -> None:
+        """The service's objectives and planned peak as alerting rules on its engines' series
+        (`infra.render.alerts`)."""
+        svc = self.svc
+        pods: dict[str | None, list[str]] = {}
+        for i, a in enumerate(svc.allocations):
+            if a.mode == "agg":
+                pods.setdefault(self.catalog.framework(a.framework).metrics, []).append(f"{svc.name}-a{i}")
+        peak = self._workload()
+        got = objective_rules(svc.name, self.cluster.namespace, pods, {**svc.objectives, **svc.attainment_objectives},
+                              peak.rate.peak_rps if peak is not None and peak.rate is not None else None,
+                              self.plan.spec.fingerprint)
+        header = [f"{svc.name}: {line}" for line in got.skipped]
+        for line in header:
+            self.note(line)
+        if got.rules:
+            self.add("prometheusrule.yaml.j2", {
+                "api_version": self.crds["prometheus_operator"], "name": f"{svc.name}-objectives",
+                "labels": self.base_labels, "annotations": {"infra.dev/plan-fingerprint": self.plan.spec.fingerprint},
+                "group": f"{svc.name}-objectives", "rules": got.rules}, header)
 
     def _route(self) -> None:
         """One Service per aggregated allocation and the HTTPRoute that splits the service's requests over them by
@@ -238,21 +264,22 @@ class ServiceBuilder:
         return {"weight_bytes": spec.params_total_b * 1e9 * BYTES_PER_PARAM[native], "native": native,
                 "params_b": spec.params_total_b}
 
+    def _workload(self) -> Workload | None:
+        """The service's workload as the plan records it (validated when planned; a hand-edited oddity is None)."""
+        try:
+            return Workload.model_validate(self.svc.workload) if self.svc.workload else None
+        except PydanticValidationError:
+            return None
+
     # --- shared per allocation ----------------------------------------------------------------------------------
 
     def rates(self, a: Allocation) -> tuple[int, int]:
         """(floor, peak) replicas of an allocation: the peak is what the plan places; the floor carries this
         allocation's share of the workload's baseline rate at capacity_per_replica, and the allocation's share of
         availability.min_replicas, whichever is larger."""
-        from pydantic import ValidationError as PydanticValidationError
-
-
         total_load = sum(x.replicas * x.load_per_replica for x in self.svc.allocations) or 1.0
         share = a.replicas * a.load_per_replica / total_load
-        try:
-            wl = Workload.model_validate(self.svc.workload) if self.svc.workload else None
-        except PydanticValidationError:  # validated when planned; a hand-edited oddity keeps the peak
-            wl = None
+        wl = self._workload()
         baseline = wl.rate.baseline_rps if wl is not None and wl.rate is not None else None
         if baseline is None:
             return a.replicas, a.replicas

@@ -189,9 +189,9 @@ def _from_prometheus(base: str, seconds: float, step: float | None, labels: str 
 
     found: list[tuple[float, dict[str, Series], int]] = []
     for e in EXPORTERS:
-        sel = selector(labels, model_name, e.model_label)
+        sel = selector(labels, model_name, e.latency.model_label)
         try:
-            got = read_windows(ask, e.histograms, e.counters, sel, each, e.ttft)
+            got = read_windows(ask, e.histograms, e.counters, sel, each, e.latency.ttft)
         except ValueError as exc:
             raise InfraError(Problem(f"Prometheus refused a query: {exc}", Location(api),
                                      "check --selector: label matchers as PromQL writes them, e.g. "

@@ -309,4 +309,4 @@ def test_a_dynamo_frontend_s_window_reads_what_its_clients_saw():
     assert obs.ttft_ms == pytest.approx(300) and obs.tpot_ms == pytest.approx(20)
     assert obs.prefix_hit == pytest.approx(0.25) and "tpot_ms" not in obs.percentiles
     assert any("Dynamo's mean gap between tokens" in note for note in obs.notes)
-    assert selector(None, "m", DYNAMO.model_label) == '{model="m"}'
+    assert selector(None, "m", DYNAMO.latency.model_label) == '{model="m"}'

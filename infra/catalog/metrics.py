@@ -1,0 +1,47 @@
+"""The Prometheus histograms serving engines count their requests' latencies in, by the family of series an engine
+exports (`FrameworkSpec.metrics`): what `infra observe` and `infra verify --prometheus` read, and what the
+objective rules rendered for a plan's services watch.
+
+Sources: vLLM V1's request metrics (vllm/v1/metrics/loggers.py; the vendor builds of vLLM export the same),
+SGLang's (python/sglang/srt/metrics/collector.py, with `--enable-metrics`), NVIDIA Dynamo's HTTP frontend
+(lib/llm/src/http/service/metrics.rs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LatencyHistograms:
+    """One family's histograms (seconds) by the metric an objective is written on."""
+
+    ttft: str
+    """Each request's time to its first token."""
+    tpot: str
+    """Decode time per output token: each request's, or each gap between tokens (`per_gap`)."""
+    itl: str
+    """Gaps between a request's tokens (each gap, or each token at its chunk's gap)."""
+    e2e: str
+    """Each request's time from arrival to its last token."""
+    per_gap: bool = False
+    """`tpot` counts gaps between tokens, not requests: it gives no request's TPOT percentile."""
+    model_label: str = "model_name"
+    """The label that names the served model."""
+
+    def by_metric(self) -> dict[str, str]:
+        """The histogram each objective's metric is read from: TPOT only from a histogram of each request's."""
+        named = {"ttft": self.ttft, "tpot": None if self.per_gap else self.tpot, "itl": self.itl, "e2e": self.e2e}
+        return {metric: name for metric, name in named.items() if name}
+
+
+VLLM = LatencyHistograms("vllm:time_to_first_token_seconds", "vllm:request_time_per_output_token_seconds",
+                         "vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds")
+SGLANG = LatencyHistograms("sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds",
+                           "sglang:inter_token_latency_seconds", "sglang:e2e_request_latency_seconds", per_gap=True)
+DYNAMO = LatencyHistograms("dynamo_frontend_time_to_first_token_seconds",
+                           "dynamo_frontend_inter_token_latency_seconds",
+                           "dynamo_frontend_inter_token_latency_seconds", "dynamo_frontend_request_duration_seconds",
+                           per_gap=True, model_label="model")
+FAMILIES = {"vllm": VLLM, "sglang": SGLANG, "dynamo": DYNAMO}
+
+__all__ = ["DYNAMO", "FAMILIES", "SGLANG", "VLLM", "LatencyHistograms"]

@@ -1,0 +1,126 @@
+"""A service's objectives as Prometheus alerting rules on its engines' own latency histograms (rendered as a
+PrometheusRule where the cluster runs the Prometheus Operator, `conventions.crds.prometheus_operator`), so the
+figures a plan promises are watched where it runs, and a miss, or traffic past the peak it was sized for, says
+how to close the loop: `infra verify PLAN --prometheus URL --selector ...` judges, calibrates and re-plans.
+
+- a percentile objective: `histogram_quantile(q, sum by (le) (rate(H_bucket{SEL}[W])))` above its target;
+- a mean objective: `sum(rate(H_sum{SEL}[W])) / sum(rate(H_count{SEL}[W]))` above its target;
+- the planned peak: requests finishing faster than `workload.rate.peak` (`sum(rate(TTFT_count{SEL}[W]))`).
+
+SEL holds the plan's namespace and the pod names of the service's aggregated allocations (a Deployment's pods,
+`NAME-HASH-ID`, or a LeaderWorkerSet's, `NAME-GROUP[-WORKER]`), which Prometheus's Kubernetes discovery labels
+every scraped series with (`namespace`, `pod`). Prefill/decode-disaggregated allocations are left out: each of
+their engines serves part of a request (a decode engine's TTFT starts after the remote prefill). An engine whose
+series infra does not know (`FrameworkSpec.metrics` unset), or a TPOT objective of an engine that counts gaps
+rather than requests (SGLang's), gets no rule; the caller notes which and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from infra.catalog.metrics import FAMILIES
+
+WINDOW = "10m"
+"""Rate window of every rule: long enough for a p99 of a few requests a second to rest on some hundreds."""
+FOR = "10m"
+"""How long an objective stays missed before its alert fires."""
+PEAK_FOR = "15m"
+"""How long traffic stays past the planned peak before that alert fires."""
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The alerting rules of one service, and what could not be watched (one line each)."""
+
+    rules: list[dict[str, Any]]
+    selector: str
+    """The label matchers every rule's series carry (what `infra verify --selector` takes)."""
+    skipped: list[str]
+
+
+def _seconds(ms: float) -> str:
+    return f"{ms / 1000:.6g}"
+
+
+def pod_pattern(names: list[str]) -> str:
+    """A regular expression (Prometheus anchors it) for the pods of the workloads `names`: a Deployment's
+    `NAME-HASH-ID` or a LeaderWorkerSet's `NAME-GROUP` and `NAME-GROUP-WORKER`, and nothing of another workload
+    whose name merely starts with one of them."""
+    alternatives = "|".join(names)
+    return f"({alternatives})-([0-9]+(-[0-9]+)?|[a-z0-9]+-[a-z0-9]+)"
+
+
+def _selector(namespace: str, workloads: list[str]) -> str:
+    return f'namespace="{namespace}",pod=~"{pod_pattern(workloads)}"'
+
+
+def _objective(service: str, key: str, target: float, name: str, sel: str, fingerprint: str,
+               verify: str) -> dict[str, Any]:
+    metric, _, stat = key.partition("_")
+    if stat == "mean":
+        expr = (f"sum(rate({name}_sum{{{sel}}}[{WINDOW}])) / sum(rate({name}_count{{{sel}}}[{WINDOW}])) > "
+                f"{_seconds(target)}")
+        what = f"mean {metric.upper()}"
+    else:
+        expr = (f"histogram_quantile({float(stat[1:]) / 100:g}, sum by (le) (rate({name}_bucket{{{sel}}}[{WINDOW}])))"
+                f" > {_seconds(target)}")
+        what = f"{metric.upper()} {stat}"
+    return {
+        "alert": "ServingObjectiveMissed", "expr": expr, "for": FOR,
+        "labels": {"severity": "warning", "service": service, "objective": key},
+        "annotations": {
+            "summary": f"{service}: {what} over the {target:g} ms the plan promises",
+            "description": (f"{what} of {service} over the last {WINDOW}, read from its engines' histograms (a "
+                            f"percentile interpolated within its bucket), is above its {target:g} ms objective "
+                            f"(plan {fingerprint}). Judge it on the traffic served, calibrate and re-plan: {verify}"),
+        },
+    }
+
+
+def objective_rules(service: str, namespace: str, pods: dict[str | None, list[str]], objectives: dict[str, float],
+                    peak_rps: float | None, fingerprint: str) -> Rules:
+    """The rules watching `objectives` (key -> target ms, `ttft_p99`) and `peak_rps` over the pods of the
+    aggregated allocations' workloads, by the family of series their engines export (`pods`: family -> workload
+    names, None for an engine that exports none infra reads)."""
+    skipped = []
+    if not pods:
+        skipped.append("its allocations are all prefill/decode-disaggregated, whose engines each serve part of a "
+                       "request: no objective rules (watch the router or frontend that sees whole requests)")
+    if None in pods:
+        skipped.append(f"{', '.join(pods[None])}: the engine exports no series infra reads (vLLM's or SGLang's): "
+                       "not watched")
+    known = {family: names for family, names in sorted(pods.items(), key=lambda x: x[0] or "") if family}
+    if not known:
+        return Rules([], "", skipped)
+    selectors = {family: _selector(namespace, names) for family, names in known.items()}
+    # One selector for the command a rule suggests: every watched pod (observe reads whichever series it finds).
+    every = _selector(namespace, sorted(n for names in known.values() for n in names))
+    verify = f"infra verify PLAN --service {service} --prometheus PROMETHEUS_URL --selector '{every}'"
+    rules = []
+    for family, sel in selectors.items():
+        by_metric = FAMILIES[family].by_metric()
+        for key, target in sorted(objectives.items()):
+            name = by_metric.get(key.partition("_")[0])
+            if name is None:
+                skipped.append(f"{key}: {family} counts TPOT per gap between tokens, not per request: not watched")
+                continue
+            rules.append(_objective(service, key, target, name, sel, fingerprint, verify))
+    if peak_rps is not None:
+        served = " + ".join(f"(sum(rate({FAMILIES[family].ttft}_count{{{sel}}}[{WINDOW}])) or vector(0))"
+                            for family, sel in selectors.items())
+        rules.append({
+            "alert": "ServingLoadPastPlan", "expr": f"{served} > {peak_rps:.6g}", "for": PEAK_FOR,
+            "labels": {"severity": "info", "service": service},
+            "annotations": {
+                "summary": f"{service}: traffic past the {peak_rps:g}/s peak the plan was sized for",
+                "description": (f"{service} has served more than the {peak_rps:g} requests/s its plan ({fingerprint}) "
+                                "was sized for: its objectives hold only as far as the model carries them past the "
+                                f"peak. Measure this traffic, calibrate and re-plan: {verify}"),
+            },
+        })
+    return Rules(rules, every, skipped)
+
+
+__all__ = ["FOR", "PEAK_FOR", "WINDOW", "Rules", "objective_rules", "pod_pattern"]

@@ -1,0 +1,121 @@
+"""A plan's objectives rendered as Prometheus alerting rules (`infra.render.alerts`), checked by Prometheus's own
+rule tester where it is installed (`promtool`, in Debian's prometheus package that `.ci/run` installs): the rules
+fire on a deployment that misses them, and stay quiet on pods of another workload."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra import api
+from infra.render.alerts import objective_rules, pod_pattern
+
+from ..e2e.test_calibrate_cli import LOOP, PROFILE
+
+PROMTOOL = shutil.which("promtool")
+MONITORED = PROFILE.replace("spec:\n", "spec:\n  conventions:\n    namespace: llm\n    crds: {prometheus_operator: "
+                                      "monitoring.coreos.com/v1}\n")
+INTENT = LOOP.replace("ttft: {p99: 1s}", "ttft: {p99: 1s, mean: 400ms}")
+
+
+def _rules(tmp_path: Path, profile: str = MONITORED) -> dict | None:
+    (tmp_path / "loop.yaml").write_text(INTENT)
+    (tmp_path / "profile.yaml").write_text(profile)
+    api.plan(tmp_path / "loop.yaml", tmp_path / "out", verify=False)
+    found = list((tmp_path / "out" / "manifests").rglob("prometheusrule-*.yaml"))
+    return yaml.safe_load(found[0].read_text()) if found else None
+
+
+def test_pod_pattern_takes_a_workloads_pods_and_no_other_workloads():
+    import re
+
+    pattern = re.compile(pod_pattern(["chat-a0", "chat-a2"]))
+    for pod in ("chat-a0-5d8f9c7b6-x2x4q", "chat-a2-0", "chat-a2-0-1"):
+        assert pattern.fullmatch(pod), pod
+    for pod in ("chat-a1-5d8f9c7b6-x2x4q", "chat-a0-a0-5d8f9c7b6-x2x4q", "chatbot-a0-5d8f9c7b6-x2x4q", "chat-a0"):
+        assert not pattern.fullmatch(pod), pod
+
+
+def test_rules_cover_every_objective_the_engine_counts_and_say_what_they_leave():
+    got = objective_rules("chat", "llm", {"sglang": ["chat-a0"], None: ["chat-a1"]},
+                          {"ttft_p99": 500.0, "tpot_p99": 40.0}, 8.0, "sha256:x")
+    assert [r["labels"].get("objective") for r in got.rules] == ["ttft_p99", None]
+    assert "sglang:time_to_first_token_seconds_bucket" in got.rules[0]["expr"]
+    assert any("tpot_p99: sglang counts TPOT per gap" in line for line in got.skipped)
+    assert any(line.startswith("chat-a1: the engine exports no series") for line in got.skipped)
+    assert objective_rules("chat", "llm", {}, {"ttft_p99": 500.0}, None, "x").rules == []
+
+
+def test_no_rules_where_the_cluster_runs_no_prometheus_operator(tmp_path: Path):
+    assert _rules(tmp_path, PROFILE) is None
+
+
+def test_the_rendered_rules_validate_and_name_the_plan(tmp_path: Path):
+    doc = _rules(tmp_path)
+    assert doc["apiVersion"] == "monitoring.coreos.com/v1" and doc["kind"] == "PrometheusRule"
+    [group] = doc["spec"]["groups"]
+    assert {(r["alert"], r["labels"].get("objective")) for r in group["rules"]} == {
+        ("ServingObjectiveMissed", "ttft_p99"), ("ServingObjectiveMissed", "ttft_mean"),
+        ("ServingObjectiveMissed", "tpot_p99"), ("ServingLoadPastPlan", None)}
+    plan = yaml.safe_load((tmp_path / "out" / "plan.yaml").read_text())
+    assert doc["metadata"]["annotations"]["infra.dev/plan-fingerprint"] == plan["spec"]["fingerprint"]
+    assert all("infra verify PLAN --service chat --prometheus" in r["annotations"]["description"]
+               for r in group["rules"])
+    report = api.validate(tmp_path / "out" / "manifests", plan=tmp_path / "out" / "plan.yaml")
+    assert not [f for f in report.findings if f.severity == "error"]
+
+
+def _histogram(name: str, pod: str, le_counts: dict[str, str], total: str, count: str) -> list[dict[str, str]]:
+    labels = f'namespace="llm",pod="{pod}"'
+    out = [{"series": f'{name}_bucket{{{labels},le="{le}"}}', "values": v} for le, v in le_counts.items()]
+    return out + [{"series": f"{name}_sum{{{labels}}}", "values": total},
+                  {"series": f"{name}_count{{{labels}}}", "values": count}]
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="needs promtool (Debian's prometheus package; .ci/run installs it)")
+def test_prometheus_fires_the_rules_of_the_objectives_a_deployment_misses(tmp_path: Path):
+    """Prometheus's rule tester evaluates the rendered rules over half an hour of series: the plan's pod serves one
+    request a second with first tokens between 1 and 2.5 s (TTFT p99 over 1 s and the mean over 400 ms) and tokens
+    under 25 ms apart (TPOT within 40 ms); a pod of another workload, far slower and busier, is not watched. Then
+    ten requests a second: past the 8/s peak."""
+    group = _rules(tmp_path)["spec"]["groups"][0]
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": [group]}))
+    check = subprocess.run([PROMTOOL, "check", "rules", str(tmp_path / "rules.yaml")], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+    def served(pod: str, per_min: int, ttft_le: str, ttft_sum: float) -> list[dict[str, str]]:
+        n = f"0+{per_min}x40"
+        return (_histogram("vllm:time_to_first_token_seconds", pod,
+                           {"0.5": "0+0x40", "1": "0+0x40", ttft_le: n, "+Inf": n}, f"0+{ttft_sum}x40", n)
+                + _histogram("vllm:request_time_per_output_token_seconds", pod, {"0.025": n, "+Inf": n},
+                             f"0+{per_min * 0.02:g}x40", n))
+
+    by = {(r["alert"], r["labels"].get("objective")): r for r in group["rules"]}
+
+    def expect(*keys: tuple[str, str | None]) -> list[dict]:
+        return [{"exp_labels": by[k]["labels"], "exp_annotations": by[k]["annotations"]} for k in keys]
+
+    slow = "chat-a0-5d8f9c7b6-x2x4q"
+    other = served("chatbot-a0-5d8f9c7b6-x2x4q", 6000, "80", 6000 * 60.0)
+    tests = [
+        {"interval": "1m", "input_series": served(slow, 60, "2.5", 90.0) + other,
+         "alert_rule_test": [
+             {"eval_time": "30m", "alertname": "ServingObjectiveMissed",
+              "exp_alerts": expect(("ServingObjectiveMissed", "ttft_mean"), ("ServingObjectiveMissed", "ttft_p99"))},
+             {"eval_time": "30m", "alertname": "ServingLoadPastPlan", "exp_alerts": []}]},
+        {"interval": "1m", "input_series": served(slow, 600, "0.5", 60.0) + other,
+         "alert_rule_test": [
+             {"eval_time": "30m", "alertname": "ServingObjectiveMissed", "exp_alerts": []},
+             {"eval_time": "30m", "alertname": "ServingLoadPastPlan",
+              "exp_alerts": expect(("ServingLoadPastPlan", None))}]},
+    ]
+    (tmp_path / "test.yaml").write_text(json.dumps({"rule_files": ["rules.yaml"], "evaluation_interval": "1m",
+                                                    "tests": tests}))
+    run = subprocess.run([PROMTOOL, "test", "rules", str(tmp_path / "test.yaml")], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
