@@ -38,10 +38,8 @@ from typing import Any, Literal
 import numpy as np
 
 from infra.bench.metrics import RequestRecord, json_number, parse_objective, percentile_q, summarize
-from infra.perf.correction import MIN_TAIL
+from infra.catalog.metrics import MIN_MEAN, MIN_TAIL, needed
 
-MIN_MEAN = 30
-"""Samples a mean objective needs before it is judged: where a normal interval for the mean starts to hold."""
 CONFIDENCE = 0.95
 RESAMPLES = 2000
 DEFAULT_MAX_FAILED = 0.01
@@ -204,7 +202,7 @@ def judge_objective(key: str, target_ms: float, values: np.ndarray, weights: np.
         return _judge_mean(key, target_ms, values, weights, predicted_ms)
     q = percentile_q(pct)
     n = round(float(weights.sum())) if weights is not None else len(values)
-    need = math.ceil(MIN_TAIL / (1 - q / 100)) if q < 100 else None
+    need = needed(q) if q < 100 else None
     if n == 0:
         return ObjectiveVerdict(key, target_ms, None, None, 0, "inconclusive", "no samples", predicted_ms)
     point, low, high, n = percentile_ci(values, q, weights=weights, seed=seed)

@@ -20,8 +20,8 @@ import math
 from infra.bench.metrics import parse_objective, percentile_q
 from infra.bench.observe import Observation
 from infra.bench.scrape import Series, bucket_at, bucket_quantile
-from infra.bench.verdict import MIN_MEAN, ObjectiveVerdict, Outcome
-from infra.perf.correction import MIN_TAIL
+from infra.bench.verdict import ObjectiveVerdict, Outcome
+from infra.catalog.metrics import MIN_MEAN, MIN_TAIL, needed
 
 
 def _ms(x: float) -> str:
@@ -48,7 +48,7 @@ def judge_series(key: str, target_ms: float, series: Series | None, missing: str
     point = bucket_quantile(series, q)
     measured = None if point is None else 1000 * point
     where = f"the buckets place {pct} in ({_ms(lo)}, {_ms(hi)}]"
-    need = math.ceil(MIN_TAIL / (1 - q)) if q < 1 else None
+    need = needed(100 * q) if q < 1 else None
     if lo >= target_ms:
         verdict, reason = "fail", f"{where}, above the target"
     elif hi > target_ms:

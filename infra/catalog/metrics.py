@@ -4,11 +4,28 @@ objective rules rendered for a plan's services watch.
 
 Sources: vLLM V1's request metrics (vllm/v1/metrics/loggers.py; the vendor builds of vLLM export the same),
 SGLang's (python/sglang/srt/metrics/collector.py, with `--enable-metrics`), NVIDIA Dynamo's HTTP frontend
-(lib/llm/src/http/service/metrics.rs)."""
+(lib/llm/src/http/service/metrics.rs).
+
+Also how many observations a judgement of one of them needs (`needed`), the same wherever a percentile or a mean is
+judged: a benchmark's verdict, a window of traffic's, a calibration's tails, an alerting rule.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+MIN_TAIL = 10
+"""Observations that must lie beyond a measured percentile for it to say anything (p99: 1,000; p90: 100): a
+calibration fits the spread on the highest percentile that has them, and a verdict judges one only then."""
+MIN_MEAN = 30
+"""Observations a mean needs before it is judged: where a normal interval for the mean starts to hold."""
+
+
+def needed(percentile: float) -> int:
+    """Observations the `percentile` (0..100, below 100) needs: `MIN_TAIL` beyond it (rounded first, so that
+    p90 needs 100, not the 101 that 1 - 0.9 in floating point gives)."""
+    return math.ceil(round(MIN_TAIL * 100 / (100 - percentile), 6))
 
 
 @dataclass(frozen=True)
@@ -44,4 +61,4 @@ DYNAMO = LatencyHistograms("dynamo_frontend_time_to_first_token_seconds",
                            per_gap=True, model_label="model")
 FAMILIES = {"vllm": VLLM, "sglang": SGLANG, "dynamo": DYNAMO}
 
-__all__ = ["DYNAMO", "FAMILIES", "SGLANG", "VLLM", "LatencyHistograms"]
+__all__ = ["DYNAMO", "FAMILIES", "MIN_MEAN", "MIN_TAIL", "SGLANG", "VLLM", "LatencyHistograms", "needed"]

@@ -56,9 +56,6 @@ STEP_BOUNDS = (0.01, 100.0)
 """Multipliers a correction may take. An engine on a slice of the device the catalog describes (two cores of a
 96-core socket, a tenth of a GPU) runs tens of times its step; past a hundredth or a hundred times the prior, the
 measurement describes something other than the deployment it is filed under (another model, a broken engine)."""
-MIN_TAIL = 10
-"""Samples that must lie beyond a measured percentile for it to say anything (p99: 1,000 requests; p90: 100): a
-calibration fits the spread on the highest percentile that has them, and a verdict judges one only then."""
 TAIL_ADD = 10.0
 """Most a tail correction may add per standard-normal quantile, in means (+1 at p99 is 2.3 times the mean more)."""
 Tail = tuple[float, float]
@@ -521,6 +518,6 @@ def load_calibration(path: str | Path) -> UserCalibration:
     return UserCalibration(doc, hashlib.sha256(text.encode("utf-8")).hexdigest(), str(path))
 
 
-__all__ = ["API_VERSION", "CalibrationFile", "Correction", "LEVELS", "MIN_TAIL", "NO_TAIL", "NO_TAILS", "Tail",
+__all__ = ["API_VERSION", "CalibrationFile", "Correction", "LEVELS", "NO_TAIL", "NO_TAILS", "Tail",
            "Tails", "UserCalibration", "dump", "layout", "level_keys", "load_calibration", "match", "scaled",
            "schema", "spread_by", "tail_words", "with_tails", "with_ttft"]

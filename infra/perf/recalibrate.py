@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.catalog.loader import Catalog
+from infra.catalog.metrics import MIN_TAIL
 from infra.perf.calibration import Factors, load_key, lookup, table, tails_at, ttft_at
 from infra.perf.correction import (
     LEVELS,
-    MIN_TAIL,
     STEP_BOUNDS,
     TAIL_ADD,
     WORKLOAD_MATCH,

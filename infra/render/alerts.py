@@ -5,6 +5,8 @@ how to close the loop: `infra verify PLAN --prometheus URL --selector ...` judge
 
 - a percentile objective: `histogram_quantile(q, sum by (le) (rate(H_bucket{SEL}[W])))` above its target;
 - a mean objective: `sum(rate(H_sum{SEL}[W])) / sum(rate(H_count{SEL}[W]))` above its target;
+  either only over a window holding the observations a verdict needs (`infra.catalog.metrics.needed`: a p99
+  1,000, a mean 30);
 - the planned peak: requests finishing faster than `workload.rate.peak` (`sum(rate(TTFT_count{SEL}[W]))`).
 
 SEL holds the plan's namespace and the pod names of the service's aggregated allocations (a Deployment's pods,
@@ -20,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from infra.catalog.metrics import FAMILIES
+from infra.catalog.metrics import FAMILIES, MIN_MEAN, needed
 
 WINDOW = "10m"
 """Rate window of every rule: long enough for a p99 of a few requests a second to rest on some hundreds."""
@@ -60,21 +62,23 @@ def _objective(service: str, key: str, target: float, name: str, sel: str, finge
                verify: str) -> dict[str, Any]:
     metric, _, stat = key.partition("_")
     if stat == "mean":
-        expr = (f"sum(rate({name}_sum{{{sel}}}[{WINDOW}])) / sum(rate({name}_count{{{sel}}}[{WINDOW}])) > "
-                f"{_seconds(target)}")
-        what = f"mean {metric.upper()}"
+        value = f"sum(rate({name}_sum{{{sel}}}[{WINDOW}])) / sum(rate({name}_count{{{sel}}}[{WINDOW}]))"
+        what, need = f"mean {metric.upper()}", MIN_MEAN
     else:
-        expr = (f"histogram_quantile({float(stat[1:]) / 100:g}, sum by (le) (rate({name}_bucket{{{sel}}}[{WINDOW}])))"
-                f" > {_seconds(target)}")
-        what = f"{metric.upper()} {stat}"
+        value = (f"histogram_quantile({float(stat[1:]) / 100:g}, sum by (le) "
+                 f"(rate({name}_bucket{{{sel}}}[{WINDOW}])))")
+        what, need = f"{metric.upper()} {stat}", needed(float(stat[1:]))
+    # Judged only on a window that can say it, as a verdict is: a quiet hour's handful of requests pages no one.
+    expr = f"{value} > {_seconds(target)} and on () sum(increase({name}_count{{{sel}}}[{WINDOW}])) >= {need}"
     return {
         "alert": "ServingObjectiveMissed", "expr": expr, "for": FOR,
         "labels": {"severity": "warning", "service": service, "objective": key},
         "annotations": {
             "summary": f"{service}: {what} over the {target:g} ms the plan promises",
             "description": (f"{what} of {service} over the last {WINDOW}, read from its engines' histograms (a "
-                            f"percentile interpolated within its bucket), is above its {target:g} ms objective "
-                            f"(plan {fingerprint}). Judge it on the traffic served, calibrate and re-plan: {verify}"),
+                            f"percentile interpolated within its bucket) over at least {need:,} observations, is "
+                            f"above its {target:g} ms objective (plan {fingerprint}). Judge it on the traffic "
+                            f"served, calibrate and re-plan: {verify}"),
         },
     }
 

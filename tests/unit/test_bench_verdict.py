@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from infra.bench.metrics import RequestRecord
-from infra.bench.verdict import MIN_TAIL, judge, judge_objective, percentile_ci, wilson
+from infra.bench.verdict import judge, judge_objective, percentile_ci, wilson
+from infra.catalog.metrics import MIN_TAIL
 
 
 def records(ttfts_s, failed: int = 0) -> list[RequestRecord]:

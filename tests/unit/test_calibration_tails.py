@@ -11,8 +11,9 @@ from rich.console import Console
 
 from infra.bench.measurements import read_measurements
 from infra.catalog.loader import load_catalog
+from infra.catalog.metrics import MIN_TAIL
 from infra.perf.calibration import tails_at
-from infra.perf.correction import MIN_TAIL, NO_TAIL, NO_TAILS, dump, load_calibration, spread_by, with_tails
+from infra.perf.correction import NO_TAIL, NO_TAILS, dump, load_calibration, spread_by, with_tails
 from infra.perf.estimate import estimate
 from infra.perf.recalibrate import EVIDENCE, Measured, document, fit, predict_tails, prepare
 from infra.perf.rows import Case

@@ -11,7 +11,8 @@ import yaml
 
 from infra import api
 from infra.bench.metrics import RequestRecord, good, parse_objective
-from infra.bench.verdict import MIN_MEAN, judge_objective, mean_ci
+from infra.bench.verdict import judge_objective, mean_ci
+from infra.catalog.metrics import MIN_MEAN
 from infra.errors import InfraError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -9,6 +9,7 @@ import pytest
 
 from infra.bench.observe import Observation
 from infra.bench.scrape import Series, bucket_at
+from infra.catalog.metrics import needed
 from infra.bench.window_verdict import judge_series, judge_window
 
 
@@ -66,3 +67,7 @@ def test_a_window_fails_when_one_objective_fails_and_says_what_it_cannot_judge()
     assert failed == "fail"
     _, held = judge_window(obs, {"ttft_p99": 100.0})
     assert held == "pass"
+
+
+def test_a_percentile_needs_ten_observations_beyond_it():
+    assert [needed(q) for q in (50, 90, 95, 99, 99.67, 99.9)] == [20, 100, 200, 1000, 3031, 10000]
