@@ -22,6 +22,7 @@ from infra.bench.observe import Observation
 from infra.bench.scrape import Series, bucket_at, bucket_quantile
 from infra.bench.verdict import ObjectiveVerdict, Outcome
 from infra.catalog.metrics import MIN_MEAN, MIN_TAIL, needed
+from infra.perf.serving import PERCENTILES
 
 
 def _ms(x: float) -> str:
@@ -61,6 +62,49 @@ def judge_series(key: str, target_ms: float, series: Series | None, missing: str
     return ObjectiveVerdict(key, target_ms, measured, (lo, hi), n, verdict, reason, predicted_ms)
 
 
+def _cdf(points: list[tuple[float, float]], x: float) -> float:
+    """A predicted distribution's CDF at `x` from its (value, share) percentile points, linear in log value between
+    them and on along the nearest segment past either end, within 0..1."""
+    for (x0, p0), (x1, p1) in zip(points, points[1:]):
+        if x <= x1 or (x1, p1) == points[-1]:
+            if x1 <= x0:
+                return p1 if x >= x1 else p0
+            share = p0 + (p1 - p0) * math.log(x / x0) / math.log(x1 / x0)
+            return min(max(share, 0.0), 1.0)
+    return 1.0
+
+
+def pooled_prediction(predictions: list[dict[str, float]], requests: list[float],
+                      gaps: list[float]) -> dict[str, float]:
+    """What the model predicts for windows together, each predicted at its own load (ms by objective key, as
+    `infra.workflow.observe` gives them): means weighted by each window's requests (ITL's by its gaps between
+    tokens), and each percentile from p50 up the one of the windows' mixture (each window's distribution through
+    its predicted percentiles), which lies between the windows' own."""
+    out: dict[str, float] = {}
+    for metric in ("ttft", "tpot", "itl", "e2e"):
+        weights = gaps if metric == "itl" else requests
+        total = sum(weights)
+        if f"{metric}_mean" not in predictions[0] or total <= 0:
+            continue
+        out[f"{metric}_mean"] = sum(w * p[f"{metric}_mean"] for w, p in zip(weights, predictions)) / total
+        curves = [[(p[f"{metric}_{pct}"], float(pct[1:]) / 100) for pct in PERCENTILES if f"{metric}_{pct}" in p]
+                  for p in predictions]
+        if any(len(c) < 2 or c[0][0] <= 0 for c in curves):
+            continue
+        for pct in PERCENTILES:
+            q = float(pct[1:]) / 100
+            at = [p.get(f"{metric}_{pct}") for p in predictions]
+            if any(v is None or v <= 0 for v in at):
+                continue
+            lo, hi = math.log(min(at)), math.log(max(at))  # type: ignore[type-var]
+            for _ in range(60):
+                mid = (lo + hi) / 2
+                share = sum(w * _cdf(c, math.exp(mid)) for w, c in zip(weights, curves)) / total
+                lo, hi = (mid, hi) if share < q else (lo, mid)
+            out[f"{metric}_{pct}"] = math.exp((lo + hi) / 2)
+    return out
+
+
 def judge_window(observation: Observation, objectives: dict[str, float],
                  predicted: dict[str, float] | None = None) -> tuple[list[ObjectiveVerdict], Outcome]:
     """Every objective (key -> target ms) on the window's histograms, and the overall outcome: fail where any
@@ -78,4 +122,4 @@ def judge_window(observation: Observation, objectives: dict[str, float],
     return out, overall
 
 
-__all__ = ["judge_series", "judge_window"]
+__all__ = ["judge_series", "judge_window", "pooled_prediction"]

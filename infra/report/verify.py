@@ -59,8 +59,11 @@ def print_verify(console: Console, result: Any) -> None:
                       "—" if predicted is None else f"{predicted:,.1f} ms", _measured(o, run), ratio, o.verdict)
     console.print(t)
     if obs is not None:
-        said = (f"predicted at the load it served, with {obs.basis or 'the packaged prior'}" if len(obs.windows) == 1
-                else f"not predicted: {len(obs.windows)} windows of their own loads (infra observe compares each)")
+        basis = obs.basis or "the packaged prior"
+        said = ("not predicted: the model has a window's load past what the deployment sustains"
+                if not all(obs.predicted) else f"predicted at the load it served, with {basis}"
+                if len(obs.windows) == 1 else f"predicted window by window at the loads they served, with {basis}, "
+                f"and pooled as their {len(obs.windows)} windows' requests are")
         console.print(f"{said}; judged on the engines' histograms, which place a percentile within its bucket")
     cal = result.calibration
     if cal is not None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from infra.bench.measurements import earlier_measurements
 from infra.bench.replan import Run, changes, plan_loads
 from infra.bench.run import pick_service, saved_text
-from infra.bench.window_verdict import judge_window
+from infra.bench.window_verdict import judge_window, pooled_prediction
 from infra.errors import InfeasibleError, InfraError, Location, Problem
 from infra.files import plan_writes, write_files
 from infra.perf.correction import CalibrationFile
@@ -51,7 +51,8 @@ def _observed(plan_path: str | Path, plan_doc: DeploymentPlan, name: str, alloca
               ) -> tuple[Run, ObserveResult]:
     """The service's own traffic over a window Prometheus has kept, written as `measurements/observed.jsonl`
     under `keep` (by way of `scratch`, so that it is recorded as infra's like the benchmarks' files), and its
-    objectives judged on the engines' histograms (predicted at the load it served, where it is one window)."""
+    objectives judged on the engines' histograms, each predicted at the load it served (several windows' predictions
+    pooled as their requests are; none where the model has a window's load past what the deployment sustains)."""
     got = observe(None, OBSERVED_WINDOW_S if seconds is None else seconds, scratch / "observed.jsonl",
                   plan=plan_path, service=name, allocation=allocation, model_name=model_name,
                   catalog_dirs=catalog_dirs, prometheus=prometheus, labels=labels, end=end, step=step)
@@ -59,7 +60,12 @@ def _observed(plan_path: str | Path, plan_doc: DeploymentPlan, name: str, alloca
                           force=force)[0]
     got = dataclasses.replace(got, written=written)
     svc = next(s for s in plan_doc.spec.services if s.name == name)
-    predicted = got.predicted[0] if len(got.predicted) == 1 else None
+    predicted = None
+    if all(p is not None for p in got.predicted):
+        # Several windows are judged together: their predictions are pooled as their requests are.
+        predicted = got.predicted[0] if len(got.predicted) == 1 else pooled_prediction(
+            [p for p in got.predicted if p is not None], [obs.requests for obs, _ in got.windows],
+            [obs.requests * max(obs.osl - 1, 0.0) for obs, _ in got.windows])
     judged, overall = judge_window(got.observation, {**svc.objectives, **svc.attainment_objectives}, predicted)
     return Run("observed", got.observation.rate, None, tuple(judged), overall, observed=got.observation,
                predicted=predicted), got

@@ -10,7 +10,7 @@ import pytest
 from infra.bench.observe import Observation
 from infra.bench.scrape import Series, bucket_at
 from infra.catalog.metrics import needed
-from infra.bench.window_verdict import judge_series, judge_window
+from infra.bench.window_verdict import judge_series, judge_window, pooled_prediction
 
 
 def _series(values_s: list[float], bounds: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0)) -> Series:
@@ -71,3 +71,18 @@ def test_a_window_fails_when_one_objective_fails_and_says_what_it_cannot_judge()
 
 def test_a_percentile_needs_ten_observations_beyond_it():
     assert [needed(q) for q in (50, 90, 95, 99, 99.67, 99.9)] == [20, 100, 200, 1000, 3031, 10000]
+
+
+def _predicted(scale: float) -> dict[str, float]:
+    return {"ttft_mean": 100 * scale, "ttft_p50": 90 * scale, "ttft_p90": 150 * scale, "ttft_p95": 180 * scale,
+            "ttft_p99": 250 * scale, "ttft_p99.9": 400 * scale}
+
+
+def test_windows_predicted_at_their_own_loads_pool_as_their_requests_do():
+    same = pooled_prediction([_predicted(1), _predicted(1)], [100, 300], [0, 0])
+    assert same["ttft_mean"] == pytest.approx(100) and same["ttft_p99"] == pytest.approx(250, rel=1e-6)
+    mixed = pooled_prediction([_predicted(1), _predicted(2)], [100, 300], [0, 0])
+    assert mixed["ttft_mean"] == pytest.approx(175)
+    # The busier, slower window holds three quarters of the requests: the pooled p99 is near its own.
+    assert 250 < mixed["ttft_p99"] < 500 and mixed["ttft_p99"] > 0.8 * 500
+    assert mixed["ttft_p50"] > 90 and "tpot_mean" not in mixed
