@@ -37,8 +37,6 @@ class Rules:
     """The alerting rules of one service, and what could not be watched (one line each)."""
 
     rules: list[dict[str, Any]]
-    selector: str
-    """The label matchers every rule's series carry (what `infra verify --selector` takes)."""
     skipped: list[str]
 
 
@@ -97,7 +95,7 @@ def objective_rules(service: str, namespace: str, pods: dict[str | None, list[st
                        "not watched")
     known = {family: names for family, names in sorted(pods.items(), key=lambda x: x[0] or "") if family}
     if not known:
-        return Rules([], "", skipped)
+        return Rules([], skipped)
     selectors = {family: _selector(namespace, names) for family, names in known.items()}
     # One selector for the command a rule suggests: every watched pod (observe reads whichever series it finds).
     every = _selector(namespace, sorted(n for names in known.values() for n in names))
@@ -124,7 +122,7 @@ def objective_rules(service: str, namespace: str, pods: dict[str | None, list[st
                                 f"peak. Measure this traffic, calibrate and re-plan: {verify}"),
             },
         })
-    return Rules(rules, every, skipped)
+    return Rules(rules, skipped)
 
 
 __all__ = ["FOR", "PEAK_FOR", "WINDOW", "Rules", "objective_rules", "pod_pattern"]
