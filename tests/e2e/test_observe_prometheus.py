@@ -36,12 +36,14 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def prometheus(tmp: Path, targets: list[str]) -> Iterator[str]:
-    """A Prometheus server scraping `targets` (host:port) every second as job "engine"; yields its URL."""
+def prometheus(tmp: Path, targets: list[str], labels: dict[str, str] | None = None) -> Iterator[str]:
+    """A Prometheus server scraping `targets` (host:port) every second as job "engine", with `labels` on their
+    series (as Kubernetes discovery gives a pod's `namespace` and `pod`); yields its URL."""
     tmp.mkdir()
     config = tmp / "prometheus.yml"
     config.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: engine\n    static_configs:\n"
-                      f"      - targets: {json.dumps(targets)}\n")
+                      f"      - targets: {json.dumps(targets)}\n" + (f"        labels: {json.dumps(labels)}\n"
+                                                                     if labels else ""))
     port = _free_port()
     proc = subprocess.Popen([str(PROMETHEUS), f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
                              f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
@@ -144,6 +146,9 @@ def test_observe_reads_a_window_of_every_replica_back_from_prometheus(tmp_path: 
 
 
 INTENT = LOOP.replace("ttft: {p99: 1s}", "ttft: {p99: 1s, mean: 400ms}")
+MONITORED = PROFILE.replace("spec:\n", "spec:\n  conventions:\n    namespace: llm\n    crds: {prometheus_operator: "
+                                      "monitoring.coreos.com/v1}\n")
+"""The lab profile of a cluster that runs the Prometheus Operator, serving in namespace llm."""
 
 
 @pytest.mark.skipif(PROMETHEUS is None, reason="needs Debian's prometheus package (.ci/run installs it)")
@@ -151,18 +156,23 @@ def test_verify_judges_calibrates_and_replans_on_the_traffic_prometheus_kept(tmp
     """A deployment whose tokens come 45 ms apart serves its traffic; `infra verify --prometheus` reads the window
     back, judges the objectives on the engine's histograms (TPOT p99 over its 40 ms objective: fail, whatever the
     sample; TTFT mean exact, under its 400 ms; TTFT p99 within its bucket but on too few requests to pass),
-    calibrates on the window and re-plans with that calibration. Measuring two ways at once, or sending load
-    while reading traffic, is a one-line error."""
+    calibrates on the window and re-plans with that calibration. The series are found by the selector the plan's
+    rendered alerting rules watch and hand to verify (namespace and pod name, as Kubernetes discovery labels
+    them). Measuring two ways at once, or sending load while reading traffic, is a one-line error."""
     (tmp_path / "loop.yaml").write_text(INTENT)
-    (tmp_path / "profile.yaml").write_text(PROFILE)
+    (tmp_path / "profile.yaml").write_text(MONITORED)
     assert infra("plan", str(tmp_path / "loop.yaml"), "-o", str(tmp_path / "out"), "--no-verify").returncode == 0
     plan = tmp_path / "out" / "plan.yaml"
+    # The selector the rendered alerting rules watch, as their description hands it to verify.
+    [rules] = (tmp_path / "out" / "manifests").rglob("prometheusrule-*.yaml")
+    description = yaml.safe_load(rules.read_text())["spec"]["groups"][0]["rules"][0]["annotations"]["description"]
+    selector = description.partition("--selector '")[2].removesuffix("'")
     with emulator("--ttft-ms", "150", "--itl-ms", "45") as url:
         host = url.removeprefix("http://").removesuffix("/v1")
-        with prometheus(tmp_path / "prom", [host]) as prom:
+        with prometheus(tmp_path / "prom", [host], {"namespace": "llm", "pod": "chat-a0-5d8f9c7b6-x2x4q"}) as prom:
             assert _load(url, "6/s", 60).wait(timeout=120) == 0
             time.sleep(3)
-            run = infra("verify", str(plan), "--prometheus", prom, "--selector", 'job="engine"', "--duration", "60",
+            run = infra("verify", str(plan), "--prometheus", prom, "--selector", selector, "--duration", "60",
                         "--write", str(tmp_path / "v"), "--json")
             text = infra("verify", str(plan), "--prometheus", prom, "--selector", 'job="engine"', "--duration",
                          "60")

@@ -15,12 +15,10 @@ import yaml
 from infra import api
 from infra.render.alerts import objective_rules, pod_pattern
 
-from ..e2e.test_calibrate_cli import LOOP, PROFILE
+from ..e2e.test_calibrate_cli import PROFILE
+from ..e2e.test_observe_prometheus import INTENT, MONITORED
 
 PROMTOOL = shutil.which("promtool")
-MONITORED = PROFILE.replace("spec:\n", "spec:\n  conventions:\n    namespace: llm\n    crds: {prometheus_operator: "
-                                      "monitoring.coreos.com/v1}\n")
-INTENT = LOOP.replace("ttft: {p99: 1s}", "ttft: {p99: 1s, mean: 400ms}")
 
 
 def _rules(tmp_path: Path, profile: str = MONITORED) -> dict | None:
