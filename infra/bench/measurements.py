@@ -100,7 +100,8 @@ def _read(path: Path) -> bytes:
 
 
 def _kind(data: bytes) -> str:
-    """`silicon-csv`, `infra-bench` or `other` (left to `infra.bench.results`)."""
+    """`silicon-csv`, `infra-bench`, `infra-observe` (a deployment's own traffic, `infra observe`: its case lines
+    are labelled `observed`) or `other` (left to `infra.bench.results`)."""
     head = data[:4096].decode("utf-8", errors="replace")
     first = head.splitlines()[0] if head else ""
     if all(c in first.split(",") for c in REQUIRED_COLUMNS):
@@ -109,7 +110,9 @@ def _kind(data: bytes) -> str:
         obj = json.loads(first)
     except (ValueError, RecursionError):  # a line of brackets is no infra-bench record
         return "other"
-    return "infra-bench" if isinstance(obj, dict) and obj.get("kind") in ("request", "case", "summary") else "other"
+    if not isinstance(obj, dict) or obj.get("kind") not in ("request", "case", "summary"):
+        return "other"
+    return "infra-observe" if obj.get("label") == "observed" else "infra-bench"
 
 
 def _case(fields: dict[str, Any], where: Location, catalog: Catalog, ttft: float, tpot: float, source: str,
@@ -261,7 +264,7 @@ def read_measurements(path: str | Path, deployment: dict[str, Any] | None, catal
     src = Source(str(path), hashlib.sha256(data).hexdigest(), _kind(data))
     if src.format == "silicon-csv":
         _silicon(path, data, catalog, src)
-    elif src.format == "infra-bench":
+    elif src.format in ("infra-bench", "infra-observe"):
         _infra_bench(path, data, deployment, catalog, src)
     else:
         results = read_results(path)
@@ -289,7 +292,7 @@ def read_measurements(path: str | Path, deployment: dict[str, Any] | None, catal
     return src
 
 
-SELF_DESCRIBING = ("infra-bench", "silicon-csv")
+SELF_DESCRIBING = ("infra-bench", "infra-observe", "silicon-csv")
 """Formats whose files record the deployment they measured, so they can be read again without the plan or flags
 they were first read with."""
 

@@ -219,7 +219,8 @@ class Source(CalModel):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     """SHA-256 of its bytes when read."""
     format: str
-    """How it was read: infra-bench, silicon-csv, vllm-bench, sglang-bench, genai-perf, aiperf, guidellm."""
+    """How it was read: infra-bench, infra-observe (a deployment's own traffic), silicon-csv, vllm-bench,
+    sglang-bench, genai-perf, aiperf, guidellm."""
     points: int = Field(ge=0)
     """Load points used from it."""
     skipped: list[str] = []

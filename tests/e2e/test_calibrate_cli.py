@@ -349,7 +349,7 @@ def test_observe_measures_a_deployment_on_its_own_traffic_and_calibrate_reads_it
     fitted = infra("calibrate", str(out), "-o", str(tmp_path / "cal.yaml"))
     assert fitted.returncode == 0, fitted.stderr
     doc = yaml.safe_load((tmp_path / "cal.yaml").read_text())
-    assert doc["sources"][0]["format"] == "infra-bench" and doc["points"][0]["rate"] == pytest.approx(
+    assert doc["sources"][0]["format"] == "infra-observe" and doc["points"][0]["rate"] == pytest.approx(
         got["rate_rps"], rel=1e-3)
     # Nothing is written for a window in which nothing finished, and the error says so.
     with emulator("--ttft-ms", "120", "--itl-ms", "20") as idle:

@@ -119,7 +119,7 @@ def test_the_window_is_a_measurement_calibrate_reads(tmp_path: Path):
     path = tmp_path / "observed.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in observation_lines([(obs, deployment)], obs, "chat")))
     src = read_measurements(path, None, load_catalog())
-    assert src.format == "infra-bench" and not src.skipped
+    assert src.format == "infra-observe" and not src.skipped
     [m] = src.points
     assert m.case.workload.rate == pytest.approx(10.0) and m.case.workload.isl == 300
     assert m.case.ttft_ms == pytest.approx(200.0) and m.case.samples == 300
