@@ -19,6 +19,7 @@ from infra.catalog.schema import BYTES_PER_PARAM, DeviceSpec, EngineCli, Framewo
 from infra.errors import CatalogError, InfraError
 from infra.intent.yamlio import load_yaml, read_text
 from infra.planner.types import Allocation, DeploymentPlan
+from infra.validators.alerts import check_objective_alerts
 from infra.validators.cluster import PoolView, from_plan
 from infra.validators.engine_args import engine_args, file_settings, parse, tokens
 from infra.validators.findings import Finding
@@ -467,4 +468,5 @@ def check_plan(manifests: list[Manifest], plan: DeploymentPlan, plan_path: str,
 
     out += check_pipelines(manifests, plan, plan_path, pf.line)
     out += check_routing(manifests, plan, plan_path, pf.line)
+    out += check_objective_alerts(manifests, plan, plan_path, pf.line, catalog)
     return out, notes

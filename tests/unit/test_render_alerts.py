@@ -122,3 +122,31 @@ def test_prometheus_fires_the_rules_of_the_objectives_a_deployment_misses(tmp_pa
     run = subprocess.run([PROMTOOL, "test", "rules", str(tmp_path / "test.yaml")], capture_output=True, text=True,
                          cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_validation_catches_a_loosened_stale_or_missing_objective_rule(tmp_path: Path):
+    _rules(tmp_path)
+    out, plan = tmp_path / "out", tmp_path / "out" / "plan.yaml"
+    [path] = (out / "manifests").rglob("prometheusrule-*.yaml")
+    original = path.read_text()
+
+    def pln012() -> list[str]:
+        report = api.validate(out / "manifests", plan=plan)
+        return [f.message for f in report.findings if f.rule == "PLN012"]
+
+    assert pln012() == []
+    path.write_text(original.replace("> 1 and on ()", "> 2 and on ()"))
+    assert pln012() == ["the ttft_p99 rule fires above 2 s; the plan promises 1 s"]
+    doc = yaml.safe_load(original)
+    doc["metadata"]["annotations"]["infra.dev/plan-fingerprint"] = "sha256:" + "0" * 64
+    doc["spec"]["groups"][0]["rules"] = [r for r in doc["spec"]["groups"][0]["rules"]
+                                         if r["labels"].get("objective") != "tpot_p99"]
+    path.write_text(yaml.safe_dump(doc))
+    found = pln012()
+    assert any("watches another plan's promises" in m for m in found)
+    assert "no rule watches tpot_p99 (40 ms), which the plan promises" in found
+    path.unlink()
+    kustomization = path.parent / "kustomization.yaml"
+    kustomization.write_text(kustomization.read_text().replace(f"- {path.name}\n", ""))
+    assert pln012() == ["the cluster runs the Prometheus Operator, but no PrometheusRule 'chat-objectives' watches "
+                        "tpot_p99, ttft_mean, ttft_p99"]

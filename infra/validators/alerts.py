@@ -1,0 +1,104 @@
+"""Plan consistency of the objective alerts: where the plan's cluster runs the Prometheus Operator, each service's
+PrometheusRule `<service>-objectives` (`infra.render.alerts`) watches what the plan promises, at the plan's
+targets. A threshold loosened by hand in the repository would let an objective slip past the plan unnoticed, and
+a rule kept from an older plan watches promises no longer made: both are PLN012 findings, as is a missing rule
+for a service whose engines' series infra reads.
+
+Each `ServingObjectiveMissed` rule names its objective (`labels.objective`); its threshold is the number its
+expression compares the metric with (`... > SECONDS and on () ...`), in seconds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from infra.catalog.loader import Catalog
+from infra.catalog.metrics import FAMILIES
+from infra.planner.types import DeploymentPlan, ServicePlan
+from infra.validators.findings import Finding
+from infra.validators.manifests import Manifest
+from infra.validators.rules import rule
+
+THRESHOLD = re.compile(r"\)\s*>\s*([0-9][0-9.eE+-]*)\s+and\s+on\s*\(\)")
+"""The target an objective rule compares its metric with (seconds)."""
+
+
+def _watchable(svc: ServicePlan, catalog: Catalog) -> set[str]:
+    """The objectives of `svc` some aggregated allocation's engine exports the series of."""
+    metrics: set[str] = set()
+    for a in svc.allocations:
+        family = catalog.framework(a.framework).metrics if a.mode == "agg" else None
+        if family in FAMILIES:
+            metrics |= set(FAMILIES[family].by_metric())
+    objectives = {**svc.objectives, **svc.attainment_objectives}
+    return {key for key in objectives if key.partition("_")[0] in metrics}
+
+
+def _rules(m: Manifest) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    spec = m.data.get("spec")
+    groups = spec.get("groups") if isinstance(spec, dict) else None
+    out = []
+    for gi, g in enumerate(groups if isinstance(groups, list) else []):
+        rules = g.get("rules") if isinstance(g, dict) else None
+        for ri, r in enumerate(rules if isinstance(rules, list) else []):
+            if isinstance(r, dict):
+                out.append((("spec", "groups", gi, "rules", ri), r))
+    return out
+
+
+def check_objective_alerts(manifests: list[Manifest], plan: DeploymentPlan, plan_path: str,
+                           line: Callable[[tuple], int], catalog: Catalog) -> list[Finding]:
+    """PLN012 findings for every LLM service of a plan whose cluster lists the Prometheus Operator."""
+    if not plan.spec.cluster.crds.get("prometheus_operator"):
+        return []
+    out: list[Finding] = []
+    fingerprint = plan.spec.fingerprint
+    for si, svc in enumerate(plan.spec.services):
+        if not svc.runs_llm_engine or svc.stage is not None:
+            continue
+        name = f"{svc.name}-objectives"
+        watchable = _watchable(svc, catalog)
+        docs = [m for m in manifests if m.kind == "PrometheusRule" and m.name == name]
+        if not docs:
+            if watchable:
+                out.append(rule("PLN012").at(plan_path, line(("spec", "services", si)), svc.name,
+                                             f"the cluster runs the Prometheus Operator, but no PrometheusRule "
+                                             f"{name!r} watches {', '.join(sorted(watchable))}",
+                                             field=f"spec.services[{si}]"))
+            continue
+        m = docs[0]
+        if m.annotations.get("infra.dev/plan-fingerprint") != fingerprint:
+            out.append(m.finding("PLN012", ("metadata", "annotations"),
+                                 f"plan-fingerprint is {m.annotations.get('infra.dev/plan-fingerprint')!r}, the "
+                                 f"plan's is {fingerprint!r}: the rule watches another plan's promises"))
+        objectives = {**svc.objectives, **svc.attainment_objectives}
+        watched: set[str] = set()
+        for path, r in _rules(m):
+            if r.get("alert") != "ServingObjectiveMissed":
+                continue
+            labels = r.get("labels") if isinstance(r.get("labels"), dict) else {}
+            key = str(labels.get("objective") or "")
+            if key not in objectives:
+                out.append(m.finding("PLN012", path + ("labels", "objective"),
+                                     f"the rule watches objective {key!r}, which the plan does not promise "
+                                     f"(it promises {', '.join(sorted(objectives)) or 'none'})",
+                                     fix="remove the rule, or render the plan again"))
+                continue
+            watched.add(key)
+            got = THRESHOLD.search(str(r.get("expr") or ""))
+            target_s = objectives[key] / 1000
+            if got is None or abs(float(got.group(1)) - target_s) > 1e-9 * max(target_s, 1.0):
+                said = f"fires above {float(got.group(1)):g} s" if got else "compares with no threshold infra reads"
+                out.append(m.finding("PLN012", path + ("expr",),
+                                     f"the {key} rule {said}; the plan promises {target_s:g} s",
+                                     fix=f"compare with {target_s:g} (render the plan again)"))
+        for key in sorted(watchable - watched):
+            out.append(m.finding("PLN012", ("spec", "groups"),
+                                 f"no rule watches {key} ({objectives[key]:g} ms), which the plan promises",
+                                 fix="render the plan again"))
+    return out
+
+
+__all__ = ["check_objective_alerts"]
