@@ -20,7 +20,9 @@ def _run_json(run: Any) -> dict[str, Any]:
 def verify_json(result: Any) -> dict[str, Any]:
     return {"service": result.service, "passed": result.passed,
             "runs": [_run_json(r) for r in result.runs],
-            "observed": observe_json(result.observed) if result.observed is not None else None,
+            # The window's own file is listed under `written` where it was kept (--write), not at a scratch path.
+            "observed": ({k: v for k, v in observe_json(result.observed).items() if k != "written"}
+                         if result.observed is not None else None),
             "calibration": (result.calibration.model_dump(mode="json", by_alias=True, exclude_none=True)
                             if result.calibration is not None else None),
             "replanned": result.replanned.document() if result.replanned is not None else None,
