@@ -97,9 +97,15 @@ def objective_rules(service: str, namespace: str, pods: dict[str | None, list[st
     if not known:
         return Rules([], skipped)
     selectors = {family: _selector(namespace, names) for family, names in known.items()}
-    # One selector for the command a rule suggests: every watched pod (observe reads whichever series it finds).
-    every = _selector(namespace, sorted(n for names in known.values() for n in names))
-    verify = f"infra verify PLAN --service {service} --prometheus PROMETHEUS_URL --selector '{every}'"
+    workloads = sorted((n for names in known.values() for n in names), key=lambda n: int(n.rpartition("-a")[2]))
+    if len(workloads) == 1:
+        verify = (f"infra verify PLAN --service {service} --prometheus PROMETHEUS_URL --selector "
+                  f"'{_selector(namespace, workloads)}'")
+    else:
+        # A calibration is filed under one deployment: each allocation is judged and calibrated on its own pods.
+        indices = ", ".join(n.removeprefix(f"{service}-a") for n in workloads)
+        verify = (f"infra verify PLAN --service {service} --allocation I --prometheus PROMETHEUS_URL --selector "
+                  f"'{_selector(namespace, [f'{service}-aI'])}' for each allocation I of {indices}")
     rules = []
     for family, sel in selectors.items():
         by_metric = FAMILIES[family].by_metric()

@@ -47,6 +47,11 @@ def test_rules_cover_every_objective_the_engine_counts_and_say_what_they_leave()
     assert any("tpot_p99: sglang counts TPOT per gap" in line for line in got.skipped)
     assert any(line.startswith("chat-a1: the engine exports no series") for line in got.skipped)
     assert objective_rules("chat", "llm", {}, {"ttft_p99": 500.0}, None, "x").rules == []
+    # A service of several allocations: each is judged and calibrated on its own pods.
+    two = objective_rules("chat", "llm", {"vllm": ["chat-a10", "chat-a2"]}, {"ttft_p99": 500.0}, None, "x")
+    text = two.rules[0]["annotations"]["description"]
+    assert "--allocation I --prometheus PROMETHEUS_URL" in text and "for each allocation I of 2, 10" in text
+    assert 'pod=~"(chat-a10|chat-a2)-' in two.rules[0]["expr"]
 
 
 def test_no_rules_where_the_cluster_runs_no_prometheus_operator(tmp_path: Path):
