@@ -41,7 +41,8 @@ class Rules:
 
 
 def _seconds(ms: float) -> str:
-    return f"{ms / 1000:.6g}"
+    # Twelve digits: the plan's target itself (validation reads it back, PLN012), with no float noise.
+    return f"{ms / 1000:.12g}"
 
 
 def pod_pattern(names: list[str]) -> str:

@@ -14,6 +14,7 @@ import yaml
 
 from infra import api
 from infra.render.alerts import objective_rules, pod_pattern
+from infra.validators.alerts import THRESHOLD
 
 from ..e2e.test_calibrate_cli import PROFILE
 from ..e2e.test_observe_prometheus import INTENT, MONITORED
@@ -47,6 +48,13 @@ def test_rules_cover_every_objective_the_engine_counts_and_say_what_they_leave()
     assert any("tpot_p99: sglang counts TPOT per gap" in line for line in got.skipped)
     assert any(line.startswith("chat-a1: the engine exports no series") for line in got.skipped)
     assert objective_rules("chat", "llm", {}, {"ttft_p99": 500.0}, None, "x").rules == []
+    # The threshold is the plan's target to its last digit, as validation reads it back (PLN012).
+    odd = objective_rules("chat", "llm", {"vllm": ["chat-a0"]}, {"ttft_p99": 1234.5678, "tpot_mean": 33.3},
+                          None, "x")
+    for r in odd.rules:
+        threshold = float(THRESHOLD.search(r["expr"]).group(1))
+        assert threshold == pytest.approx({"ttft_p99": 1.2345678, "tpot_mean": 0.0333}[r["labels"]["objective"]],
+                                          rel=1e-11)
     # A service of several allocations: each is judged and calibrated on its own pods.
     two = objective_rules("chat", "llm", {"vllm": ["chat-a10", "chat-a2"]}, {"ttft_p99": 500.0}, None, "x")
     text = two.rules[0]["annotations"]["description"]
