@@ -48,12 +48,13 @@ class Exporter:
 
     @property
     def needed(self) -> tuple[str, ...]:
-        return (self.latency.ttft, self.latency.tpot, self.prompt, self.generation) + ((self.requests,) if self.requests else ())
+        return ((self.latency.ttft, self.latency.tpot, self.prompt, self.generation)
+                + ((self.requests,) if self.requests else ()))
 
     @property
     def histograms(self) -> tuple[str, ...]:
-        named = (self.latency.ttft, self.latency.tpot) + ((self.prompt, self.generation) if self.requests is None else
-                                          self.lengths or ())
+        named = (self.latency.ttft, self.latency.tpot) + ((self.prompt, self.generation) if self.requests is None
+                                                          else self.lengths or ())
         return tuple(dict.fromkeys(named + (self.cache or () if self.cache_histograms else ())
                                    + tuple(self.latency.by_metric().values())))
 
@@ -180,7 +181,8 @@ def observation(before: dict[str, Series], after: dict[str, Series], seconds: fl
                                  "--model-name)"))
     pcts: dict[str, dict[str, float]] = {}
     # A per-gap histogram's percentiles are the gaps', not the requests' TPOT an objective is written on.
-    for key, name in (("ttft_ms", e.latency.ttft),) + ((("tpot_ms", e.latency.tpot),) if not e.latency.per_gap else ()):
+    per_request = (("ttft_ms", e.latency.ttft),) + ((("tpot_ms", e.latency.tpot),) if not e.latency.per_gap else ())
+    for key, name in per_request:
         found = {p: round(1000 * v, 4) for p in PERCENTILES
                  if (v := bucket_quantile(got[name], float(p[1:]) / 100)) is not None}
         if found:
@@ -213,10 +215,10 @@ def observation(before: dict[str, Series], after: dict[str, Series], seconds: fl
             hit = round(min(hits / looked, 1.0), 4)
             notes.append(f"the prefix cache held {hit:.1%} of the prompt tokens ({e.cache[0]} over {e.cache[1]}): "
                          "the point's prompts are that much shorter to prefill")
-    return Observation(source, date, seconds, n, got[e.latency.ttft].count / seconds, isl, osl, *cvs,
-                       1000 * got[e.latency.ttft].sum / got[e.latency.ttft].count, 1000 * got[e.latency.tpot].sum / got[e.latency.tpot].count, pcts,
-                       tuple(notes), hit, {m: got[name] for m, name in e.latency.by_metric().items() if name in got},
-                       e.engine)
+    ttft, tpot = got[e.latency.ttft], got[e.latency.tpot]
+    return Observation(source, date, seconds, n, ttft.count / seconds, isl, osl, *cvs, 1000 * ttft.sum / ttft.count,
+                       1000 * tpot.sum / tpot.count, pcts, tuple(notes), hit,
+                       {m: got[name] for m, name in e.latency.by_metric().items() if name in got}, e.engine)
 
 
 def observation_lines(windows: Sequence[tuple[Observation, dict[str, Any]]], whole: Observation,

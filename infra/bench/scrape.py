@@ -136,12 +136,3 @@ def bucket_quantile(series: Series, q: float) -> float | None:
     if math.isinf(upper) or lower <= 0 or upper / lower > FINE:
         return None
     return lower + (upper - lower) * (q * series.count - below) / (cumulative - below)
-    rank = q * series.count
-    lower, below = 0.0, 0.0
-    for upper, cumulative in series.buckets:
-        if cumulative >= rank and cumulative > below:
-            if math.isinf(upper) or lower <= 0 or upper / lower > FINE:
-                return None
-            return lower + (upper - lower) * (rank - below) / (cumulative - below)
-        lower, below = upper, cumulative
-    return None
