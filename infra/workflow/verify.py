@@ -92,9 +92,10 @@ def verify(plan_path: str | Path, url: str | None, *, service: str | None = None
     be taken again; files infra did not write there are replaced only with `force`). `progress(done, total,
     load)` hears each load's requests as they complete (`load` "peak" or "baseline")."""
     if (url is None) == (prometheus is None):
-        raise InfraError(Problem("verify measures one way", Location(path="--endpoint"),
+        said = "nothing to measure" if url is None else "verify measures one way"
+        raise InfraError(Problem(said, Location(path="--endpoint"),
                                  "give --endpoint URL (send the planned load) or --prometheus URL (read the "
-                                 "deployment's own traffic), not both"))
+                                 "deployment's own traffic), one of them"))
     if prometheus is not None and requests is not None:
         raise InfraError(Problem("--requests sends load", Location(path="--prometheus"),
                                  "leave --requests out to verify on the traffic served (--duration sets its "
