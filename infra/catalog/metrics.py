@@ -60,5 +60,26 @@ DYNAMO = LatencyHistograms("dynamo_frontend_time_to_first_token_seconds",
                            "dynamo_frontend_inter_token_latency_seconds", "dynamo_frontend_request_duration_seconds",
                            per_gap=True, model_label="model")
 FAMILIES = {"vllm": VLLM, "sglang": SGLANG, "dynamo": DYNAMO}
+FRONTENDS = {"dynamo": "dynamo"}
+"""Deployment targets whose frontend sees each request of a service whole, its allocations (aggregated and
+prefill/decode-disaggregated) together, and the family of series it exports: a DynamoGraphDeployment's Frontend."""
 
-__all__ = ["DYNAMO", "FAMILIES", "MIN_MEAN", "MIN_TAIL", "SGLANG", "VLLM", "LatencyHistograms", "needed"]
+
+def watching(target: str, allocations: list[tuple[str | None, str]]) -> dict[str | None, list[int]]:
+    """Which series watch a service deployed through `target` (`infra.catalog.targets.TARGETS`), by family: the
+    target's frontend's over every allocation where it has one, else each aggregated allocation's engine's (None
+    for an engine that exports no family infra reads). `allocations`: each allocation's engine family and mode.
+    Prefill/decode-disaggregated allocations are left out where only their engines export series, each of which
+    serves part of a request (a decode engine's TTFT starts after the remote prefill)."""
+    frontend = FRONTENDS.get(target)
+    if frontend is not None:
+        return {frontend: list(range(len(allocations)))} if allocations else {}
+    out: dict[str | None, list[int]] = {}
+    for i, (family, mode) in enumerate(allocations):
+        if mode == "agg":
+            out.setdefault(family if family in FAMILIES else None, []).append(i)
+    return out
+
+
+__all__ = ["DYNAMO", "FAMILIES", "FRONTENDS", "MIN_MEAN", "MIN_TAIL", "SGLANG", "VLLM", "LatencyHistograms",
+           "needed", "watching"]

@@ -10,15 +10,20 @@ how to close the loop: `infra verify PLAN --prometheus URL --selector ...` judge
 - the planned peak: requests finishing faster than `workload.rate.peak` (`sum(rate(TTFT_count{SEL}[W]))`).
 
 SEL holds the plan's namespace and the pod names of the service's aggregated allocations (a Deployment's pods,
-`NAME-HASH-ID`, or a LeaderWorkerSet's, `NAME-GROUP[-WORKER]`), which Prometheus's Kubernetes discovery labels
-every scraped series with (`namespace`, `pod`). Prefill/decode-disaggregated allocations are left out: each of
-their engines serves part of a request (a decode engine's TTFT starts after the remote prefill). An engine whose
-series infra does not know (`FrameworkSpec.metrics` unset), or a TPOT objective of an engine that counts gaps
-rather than requests (SGLang's), gets no rule; the caller notes which and why.
+`NAME-HASH-ID`, or a LeaderWorkerSet's, `NAME-GROUP[-WORKER]`: infra's own `<service>-a<i>`, KServe's
+`<service>-a<i>-kserve`, llm-d's chart's decode Deployment), which Prometheus's Kubernetes discovery labels every
+scraped series with (`namespace`, `pod`). Prefill/decode-disaggregated allocations are left out: each of their
+engines serves part of a request (a decode engine's TTFT starts after the remote prefill). Where the deployment
+target has a frontend that sees each request whole (NVIDIA Dynamo's, `infra.catalog.metrics.FRONTENDS`), SEL is
+the namespace and the served model the frontend labels its series with, and every allocation, disaggregated ones
+too, is watched through it. An engine whose series infra does not know (`FrameworkSpec.metrics` unset), or a TPOT
+objective of a family that counts gaps rather than requests (SGLang's, Dynamo's), gets no rule; the caller notes
+which and why.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,8 +62,14 @@ def _selector(namespace: str, workloads: list[str]) -> str:
     return f'namespace="{namespace}",pod=~"{pod_pattern(workloads)}"'
 
 
+def frontend_selector(namespace: str, service: str) -> str:
+    """The series of the service's frontend: its namespace and the served model (the service's name, which the
+    frontend labels each series with)."""
+    return f'namespace="{namespace}",model="{service}"'
+
+
 def _objective(service: str, key: str, target: float, name: str, sel: str, fingerprint: str,
-               verify: str) -> dict[str, Any]:
+               verify: str, source: str) -> dict[str, Any]:
     metric, _, stat = key.partition("_")
     if stat == "mean":
         value = f"sum(rate({name}_sum{{{sel}}}[{WINDOW}])) / sum(rate({name}_count{{{sel}}}[{WINDOW}]))"
@@ -74,7 +85,7 @@ def _objective(service: str, key: str, target: float, name: str, sel: str, finge
         "labels": {"severity": "warning", "service": service, "objective": key},
         "annotations": {
             "summary": f"{service}: {what} over the {target:g} ms the plan promises",
-            "description": (f"{what} of {service} over the last {WINDOW}, read from its engines' histograms (a "
+            "description": (f"{what} of {service} over the last {WINDOW}, read from {source} histograms (a "
                             f"percentile interpolated within its bucket) over at least {need:,} observations, is "
                             f"above its {target:g} ms objective (plan {fingerprint}). Judge it on the traffic "
                             f"served, calibrate and re-plan: {verify}"),
@@ -82,31 +93,51 @@ def _objective(service: str, key: str, target: float, name: str, sel: str, finge
     }
 
 
-def objective_rules(service: str, namespace: str, pods: dict[str | None, list[str]], objectives: dict[str, float],
-                    peak_rps: float | None, fingerprint: str) -> Rules:
-    """The rules watching `objectives` (key -> target ms, `ttft_p99`) and `peak_rps` over the pods of the
-    aggregated allocations' workloads, by the family of series their engines export (`pods`: family -> workload
-    names, None for an engine that exports none infra reads)."""
+def _verify(service: str, namespace: str, allocations: int, indices: list[int],
+            workload: Callable[[str], str] | None) -> str:
+    """What a rule's description says to run when it fires: `infra verify` on the watched series, one allocation
+    at a time where the service has several (a calibration is filed under one deployment)."""
+    if workload is None:
+        if allocations == 1:
+            return (f"infra verify PLAN --service {service} --prometheus PROMETHEUS_URL --selector "
+                    f"'{frontend_selector(namespace, service)}'")
+        # A frontend's series mix the allocations it routes to; none of them can be told apart there.
+        return (f"its frontend serves the service's {allocations} allocations together, which one calibration cannot "
+                "tell apart: measure each on its own (infra bench --save), calibrate (infra calibrate) and re-plan "
+                "(infra plan --calibration)")
+    if allocations == 1:
+        return (f"infra verify PLAN --service {service} --prometheus PROMETHEUS_URL --selector "
+                f"'{_selector(namespace, [workload(str(indices[0]))])}'")
+    return (f"infra verify PLAN --service {service} --allocation I --prometheus PROMETHEUS_URL --selector "
+            f"'{_selector(namespace, [workload('I')])}' for each allocation I of {', '.join(map(str, indices))}")
+
+
+def objective_rules(service: str, namespace: str, watched: dict[str | None, list[int]], allocations: int,
+                    objectives: dict[str, float], peak_rps: float | None, fingerprint: str, *,
+                    workload: Callable[[str], str] | None = None) -> Rules:
+    """The rules watching `objectives` (key -> target ms, `ttft_p99`) and `peak_rps` of a service of `allocations`
+    allocations on the series `watched` names (`infra.catalog.metrics.watching`: family -> allocation indices,
+    None for engines that export no family infra reads): the pods of each allocation's workload (`workload`: its
+    name from the allocation's index, `<service>-a<i>` for infra's own) or, without `workload`, the service's
+    frontend (`frontend_selector`)."""
     skipped = []
-    if not pods:
-        skipped.append("its allocations are all prefill/decode-disaggregated, whose engines each serve part of a "
-                       "request: no objective rules (watch the router or frontend that sees whole requests)")
-    if None in pods:
-        skipped.append(f"{', '.join(pods[None])}: the engine exports no series infra reads (vLLM's or SGLang's): "
-                       "not watched")
-    known = {family: names for family, names in sorted(pods.items(), key=lambda x: x[0] or "") if family}
+    covered = {i for indices in watched.values() for i in indices}
+    unwatched = [f"a{i}" for i in range(allocations) if i not in covered]
+    if unwatched:
+        skipped.append(f"{', '.join(unwatched)}: prefill/decode-disaggregated, whose engines each serve part of a "
+                       "request: not watched (watch a router or frontend that sees whole requests)")
+    if None in watched:
+        skipped.append(f"{', '.join(f'a{i}' for i in watched[None])}: the engine exports no series infra reads "
+                       "(vLLM's or SGLang's): not watched")
+    known = {family: indices for family, indices in sorted(watched.items(), key=lambda x: x[0] or "") if family}
     if not known:
         return Rules([], skipped)
-    selectors = {family: _selector(namespace, names) for family, names in known.items()}
-    workloads = sorted((n for names in known.values() for n in names), key=lambda n: int(n.rpartition("-a")[2]))
-    if len(workloads) == 1:
-        verify = (f"infra verify PLAN --service {service} --prometheus PROMETHEUS_URL --selector "
-                  f"'{_selector(namespace, workloads)}'")
+    if workload is None:
+        selectors = {family: frontend_selector(namespace, service) for family in known}
     else:
-        # A calibration is filed under one deployment: each allocation is judged and calibrated on its own pods.
-        indices = ", ".join(n.removeprefix(f"{service}-a") for n in workloads)
-        verify = (f"infra verify PLAN --service {service} --allocation I --prometheus PROMETHEUS_URL --selector "
-                  f"'{_selector(namespace, [f'{service}-aI'])}' for each allocation I of {indices}")
+        selectors = {family: _selector(namespace, [workload(str(i)) for i in indices])
+                     for family, indices in known.items()}
+    verify = _verify(service, namespace, allocations, sorted(i for v in known.values() for i in v), workload)
     rules = []
     for family, sel in selectors.items():
         by_metric = FAMILIES[family].by_metric()
@@ -115,7 +146,8 @@ def objective_rules(service: str, namespace: str, pods: dict[str | None, list[st
             if name is None:
                 skipped.append(f"{key}: {family} counts TPOT per gap between tokens, not per request: not watched")
                 continue
-            rules.append(_objective(service, key, target, name, sel, fingerprint, verify))
+            rules.append(_objective(service, key, target, name, sel, fingerprint, verify,
+                                    "its engines'" if workload else "its frontend's"))
     if peak_rps is not None:
         served = " + ".join(f"(sum(rate({FAMILIES[family].ttft}_count{{{sel}}}[{WINDOW}])) or vector(0))"
                             for family, sel in selectors.items())
@@ -132,4 +164,4 @@ def objective_rules(service: str, namespace: str, pods: dict[str | None, list[st
     return Rules(rules, skipped)
 
 
-__all__ = ["FOR", "PEAK_FOR", "WINDOW", "Rules", "objective_rules", "pod_pattern"]
+__all__ = ["FOR", "PEAK_FOR", "WINDOW", "Rules", "frontend_selector", "objective_rules", "pod_pattern"]

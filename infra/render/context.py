@@ -19,6 +19,7 @@ from pydantic import ValidationError as PydanticValidationError
 from infra.catalog.hfids import checkpoint_precision
 from infra.catalog.kinds import kind_of
 from infra.catalog.loader import Catalog
+from infra.catalog.metrics import FRONTENDS, watching
 from infra.catalog.schema import BYTES_PER_PARAM, EngineCli, FrameworkSpec
 from infra.errors import CatalogError, InfraError, IntentError, Location, Problem
 from infra.intent.models import Workload
@@ -198,21 +199,25 @@ class ServiceBuilder:
                                          "selector": {"infra.dev/service": svc.name, "infra.dev/role": "agg",
                                                       SERVES: "true"}})
 
-    def _objective_rules(self) -> None:
-        """The service's objectives and planned peak as alerting rules on its engines' series
-        (`infra.render.alerts`)."""
+    def _objective_rules(self, target: str = "kubernetes",
+                         workload: Callable[[str], str] | None = None) -> None:
+        """The service's objectives and planned peak as alerting rules on the series that watch it under `target`
+        (`infra.catalog.metrics.watching`; `infra.render.alerts`): the pods of each allocation's workload, named by
+        `workload` from the allocation's index (infra's own, `<service>-a<i>`, by default), or the target's
+        frontend."""
         svc = self.svc
-        pods: dict[str | None, list[str]] = {}
-        for i, a in enumerate(svc.allocations):
-            if a.mode == "agg":
-                pods.setdefault(self.catalog.framework(a.framework).metrics, []).append(f"{svc.name}-a{i}")
+        watched = watching(target, [(self.catalog.framework(a.framework).metrics, a.mode) for a in svc.allocations])
+        if workload is None and target not in FRONTENDS:
+            def workload(index: str) -> str:
+                return f"{svc.name}-a{index}"
         peak = self._workload()
-        got = objective_rules(svc.name, self.cluster.namespace, pods, {**svc.objectives, **svc.attainment_objectives},
+        got = objective_rules(svc.name, self.cluster.namespace, watched, len(svc.allocations),
+                              {**svc.objectives, **svc.attainment_objectives},
                               peak.rate.peak_rps if peak is not None and peak.rate is not None else None,
-                              self.plan.spec.fingerprint)
-        header = [f"{svc.name}: {line}" for line in got.skipped]
-        for line in header:
+                              self.plan.spec.fingerprint, workload=workload)
+        for line in got.skipped:
             self.note(line)
+        header = [f"{svc.name}: {line}" for line in got.skipped]
         if got.rules:
             self.add("prometheusrule.yaml.j2", {
                 "api_version": self.crds["prometheus_operator"], "name": f"{svc.name}-objectives",

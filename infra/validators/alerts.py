@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from infra.catalog.loader import Catalog
-from infra.catalog.metrics import FAMILIES
+from infra.catalog.metrics import FAMILIES, watching
 from infra.planner.types import DeploymentPlan, ServicePlan
 from infra.validators.findings import Finding
 from infra.validators.manifests import Manifest
@@ -25,12 +25,11 @@ THRESHOLD = re.compile(r"\)\s*>\s*([0-9][0-9.eE+-]*)\s+and\s+on\s*\(\)")
 """The target an objective rule compares its metric with (seconds)."""
 
 
-def _watchable(svc: ServicePlan, catalog: Catalog) -> set[str]:
-    """The objectives of `svc` some aggregated allocation's engine exports the series of."""
+def _watchable(svc: ServicePlan, catalog: Catalog, target: str) -> set[str]:
+    """The objectives of `svc` the series that watch it under `target` hold (`infra.catalog.metrics.watching`)."""
     metrics: set[str] = set()
-    for a in svc.allocations:
-        family = catalog.framework(a.framework).metrics if a.mode == "agg" else None
-        if family in FAMILIES:
+    for family in watching(target, [(catalog.framework(a.framework).metrics, a.mode) for a in svc.allocations]):
+        if family is not None:
             metrics |= set(FAMILIES[family].by_metric())
     objectives = {**svc.objectives, **svc.attainment_objectives}
     return {key for key in objectives if key.partition("_")[0] in metrics}
@@ -49,8 +48,10 @@ def _rules(m: Manifest) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
 
 
 def check_objective_alerts(manifests: list[Manifest], plan: DeploymentPlan, plan_path: str,
-                           line: Callable[[tuple], int], catalog: Catalog) -> list[Finding]:
-    """PLN012 findings for every LLM service of a plan whose cluster lists the Prometheus Operator."""
+                           line: Callable[[tuple], int], catalog: Catalog, target: str = "kubernetes"
+                           ) -> list[Finding]:
+    """PLN012 findings for every LLM service of a plan whose cluster lists the Prometheus Operator, in a tree
+    rendered for `target`."""
     if not plan.spec.cluster.crds.get("prometheus_operator"):
         return []
     out: list[Finding] = []
@@ -59,7 +60,7 @@ def check_objective_alerts(manifests: list[Manifest], plan: DeploymentPlan, plan
         if not svc.runs_llm_engine or svc.stage is not None:
             continue
         name = f"{svc.name}-objectives"
-        watchable = _watchable(svc, catalog)
+        watchable = _watchable(svc, catalog, target)
         docs = [m for m in manifests if m.kind == "PrometheusRule" and m.name == name]
         if not docs:
             if watchable:

@@ -9,6 +9,9 @@ for infra's own workloads (PLN001-PLN008, PLN010), read from where each target k
 - `llm-d`: a model-service values file `helm/llm-d-modelservice/<service>-a<i>.values.yaml`: decode / prefill
   replicas and containers, nodeSelector, modelArtifacts.uri.
 
+Where the cluster runs the Prometheus Operator, the objective rules are checked as for infra's own workloads
+(PLN012), against the objectives the target's series can watch (`infra.catalog.metrics.watching`).
+
 Engine arguments are read back with the launcher the target runs (infra.catalog.targets), as rendering wrote them.
 """
 
@@ -20,6 +23,7 @@ from typing import Any
 from infra.catalog.loader import Catalog
 from infra.catalog.targets import extra_args, launcher, target_framework
 from infra.planner.types import DeploymentPlan
+from infra.validators.alerts import check_objective_alerts
 from infra.validators.cluster import from_plan
 from infra.validators.findings import Finding
 from infra.validators.manifests import Manifest
@@ -154,6 +158,7 @@ def check_target_plan(target: str, manifests: list[Manifest], values: list[Manif
         if target == "kserve":
             out += _parallelism(m, found.base, e)
     out += _strays(target, manifests, values, plan, used)
+    out += check_objective_alerts(manifests, plan, plan_path, pf.line, catalog, target)
     return out, notes
 
 

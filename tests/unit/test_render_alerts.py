@@ -13,7 +13,10 @@ import pytest
 import yaml
 
 from infra import api
+from infra.planner.types import load_plan
+from infra.render import render_plan
 from infra.render.alerts import objective_rules, pod_pattern
+from infra.render.targets import modelservice_fullname
 from infra.validators.alerts import THRESHOLD
 
 from ..e2e.test_calibrate_cli import PROFILE
@@ -40,26 +43,31 @@ def test_pod_pattern_takes_a_workloads_pods_and_no_other_workloads():
         assert not pattern.fullmatch(pod), pod
 
 
+def own(index: str) -> str:
+    return f"chat-a{index}"
+
+
 def test_rules_cover_every_objective_the_engine_counts_and_say_what_they_leave():
-    got = objective_rules("chat", "llm", {"sglang": ["chat-a0"], None: ["chat-a1"]},
-                          {"ttft_p99": 500.0, "tpot_p99": 40.0}, 8.0, "sha256:x")
+    got = objective_rules("chat", "llm", {"sglang": [0], None: [1]}, 3, {"ttft_p99": 500.0, "tpot_p99": 40.0},
+                          8.0, "sha256:x", workload=own)
     assert [r["labels"].get("objective") for r in got.rules] == ["ttft_p99", None]
     assert "sglang:time_to_first_token_seconds_bucket" in got.rules[0]["expr"]
     assert any("tpot_p99: sglang counts TPOT per gap" in line for line in got.skipped)
-    assert any(line.startswith("chat-a1: the engine exports no series") for line in got.skipped)
-    assert objective_rules("chat", "llm", {}, {"ttft_p99": 500.0}, None, "x").rules == []
+    assert any(line.startswith("a1: the engine exports no series") for line in got.skipped)
+    assert any(line.startswith("a2: prefill/decode-disaggregated") for line in got.skipped)
+    assert objective_rules("chat", "llm", {}, 1, {"ttft_p99": 500.0}, None, "x", workload=own).rules == []
     # The threshold is the plan's target to its last digit, as validation reads it back (PLN012).
-    odd = objective_rules("chat", "llm", {"vllm": ["chat-a0"]}, {"ttft_p99": 1234.5678, "tpot_mean": 33.3},
-                          None, "x")
+    odd = objective_rules("chat", "llm", {"vllm": [0]}, 1, {"ttft_p99": 1234.5678, "tpot_mean": 33.3},
+                          None, "x", workload=own)
     for r in odd.rules:
         threshold = float(THRESHOLD.search(r["expr"]).group(1))
         assert threshold == pytest.approx({"ttft_p99": 1.2345678, "tpot_mean": 0.0333}[r["labels"]["objective"]],
                                           rel=1e-11)
     # A service of several allocations: each is judged and calibrated on its own pods.
-    two = objective_rules("chat", "llm", {"vllm": ["chat-a10", "chat-a2"]}, {"ttft_p99": 500.0}, None, "x")
+    two = objective_rules("chat", "llm", {"vllm": [2, 10]}, 11, {"ttft_p99": 500.0}, None, "x", workload=own)
     text = two.rules[0]["annotations"]["description"]
     assert "--allocation I --prometheus PROMETHEUS_URL" in text and "for each allocation I of 2, 10" in text
-    assert 'pod=~"(chat-a10|chat-a2)-' in two.rules[0]["expr"]
+    assert 'pod=~"(chat-a2|chat-a10)-' in two.rules[0]["expr"]
 
 
 def test_no_rules_where_the_cluster_runs_no_prometheus_operator(tmp_path: Path):
@@ -163,3 +171,111 @@ def test_validation_catches_a_loosened_stale_or_missing_objective_rule(tmp_path:
     kustomization.write_text(kustomization.read_text().replace(f"- {path.name}\n", ""))
     assert pln012() == ["the cluster runs the Prometheus Operator, but no PrometheusRule 'chat-objectives' watches "
                         "tpot_p99, ttft_mean, ttft_p99"]
+
+
+# --- Deployment targets ---------------------------------------------------------------------------------------------
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+
+
+def _target_rules(plan_name: str, target: str) -> dict | None:
+    """The PrometheusRule a golden plan renders for `target` on a cluster running the Prometheus Operator."""
+    plan = load_plan(GOLDEN / plan_name / "plan.yaml")
+    plan.spec.cluster.crds["prometheus_operator"] = "monitoring.coreos.com/v1"
+    files = render_plan(plan, target=target)
+    found = [text for name, text in files.items() if "/prometheusrule-" in name]
+    return yaml.safe_load(found[0]) if found else None
+
+
+def test_a_dynamo_frontend_watches_every_allocation_disaggregated_ones_too():
+    doc = _target_rules("pd-across-devices", "dynamo")
+    rules = doc["spec"]["groups"][0]["rules"]
+    assert {r["labels"].get("objective") for r in rules} == {"ttft_p99", None}  # TPOT: the frontend counts gaps
+    sel = 'namespace="inference",model="chat"'
+    assert all(f"dynamo_frontend_time_to_first_token_seconds_count{{{sel}}}" in r["expr"] for r in rules)
+    text = rules[0]["annotations"]["description"]
+    assert "its frontend's histograms" in text
+    # Two allocations behind one frontend: its series cannot say which one served a request.
+    assert "its frontend serves the service's 2 allocations together" in text and "infra verify" not in text
+    one = _target_rules("measured-chat", "dynamo")["spec"]["groups"][0]["rules"][0]["annotations"]["description"]
+    assert "infra verify PLAN --service chat --prometheus PROMETHEUS_URL --selector " \
+           "'namespace=\"default\",model=\"chat\"'" in one
+    # Without a frontend only the engines are read, and a disaggregated engine serves part of each request.
+    assert _target_rules("pd-across-devices", "kserve") is None
+
+
+def test_kserve_and_llm_d_rules_select_the_pods_of_the_workloads_those_operators_name():
+    import re
+
+    expected = {"kserve": ("chat-a0-kserve-5d8f9c7b6-x2x4q", "chat-a0-kserve-0-1"),
+                "llm-d": ("chat-a0-llm-d-modelservice-decode-5d8f9c7b6-x2x4q",)}
+    others = ("chat-a0-kserve-prefill-5d8f9c7b6-x2x4q", "chat-a0-kserve-router-scheduler-5d8f9c7b6-x2x4q",
+              "chat-a0-llm-d-modelservice-prefill-5d8f9c7b6-x2x4q", "chat-a0-5d8f9c7b6-x2x4q", "chat-epp-7c9d-x2x4q")
+    for target, pods in expected.items():
+        doc = _target_rules("measured-chat", target)
+        expr = doc["spec"]["groups"][0]["rules"][0]["expr"]
+        pattern = re.compile(re.search(r'pod=~"([^"]+)"', expr).group(1))
+        assert all(pattern.fullmatch(p) for p in pods), (target, pattern.pattern)
+        assert not any(pattern.fullmatch(p) for p in others), (target, pattern.pattern)
+    assert modelservice_fullname("chat-a0") == "chat-a0-llm-d-modelservice"
+    assert modelservice_fullname("my-llm-d-modelservice") == "my-llm-d-modelservice"
+    assert len(modelservice_fullname("x" * 40 + "-a0")) == 55
+
+
+def test_validation_reads_the_objective_rules_of_a_target_tree(tmp_path: Path):
+    plan_path = tmp_path / "plan.yaml"
+    text = (GOLDEN / "pd-across-devices" / "plan.yaml").read_text()
+    operator = "    crds:\n      prometheus_operator: monitoring.coreos.com/v1\n"
+    plan_path.write_text(text.replace("    crds:\n", operator, 1))
+    plan = load_plan(plan_path)
+    out = tmp_path / "m"
+    for name, body in render_plan(plan, target="dynamo").items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(body)
+
+    def pln012() -> list[str]:
+        return [f.message for f in api.validate(out, plan=plan_path).findings if f.rule == "PLN012"]
+
+    assert pln012() == []
+    [rule_file] = out.rglob("prometheusrule-*.yaml")
+    rule_file.write_text(rule_file.read_text().replace("> 3 and on ()", "> 6 and on ()"))
+    assert pln012() == ["the ttft_p99 rule fires above 6 s; the plan promises 3 s"]
+    rule_file.unlink()
+    kustomization = rule_file.parent / "kustomization.yaml"
+    kustomization.write_text(kustomization.read_text().replace(f"- {rule_file.name}\n", ""))
+    assert pln012() == ["the cluster runs the Prometheus Operator, but no PrometheusRule 'chat-objectives' watches "
+                        "ttft_p99"]
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="needs promtool (Debian's prometheus package; .ci/run installs it)")
+def test_prometheus_fires_a_dynamo_frontends_rules_on_its_own_models_requests(tmp_path: Path):
+    """The frontend of a disaggregated service answers two requests a second with first tokens between 3 and 5 s
+    (TTFT p99 over its 3 s); another DynamoGraphDeployment's frontend in the namespace, serving another model
+    slowly, is not watched."""
+    doc = _target_rules("pd-across-devices", "dynamo")
+    group = doc["spec"]["groups"][0]
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": [group]}))
+    check = subprocess.run([PROMTOOL, "check", "rules", str(tmp_path / "rules.yaml")], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+    def frontend(model: str, per_min: int, le: str) -> list[dict[str, str]]:
+        name, n = "dynamo_frontend_time_to_first_token_seconds", f"0+{per_min}x40"
+        labels = f'namespace="inference",pod="{model}-frontend-5d8f9c7b6-x2x4q",model="{model}"'
+        return ([{"series": f'{name}_bucket{{{labels},le="{b}"}}', "values": v}
+                 for b, v in (("3", "0+0x40"), (le, n), ("+Inf", n))]
+                + [{"series": f"{name}_sum{{{labels}}}", "values": f"0+{per_min * 4}x40"},
+                   {"series": f"{name}_count{{{labels}}}", "values": n}])
+
+    ttft = next(r for r in group["rules"] if r["labels"].get("objective") == "ttft_p99")
+    tests = [
+        {"interval": "1m", "input_series": frontend("chat", 120, "5"),
+         "alert_rule_test": [{"eval_time": "30m", "alertname": "ServingObjectiveMissed",
+                              "exp_alerts": [{"exp_labels": ttft["labels"], "exp_annotations": ttft["annotations"]}]}]},
+        {"interval": "1m", "input_series": frontend("chatbot", 600, "5"),
+         "alert_rule_test": [{"eval_time": "30m", "alertname": "ServingObjectiveMissed", "exp_alerts": []}]},
+    ]
+    (tmp_path / "test.yaml").write_text(json.dumps({"rule_files": ["rules.yaml"], "evaluation_interval": "1m",
+                                                    "tests": tests}))
+    run = subprocess.run([PROMTOOL, "test", "rules", str(tmp_path / "test.yaml")], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
