@@ -733,6 +733,8 @@ def emulate(
     tokens_per_chunk: Annotated[int, typer.Option("--tokens-per-chunk", help="Tokens per SSE chunk.")] = 1,
     usage: Annotated[bool, typer.Option("--usage/--no-usage", help="Send usage in streams when asked.")] = True,
     seed: Annotated[int, typer.Option(help="Seed of the fault draws.")] = 0,
+    metrics: Annotated[str, typer.Option("--metrics", help="Series /metrics exports: vllm (an engine's) or dynamo "
+                                                          "(an NVIDIA Dynamo frontend's).")] = "vllm",
 ) -> None:
     """Serve an emulated OpenAI-compatible endpoint (with /metrics and fault injection) until interrupted."""
     from infra import api
@@ -742,7 +744,8 @@ def emulate(
 
     api.emulate(plan_file, port=port, host=host, service=service, ttft_ms=ttft_ms, itl_ms=itl_ms,
                 error_rate=error_rate, stall_ms=stall_ms, stall_rate=stall_rate, disconnect_rate=disconnect_rate,
-                slow_start_s=slow_start, tokens_per_chunk=tokens_per_chunk, usage=usage, seed=seed, on_ready=ready)
+                slow_start_s=slow_start, tokens_per_chunk=tokens_per_chunk, usage=usage, seed=seed, metrics=metrics,
+                on_ready=ready)
 
 
 @app.command(name="validate")

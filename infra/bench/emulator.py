@@ -4,7 +4,9 @@ of the benchmark harness itself.
 Routes: `/v1/models`, `/v1/chat/completions` and `/v1/completions` (streamed and not, with `usage` and
 `finish_reason`), `/health`, and `/metrics` in the Prometheus text format under vLLM's names
 (`vllm:time_to_first_token_seconds`, `vllm:inter_token_latency_seconds`, `vllm:e2e_request_latency_seconds`,
-`vllm:request_success_total`, ...), so that one scraper reads the emulator and a real engine alike.
+`vllm:request_success_total`, ...), so that one scraper reads the emulator and a real engine alike; or, with
+`metrics_family="dynamo"`, under an NVIDIA Dynamo frontend's (`dynamo_frontend_time_to_first_token_seconds`, ...,
+labelled by the served model).
 
 Token timing comes from a `Timing` source. `FixedTiming` gives every request the same TTFT and gap between tokens
 (measured from when the request arrived), which is what a timing-accuracy check needs. The answer always runs to
@@ -26,7 +28,7 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -259,20 +261,47 @@ class _Metrics:
     itl: Any
     e2e: Any
     success: Any
+    """Finished requests, by model and a second label: `finish_reason` (vLLM's) or `status` (`finished`)."""
     failures: Any
-    prompt_tokens: Any
-    generation_tokens: Any
     running: Any
-    request_tpot: Any
     request_prompt: Any
     request_generation: Any
+    prompt_tokens: Any = None
+    generation_tokens: Any = None
+    request_tpot: Any = None
+    cached: Any = None
+    finished: Callable[[str], str] = str
+    """The second label of a finished request's count, from its finish reason."""
 
 
-def _metrics(model: str) -> _Metrics:
+METRICS = ("vllm", "dynamo")
+"""The families of series the emulator exports: a vLLM engine's, or an NVIDIA Dynamo frontend's
+(`infra.catalog.metrics`)."""
+
+
+def _metrics(model: str, family: str = "vllm") -> _Metrics:
     reg = CollectorRegistry()
     # The process's own series, as an engine on the client's default registry exports them (its start time tells
     # two scrapes of one process from a restart).
     ProcessCollector(registry=reg)
+    failures = Counter("infra_emulator:request_failure", "Requests failed by fault injection or bad input.",
+                       ["model_name", "reason"], registry=reg)
+    if family == "dynamo":
+        # lib/llm/src/http/service/metrics.rs: per-request histograms labelled by the served model, the gap
+        # between tokens observed once per token, and requests counted by status.
+        def dyn(name: str, doc: str, buckets: Any = LATENCY_BUCKETS) -> Any:
+            return Histogram(f"dynamo_frontend_{name}", doc, ["model"], registry=reg, buckets=buckets).labels(model)
+
+        return _Metrics(
+            reg, dyn("time_to_first_token_seconds", "Time to first token."),
+            dyn("inter_token_latency_seconds", "Gap between tokens."),
+            dyn("request_duration_seconds", "Request duration."),
+            Counter("dynamo_frontend_requests", "Requests.", ["model", "status"], registry=reg), failures,
+            Gauge("dynamo_frontend_inflight_requests", "Requests in flight.", ["model"], registry=reg).labels(model),
+            dyn("input_sequence_tokens", "Prompt tokens of a request.", TOKEN_BUCKETS),
+            dyn("output_sequence_tokens", "Answer tokens of a request.", TOKEN_BUCKETS),
+            cached=dyn("cached_tokens", "Prompt tokens a request found cached.", TOKEN_BUCKETS),
+            finished=lambda _: "success")
     labels = ["model_name"]
 
     def hist(name: str, doc: str) -> Any:
@@ -284,17 +313,16 @@ def _metrics(model: str) -> _Metrics:
         hist("vllm:inter_token_latency_seconds", "Gap between successive token chunks written."),
         hist("vllm:e2e_request_latency_seconds", "Request arrival to last token written."),
         Counter("vllm:request_success", "Requests finished.", labels + ["finished_reason"], registry=reg),
-        Counter("infra_emulator:request_failure", "Requests failed by fault injection or bad input.",
-                labels + ["reason"], registry=reg),
-        Counter("vllm:prompt_tokens", "Prompt tokens processed.", labels, registry=reg).labels(model),
-        Counter("vllm:generation_tokens", "Tokens generated.", labels, registry=reg).labels(model),
+        failures,
         Gauge("vllm:num_requests_running", "Requests being answered.", labels, registry=reg).labels(model),
-        hist("vllm:request_time_per_output_token_seconds", "A finished request's decode time per output token "
-             "after the first."),
         Histogram("vllm:request_prompt_tokens", "A finished request's prompt tokens.", labels, registry=reg,
                   buckets=TOKEN_BUCKETS).labels(model),
         Histogram("vllm:request_generation_tokens", "A finished request's generated tokens.", labels, registry=reg,
                   buckets=TOKEN_BUCKETS).labels(model),
+        prompt_tokens=Counter("vllm:prompt_tokens", "Prompt tokens processed.", labels, registry=reg).labels(model),
+        generation_tokens=Counter("vllm:generation_tokens", "Tokens generated.", labels, registry=reg).labels(model),
+        request_tpot=hist("vllm:request_time_per_output_token_seconds", "A finished request's decode time per "
+                          "output token after the first."),
     )
 
 
@@ -310,11 +338,13 @@ class Emulator:
     """Tokens bundled into one SSE chunk (an engine's detokenizer can do this; a chunk is not a token)."""
     usage: bool = True
     """Send usage in streams when asked (some servers never do)."""
+    metrics_family: str = "vllm"
+    """Whose series `/metrics` exports (`METRICS`)."""
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
         self.started = time.perf_counter()
-        self.metrics = _metrics(self.models[0])
+        self.metrics = _metrics(self.models[0], self.metrics_family)
 
     # -- protocol ----------------------------------------------------------------------------------------------
 
@@ -456,13 +486,16 @@ class Emulator:
         m = self.metrics
         now = time.perf_counter()
         m.e2e.observe(now - plan.arrived)
-        if n > 1 and plan.first_at is not None:
+        if n > 1 and plan.first_at is not None and m.request_tpot is not None:
             m.request_tpot.observe((now - plan.first_at) / (n - 1))
         m.request_prompt.observe(plan.prompt_tokens)
         m.request_generation.observe(n)
-        m.success.labels(self.models[0], reason).inc()
-        m.prompt_tokens.inc(plan.prompt_tokens)
-        m.generation_tokens.inc(n)
+        m.success.labels(self.models[0], m.finished(reason)).inc()
+        if m.prompt_tokens is not None:
+            m.prompt_tokens.inc(plan.prompt_tokens)
+            m.generation_tokens.inc(n)
+        if m.cached is not None:
+            m.cached.observe(0)
 
 
 @dataclass

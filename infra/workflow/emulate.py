@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from infra.bench.emulator import Emulator, EngineTiming, Faults, FixedTiming, bind, check_options, serve
+from infra.bench.emulator import METRICS, Emulator, EngineTiming, Faults, FixedTiming, bind, check_options, serve
 from infra.bench.engine import plan_allocation
 from infra.bench.pipeline_emulator import PipelineTiming
 from infra.bench.run import pick_service
@@ -17,9 +17,13 @@ from infra.planner.types import load_plan
 def emulate(plan: str | Path | None, *, port: int, host: str = "127.0.0.1", service: str | None = None,
             ttft_ms: float | None = None, itl_ms: float | None = None, error_rate: float = 0.0,
             stall_ms: float = 0.0, stall_rate: float = 0.0, disconnect_rate: float = 0.0, slow_start_s: float = 0.0,
-            tokens_per_chunk: int = 1, usage: bool = True, seed: int = 0,
+            tokens_per_chunk: int = 1, usage: bool = True, seed: int = 0, metrics: str = "vllm",
             on_ready: Callable[[str], None] | None = None) -> None:
-    """Serve an emulated OpenAI-compatible endpoint until interrupted; `on_ready(url)` hears its address."""
+    """Serve an emulated OpenAI-compatible endpoint until interrupted; `on_ready(url)` hears its address. Its
+    `/metrics` are a vLLM engine's, or an NVIDIA Dynamo frontend's (`metrics="dynamo"`)."""
+    if metrics not in METRICS:
+        raise IntentError(Problem(f"unknown metrics {metrics!r}", Location(path="--metrics"),
+                                  f"use one of {', '.join(METRICS)}"))
     check_options(port=port, ttft_ms=ttft_ms, itl_ms=itl_ms, error_rate=error_rate, stall_ms=stall_ms,
                   stall_rate=stall_rate, disconnect_rate=disconnect_rate, slow_start=slow_start_s,
                   tokens_per_chunk=tokens_per_chunk)
@@ -56,5 +60,5 @@ def emulate(plan: str | Path | None, *, port: int, host: str = "127.0.0.1", serv
         raise EndpointError(Problem(f"cannot listen on {host}:{port}: {exc.strerror}", Location(path="--port"),
                                     "choose a free port (0 picks one)")) from None
     emu = Emulator(names, timing, Faults(error_rate, stall_ms, stall_rate, disconnect_rate, slow_start_s), seed,
-                   tokens_per_chunk, usage)
+                   tokens_per_chunk, usage, metrics)
     serve(emu, sock, on_ready)

@@ -235,6 +235,7 @@ def test_a_run_without_duration_stops_at_its_time_bound_and_says_so():
     (("--ttft-ms", "1", "--itl-ms", "-2"), "--itl-ms"),
     (("--error-rate", "1.5"), "--error-rate"),
     (("--tokens-per-chunk", "0"), "--tokens-per-chunk"),
+    (("--ttft-ms", "1", "--itl-ms", "1", "--metrics", "tgi"), "--metrics"),
 ])
 def test_emulate_refuses_bad_settings_in_one_line(args, flag):
     out = infra("emulate", *args)

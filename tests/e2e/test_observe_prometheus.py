@@ -198,3 +198,37 @@ def test_verify_judges_calibrates_and_replans_on_the_traffic_prometheus_kept(tmp
     assert text.returncode == 3 and "observed" in text.stdout and "verification failed" in text.stdout
     for bad, why in ((both, "verify measures one way"), (load, "--requests sends load")):
         assert bad.returncode == 1 and why in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="needs Debian's prometheus package (.ci/run installs it)")
+def test_verify_reads_a_dynamo_frontend_by_the_selector_its_rendered_rules_hand_over(tmp_path: Path):
+    """The plan rendered for NVIDIA Dynamo watches the service on its Frontend's series (by namespace and served
+    model); a frontend (the emulator exporting Dynamo's series) serves the service's traffic, and `infra verify
+    --prometheus` with the selector the rule's description gives reads that window back and judges it: TTFT mean
+    exact (150 ms, under 400 ms), TPOT p99 not judged from the gaps between tokens a frontend counts. A frontend
+    serving another model in the namespace is not read."""
+    (tmp_path / "loop.yaml").write_text(INTENT)
+    (tmp_path / "profile.yaml").write_text(MONITORED)
+    assert infra("plan", str(tmp_path / "loop.yaml"), "-o", str(tmp_path / "out"), "--no-verify").returncode == 0
+    plan = tmp_path / "out" / "plan.yaml"
+    assert infra("render", str(plan), "-o", str(tmp_path / "dynamo"), "--target", "dynamo").returncode == 0
+    [rules] = (tmp_path / "dynamo").rglob("prometheusrule-*.yaml")
+    description = yaml.safe_load(rules.read_text())["spec"]["groups"][0]["rules"][0]["annotations"]["description"]
+    selector = description.partition("--selector '")[2].removesuffix("'")
+    assert selector == 'namespace="llm",model="chat"'
+    with emulator(str(plan), "--ttft-ms", "150", "--itl-ms", "45", "--metrics", "dynamo") as url, \
+            emulator("--ttft-ms", "900", "--itl-ms", "90", "--metrics", "dynamo") as other:
+        hosts = [u.removeprefix("http://").removesuffix("/v1") for u in (url, other)]
+        with prometheus(tmp_path / "prom", hosts, {"namespace": "llm"}) as prom:
+            busy = [_load(url, "6/s", 60), _load(other, "6/s", 60)]
+            assert all(p.wait(timeout=120) == 0 for p in busy)
+            time.sleep(3)
+            run = infra("verify", str(plan), "--prometheus", prom, "--selector", selector, "--duration", "60",
+                        "--json")
+    assert run.returncode in (0, 3), run.stderr
+    got = json.loads(run.stdout)
+    verdicts = {o["key"]: o for o in got["runs"][0]["verdict"]["objectives"]}
+    assert got["observed"]["requests"] == pytest.approx(60, rel=0.1)
+    assert got["observed"]["ttft_ms"] == pytest.approx(150, rel=0.15)
+    assert verdicts["ttft_mean"]["verdict"] == "pass"
+    assert verdicts["tpot_p99"]["verdict"] == "inconclusive", verdicts["tpot_p99"]
