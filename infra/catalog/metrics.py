@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from infra.catalog.targets import serving_workload
+
 MIN_TAIL = 10
 """Observations that must lie beyond a measured percentile for it to say anything (p99: 1,000; p90: 100): a
 calibration fits the spread on the highest percentile that has them, and a verdict judges one only then."""
@@ -81,5 +83,36 @@ def watching(target: str, allocations: list[tuple[str | None, str]]) -> dict[str
     return out
 
 
+def pod_pattern(names: list[str]) -> str:
+    """A regular expression (Prometheus anchors it) for the pods of the workloads `names`: a Deployment's
+    `NAME-HASH-ID` or a LeaderWorkerSet's `NAME-GROUP` and `NAME-GROUP-WORKER`, and nothing of another workload
+    whose name merely starts with one of them."""
+    alternatives = "|".join(names)
+    return f"({alternatives})-([0-9]+(-[0-9]+)?|[a-z0-9]+-[a-z0-9]+)"
+
+
+def pod_selector(namespace: str, workloads: list[str]) -> str:
+    """Label matchers of the series of the pods of `workloads` in `namespace` (the labels Prometheus's Kubernetes
+    discovery gives every scraped series)."""
+    return f'namespace="{namespace}",pod=~"{pod_pattern(workloads)}"'
+
+
+def frontend_selector(namespace: str, service: str) -> str:
+    """Label matchers of the series of a service's frontend: its namespace and the served model (the service's
+    name, which the frontend labels each series with)."""
+    return f'namespace="{namespace}",model="{service}"'
+
+
+def watch_selectors(target: str, service: str, namespace: str,
+                    watched: dict[str | None, list[int]]) -> dict[str, str]:
+    """The label matchers of each family's series that watch a service (`watching`): its frontend's, or the pods
+    of the watched allocations' workloads as `target` names them (`infra.catalog.targets.serving_workload`)."""
+    workload = serving_workload(target, service)
+    known = {family: indices for family, indices in sorted(watched.items(), key=lambda x: x[0] or "") if family}
+    if workload is None:
+        return {family: frontend_selector(namespace, service) for family in known}
+    return {family: pod_selector(namespace, [workload(str(i)) for i in indices]) for family, indices in known.items()}
+
+
 __all__ = ["DYNAMO", "FAMILIES", "FRONTENDS", "MIN_MEAN", "MIN_TAIL", "SGLANG", "VLLM", "LatencyHistograms",
-           "needed", "watching"]
+           "frontend_selector", "needed", "pod_pattern", "pod_selector", "watch_selectors", "watching"]

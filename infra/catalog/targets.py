@@ -9,6 +9,7 @@ engine's `EngineCli` for a target here, so that what one writes the other reads 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -19,6 +20,32 @@ from infra.errors import IntentError, Location, Problem
 
 DEFAULT_TARGET = "kubernetes"
 TARGETS = ("kubernetes", "dynamo", "llm-d", "kserve")
+MODELSERVICE_CHART = "llm-d-modelservice"
+"""llm-d's model-service Helm chart, whose values the llm-d target writes for each allocation (its release)."""
+KSERVE_WORKLOAD_SUFFIX = "-kserve"
+"""What KServe's LLMInferenceService controller appends to the resource's name for its main workload
+(pkg/controller/llmisvc: kmeta.ChildName(name, "-kserve"))."""
+
+
+def modelservice_fullname(release: str) -> str:
+    """The chart's `llm-d-modelservice.fullname` for a release with no fullnameOverride or nameOverride: the release
+    name where it contains the chart's, else `<release>-llm-d-modelservice`, cut at 55 characters."""
+    name = release if MODELSERVICE_CHART in release else f"{release}-{MODELSERVICE_CHART}"
+    return name[:55].rstrip("-")
+
+
+def serving_workload(target: str, service: str) -> Callable[[str], str] | None:
+    """The workload whose pods serve an aggregated allocation of `service` under `target`, named from the
+    allocation's index (what its objective rules select pods by): infra's own `<service>-a<i>`, KServe's Deployment
+    (or LeaderWorkerSet) for the LLMInferenceService `<service>-a<i>`, the decode Deployment llm-d's chart names for
+    the release `<service>-a<i>`; None for Dynamo, whose frontend is watched instead (`metrics.FRONTENDS`)."""
+    if target == "kserve":
+        return lambda index: f"{service}-a{index}{KSERVE_WORKLOAD_SUFFIX}"
+    if target == "llm-d":
+        return lambda index: f"{modelservice_fullname(f'{service}-a{index}')}-decode"
+    if target == DEFAULT_TARGET:
+        return lambda index: f"{service}-a{index}"
+    return None
 
 
 class Launcher(CatalogModel):

@@ -27,7 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from infra.catalog.metrics import FAMILIES, MIN_MEAN, needed
+from infra.catalog.metrics import FAMILIES, MIN_MEAN, frontend_selector, needed, pod_selector, watch_selectors
+from infra.catalog.targets import serving_workload
 
 WINDOW = "10m"
 """Rate window of every rule: long enough for a p99 of a few requests a second to rest on some hundreds."""
@@ -48,24 +49,6 @@ class Rules:
 def _seconds(ms: float) -> str:
     # Twelve digits: the plan's target itself (validation reads it back, PLN012), with no float noise.
     return f"{ms / 1000:.12g}"
-
-
-def pod_pattern(names: list[str]) -> str:
-    """A regular expression (Prometheus anchors it) for the pods of the workloads `names`: a Deployment's
-    `NAME-HASH-ID` or a LeaderWorkerSet's `NAME-GROUP` and `NAME-GROUP-WORKER`, and nothing of another workload
-    whose name merely starts with one of them."""
-    alternatives = "|".join(names)
-    return f"({alternatives})-([0-9]+(-[0-9]+)?|[a-z0-9]+-[a-z0-9]+)"
-
-
-def _selector(namespace: str, workloads: list[str]) -> str:
-    return f'namespace="{namespace}",pod=~"{pod_pattern(workloads)}"'
-
-
-def frontend_selector(namespace: str, service: str) -> str:
-    """The series of the service's frontend: its namespace and the served model (the service's name, which the
-    frontend labels each series with)."""
-    return f'namespace="{namespace}",model="{service}"'
 
 
 def _objective(service: str, key: str, target: float, name: str, sel: str, fingerprint: str,
@@ -107,19 +90,18 @@ def _verify(service: str, namespace: str, allocations: int, indices: list[int],
                 "(infra plan --calibration)")
     if allocations == 1:
         return (f"infra verify PLAN --service {service} --prometheus PROMETHEUS_URL --selector "
-                f"'{_selector(namespace, [workload(str(indices[0]))])}'")
+                f"'{pod_selector(namespace, [workload(str(indices[0]))])}'")
     return (f"infra verify PLAN --service {service} --allocation I --prometheus PROMETHEUS_URL --selector "
-            f"'{_selector(namespace, [workload('I')])}' for each allocation I of {', '.join(map(str, indices))}")
+            f"'{pod_selector(namespace, [workload('I')])}' for each allocation I of {', '.join(map(str, indices))}")
 
 
-def objective_rules(service: str, namespace: str, watched: dict[str | None, list[int]], allocations: int,
-                    objectives: dict[str, float], peak_rps: float | None, fingerprint: str, *,
-                    workload: Callable[[str], str] | None = None) -> Rules:
+def objective_rules(service: str, namespace: str, target: str, watched: dict[str | None, list[int]],
+                    allocations: int, objectives: dict[str, float], peak_rps: float | None,
+                    fingerprint: str) -> Rules:
     """The rules watching `objectives` (key -> target ms, `ttft_p99`) and `peak_rps` of a service of `allocations`
-    allocations on the series `watched` names (`infra.catalog.metrics.watching`: family -> allocation indices,
-    None for engines that export no family infra reads): the pods of each allocation's workload (`workload`: its
-    name from the allocation's index, `<service>-a<i>` for infra's own) or, without `workload`, the service's
-    frontend (`frontend_selector`)."""
+    allocations deployed through `target`, on the series `watched` names (`infra.catalog.metrics.watching`:
+    family -> allocation indices, None for engines that export no family infra reads): the pods of each watched
+    allocation's workload as the target names it, or the target's frontend (`watch_selectors`)."""
     skipped = []
     covered = {i for indices in watched.values() for i in indices}
     unwatched = [f"a{i}" for i in range(allocations) if i not in covered]
@@ -129,15 +111,11 @@ def objective_rules(service: str, namespace: str, watched: dict[str | None, list
     if None in watched:
         skipped.append(f"{', '.join(f'a{i}' for i in watched[None])}: the engine exports no series infra reads "
                        "(vLLM's or SGLang's): not watched")
-    known = {family: indices for family, indices in sorted(watched.items(), key=lambda x: x[0] or "") if family}
-    if not known:
+    selectors = watch_selectors(target, service, namespace, watched)
+    if not selectors:
         return Rules([], skipped)
-    if workload is None:
-        selectors = {family: frontend_selector(namespace, service) for family in known}
-    else:
-        selectors = {family: _selector(namespace, [workload(str(i)) for i in indices])
-                     for family, indices in known.items()}
-    verify = _verify(service, namespace, allocations, sorted(i for v in known.values() for i in v), workload)
+    workload = serving_workload(target, service)
+    verify = _verify(service, namespace, allocations, sorted(i for f in selectors for i in watched[f]), workload)
     rules = []
     for family, sel in selectors.items():
         by_metric = FAMILIES[family].by_metric()
@@ -164,4 +142,4 @@ def objective_rules(service: str, namespace: str, watched: dict[str | None, list
     return Rules(rules, skipped)
 
 
-__all__ = ["FOR", "PEAK_FOR", "WINDOW", "Rules", "frontend_selector", "objective_rules", "pod_pattern"]
+__all__ = ["FOR", "PEAK_FOR", "WINDOW", "Rules", "objective_rules"]

@@ -19,8 +19,9 @@ from pydantic import ValidationError as PydanticValidationError
 from infra.catalog.hfids import checkpoint_precision
 from infra.catalog.kinds import kind_of
 from infra.catalog.loader import Catalog
-from infra.catalog.metrics import FRONTENDS, watching
+from infra.catalog.metrics import watching
 from infra.catalog.schema import BYTES_PER_PARAM, EngineCli, FrameworkSpec
+from infra.catalog.targets import DEFAULT_TARGET
 from infra.errors import CatalogError, InfraError, IntentError, Location, Problem
 from infra.intent.models import Workload
 from infra.intent.yamlio import dotted
@@ -199,22 +200,17 @@ class ServiceBuilder:
                                          "selector": {"infra.dev/service": svc.name, "infra.dev/role": "agg",
                                                       SERVES: "true"}})
 
-    def _objective_rules(self, target: str = "kubernetes",
-                         workload: Callable[[str], str] | None = None) -> None:
+    def _objective_rules(self, target: str = DEFAULT_TARGET) -> None:
         """The service's objectives and planned peak as alerting rules on the series that watch it under `target`
-        (`infra.catalog.metrics.watching`; `infra.render.alerts`): the pods of each allocation's workload, named by
-        `workload` from the allocation's index (infra's own, `<service>-a<i>`, by default), or the target's
-        frontend."""
+        (`infra.catalog.metrics.watching`; `infra.render.alerts`): the pods of its allocations' workloads as the
+        target names them, or the target's frontend."""
         svc = self.svc
         watched = watching(target, [(self.catalog.framework(a.framework).metrics, a.mode) for a in svc.allocations])
-        if workload is None and target not in FRONTENDS:
-            def workload(index: str) -> str:
-                return f"{svc.name}-a{index}"
         peak = self._workload()
-        got = objective_rules(svc.name, self.cluster.namespace, watched, len(svc.allocations),
+        got = objective_rules(svc.name, self.cluster.namespace, target, watched, len(svc.allocations),
                               {**svc.objectives, **svc.attainment_objectives},
                               peak.rate.peak_rps if peak is not None and peak.rate is not None else None,
-                              self.plan.spec.fingerprint, workload=workload)
+                              self.plan.spec.fingerprint)
         for line in got.skipped:
             self.note(line)
         header = [f"{svc.name}: {line}" for line in got.skipped]

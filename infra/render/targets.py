@@ -14,8 +14,8 @@ selection) and lays it out in the target's own resource, with the engine launche
   worker pod spec when a worker spans nodes; the storage initializer fetches `hf://<model>` into /mnt/models.
 
 Where the cluster runs the Prometheus Operator, each service's objectives are alerting rules as for infra's own
-manifests (`infra.render.alerts`), on the pods the target's operator names (`serving_workload`) or, for Dynamo, on
-its Frontend's series, which see each request whole.
+manifests (`infra.render.alerts`), on the pods the target's operator names (`infra.catalog.targets.
+serving_workload`) or, for Dynamo, on its Frontend's series, which see each request whole.
 
 What a target cannot express is refused (IntentError) naming the service and the reason: pipelines of stages, CPU
 devices, engines the target does not run, device makers its runtime does not support.
@@ -23,13 +23,12 @@ devices, engines the target does not run, device makers its runtime does not sup
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from infra.catalog.loader import Catalog
 from infra.catalog.schema import FrameworkSpec
-from infra.catalog.targets import Launcher, extra_args, launcher, target_cli, targets
+from infra.catalog.targets import MODELSERVICE_CHART, Launcher, extra_args, launcher, target_cli, targets
 from infra.errors import IntentError, Problem
 from infra.planner.types import Allocation, DeploymentPlan
 from infra.render.context import SERVES, AllocationBuilder, Built, Doc, Locate, ServiceBuilder, check_plan
@@ -38,9 +37,6 @@ from infra.render.settings import Settings
 DYNAMO_API = "nvidia.com/v1alpha1"
 KSERVE_API = "serving.kserve.io/v1alpha1"
 INFERENCE_POOL_API = "inference.networking.k8s.io/v1"
-MODELSERVICE_CHART = "llm-d-modelservice"
-KSERVE_WORKLOAD_SUFFIX = "-kserve"
-"""What KServe's LLMInferenceService controller appends to the resource's name for its main workload."""
 # Pod labels llm-d's model-service chart sets (modelArtifacts.labels, plus llm-d.ai/role per role); the
 # InferencePool selects them.
 LLMD_SERVING = "llm-d.ai/inferenceServing"
@@ -144,30 +140,10 @@ def build(plan: DeploymentPlan, catalog: Catalog, settings: Settings, locate: Lo
                 values.append(_modelservice(sb, r))
             _endpoint_picker(sb, roles)
         if sb.crds.get("prometheus_operator") and svc.runs_llm_engine:
-            sb._objective_rules(target, serving_workload(target, svc.name))
+            sb._objective_rules(target)
         if not settings.service_account:
             sb.add("serviceaccount.yaml.j2", {"name": svc.name})
     return Built(docs, notes), values
-
-
-def serving_workload(target: str, service: str) -> Callable[[str], str] | None:
-    """The workload whose pods serve an aggregated allocation of `service` under `target`, named from the
-    allocation's index (what its objective rules select pods by): KServe's Deployment (or LeaderWorkerSet) for an
-    LLMInferenceService `<service>-a<i>`, the decode Deployment llm-d's chart names for the release `<service>-a<i>`;
-    None for Dynamo, whose frontend is watched instead (`infra.catalog.metrics.FRONTENDS`)."""
-    if target == "kserve":
-        # pkg/controller/llmisvc: kmeta.ChildName(name, "-kserve") for the main workload.
-        return lambda index: f"{service}-a{index}{KSERVE_WORKLOAD_SUFFIX}"
-    if target == "llm-d":
-        return lambda index: f"{modelservice_fullname(f'{service}-a{index}')}-decode"
-    return None
-
-
-def modelservice_fullname(release: str) -> str:
-    """The chart's `llm-d-modelservice.fullname` for a release with no fullnameOverride or nameOverride: the release
-    name where it contains the chart's, else `<release>-llm-d-modelservice`, cut at 55 characters."""
-    name = release if MODELSERVICE_CHART in release else f"{release}-{MODELSERVICE_CHART}"
-    return name[:55].rstrip("-")
 
 
 # --- one allocation as a target runs it ---------------------------------------------------------------------------

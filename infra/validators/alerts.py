@@ -1,8 +1,9 @@
 """Plan consistency of the objective alerts: where the plan's cluster runs the Prometheus Operator, each service's
 PrometheusRule `<service>-objectives` (`infra.render.alerts`) watches what the plan promises, at the plan's
 targets. A threshold loosened by hand in the repository would let an objective slip past the plan unnoticed, and
-a rule kept from an older plan watches promises no longer made: both are PLN012 findings, as is a missing rule
-for a service whose engines' series infra reads.
+a rule kept from an older plan watches promises no longer made: both are PLN012 findings, as are a missing rule
+for a service whose engines' series infra reads and a rule that reads other series than the plan's engines
+export (a kustomize namePrefix or another namespace: it would never fire).
 
 Each `ServingObjectiveMissed` rule names its objective (`labels.objective`); its threshold is the number its
 expression compares the metric with (`... > SECONDS and on () ...`), in seconds.
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from infra.catalog.loader import Catalog
-from infra.catalog.metrics import FAMILIES, watching
+from infra.catalog.metrics import FAMILIES, watch_selectors, watching
 from infra.planner.types import DeploymentPlan, ServicePlan
 from infra.validators.findings import Finding
 from infra.validators.manifests import Manifest
@@ -23,12 +24,20 @@ from infra.validators.rules import rule
 
 THRESHOLD = re.compile(r"\)\s*>\s*([0-9][0-9.eE+-]*)\s+and\s+on\s*\(\)")
 """The target an objective rule compares its metric with (seconds)."""
+ALERTS = ("ServingObjectiveMissed", "ServingLoadPastPlan")
+"""The alerts infra renders (`infra.render.alerts`); a rule a user added beside them is theirs."""
+SELECTOR = re.compile(r"\{([^{}]*)\}")
+"""The label matchers of the first series an expression reads."""
 
 
-def _watchable(svc: ServicePlan, catalog: Catalog, target: str) -> set[str]:
-    """The objectives of `svc` the series that watch it under `target` hold (`infra.catalog.metrics.watching`)."""
+def _watched(svc: ServicePlan, catalog: Catalog, target: str) -> dict[str | None, list[int]]:
+    return watching(target, [(catalog.framework(a.framework).metrics, a.mode) for a in svc.allocations])
+
+
+def _watchable(watched: dict[str | None, list[int]], svc: ServicePlan) -> set[str]:
+    """The objectives of `svc` the series that watch it hold (`infra.catalog.metrics.watching`)."""
     metrics: set[str] = set()
-    for family in watching(target, [(catalog.framework(a.framework).metrics, a.mode) for a in svc.allocations]):
+    for family in watched:
         if family is not None:
             metrics |= set(FAMILIES[family].by_metric())
     objectives = {**svc.objectives, **svc.attainment_objectives}
@@ -60,7 +69,9 @@ def check_objective_alerts(manifests: list[Manifest], plan: DeploymentPlan, plan
         if not svc.runs_llm_engine or svc.stage is not None:
             continue
         name = f"{svc.name}-objectives"
-        watchable = _watchable(svc, catalog, target)
+        watched = _watched(svc, catalog, target)
+        watchable = _watchable(watched, svc)
+        selectors = set(watch_selectors(target, svc.name, plan.spec.cluster.namespace, watched).values())
         docs = [m for m in manifests if m.kind == "PrometheusRule" and m.name == name]
         if not docs:
             if watchable:
@@ -75,27 +86,39 @@ def check_objective_alerts(manifests: list[Manifest], plan: DeploymentPlan, plan
                                  f"plan-fingerprint is {m.annotations.get('infra.dev/plan-fingerprint')!r}, the "
                                  f"plan's is {fingerprint!r}: the rule watches another plan's promises"))
         objectives = {**svc.objectives, **svc.attainment_objectives}
-        watched: set[str] = set()
+        covered: set[str] = set()
         for path, r in _rules(m):
-            if r.get("alert") != "ServingObjectiveMissed":
+            alert = r.get("alert")
+            if alert not in ALERTS:
                 continue
             labels = r.get("labels") if isinstance(r.get("labels"), dict) else {}
             key = str(labels.get("objective") or "")
+            expr = str(r.get("expr") or "")
+            sel = SELECTOR.search(expr)
+            if sel is None or sel.group(1) not in selectors:
+                # A namePrefix, a renamed namespace or a hand edit: the rule reads series no engine of the plan has.
+                out.append(m.finding("PLN012", path + ("expr",),
+                                     f"the {key or alert} rule reads {{{sel.group(1) if sel else ''}}}, not the "
+                                     f"series of the plan's engines ({{{'} or {'.join(sorted(selectors))}}})",
+                                     fix="render the plan again (a kustomize namePrefix or another namespace needs "
+                                         "the rule's selector changed with it)"))
+            if alert != "ServingObjectiveMissed":
+                continue
             if key not in objectives:
                 out.append(m.finding("PLN012", path + ("labels", "objective"),
                                      f"the rule watches objective {key!r}, which the plan does not promise "
                                      f"(it promises {', '.join(sorted(objectives)) or 'none'})",
                                      fix="remove the rule, or render the plan again"))
                 continue
-            watched.add(key)
-            got = THRESHOLD.search(str(r.get("expr") or ""))
+            covered.add(key)
+            got = THRESHOLD.search(expr)
             target_s = objectives[key] / 1000
             if got is None or abs(float(got.group(1)) - target_s) > 1e-9 * max(target_s, 1.0):
                 said = f"fires above {float(got.group(1)):g} s" if got else "compares with no threshold infra reads"
                 out.append(m.finding("PLN012", path + ("expr",),
                                      f"the {key} rule {said}; the plan promises {target_s:g} s",
                                      fix=f"compare with {target_s:g} (render the plan again)"))
-        for key in sorted(watchable - watched):
+        for key in sorted(watchable - covered):
             out.append(m.finding("PLN012", ("spec", "groups"),
                                  f"no rule watches {key} ({objectives[key]:g} ms), which the plan promises",
                                  fix="render the plan again"))

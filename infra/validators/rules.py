@@ -137,7 +137,7 @@ _ALL = [
          "its allocation's pods", "render the plan again, or set each backendRef's weight to the plan's value"),
     Rule("PLN012", "error", "plan", "where the cluster runs the Prometheus Operator, each service's PrometheusRule "
          "<service>-objectives is this plan's (fingerprint) and watches every objective its engines' series "
-         "can, at the plan's targets", "render the plan again (`infra render PLAN -o DIR`)"),
+         "can, at the plan's targets, on the series of the plan's engines (or the target's frontend)", "render the plan again (`infra render PLAN -o DIR`)"),
     # Pipelines (plan consistency of spec.pipelines)
     Rule("PIP001", "error", "plan", "every pipeline stage has its stage config (ConfigMap <stage>-stage, stage.yaml)",
          "render the plan again (`infra render PLAN -o DIR`)"),

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.catalog.loader import Catalog
-from infra.catalog.targets import extra_args, launcher, target_framework
+from infra.catalog.targets import MODELSERVICE_CHART, extra_args, launcher, target_framework
 from infra.planner.types import DeploymentPlan
 from infra.validators.alerts import check_objective_alerts
 from infra.validators.cluster import from_plan
@@ -33,7 +33,6 @@ from infra.validators.rules import rule
 
 DYNAMO_KIND = "DynamoGraphDeployment"
 KSERVE_KIND = "LLMInferenceService"
-MODELSERVICE_CHART = "llm-d-modelservice"
 
 
 def detect_target(manifests: list[Manifest], values: list[Any]) -> str | None:

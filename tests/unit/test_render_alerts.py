@@ -13,10 +13,11 @@ import pytest
 import yaml
 
 from infra import api
+from infra.catalog.metrics import pod_pattern
+from infra.catalog.targets import modelservice_fullname
 from infra.planner.types import load_plan
 from infra.render import render_plan
-from infra.render.alerts import objective_rules, pod_pattern
-from infra.render.targets import modelservice_fullname
+from infra.render.alerts import objective_rules
 from infra.validators.alerts import THRESHOLD
 
 from ..e2e.test_calibrate_cli import PROFILE
@@ -43,28 +44,24 @@ def test_pod_pattern_takes_a_workloads_pods_and_no_other_workloads():
         assert not pattern.fullmatch(pod), pod
 
 
-def own(index: str) -> str:
-    return f"chat-a{index}"
-
-
 def test_rules_cover_every_objective_the_engine_counts_and_say_what_they_leave():
-    got = objective_rules("chat", "llm", {"sglang": [0], None: [1]}, 3, {"ttft_p99": 500.0, "tpot_p99": 40.0},
-                          8.0, "sha256:x", workload=own)
+    got = objective_rules("chat", "llm", "kubernetes", {"sglang": [0], None: [1]}, 3,
+                          {"ttft_p99": 500.0, "tpot_p99": 40.0}, 8.0, "sha256:x")
     assert [r["labels"].get("objective") for r in got.rules] == ["ttft_p99", None]
     assert "sglang:time_to_first_token_seconds_bucket" in got.rules[0]["expr"]
     assert any("tpot_p99: sglang counts TPOT per gap" in line for line in got.skipped)
     assert any(line.startswith("a1: the engine exports no series") for line in got.skipped)
     assert any(line.startswith("a2: prefill/decode-disaggregated") for line in got.skipped)
-    assert objective_rules("chat", "llm", {}, 1, {"ttft_p99": 500.0}, None, "x", workload=own).rules == []
+    assert objective_rules("chat", "llm", "kubernetes", {}, 1, {"ttft_p99": 500.0}, None, "x").rules == []
     # The threshold is the plan's target to its last digit, as validation reads it back (PLN012).
-    odd = objective_rules("chat", "llm", {"vllm": [0]}, 1, {"ttft_p99": 1234.5678, "tpot_mean": 33.3},
-                          None, "x", workload=own)
+    odd = objective_rules("chat", "llm", "kubernetes", {"vllm": [0]}, 1, {"ttft_p99": 1234.5678, "tpot_mean": 33.3},
+                          None, "x")
     for r in odd.rules:
         threshold = float(THRESHOLD.search(r["expr"]).group(1))
         assert threshold == pytest.approx({"ttft_p99": 1.2345678, "tpot_mean": 0.0333}[r["labels"]["objective"]],
                                           rel=1e-11)
     # A service of several allocations: each is judged and calibrated on its own pods.
-    two = objective_rules("chat", "llm", {"vllm": [2, 10]}, 11, {"ttft_p99": 500.0}, None, "x", workload=own)
+    two = objective_rules("chat", "llm", "kubernetes", {"vllm": [2, 10]}, 11, {"ttft_p99": 500.0}, None, "x")
     text = two.rules[0]["annotations"]["description"]
     assert "--allocation I --prometheus PROMETHEUS_URL" in text and "for each allocation I of 2, 10" in text
     assert 'pod=~"(chat-a2|chat-a10)-' in two.rules[0]["expr"]
@@ -158,6 +155,12 @@ def test_validation_catches_a_loosened_stale_or_missing_objective_rule(tmp_path:
     assert pln012() == []
     path.write_text(original.replace("> 1 and on ()", "> 2 and on ()"))
     assert pln012() == ["the ttft_p99 rule fires above 2 s; the plan promises 1 s"]
+    # A rule on other pods than the plan's (a namePrefix, another namespace) would never fire.
+    path.write_text(original.replace('namespace="llm"', 'namespace="prod"'))
+    found = pln012()
+    assert len(found) == 4 and all('reads {namespace="prod",pod=~"(chat-a0)-' in m for m in found), found
+    assert any(m.startswith("the ServingLoadPastPlan rule reads") for m in found)
+    assert 'not the series of the plan\'s engines ({namespace="llm",pod=~"(chat-a0)-' in found[0]
     doc = yaml.safe_load(original)
     doc["metadata"]["annotations"]["infra.dev/plan-fingerprint"] = "sha256:" + "0" * 64
     doc["spec"]["groups"][0]["rules"] = [r for r in doc["spec"]["groups"][0]["rules"]
@@ -238,8 +241,13 @@ def test_validation_reads_the_objective_rules_of_a_target_tree(tmp_path: Path):
 
     assert pln012() == []
     [rule_file] = out.rglob("prometheusrule-*.yaml")
-    rule_file.write_text(rule_file.read_text().replace("> 3 and on ()", "> 6 and on ()"))
+    original = rule_file.read_text()
+    rule_file.write_text(original.replace("> 3 and on ()", "> 6 and on ()"))
     assert pln012() == ["the ttft_p99 rule fires above 6 s; the plan promises 3 s"]
+    rule_file.write_text(original.replace('model="chat"', 'model="chatbot"'))
+    assert pln012() == [f'the {what} rule reads {{namespace="inference",model="chatbot"}}, not the series of the '
+                        'plan\'s engines ({namespace="inference",model="chat"})'
+                        for what in ("ttft_p99", "ServingLoadPastPlan")]
     rule_file.unlink()
     kustomization = rule_file.parent / "kustomization.yaml"
     kustomization.write_text(kustomization.read_text().replace(f"- {rule_file.name}\n", ""))
