@@ -12,8 +12,10 @@ its case, priced by `infra.perf.estimate`) is held against bounds derived here f
 - prefill: a prompt cannot be prefilled faster than its FLOPs (matmul parameters x 2 x tokens, causal attention
   over the pairs each layer sees) at peak compute, nor faster than reading the weights it touches (the experts
   its tokens pick) and writing its KV cache at peak bandwidth; TTFT at any load is at least that. With one client
-  it should also be at most K_PREFILL times that, plus K_COMM times its tensor-parallel all-reduces at link speed,
-  plus a fixed allowance (request handling, launches and collective latencies per layer);
+  it should also be at most K_PREFILL times that, plus K_COMM times its tensor-parallel all-reduces (and
+  expert-parallel all-to-all, where experts are spread whole over the devices) at link speed, plus a fixed
+  allowance (request handling, launches and collective latencies per layer, two more per MoE layer under expert
+  parallelism);
 - decode: a step cannot be faster than reading the dense weights, the experts its batch picks and the KV cache
   of its sequences (nor than its FLOPs) at peak; TPOT at the model's mean decode batch is at least that, and at
   most K_DECODE times it plus a per-step allowance plus the share of other clients' prefills riding in its steps;
@@ -311,9 +313,11 @@ def _params(model: ModelSpec) -> dict[str, float]:
     return {"body": max(body, 0.0), "lm_head": embed, "dense": dense, "expert": expert}
 
 
-def physics(model: ModelSpec, device: DeviceSpec, framework: FrameworkSpec, precision: str, tp: int) -> Physics:
-    """The bounds' inputs for a replica of `tp` devices. The KV cache format is the deployment's (8-bit where the
-    weights are 8-bit or less and the engine and device support it, as `infra estimate` deploys it)."""
+def physics(model: ModelSpec, device: DeviceSpec, framework: FrameworkSpec, precision: str, tp: int,
+            ep: int = 1) -> Physics:
+    """The bounds' inputs for a replica of `tp` devices (routed experts spread whole over `ep` of them). The KV
+    cache format is the deployment's (8-bit where the weights are 8-bit or less and the engine and device support
+    it, as `infra estimate` deploys it)."""
     kv = kv_precision_for(precision, None, "fp8_kv_cache" in framework.features, device)
     kv_b = 1.0 if kv in ("fp8", "int8") else 2.0
     p = _params(model)
@@ -346,6 +350,12 @@ def physics(model: ModelSpec, device: DeviceSpec, framework: FrameworkSpec, prec
     link = scale_up if in_server else min(scale_up, NIC_GBS)
     collective = 0.0 if tp == 1 else (TP_COLLECTIVE_S if in_server else CROSS_NODE_COLLECTIVE_S)
     comm = 2 * model.layers * 2 * (tp - 1) / tp * model.hidden_size * 2 / (link * 1e9)
+    moe_layers = model.layers - model.moe.dense_layers if model.moe is not None and ep > 1 else 0
+    if moe_layers:
+        # Expert parallelism sends each token to the devices holding the experts it picked (8-bit out, 16-bit back):
+        # k picks over ep devices reach (ep - 1)(1 - (1 - 1/ep)^k) others on average, in each MoE layer.
+        remote = (ep - 1) * (1 - (1 - 1 / ep) ** model.moe.active_experts)
+        comm += moe_layers * remote * model.hidden_size * 3 / (link * 1e9)
     bpp = BYTES_PER_PARAM[precision]
     return Physics(
         tp=tp, flops=tp * gemm_peak(device, precision) * 1e12,
@@ -360,7 +370,7 @@ def physics(model: ModelSpec, device: DeviceSpec, framework: FrameworkSpec, prec
         index_pair_flops=2 * la.indexer_heads * la.indexer_head_dim * full_layers * tp if sparse else 0.0,
         kv_full=per_layer * full_layers, kv_index=index_key * full_layers * tp if sparse else 0.0,
         kv_swa=per_layer * la.sliding_window_layers, state=float(state),
-        per_layer_s=LAYER_S + 2 * collective, comm_s_per_token=comm,
+        per_layer_s=LAYER_S + 2 * collective * (1 + moe_layers / model.layers), comm_s_per_token=comm,
     )
 
 
@@ -436,7 +446,7 @@ def layouts(model: ModelSpec, device: DeviceSpec, catalog: Catalog) -> tuple[lis
                 continue
             ep, dep, compiled = built
             found.append(Layout(model, device, fw, dep.precision, tp, ep, compiled,
-                                physics(model, device, fw, dep.precision, tp)))
+                                physics(model, device, fw, dep.precision, tp, ep)))
             if len(found) == 2:
                 break
         if found:
@@ -707,7 +717,7 @@ def measured(path: Path, catalog: Catalog) -> dict[str, Any]:
             continue
         dep, model = case.deployment, catalog.model(case.model)
         device, fw = catalog.device(dep.device), catalog.framework(dep.framework)
-        phys = physics(model, device, fw, dep.precision, dep.agg.parallel.devices)
+        phys = physics(model, device, fw, dep.precision, dep.agg.parallel.devices, dep.agg.parallel.ep)
         isl, osl = case.workload.isl, case.workload.osl
         prompt = K_PREFILL * phys.prefill_s(isl) + K_COMM * isl * phys.comm_s_per_token
         step = STEP_FIXED_S + phys.layers * phys.per_layer_s

@@ -16,8 +16,9 @@ bytes / (bandwidth x memory efficiency)):
   decode reads the small keys of) every cached token;
 - norms and elementwise: a fixed number of passes over the hidden state;
 - communication: tensor-parallel all-reduces (two per layer) and expert-parallel all-to-all (dispatch and
-  combine per MoE layer) over NVLink/HCCS inside the scale-up domain, the NIC beyond it, each with a fixed
-  latency from calibration (what makes a step at tp 8 cost more than an eighth of one at tp 1);
+  combine per MoE layer) over NVLink/HCCS inside the scale-up domain (PCIe inside the server for cards without
+  one), the NIC beyond it, each with a fixed latency from calibration (what makes a step at tp 8 cost more than
+  an eighth of one at tp 1);
 - a fixed engine overhead per step (scheduling, kernel launches) from calibration.
 Pipeline stages run one after another for a token, so a step takes pp times a stage.
 """
@@ -59,6 +60,32 @@ tiles would price small-batch MoE decode on CPUs as compute-bound, twice the wei
 COLLECTIVE_HOPS_ACROSS_NODES = 2
 """A collective that leaves the scale-up domain pays its fixed latency (the `collective_us` factor: launch,
 synchronisation and the small-message latency of NCCL or the framework's custom all-reduce) this many times."""
+PCIE_COLLECTIVE_HOPS = 2
+"""A collective among the PCIe devices of one server pays its fixed latency this many times: NCCL's own tuning
+model prices a ring step over PCI at 1.0 us against 0.4 us over NVLink (src/graph/tuning.cc, hwLat, LL protocol),
+and the fitted `collective_us` is the NVLink figure."""
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """The devices that exchange tensors over one link short of the NIC, the link's speed each way, and how many
+    times a collective among them pays the fixed collective latency."""
+
+    devices: float
+    link_bytes_s: float
+    hops: float
+
+
+def fabric(device: DeviceSpec) -> Fabric:
+    """A device's fabric: its scale-up domain (NVLink, HCCS, Infinity Fabric ...), or, for a device with none
+    (`domain_size` 1, PCIe cards), the PCIe of the server it sits in: the server's devices reach each other there,
+    at the PCIe link's speed and latency, not over the NIC."""
+    link = device.interconnect.bandwidth_gbs.value / 2 * GB
+    domain = device.interconnect.domain_size.value
+    per_node = device.devices_per_node.value
+    if domain <= 1 and per_node > 1:
+        return Fabric(float(per_node), link, float(PCIE_COLLECTIVE_HOPS))
+    return Fabric(max(1.0, domain), link, 1.0)
 
 
 def compute_precision(precision: str, device: DeviceSpec, activations: str | None = None) -> str:
@@ -455,10 +482,10 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
     kv_tokens = int(kv_gb * GB / (kv_full + kv_swa)) if kv_gb > 0 and (kv_full + kv_swa) > 0 else 0
     memory = MemoryFit(device_gb, usable, weights / GB, activations, kv_gb, kv_full + kv_swa, max(kv_tokens, 0))
 
-    # Collectives are hierarchical (NCCL, HCCL): inside a scale-up domain over NVLink/HCCS, and across domains
-    # only the 1/g share each device owns goes over its NIC.
-    domain = max(1.0, device.interconnect.domain_size.value)
-    scale_up = device.interconnect.bandwidth_gbs.value / 2 * GB
+    # Collectives are hierarchical (NCCL, HCCL): inside a scale-up domain over NVLink/HCCS (PCIe cards: inside
+    # their server), and across domains only the 1/g share each device owns goes over its NIC.
+    net = fabric(device)
+    domain, scale_up = net.devices, net.link_bytes_s
     nic = NIC_GBS * GB
     group = max(tp, moe_tp)
     local = min(group, domain)
@@ -482,7 +509,7 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
         parallel=parallel, factors=factors, memory=memory,
         flops_s=peak_tflops(device, fmt) * 1e12, attn_flops_s=bf16 * 1e12,
         bw_bytes_s=device.memory_bandwidth_tbps.value * 1e12,
-        collective_hops=1.0 if within else float(COLLECTIVE_HOPS_ACROSS_NODES),
+        collective_hops=net.hops if within else float(max(COLLECTIVE_HOPS_ACROSS_NODES, net.hops)),
         dense_bytes=dense_bytes,
         dense_flops_per_token=2 * (attn_params + dense_params),
         logit_flops_per_token=2 * lm_head,

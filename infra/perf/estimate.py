@@ -16,7 +16,7 @@ from typing import Any
 from infra.catalog.loader import Catalog
 from infra.catalog.schema import DeviceSpec, FrameworkSpec, ModelSpec
 from infra.errors import InfraError, Location, Problem
-from infra.perf.arch import GB, NIC_GBS, MemoryFit, Worker, compile_worker, kv_precision_for, model_terms
+from infra.perf.arch import GB, NIC_GBS, MemoryFit, Worker, compile_worker, fabric, kv_precision_for, model_terms
 from infra.perf.calibration import (
     Calibration,
     Factors,
@@ -216,8 +216,9 @@ def build_workers(dep: Deployment, catalog: Catalog, *, device_memory_gb: float 
     if dep.decode_device is None or dep.mode == "agg":
         workers = {name: _role_worker(model, device, fw, dep, name, role, cal, device_memory_gb)
                    for name, role in dep.roles().items()}
-        within = dep.prefill.parallel.devices + dep.decode.parallel.devices <= device.interconnect.domain_size.value
-        link = (device.interconnect.bandwidth_gbs.value / 2 if within else (link_gbs or NIC_GBS)) * GB
+        net = fabric(device)
+        within = dep.prefill.parallel.devices + dep.decode.parallel.devices <= net.devices
+        link = net.link_bytes_s if within else (link_gbs or NIC_GBS) * GB
         return workers, cal, link
     other = catalog.device(dep.decode_device)
     decode_cal = Calibration(factors, True, "given") if factors is not None else lookup(fw.name, other,

@@ -12,7 +12,7 @@ import pytest
 
 from infra.catalog.loader import load_catalog
 from infra.perf import serving
-from infra.perf.arch import CPU_TILE_ROWS, MOE_TILE_ROWS
+from infra.perf.arch import CPU_TILE_ROWS, MOE_TILE_ROWS, Fabric, compile_worker, fabric
 from infra.perf.calibration import borrowed_band, error_band, lookup
 from infra.perf.estimate import build_workers, max_rate
 from infra.perf.shape import Deployment, Parallel, Role, Workload
@@ -229,3 +229,24 @@ def test_an_estimate_past_the_measured_lengths_says_so():
     dep = Deployment("Llama-3.1-405B", "H200", "vllm", "fp8", agg=Role(Parallel(tp=8)))
     est = estimate(dep, Workload(isl=9400, osl=684, rate=0.1, isl_cv=0.43), CAT)
     assert any("longer than any the calibration measured" in n for n in est.to_json()["notes"])
+
+
+def test_pcie_cards_reduce_over_their_servers_pcie_not_the_nic():
+    """Cards with no scale-up fabric (L40S: PCIe 4.0 x16, 64 GB/s both ways) all-reduce over the PCIe of their
+    server at its speed each way, paying the collective latency twice as NCCL prices a PCI step against an NVLink
+    one; past the server, the NIC carries each device's share. An NVLink device keeps its domain."""
+    cat = load_catalog()
+    model = cat.model("Llama-3.1-70B")
+    l40s, h100 = cat.device("L40S"), cat.device("H100-SXM")
+    assert fabric(l40s) == Fabric(8.0, 32e9, 2.0) and fabric(h100) == Fabric(8.0, 450e9, 1.0)
+    factors = lookup("vllm", l40s).factors
+    hidden = model.hidden_size
+    four = compile_worker(model, l40s, "fp8", Parallel(tp=4), factors)
+    assert four.ar_s_per_token == pytest.approx(2 * 3 / 4 * hidden * 2 / 32e9, rel=1e-12)
+    assert four.collective_hops == 2.0
+    sixteen = compile_worker(model, l40s, "fp8", Parallel(tp=16), factors)
+    assert sixteen.ar_s_per_token == pytest.approx(2 * 7 / 8 * hidden * 2 / 32e9 + 2 * 1 / 2 * hidden * 2 / (8 * 50e9),
+                                                   rel=1e-12)
+    nvlink = compile_worker(model, h100, "fp8", Parallel(tp=4), lookup("vllm", h100).factors)
+    assert nvlink.collective_hops == 1.0
+    assert nvlink.ar_s_per_token == pytest.approx(2 * 3 / 4 * hidden * 2 / 450e9, rel=1e-12)
