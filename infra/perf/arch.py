@@ -29,6 +29,7 @@ import math
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from infra.catalog.hf import param_breakdown
 from infra.catalog.schema import BYTES_PER_PARAM, DeviceSpec, ModelSpec
@@ -66,10 +67,10 @@ model prices a ring step over PCI at 1.0 us against 0.4 us over NVLink (src/grap
 and the fitted `collective_us` is the NVLink figure."""
 
 
-@dataclass(frozen=True)
-class Fabric:
+class Fabric(NamedTuple):
     """The devices that exchange tensors over one link short of the NIC, the link's speed each way, and how many
-    times a collective among them pays the fixed collective latency."""
+    times a collective among them pays the fixed collective latency (a tuple: it is taken for every layout the
+    planner compiles, and a frozen dataclass costs a few microseconds to build)."""
 
     devices: float
     link_bytes_s: float
