@@ -24,6 +24,7 @@ from infra.perf.calibration import (
     doublings_past,
     lookup,
     measured_models,
+    table,
     tails_at,
     ttft_at,
     unmeasured_regime,
@@ -263,9 +264,9 @@ LAYER_KINDS = (
 
 
 def _notes(dep: Deployment, cal: Calibration, catalog: Catalog) -> list[str]:
-    """What an estimate extrapolates: factors borrowed from another framework or device, and layers of a kind no
+    """What an estimate extrapolates: factors borrowed from another framework or device, layers of a kind no
     measured model has (priced by the roofline at factors fitted on other layers; the error band does not cover
-    them)."""
+    them), and collectives over a fabric no measured deployment used (PCIe)."""
     traded = f", at {cal.architecture}'s fitted share of peak" if cal.architecture else ""
     notes = [] if cal.calibrated else [f"not calibrated for {dep.framework} on {dep.device}: efficiency factors "
                                        f"{cal.source} (device distance {cal.distance:g}){traded}"]
@@ -277,6 +278,11 @@ def _notes(dep: Deployment, cal: Calibration, catalog: Catalog) -> list[str]:
     if new:
         notes.append(f"{model.name} has {' and '.join(new)}, which no measured model has: their time is the "
                      "roofline at efficiency factors fitted on other layers, outside the error band's evidence")
+    spread = max(max(r.parallel.tp, r.parallel.moe_tp, r.parallel.ep) for r in dep.roles().values())
+    if spread > 1 and fabric(catalog.device(dep.device)).hops > 1 and not _pcie_measured(catalog):
+        notes.append(f"{dep.device} has no scale-up fabric: its collectives cross the server's PCIe, which no measured "
+                     "deployment did (priced at the link's speed with the fitted NVLink latency doubled, outside "
+                     "the error band's evidence)")
     routed = routed_params_b(model)
     most = max(((routed_params_b(m), m.name) for m in measured), default=(0.0, ""))
     if routed > EXTRAPOLATED * most[0] > 0:
@@ -284,6 +290,14 @@ def _notes(dep: Deployment, cal: Calibration, catalog: Catalog) -> list[str]:
                      f"({most[0]:.1f}B, {most[1]}): the latency before its first token that grows with them "
                      "(`expert_latency_ms`) is carried past the measurements, outside the error band's evidence")
     return notes
+
+
+def _pcie_measured(catalog: Catalog) -> bool:
+    """Whether a device the packaged factors were fitted on has no scale-up fabric (its collectives crossed PCIe);
+    true when there is no fit to tell."""
+    names = table().get("devices") or {}
+    found = [catalog.tables["devices"].find(name) for name in names]
+    return not names or any(d is not None and fabric(d).hops > 1 for d in found)
 
 
 EXTRAPOLATED = 1.1

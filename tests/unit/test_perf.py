@@ -156,6 +156,15 @@ def test_estimates_say_which_layers_no_measured_model_has():
     assert notes("Qwen3-32B") == notes("Kimi-K2") == notes("gpt-oss-20b", tp=1) == ""
 
 
+def test_estimates_say_when_their_collectives_cross_a_pcie_no_measurement_crossed():
+    def notes(device, tp, model="Llama-3.1-70B"):
+        dep = Deployment(model, device, "vllm", "fp8", agg=Role(Parallel(tp=tp)))
+        return " ".join(estimate(dep, Workload(isl=1000, osl=100, concurrency=4), CAT).notes)
+
+    assert "L40S has no scale-up fabric: its collectives cross the server's PCIe" in notes("L40S", 4)
+    assert "PCIe" not in notes("L40S", 1, "Llama-3.1-8B") and "PCIe" not in notes("H200", 4)
+
+
 def _agg(model="Llama-3.1-70B", device="H200", precision="fp8", tp=4, batch=None):
     return Deployment(model, device, "vllm", precision, agg=Role(Parallel(tp=tp), batch_cap=batch))
 
