@@ -61,10 +61,12 @@ tiles would price small-batch MoE decode on CPUs as compute-bound, twice the wei
 COLLECTIVE_HOPS_ACROSS_NODES = 2
 """A collective that leaves the scale-up domain pays its fixed latency (the `collective_us` factor: launch,
 synchronisation and the small-message latency of NCCL or the framework's custom all-reduce) this many times."""
-PCIE_COLLECTIVE_HOPS = 2
-"""A collective among the PCIe devices of one server pays its fixed latency this many times: NCCL's own tuning
-model prices a ring step over PCI at 1.0 us against 0.4 us over NVLink (src/graph/tuning.cc, hwLat, LL protocol),
-and the fitted `collective_us` is the NVLink figure."""
+PCIE_COLLECTIVE_HOPS = COLLECTIVE_HOPS_ACROSS_NODES
+"""A collective among the PCIe devices of one server pays its fixed latency this many times, as one that leaves
+the scale-up domain does: the fitted `collective_us` is measured over NVLink and holds launch and synchronisation
+besides the link's own latency, which NCCL's tuning model puts 2.5 times higher over PCI (a ring step 1.0 us
+against 0.4 us over NVLink, src/graph/tuning.cc hwLat, LL protocol), so the whole scales by less than that. No
+measurement covers it; estimates on such devices say so (`infra.perf.estimate`)."""
 
 
 class Fabric(NamedTuple):

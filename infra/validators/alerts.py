@@ -17,6 +17,7 @@ from typing import Any
 
 from infra.catalog.loader import Catalog
 from infra.catalog.metrics import FAMILIES, watch_selectors, watching
+from infra.catalog.targets import DEFAULT_TARGET
 from infra.planner.types import DeploymentPlan, ServicePlan
 from infra.validators.findings import Finding
 from infra.validators.manifests import Manifest
@@ -57,7 +58,7 @@ def _rules(m: Manifest) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
 
 
 def check_objective_alerts(manifests: list[Manifest], plan: DeploymentPlan, plan_path: str,
-                           line: Callable[[tuple], int], catalog: Catalog, target: str = "kubernetes"
+                           line: Callable[[tuple], int], catalog: Catalog, target: str = DEFAULT_TARGET
                            ) -> list[Finding]:
     """PLN012 findings for every LLM service of a plan whose cluster lists the Prometheus Operator, in a tree
     rendered for `target`."""
