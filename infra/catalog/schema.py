@@ -371,8 +371,11 @@ EngineSetting = Literal[
     "max_num_seqs", "max_num_batched_tokens", "max_model_len", "memory_utilization", "kv_cache_dtype",
     "quantization", "chunked_prefill", "prefix_caching", "nnodes", "node_rank", "master_addr", "dist_init_addr",
     "headless", "kv_transfer_config", "disaggregation_mode", "disaggregation_transfer_backend", "model",
-    "device_ids", "device", "attention_dp", "omni", "ulysses_degree",
+    "device_ids", "device", "attention_dp", "omni", "ulysses_degree", "metrics",
 ]
+"""What a plan decides for an engine, by name. `metrics` is on for every engine infra launches: an engine that
+exports its Prometheus series only when told to (SGLang's `--enable-metrics`) states how in its catalog entry, so
+that the objective alerts, `infra observe` and autoscaling on its running requests find the series they read."""
 
 
 class EngineConfigFile(CatalogModel):

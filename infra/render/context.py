@@ -502,7 +502,7 @@ class AllocationBuilder:
             "max_model_len": engine.max_model_len, "memory_utilization": engine.memory_utilization,
             "kv_cache_dtype": engine.kv_cache_dtype, "quantization": quantization,
             "chunked_prefill": engine.chunked_prefill, "prefix_caching": engine.prefix_caching,
-            "device_ids": [list(range(self.devices_per_pod))], "device": self.pool.vendor,
+            "device_ids": [list(range(self.devices_per_pod))], "device": self.pool.vendor, "metrics": True,
         }
         if role != "agg":
             connector = self.cli.values.get("kv_transfer_config", {})

@@ -241,6 +241,18 @@ def test_sglang_prefill_decode_flags():
         assert arg(args, "--disaggregation-transfer-backend") == "nixl"
 
 
+def test_engines_export_the_series_infra_reads():
+    # SGLang exports its Prometheus series only with --enable-metrics: without it the objective alerts, `infra
+    # observe` and autoscaling on sglang:num_running_reqs would read series that never appear.
+    o = objs(render_tree(edited("small-model-shared", lambda d: _disagg(d, "sglang"))).files)
+    for role in ("prefill", "decode"):
+        assert "--enable-metrics" in pod_spec(o[f"deployment-summarise-a0-{role}.yaml"])["containers"][0]["args"]
+    # vLLM exports them unasked, and has no such flag
+    args = pod_spec(objs(render_tree(plan_of("small-model-shared")).files)["deployment-summarise-a0.yaml"])[
+        "containers"][0]["args"]
+    assert not any("metrics" in a for a in args)
+
+
 def test_disaggregated_set_when_the_profile_lists_it():
     o = objs(render_tree(plan_of("deepseek-moe")).files)
     i, a = next((i, a) for i, a in enumerate(plan_of("deepseek-moe").spec.services[0].allocations)
