@@ -122,9 +122,9 @@ class Observation:
 def metrics_url(url: str) -> str:
     """The /metrics beside an engine's OpenAI API (`http://host:8000/v1` -> `http://host:8000/metrics`)."""
     base = url.rstrip("/")
-    if base.endswith("/metrics"):
+    if base.endswith(metrics.METRICS_PATH):
         return base
-    return base.removesuffix("/v1") + "/metrics"
+    return base.removesuffix("/v1") + metrics.METRICS_PATH
 
 
 def _bucket_cv(series: Series) -> float:

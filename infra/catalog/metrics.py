@@ -62,6 +62,9 @@ DYNAMO = LatencyHistograms("dynamo_frontend_time_to_first_token_seconds",
                            "dynamo_frontend_inter_token_latency_seconds", "dynamo_frontend_request_duration_seconds",
                            per_gap=True, model_label="model")
 FAMILIES = {"vllm": VLLM, "sglang": SGLANG, "dynamo": DYNAMO}
+METRICS_PATH = "/metrics"
+"""Where every exporter of these families serves its series: the engines (vLLM and its vendor builds, SGLang with
+`--enable-metrics`) on their API port, a Dynamo frontend on its own."""
 FRONTENDS = {"dynamo": "dynamo"}
 """Deployment targets whose frontend sees each request of a service whole, its allocations (aggregated and
 prefill/decode-disaggregated) together, and the family of series it exports: a DynamoGraphDeployment's Frontend."""
@@ -114,5 +117,6 @@ def watch_selectors(target: str, service: str, namespace: str,
     return {family: pod_selector(namespace, [workload(str(i)) for i in indices]) for family, indices in known.items()}
 
 
-__all__ = ["DYNAMO", "FAMILIES", "FRONTENDS", "MIN_MEAN", "MIN_TAIL", "SGLANG", "VLLM", "LatencyHistograms",
+__all__ = ["DYNAMO", "FAMILIES", "FRONTENDS", "METRICS_PATH", "MIN_MEAN",
+           "MIN_TAIL", "SGLANG", "VLLM", "LatencyHistograms",
            "frontend_selector", "needed", "pod_pattern", "pod_selector", "watch_selectors", "watching"]

@@ -272,6 +272,10 @@ class Conventions(Strict):
     """Installed custom resources."""
     model_cache: Subdomain | None = None
     """PersistentVolumeClaim holding model weights, mounted by every serving pod; unset downloads at start."""
+    monitoring_labels: dict[LabelKey, LabelValue] = {}
+    """Labels the Prometheus Operator's selectors look for on the PrometheusRule and PodMonitor of each service
+    (`crds.prometheus_operator`), e.g. `{release: kube-prometheus-stack}`: kube-prometheus-stack's Prometheus loads
+    only the rules and monitors labelled with its Helm release unless told to load all."""
 
 
 class ClusterProfileSpec(Strict):

@@ -501,7 +501,8 @@ def cluster_section(resolved: ResolvedIntent) -> dict[str, Any]:
     } for p in cluster.cpu_pools]
     return {"name": resolved.loaded.profile_name, "namespace": conv.namespace, "scheduler": conv.scheduler,
             "crds": {k: v for k, v in sorted(conv.crds.model_dump().items()) if v},
-            "model_cache": conv.model_cache, "pools": pools, **({"cpu_pools": cpu_pools} if cpu_pools else {})}
+            "model_cache": conv.model_cache, "pools": pools, **({"cpu_pools": cpu_pools} if cpu_pools else {}),
+            **({"monitoring_labels": dict(sorted(conv.monitoring_labels.items()))} if conv.monitoring_labels else {})}
 
 
 def _devices_label(c: Candidate) -> str:

@@ -633,6 +633,8 @@ class ClusterPlan(PlanModel):
     """Installed custom resources (profile key, e.g. `leaderworkerset`) -> served API version."""
     model_cache: Subdomain | None = None
     """PersistentVolumeClaim with model weights."""
+    monitoring_labels: dict[LabelKey, LabelValue] | None = None
+    """Labels the Prometheus Operator's selectors look for on the rules and monitors rendered for each service."""
     pools: list[ClusterPool]
     """The cluster's device pools as the plan used them."""
     cpu_pools: list[ClusterCpuPool] = []

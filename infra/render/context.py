@@ -19,7 +19,7 @@ from pydantic import ValidationError as PydanticValidationError
 from infra.catalog.hfids import checkpoint_precision
 from infra.catalog.kinds import kind_of
 from infra.catalog.loader import Catalog
-from infra.catalog.metrics import watching
+from infra.catalog.metrics import METRICS_PATH, watching
 from infra.catalog.schema import BYTES_PER_PARAM, EngineCli, FrameworkSpec
 from infra.catalog.targets import DEFAULT_TARGET
 from infra.errors import CatalogError, InfraError, IntentError, Location, Problem
@@ -192,6 +192,7 @@ class ServiceBuilder:
                       "than they were planned for: list the Gateway API (crds.gateway_api) or the Inference "
                       "Extension in the cluster profile and re-plan, for a router that splits by capacity")
         if self.crds.get("prometheus_operator") and svc.runs_llm_engine and self.stage is None:
+            self._pod_monitor()
             self._objective_rules()
         # A weighted route is the service's way in; a Service over every pod beside it would split evenly, so it
         # is kept only where a pipeline's stage config hands off to it.
@@ -217,8 +218,31 @@ class ServiceBuilder:
         if got.rules:
             self.add("prometheusrule.yaml.j2", {
                 "api_version": self.crds["prometheus_operator"], "name": f"{svc.name}-objectives",
-                "labels": self.base_labels, "annotations": {"infra.dev/plan-fingerprint": self.plan.spec.fingerprint},
-                "group": f"{svc.name}-objectives", "rules": got.rules}, header)
+                "labels": self.monitoring_labels(), "group": f"{svc.name}-objectives", "rules": got.rules,
+                "annotations": {"infra.dev/plan-fingerprint": self.plan.spec.fingerprint}}, header)
+
+    def monitoring_labels(self) -> dict[str, str]:
+        """Labels of the objects the Prometheus Operator selects (rules, monitors): the service's, and those the
+        profile says its selectors look for (`conventions.monitoring_labels`)."""
+        return {**self.base_labels, **(self.cluster.monitoring_labels or {})}
+
+    def _pod_monitor(self) -> None:
+        """A PodMonitor that has Prometheus scrape the engines of the service's allocations whose series infra reads
+        (`FrameworkSpec.metrics`): what the objective rules, `infra verify --prometheus` and autoscaling on running
+        requests read. Every such engine serves them at /metrics on its `http` port; others are left out, as a
+        scrape of an endpoint that is not Prometheus text (TensorRT-LLM's /metrics is JSON) only fails."""
+        svc = self.svc
+        exported = [f"a{i}" for i, a in enumerate(svc.allocations) if self.catalog.framework(a.framework).metrics]
+        if not exported:
+            return
+        selector: dict[str, Any] = {"matchLabels": {"infra.dev/service": svc.name}}
+        if len(exported) < len(svc.allocations):
+            selector["matchExpressions"] = [{"key": "infra.dev/allocation", "operator": "In", "values": exported}]
+        self.add("podmonitor.yaml.j2", {
+            "api_version": self.crds["prometheus_operator"], "name": f"{svc.name}-engines",
+            "labels": self.monitoring_labels(), "selector": selector,
+            "annotations": {"infra.dev/plan-fingerprint": self.plan.spec.fingerprint},
+            "endpoints": [{"port": "http", "path": METRICS_PATH}]})
 
     def _route(self) -> None:
         """One Service per aggregated allocation and the HTTPRoute that splits the service's requests over them by

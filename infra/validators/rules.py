@@ -49,7 +49,8 @@ _ALL = [
     # Semantic
     Rule("SEM001", "error", "semantic", "a workload's selector matches its pod template's labels",
          "make spec.selector.matchLabels a subset of spec.template.metadata.labels"),
-    Rule("SEM002", "warning", "semantic", "a Service / InferencePool / PDB selector selects pods in the tree",
+    Rule("SEM002", "warning", "semantic",
+         "a Service / InferencePool / PodMonitor / PDB selector selects pods in the tree",
          "use the labels of the pod template it should select"),
     Rule("SEM003", "error", "semantic", "names are DNS-1123 (objects, containers, ports, volumes)",
          "use lowercase letters, digits and '-', starting and ending with a letter or digit"),
@@ -61,8 +62,9 @@ _ALL = [
          "make --tensor/--pipeline/--data-parallel sizes multiply to the devices per pod x pods per group"),
     Rule("SEM007", "error", "semantic", "probes use a port the container declares",
          "probe a port listed in the container's ports (by number or name)"),
-    Rule("SEM008", "error", "semantic", "a Service's targetPort (an InferencePool's targetPorts) exists in "
-         "the pods it selects", "point targetPort at a containerPort (number or name) of the selected pods"),
+    Rule("SEM008", "error", "semantic", "a Service's targetPort (an InferencePool's targetPorts, a PodMonitor's "
+         "endpoint port) exists in the pods it selects",
+         "point targetPort (port) at a containerPort (number or name) of the selected pods"),
     Rule("SEM009", "error", "semantic", "names are unique: objects, containers, volumes, env vars, ports",
          "rename or remove the duplicate"),
     Rule("SEM010", "error", "semantic", "quantities parse (resources, sizes)",

@@ -224,7 +224,8 @@ def _selected(selector, manifests: list[Manifest]) -> list[PodTemplate]:
 
 def check_service_targets(m: Manifest, manifests: list[Manifest],
                           charted: list[dict[str, str]] | None = None) -> list[Finding]:
-    """SEM002 / SEM008: Services, InferencePools and PDBs select pods of the tree, on ports those pods declare.
+    """SEM002 / SEM008: Services, InferencePools, PodMonitors and PDBs select pods of the tree, on ports those pods
+    declare.
     `charted` are the labels of pods a Helm values file of the tree has a chart create (an InferencePool over
     llm-d's model-service pods selects those)."""
     spec = m.data.get("spec")
@@ -264,6 +265,18 @@ def check_service_targets(m: Manifest, manifests: list[Manifest],
                           f"target port {p.get('number')!r} is not a container port of the selected pods",
                           fix=f"use one of {sorted(numbers)}")
                 for j, p in _items(spec.get("targetPorts")) if p.get("number") not in numbers]
+    if m.kind == "PodMonitor":
+        sel = selector_labels(spec.get("selector"))
+        if sel is None:
+            return []
+        pods = _selected(sel, manifests)
+        if not pods:
+            return [m.finding("SEM002", ("spec", "selector"), "selector selects no pod template in the tree")]
+        names = set().union(*(_ports(t)[1] for t in pods))
+        return [m.finding("SEM008", ("spec", "podMetricsEndpoints", j, "port"),
+                          f"port {p.get('port')!r} is not a named container port of the pods the PodMonitor "
+                          "selects: Prometheus would scrape none of them", fix=f"use one of {sorted(names)}")
+                for j, p in _items(spec.get("podMetricsEndpoints")) if "port" in p and p.get("port") not in names]
     if m.kind == "PodDisruptionBudget":
         sel = selector_labels(spec.get("selector"))
         if sel is not None and not _selected(sel, manifests):

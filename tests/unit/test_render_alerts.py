@@ -72,7 +72,11 @@ def test_no_rules_where_the_cluster_runs_no_prometheus_operator(tmp_path: Path):
 
 
 def test_the_rendered_rules_validate_and_name_the_plan(tmp_path: Path):
-    doc = _rules(tmp_path)
+    labelled = MONITORED.replace("namespace: llm\n", "namespace: llm\n    monitoring_labels: {release: prom}\n")
+    doc = _rules(tmp_path, labelled)
+    assert doc["metadata"]["labels"]["release"] == "prom"
+    [monitor] = (tmp_path / "out" / "manifests").rglob("podmonitor-*.yaml")
+    assert yaml.safe_load(monitor.read_text())["metadata"]["labels"]["release"] == "prom"
     assert doc["apiVersion"] == "monitoring.coreos.com/v1" and doc["kind"] == "PrometheusRule"
     [group] = doc["spec"]["groups"]
     assert {(r["alert"], r["labels"].get("objective")) for r in group["rules"]} == {

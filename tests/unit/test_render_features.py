@@ -253,6 +253,31 @@ def test_engines_export_the_series_infra_reads():
     assert not any("metrics" in a for a in args)
 
 
+def test_prometheus_scrapes_the_engines_the_objective_rules_watch():
+    # A PodMonitor has Prometheus scrape every engine whose series infra reads, on the port the pods name; an
+    # engine whose /metrics is not Prometheus text (TensorRT-LLM's) is left out. The rules and the monitor carry
+    # the labels the profile says the operator's selectors look for.
+    def change(d):
+        d["spec"]["cluster"]["crds"]["prometheus_operator"] = "monitoring.coreos.com/v1"
+        d["spec"]["cluster"]["monitoring_labels"] = {"release": "kube-prometheus-stack"}
+        alloc(d, 1)["framework"] = "trtllm"
+
+    o = objs(render_tree(edited("chat-mixed-fleet", change)).files)
+    monitor = o["podmonitor-chat-engines.yaml"]
+    assert monitor["spec"]["selector"] == {
+        "matchLabels": {"infra.dev/service": "chat"},
+        "matchExpressions": [{"key": "infra.dev/allocation", "operator": "In", "values": ["a0", "a2"]}]}
+    assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics"}]
+    for name in ("deployment-chat-a0.yaml", "deployment-chat-a2.yaml"):
+        assert {"name": "http", "containerPort": 8000, "protocol": "TCP"} in pod_spec(o[name])["containers"][0]["ports"]
+    for name in ("podmonitor-chat-engines.yaml", "prometheusrule-chat-objectives.yaml"):
+        assert o[name]["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert "release" not in o["deployment-chat-a0.yaml"]["metadata"]["labels"]
+    # without the operator, neither
+    plain = objs(render_tree(plan_of("chat-mixed-fleet")).files)
+    assert not [n for n in plain if n.startswith(("podmonitor", "prometheusrule"))]
+
+
 def test_disaggregated_set_when_the_profile_lists_it():
     o = objs(render_tree(plan_of("deepseek-moe")).files)
     i, a = next((i, a) for i, a in enumerate(plan_of("deepseek-moe").spec.services[0].allocations)

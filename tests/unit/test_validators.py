@@ -34,7 +34,7 @@ def plant(root: Path, file: str, old: str, new: str) -> Path:
 def test_clean_tree_passes_every_rule():
     report = validate_tree(GOOD, profile=PROFILE)
     assert report.findings == [], [str(f) for f in report.findings]
-    assert report.objects == 13 and report.ok
+    assert report.objects == 14 and report.ok
     assert report.checks == ["schema", "kustomize", "semantic", "security", "profile"]
 
 
@@ -79,6 +79,12 @@ DEFECTS = [
      "httpGet: {path: /health, port: 8080}", None),
     ("SEM008", "service-chat.yaml", "targetPort: http", "targetPort: metrics", None),
     ("SEM008", "inferencepool-chat.yaml", "    - number: 8000", "    - number: 8001", None),
+    # A PodMonitor on a port the engines do not name, or on no engine at all, has Prometheus scrape nothing: the
+    # objective alerts then never fire.
+    ("SEM008", "podmonitor-chat-engines.yaml", "    - port: http", "    - port: metrics", None),
+    ("SEM002", "podmonitor-chat-engines.yaml", "      infra.dev/service: chat\n    matchExpressions",
+     "      infra.dev/service: chatt\n    matchExpressions", None),
+    ("SCH002", "podmonitor-chat-engines.yaml", "      path: /metrics", "      path: /metrics\n      scheme: ftp", None),
     ("SEM009", "deployment-chat-a0.yaml", "        - name: shm\n", "        - name: models\n", None),
     ("SEM009", "deployment-chat-a0.yaml", "            - name: HF_TOKEN\n",
      "            - name: HF_HOME\n              value: /models\n            - name: HF_HOME\n", None),
