@@ -226,17 +226,18 @@ class ServiceBuilder:
         profile says its selectors look for (`conventions.monitoring_labels`)."""
         return {**self.base_labels, **(self.cluster.monitoring_labels or {})}
 
-    def _pod_monitor(self) -> None:
+    def _pod_monitor(self, labels: dict[str, str] | None = None) -> None:
         """A PodMonitor that has Prometheus scrape the engines of the service's allocations whose series infra reads
         (`FrameworkSpec.metrics`): what the objective rules, `infra verify --prometheus` and autoscaling on running
         requests read. Every such engine serves them at /metrics on its `http` port; others are left out, as a
-        scrape of an endpoint that is not Prometheus text (TensorRT-LLM's /metrics is JSON) only fails."""
+        scrape of an endpoint that is not Prometheus text (TensorRT-LLM's /metrics is JSON) only fails. `labels`:
+        those of the engines' pods where a target's chart creates them (llm-d's), else infra's own workloads'."""
         svc = self.svc
         exported = [f"a{i}" for i, a in enumerate(svc.allocations) if self.catalog.framework(a.framework).metrics]
         if not exported:
             return
-        selector: dict[str, Any] = {"matchLabels": {"infra.dev/service": svc.name}}
-        if len(exported) < len(svc.allocations):
+        selector: dict[str, Any] = {"matchLabels": labels or {"infra.dev/service": svc.name}}
+        if labels is None and len(exported) < len(svc.allocations):
             selector["matchExpressions"] = [{"key": "infra.dev/allocation", "operator": "In", "values": exported}]
         self.add("podmonitor.yaml.j2", {
             "api_version": self.crds["prometheus_operator"], "name": f"{svc.name}-engines",

@@ -140,6 +140,10 @@ def build(plan: DeploymentPlan, catalog: Catalog, settings: Settings, locate: Lo
                 values.append(_modelservice(sb, r))
             _endpoint_picker(sb, roles)
         if sb.crds.get("prometheus_operator") and svc.runs_llm_engine:
+            if target == "llm-d":
+                # The chart's own PodMonitor takes no labels at the pinned version (its schema refuses any), so a
+                # Prometheus that selects monitors by label would not load it; this one carries them.
+                sb._pod_monitor({LLMD_SERVING: "true", LLMD_MODEL: svc.name})
             sb._objective_rules(target)
         if not settings.service_account:
             sb.add("serviceaccount.yaml.j2", {"name": svc.name})

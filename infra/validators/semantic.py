@@ -270,6 +270,8 @@ def check_service_targets(m: Manifest, manifests: list[Manifest],
         if sel is None:
             return []
         pods = _selected(sel, manifests)
+        if not pods and any(selects(sel, labels) for labels in charted or []):
+            return []  # pods a chart of the tree creates: their ports are the chart's business
         if not pods:
             return [m.finding("SEM002", ("spec", "selector"), "selector selects no pod template in the tree")]
         names = set().union(*(_ports(t)[1] for t in pods))

@@ -25,7 +25,7 @@ def planted(tmp_path: Path, old: str, new: str) -> tuple[Path, Path]:
 def test_clean_tree_exits_0_and_prints_a_verdict():
     out = infra("validate", str(FIXTURES / "good"), "--profile", str(FIXTURES / "profile.yaml"))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "valid: 13 objects in 15 files, 0 errors, 0 warnings" in out.stdout
+    assert "valid: 14 objects in 16 files, 0 errors, 0 warnings" in out.stdout
 
 
 def test_errors_exit_1_with_a_json_report(tmp_path):

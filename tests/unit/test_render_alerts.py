@@ -229,6 +229,27 @@ def test_kserve_and_llm_d_rules_select_the_pods_of_the_workloads_those_operators
     assert len(modelservice_fullname("x" * 40 + "-a0")) == 55
 
 
+def test_llm_d_engines_are_scraped_by_a_monitor_that_carries_the_profiles_labels():
+    # The chart's own PodMonitor takes no labels at the pinned version, so infra renders one over the chart's engine
+    # pods (their modelArtifacts labels) on the vLLM container's named port; KServe's and Dynamo's operators scrape
+    # their own.
+    plan = load_plan(GOLDEN / "measured-chat" / "plan.yaml")
+    plan.spec.cluster.crds["prometheus_operator"] = "monitoring.coreos.com/v1"
+    cluster = plan.spec.cluster.model_copy(update={"monitoring_labels": {"release": "prom"}})
+    plan = plan.model_copy(update={"spec": plan.spec.model_copy(update={"cluster": cluster})})
+    files = render_plan(plan, target="llm-d")
+    [monitor] = [yaml.safe_load(t) for n, t in files.items() if "/podmonitor-" in n]
+    assert monitor["spec"]["selector"] == {"matchLabels": {"llm-d.ai/inferenceServing": "true",
+                                                           "llm-d.ai/model": "chat"}}
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    [values] = [yaml.safe_load(t) for n, t in files.items() if n.endswith(".values.yaml")]
+    assert values["modelArtifacts"]["labels"].items() >= monitor["spec"]["selector"]["matchLabels"].items()
+    port = monitor["spec"]["podMetricsEndpoints"][0]["port"]
+    assert port in {p["name"] for p in values["decode"]["containers"][0]["ports"]}
+    for target in ("kserve", "dynamo"):
+        assert not [n for n in render_plan(plan, target=target) if "/podmonitor-" in n]
+
+
 def test_validation_reads_the_objective_rules_of_a_target_tree(tmp_path: Path):
     plan_path = tmp_path / "plan.yaml"
     text = (GOLDEN / "pd-across-devices" / "plan.yaml").read_text()
