@@ -64,6 +64,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("InferencePool", "inference.networking.k8s.io", crd="inference_extension"),
     Kind("HTTPRoute", "gateway.networking.k8s.io", crd="gateway_api"),
     Kind("PrometheusRule", "monitoring.coreos.com", crd="prometheus_operator"),
+    Kind("PodMonitor", "monitoring.coreos.com", crd="prometheus_operator"),
     Kind("DynamoGraphDeployment", "nvidia.com", crd="dynamo"),
     Kind("InferenceService", "serving.kserve.io", crd="kserve"),
     Kind("LLMInferenceService", "serving.kserve.io", crd="kserve"),
