@@ -27,6 +27,19 @@ KSERVE_WORKLOAD_SUFFIX = "-kserve"
 (pkg/controller/llmisvc: kmeta.ChildName(name, "-kserve"))."""
 
 
+KSERVE_WORKLOAD_COMPONENTS = ("llminferenceservice-workload", "llminferenceservice-workload-leader")
+"""`app.kubernetes.io/component` of the pods of an LLMInferenceService's main workload that serve (a single-node
+Deployment's, a LeaderWorkerSet's leaders), beside `app.kubernetes.io/part-of: llminferenceservice` and
+`app.kubernetes.io/name: <the resource's name>` (the llmisvc controller's singleNodeLabels and multi-node leader
+labels, pkg/controller/v1alpha1/llmisvc/workload_single_node.go and v1alpha2's workload_multi_node.go)."""
+
+
+def kserve_pod_labels(name: str) -> list[dict[str, str]]:
+    """The labels of the serving pods KServe's controller creates for the LLMInferenceService `name`."""
+    return [{"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "llminferenceservice",
+             "app.kubernetes.io/component": component} for component in KSERVE_WORKLOAD_COMPONENTS]
+
+
 def modelservice_fullname(release: str) -> str:
     """The chart's `llm-d-modelservice.fullname` for a release with no fullnameOverride or nameOverride: the release
     name where it contains the chart's, else `<release>-llm-d-modelservice`, cut at 55 characters."""

@@ -226,24 +226,31 @@ class ServiceBuilder:
         profile says its selectors look for (`conventions.monitoring_labels`)."""
         return {**self.base_labels, **(self.cluster.monitoring_labels or {})}
 
-    def _pod_monitor(self, labels: dict[str, str] | None = None) -> None:
+    def exporting(self) -> list[int]:
+        """The allocations whose engines export the series infra reads (`FrameworkSpec.metrics`)."""
+        return [i for i, a in enumerate(self.svc.allocations) if self.catalog.framework(a.framework).metrics]
+
+    def _pod_monitor(self, selector: dict[str, Any] | None = None, endpoint: dict[str, Any] | None = None) -> None:
         """A PodMonitor that has Prometheus scrape the engines of the service's allocations whose series infra reads
-        (`FrameworkSpec.metrics`): what the objective rules, `infra verify --prometheus` and autoscaling on running
-        requests read. Every such engine serves them at /metrics on its `http` port; others are left out, as a
-        scrape of an endpoint that is not Prometheus text (TensorRT-LLM's /metrics is JSON) only fails. `labels`:
-        those of the engines' pods where a target's chart creates them (llm-d's), else infra's own workloads'."""
+        (`exporting`): what the objective rules, `infra verify --prometheus` and autoscaling on running requests
+        read. Every such engine serves them at /metrics on its `http` port; others are left out, as a scrape of an
+        endpoint that is not Prometheus text (TensorRT-LLM's /metrics is JSON) only fails. `selector` and
+        `endpoint` (beside port and path): where a target's chart or operator creates the engines' pods, their
+        labels and how they serve; else infra's own workloads', over HTTP."""
         svc = self.svc
-        exported = [f"a{i}" for i, a in enumerate(svc.allocations) if self.catalog.framework(a.framework).metrics]
+        exported = [f"a{i}" for i in self.exporting()]
         if not exported:
             return
-        selector: dict[str, Any] = {"matchLabels": labels or {"infra.dev/service": svc.name}}
-        if labels is None and len(exported) < len(svc.allocations):
-            selector["matchExpressions"] = [{"key": "infra.dev/allocation", "operator": "In", "values": exported}]
+        if selector is None:
+            selector = {"matchLabels": {"infra.dev/service": svc.name}}
+            if len(exported) < len(svc.allocations):
+                selector["matchExpressions"] = [{"key": "infra.dev/allocation", "operator": "In",
+                                                 "values": exported}]
         self.add("podmonitor.yaml.j2", {
             "api_version": self.crds["prometheus_operator"], "name": f"{svc.name}-engines",
             "labels": self.monitoring_labels(), "selector": selector,
             "annotations": {"infra.dev/plan-fingerprint": self.plan.spec.fingerprint},
-            "endpoints": [{"port": "http", "path": METRICS_PATH}]})
+            "endpoints": [{"port": "http", "path": METRICS_PATH, **(endpoint or {})}]})
 
     def _route(self) -> None:
         """One Service per aggregated allocation and the HTTPRoute that splits the service's requests over them by

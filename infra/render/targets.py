@@ -28,7 +28,16 @@ from typing import Any
 
 from infra.catalog.loader import Catalog
 from infra.catalog.schema import FrameworkSpec
-from infra.catalog.targets import MODELSERVICE_CHART, Launcher, extra_args, launcher, target_cli, targets
+from infra.catalog.targets import (
+    KSERVE_WORKLOAD_COMPONENTS,
+    MODELSERVICE_CHART,
+    Launcher,
+    extra_args,
+    kserve_pod_labels,
+    launcher,
+    target_cli,
+    targets,
+)
 from infra.errors import IntentError, Problem
 from infra.planner.types import Allocation, DeploymentPlan
 from infra.render.context import SERVES, AllocationBuilder, Built, Doc, Locate, ServiceBuilder, check_plan
@@ -143,7 +152,9 @@ def build(plan: DeploymentPlan, catalog: Catalog, settings: Settings, locate: Lo
             if target == "llm-d":
                 # The chart's own PodMonitor takes no labels at the pinned version (its schema refuses any), so a
                 # Prometheus that selects monitors by label would not load it; this one carries them.
-                sb._pod_monitor({LLMD_SERVING: "true", LLMD_MODEL: svc.name})
+                sb._pod_monitor({"matchLabels": {LLMD_SERVING: "true", LLMD_MODEL: svc.name}})
+            elif target == "kserve":
+                _kserve_monitor(sb)
             sb._objective_rules(target)
         if not settings.service_account:
             sb.add("serviceaccount.yaml.j2", {"name": svc.name})
@@ -355,6 +366,24 @@ def _kserve(sb: ServiceBuilder, r: Roles) -> None:
         "api_version": KSERVE_API, "name": ab.name,
         "labels": {**sb.base_labels, "infra.dev/allocation": ab.alloc_id}, **_common(sb), "spec": spec}},
         ab.header)
+
+
+def _kserve_monitor(sb: ServiceBuilder) -> None:
+    """The PodMonitor over the serving pods KServe's controller creates for the service's aggregated allocations,
+    by the labels it gives them (upstream's controller renders no monitor), over the TLS its presets serve with a
+    self-signed certificate."""
+    exporting = [i for i in sb.exporting() if sb.svc.allocations[i].mode == "agg"]
+    if not exporting:
+        return
+    names = [f"{sb.svc.name}-a{i}" for i in exporting]
+    part_of = kserve_pod_labels(names[0])[0]["app.kubernetes.io/part-of"]
+    how = [launcher("kserve", sb.svc.allocations[i].framework) for i in exporting]
+    sb._pod_monitor(
+        {"matchLabels": {"app.kubernetes.io/part-of": part_of},
+         "matchExpressions": [
+             {"key": "app.kubernetes.io/name", "operator": "In", "values": names},
+             {"key": "app.kubernetes.io/component", "operator": "In", "values": list(KSERVE_WORKLOAD_COMPONENTS)}]},
+        {"scheme": "https", "tlsConfig": {"insecureSkipVerify": True}} if any(h and h.https for h in how) else None)
 
 
 def _kserve_workload(ab: AllocationBuilder, w: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from infra.validators.profile import check_profile
 from infra.validators.schema import check_object, check_values, kubernetes_version
 from infra.validators.security import check_security
 from infra.validators.semantic import check_semantic
-from infra.validators.targets import charted_pod_labels, check_target_plan, detect_target
+from infra.validators.targets import charted_pod_labels, check_target_plan, detect_target, operated_pod_labels
 
 
 def validate_tree(path: str | Path, profile: str | Path | None = None, plan: str | Path | None = None,
@@ -61,7 +61,8 @@ def validate_tree(path: str | Path, profile: str | Path | None = None, plan: str
     report.findings += built
     report.notes += notes
     names = device_names(cluster, catalog)
-    report.findings += check_semantic(tree.manifests, names, catalog, charted_pod_labels(tree.values))
+    report.findings += check_semantic(tree.manifests, names, catalog,
+                                      charted_pod_labels(tree.values) + operated_pod_labels(tree.manifests))
     if cluster is not None:
         report.checks.append("profile")
         for m in tree.manifests:

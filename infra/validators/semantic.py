@@ -226,8 +226,9 @@ def check_service_targets(m: Manifest, manifests: list[Manifest],
                           charted: list[dict[str, str]] | None = None) -> list[Finding]:
     """SEM002 / SEM008: Services, InferencePools, PodMonitors and PDBs select pods of the tree, on ports those pods
     declare.
-    `charted` are the labels of pods a Helm values file of the tree has a chart create (an InferencePool over
-    llm-d's model-service pods selects those)."""
+    `charted` are the labels of pods a Helm values file of the tree has a chart create, or an operator creates from
+    an object of the tree (an InferencePool over llm-d's model-service pods, a PodMonitor over KServe's, select
+    those)."""
     spec = m.data.get("spec")
     if not isinstance(spec, dict):
         return []
@@ -271,7 +272,7 @@ def check_service_targets(m: Manifest, manifests: list[Manifest],
             return []
         pods = _selected(sel, manifests)
         if not pods and any(selects(sel, labels) for labels in charted or []):
-            return []  # pods a chart of the tree creates: their ports are the chart's business
+            return []  # pods a chart or an operator creates from the tree: their ports are theirs
         if not pods:
             return [m.finding("SEM002", ("spec", "selector"), "selector selects no pod template in the tree")]
         names = set().union(*(_ports(t)[1] for t in pods))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.catalog.loader import Catalog
-from infra.catalog.targets import MODELSERVICE_CHART, extra_args, launcher, target_framework
+from infra.catalog.targets import MODELSERVICE_CHART, extra_args, kserve_pod_labels, launcher, target_framework
 from infra.planner.types import DeploymentPlan
 from infra.validators.alerts import check_objective_alerts
 from infra.validators.cluster import from_plan
@@ -61,6 +61,13 @@ def charted_pod_labels(values: list[Any]) -> list[dict[str, str]]:
             if isinstance(block, dict) and block.get("create", True) is not False:
                 out.append({**base, "llm-d.ai/role": role})
     return out
+
+
+def operated_pod_labels(manifests: list[Any]) -> list[dict[str, str]]:
+    """Labels of the serving pods an operator creates from objects of the tree: KServe's for each
+    LLMInferenceService (`infra.catalog.targets.kserve_pod_labels`)."""
+    return [labels for m in manifests if m.kind == "LLMInferenceService" and m.name
+            for labels in kserve_pod_labels(m.name)]
 
 
 @dataclass

@@ -14,11 +14,12 @@ import yaml
 
 from infra import api
 from infra.catalog.metrics import pod_pattern
-from infra.catalog.targets import modelservice_fullname
+from infra.catalog.targets import kserve_pod_labels, modelservice_fullname
 from infra.planner.types import load_plan
 from infra.render import render_plan
 from infra.render.alerts import objective_rules
 from infra.validators.alerts import THRESHOLD
+from infra.validators.pods import selector_labels, selects
 
 from ..e2e.test_calibrate_cli import PROFILE
 from ..e2e.test_observe_prometheus import INTENT, MONITORED
@@ -229,10 +230,11 @@ def test_kserve_and_llm_d_rules_select_the_pods_of_the_workloads_those_operators
     assert len(modelservice_fullname("x" * 40 + "-a0")) == 55
 
 
-def test_llm_d_engines_are_scraped_by_a_monitor_that_carries_the_profiles_labels():
+def test_llm_d_and_kserve_engines_are_scraped_by_a_monitor_that_carries_the_profiles_labels(tmp_path: Path):
     # The chart's own PodMonitor takes no labels at the pinned version, so infra renders one over the chart's engine
-    # pods (their modelArtifacts labels) on the vLLM container's named port; KServe's and Dynamo's operators scrape
-    # their own.
+    # pods (their modelArtifacts labels) on the vLLM container's named port; KServe's upstream controller renders
+    # none, so one selects the pods it creates by the labels it gives them, over its presets' TLS; Dynamo's operator
+    # scrapes its own.
     plan = load_plan(GOLDEN / "measured-chat" / "plan.yaml")
     plan.spec.cluster.crds["prometheus_operator"] = "monitoring.coreos.com/v1"
     cluster = plan.spec.cluster.model_copy(update={"monitoring_labels": {"release": "prom"}})
@@ -246,8 +248,29 @@ def test_llm_d_engines_are_scraped_by_a_monitor_that_carries_the_profiles_labels
     assert values["modelArtifacts"]["labels"].items() >= monitor["spec"]["selector"]["matchLabels"].items()
     port = monitor["spec"]["podMetricsEndpoints"][0]["port"]
     assert port in {p["name"] for p in values["decode"]["containers"][0]["ports"]}
-    for target in ("kserve", "dynamo"):
-        assert not [n for n in render_plan(plan, target=target) if "/podmonitor-" in n]
+    files = render_plan(plan, target="kserve")
+    [monitor] = [yaml.safe_load(t) for n, t in files.items() if "/podmonitor-" in n]
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["scheme"] == "https" and endpoint["port"] == "http"
+    [llmisvc] = [yaml.safe_load(t) for n, t in files.items() if "/llminferenceservice-" in n]
+    assert {"name": "http", "containerPort": 8000, "protocol": "TCP"} in llmisvc["spec"]["template"]["containers"][0][
+        "ports"]
+    sel = selector_labels(monitor["spec"]["selector"])
+    assert all(selects(sel, labels) for labels in kserve_pod_labels(llmisvc["metadata"]["name"]))
+    assert not selects(sel, {**kserve_pod_labels("chat-a0")[0], "app.kubernetes.io/component":
+                             "llminferenceservice-router-scheduler"})
+    assert not selects(sel, {**kserve_pod_labels("chat-a0")[0], "app.kubernetes.io/component":
+                             "llminferenceservice-workload-prefill"})
+    assert not [n for n in render_plan(plan, target="dynamo") if "/podmonitor-" in n]
+    # validation knows the pods the operator and the chart create: the monitors select some
+    for target in ("kserve", "llm-d"):
+        out = tmp_path / target
+        for name, body in render_plan(plan, target=target).items():
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
+            (out / name).write_text(body)
+        findings = api.validate(out).findings
+        assert not [f for f in findings if f.rule in ("SEM002", "SEM008")], [str(f) for f in findings]
 
 
 def test_validation_reads_the_objective_rules_of_a_target_tree(tmp_path: Path):
