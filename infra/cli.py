@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -887,6 +888,9 @@ def _fail(message: str, code: int) -> None:
 
 def main(argv: list[str] | None = None) -> Any:
     """Console-script entry: run the app, turn every expected error into a message and an exit code."""
+    # An anchor defined twice is valid YAML (an alias takes the latest); ruamel's warning about it would reach the
+    # terminal as a Python warning with the library's source line.
+    warnings.filterwarnings("ignore", message=r"\s*found duplicate anchor")
     try:
         return app(args=argv, standalone_mode=False)
     except InfraError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,19 @@ def test_check_example():
     out = infra("check", str(EXAMPLE))
     assert out.returncode == 0, out.stderr
     assert "valid intent" in out.stdout and "Llama-3.1-70B" in out.stdout and "40/s peak" in out.stdout
+
+
+def test_an_anchor_defined_twice_reads_without_a_python_warning(tmp_path):
+    # Valid YAML (an alias takes the latest definition): the terminal shows the result, not a library's warning.
+    for name in ("measured-chat.yaml", "profiles", "calibrations"):
+        src = ROOT / "examples" / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    intent = tmp_path / "measured-chat.yaml"
+    text = intent.read_text().replace("apiVersion: infra.dev/v1alpha1", "apiVersion: &a infra.dev/v1alpha1", 1)
+    intent.write_text(text.replace("kind: ServingIntent", "kind: &a ServingIntent", 1))
+    out = infra("check", str(intent))
+    assert out.returncode == 0 and "valid intent" in out.stdout, out.stdout + out.stderr
+    assert "Warning" not in out.stderr and "composer.py" not in out.stderr, out.stderr
 
 
 def test_check_json_is_deterministic():
