@@ -27,6 +27,7 @@ KSERVE_WORKLOAD_SUFFIX = "-kserve"
 (pkg/controller/llmisvc: kmeta.ChildName(name, "-kserve"))."""
 
 
+KSERVE_PART_OF = "llminferenceservice"
 KSERVE_WORKLOAD_COMPONENTS = ("llminferenceservice-workload", "llminferenceservice-workload-leader")
 """`app.kubernetes.io/component` of the pods of an LLMInferenceService's main workload that serve (a single-node
 Deployment's, a LeaderWorkerSet's leaders), beside `app.kubernetes.io/part-of: llminferenceservice` and
@@ -36,7 +37,7 @@ labels, pkg/controller/v1alpha1/llmisvc/workload_single_node.go and v1alpha2's w
 
 def kserve_pod_labels(name: str) -> list[dict[str, str]]:
     """The labels of the serving pods KServe's controller creates for the LLMInferenceService `name`."""
-    return [{"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "llminferenceservice",
+    return [{"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": KSERVE_PART_OF,
              "app.kubernetes.io/component": component} for component in KSERVE_WORKLOAD_COMPONENTS]
 
 

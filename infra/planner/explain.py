@@ -34,7 +34,7 @@ STAGE_METRICS = {"e2e": "latency", "ttft": "first_output"}
 """The names a pipeline stage's budgets give the service's objectives: its whole latency, its first output."""
 
 
-def only(resolved: ResolvedIntent, service: str) -> ResolvedIntent:
+def _only(resolved: ResolvedIntent, service: str) -> ResolvedIntent:
     """The intent with `service` alone: what a search for that service's candidates needs (each service's shapes
     are scored on their own; the solve that checks a relaxation takes the others' candidates as they were)."""
     return dataclasses.replace(resolved, services=[r for r in resolved.services if r.service.name == service])
@@ -59,7 +59,7 @@ def _loosen_alone(resolved: ResolvedIntent, service: str, svc: Service, cands: l
 
         def cost_at(scale: float, keys: frozenset[str] = keys) -> float | None:
             fix = Corrections({u: {k: scale for k in sorted(keys)} for u in units})
-            mine = [c for c in search(only(resolved, svc.name), corrections=fix)[0] if c.service in units]
+            mine = [c for c in search(_only(resolved, svc.name), corrections=fix)[0] if c.service in units]
             trial = solve(others + mine, limits, time_limit_s=5.0) if mine else None
             return trial.cost_per_hour if trial and trial.status in ("OPTIMAL", "FEASIBLE") else None
 
@@ -148,7 +148,7 @@ def relaxations(resolved: ResolvedIntent, cands: list[Candidate], limits: Limits
                 continue
             fallback: Problem | None = None
             for scale in SLO_STEPS:
-                relaxed = search(only(resolved, owner), slo_scale=scale)[0]
+                relaxed = search(_only(resolved, owner), slo_scale=scale)[0]
                 relaxed = [c for c in relaxed if c.service == s]
                 if not relaxed:
                     continue
@@ -200,7 +200,7 @@ def _lower_confidence(resolved: ResolvedIntent, cands: list[Candidate], limits: 
                 svc = rs.service.model_copy(update={"slo": rs.service.slo.model_copy(update={field: lower})})
                 trial_intent = dataclasses.replace(resolved, services=[
                     dataclasses.replace(r, service=svc) if r is rs else r for r in resolved.services])
-                mine = [c for c in search(only(trial_intent, name))[0]
+                mine = [c for c in search(_only(trial_intent, name))[0]
                         if limits.parent.get(c.service, c.service) == name]
                 others = [c for c in cands if limits.parent.get(c.service, c.service) != name]
                 trial = solve(others + mine, limits, time_limit_s=5.0)

@@ -29,11 +29,11 @@ from typing import Any
 from infra.catalog.loader import Catalog
 from infra.catalog.schema import FrameworkSpec
 from infra.catalog.targets import (
+    KSERVE_PART_OF,
     KSERVE_WORKLOAD_COMPONENTS,
     MODELSERVICE_CHART,
     Launcher,
     extra_args,
-    kserve_pod_labels,
     launcher,
     target_cli,
     targets,
@@ -376,10 +376,9 @@ def _kserve_monitor(sb: ServiceBuilder) -> None:
     if not exporting:
         return
     names = [f"{sb.svc.name}-a{i}" for i in exporting]
-    part_of = kserve_pod_labels(names[0])[0]["app.kubernetes.io/part-of"]
     how = [launcher("kserve", sb.svc.allocations[i].framework) for i in exporting]
     sb._pod_monitor(
-        {"matchLabels": {"app.kubernetes.io/part-of": part_of},
+        {"matchLabels": {"app.kubernetes.io/part-of": KSERVE_PART_OF},
          "matchExpressions": [
              {"key": "app.kubernetes.io/name", "operator": "In", "values": names},
              {"key": "app.kubernetes.io/component", "operator": "In", "values": list(KSERVE_WORKLOAD_COMPONENTS)}]},

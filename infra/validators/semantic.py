@@ -222,13 +222,26 @@ def _selected(selector, manifests: list[Manifest]) -> list[PodTemplate]:
     return [t for x in manifests for t in pod_templates(x) if selects(selector, t.labels)]
 
 
+def _selected_in_tree(m: Manifest, spec: dict[str, Any], manifests: list[Manifest],
+                      charted: list[dict[str, str]] | None) -> tuple[list[PodTemplate], list[Finding]]:
+    """The pod templates of the tree that `spec.selector` selects, and the SEM002 finding when it selects none.
+    Pods a chart or an operator creates from the tree (`charted`) are not there, and their ports are theirs: a
+    selector of those only gives no templates and no finding."""
+    sel = selector_labels(spec.get("selector"))
+    if sel is None:
+        return [], []
+    pods = _selected(sel, manifests)
+    if pods or any(selects(sel, labels) for labels in charted or []):
+        return pods, []
+    return [], [m.finding("SEM002", ("spec", "selector"), "selector selects no pod template in the tree")]
+
+
 def check_service_targets(m: Manifest, manifests: list[Manifest],
                           charted: list[dict[str, str]] | None = None) -> list[Finding]:
     """SEM002 / SEM008: Services, InferencePools, PodMonitors and PDBs select pods of the tree, on ports those pods
-    declare.
-    `charted` are the labels of pods a Helm values file of the tree has a chart create, or an operator creates from
-    an object of the tree (an InferencePool over llm-d's model-service pods, a PodMonitor over KServe's, select
-    those)."""
+    declare. `charted` are the labels of pods a Helm values file of the tree has a chart create, or an operator
+    creates from an object of the tree (an InferencePool over llm-d's model-service pods, a PodMonitor over
+    KServe's, select those)."""
     spec = m.data.get("spec")
     if not isinstance(spec, dict):
         return []
@@ -252,29 +265,17 @@ def check_service_targets(m: Manifest, manifests: list[Manifest],
                                      f"targetPort {target!r} is not a port of the pods the Service selects",
                                      fix=f"use one of {sorted(numbers) + sorted(names)}"))
         return out
-    if m.kind == "InferencePool":
-        sel = selector_labels(spec.get("selector"))
-        if sel is None:
-            return []
-        pods = _selected(sel, manifests)
-        if not pods and any(selects(sel, labels) for labels in charted or []):
-            return []
+    if m.kind in ("InferencePool", "PodMonitor"):
+        pods, missing = _selected_in_tree(m, spec, manifests, charted)
         if not pods:
-            return [m.finding("SEM002", ("spec", "selector"), "selector selects no pod template in the tree")]
+            return missing
+    if m.kind == "InferencePool":
         numbers = set().union(*(_ports(t)[0] for t in pods))
         return [m.finding("SEM008", ("spec", "targetPorts", j, "number"),
                           f"target port {p.get('number')!r} is not a container port of the selected pods",
                           fix=f"use one of {sorted(numbers)}")
                 for j, p in _items(spec.get("targetPorts")) if p.get("number") not in numbers]
     if m.kind == "PodMonitor":
-        sel = selector_labels(spec.get("selector"))
-        if sel is None:
-            return []
-        pods = _selected(sel, manifests)
-        if not pods and any(selects(sel, labels) for labels in charted or []):
-            return []  # pods a chart or an operator creates from the tree: their ports are theirs
-        if not pods:
-            return [m.finding("SEM002", ("spec", "selector"), "selector selects no pod template in the tree")]
         names = set().union(*(_ports(t)[1] for t in pods))
         return [m.finding("SEM008", ("spec", "podMetricsEndpoints", j, "port"),
                           f"port {p.get('port')!r} is not a named container port of the pods the PodMonitor "
