@@ -50,10 +50,17 @@ ELEMENTWISE_PASSES = 16
 NIC_GBS = 50.0
 """Per-device scale-out bandwidth when a worker spans scale-up domains: one 400 Gb/s NIC per device."""
 MOE_TILE_ROWS = 64
-"""Rows of the smallest tensor-core tile grouped-GEMM kernels use (64 or 128 on Hopper/Blackwell): an expert that
-one token picked still computes a tile of this many rows. On accelerators it costs nothing at small batches
-(64 rows of an 8- or 4-bit weight are 64-228 FLOPs per byte read, under every catalog GPU's and NPU's ratio of
-peak FLOPs to bandwidth, 150-1100), so the weight read still bounds the step."""
+"""Rows of the tensor-core tile grouped-GEMM kernels use on most devices (64 or 128 with Hopper's and Blackwell's
+warpgroup MMAs): an expert that one token picked still computes a tile of this many rows. Where the device's
+peak FLOPs per byte of expert weight reach what such a tile asks (an 8-bit weight on H100: 295 FLOPs per byte
+against 128), it costs nothing at small batches: the weight read still bounds the expert. Where they do not
+(H20: 37 FLOPs per byte of a 16-bit weight against 64; a 4-bit weight on H200 or Ascend 910B), the engines' tuned
+kernel configurations (vLLM's per-device fused-MoE tables, SGLang's) pick smaller row blocks, down to the matrix
+unit's own (`MMA_MIN_ROWS`): `expert_tile_rows` is the largest tile that keeps the weight read binding, within those."""
+MMA_MIN_ROWS = 16
+"""Rows of the smallest matrix-unit tile (NVIDIA mma.sync m16n8k16, AMD MFMA 16x16, Ascend's 16x16x16 cube): no
+accelerator kernel computes fewer, so an expert costs at least 16 rows of FLOPs (on H20 a 4-bit expert's tile
+outruns its weight read by 1.6x)."""
 CPU_TILE_ROWS = 1
 """CPU engines' expert kernels (oneDNN, llama.cpp) run one row per token: a CPU's ratio of peak FLOPs to bandwidth
 (EPYC 9654: 32 FLOPs per byte) is under what a 64-row tile of 16-bit weights asks (64), so padding to accelerator
@@ -200,7 +207,7 @@ class Worker:
     """Fixed per-sequence state on one device: the recurrent state and convolution inputs of linear-attention
     layers, whatever the context length."""
     tile_rows: float = MOE_TILE_ROWS
-    """Rows an expert's GEMM computes at least (`MOE_TILE_ROWS`, `CPU_TILE_ROWS` on CPUs)."""
+    """Rows an expert's GEMM computes at least (`expert_tile_rows` of the device, `CPU_TILE_ROWS` on CPUs)."""
     step: Callable[..., float] = field(init=False, repr=False)
     """step(decode, context, prefill=0, prefill_context=0): seconds for one engine step of one attention group,
     `decode` sequences at mean `context` tokens plus `prefill` new tokens whose queries see `prefill_context`
@@ -441,6 +448,14 @@ def model_terms(model: ModelSpec) -> ModelTerms:
     return terms
 
 
+def expert_tile_rows(flops_per_param_s: float, bytes_s: float) -> float:
+    """Rows a tuned grouped GEMM pads an expert to on an accelerator computing `flops_per_param_s` (peak FLOPs x
+    bytes per weight) and reading `bytes_s`: the rows at which a tile's FLOPs (2 per weight and row) take as long
+    as reading its weights, within [`MMA_MIN_ROWS`, `MOE_TILE_ROWS`]. Any tile up to that many rows prices the same
+    (the read binds), so the engine's choice among powers of two need not be modelled."""
+    return min(MOE_TILE_ROWS, max(MMA_MIN_ROWS, flops_per_param_s / (2 * bytes_s)))
+
+
 def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, parallel: Parallel, factors: Factors,
                    *, kv_precision: str = "bf16", memory_utilization: float = 0.9, max_num_tokens: int = 8192,
                    device_memory_gb: float | None = None, state_element_bytes: float = 2.0) -> Worker:
@@ -527,5 +542,6 @@ def compile_worker(model: ModelSpec, device: DeviceSpec, precision: str, paralle
         ar_per_step=ar_per_step, ar_s_per_token=ar_s, a2a_per_step=a2a_per_step, a2a_s_per_token=a2a_s,
         a2a_peers=ep - 1 if moe else 0,
         pp=pp, stage_layers=layers / pp,
-        tile_rows=CPU_TILE_ROWS if device.vendor == "cpu" else MOE_TILE_ROWS,
+        tile_rows=(CPU_TILE_ROWS if device.vendor == "cpu" else
+                   expert_tile_rows(peak_tflops(device, fmt) * 1e12 * w, device.memory_bandwidth_tbps.value * 1e12)),
     )

@@ -6,13 +6,14 @@ lengths."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from infra.catalog.loader import load_catalog
 from infra.perf import serving
-from infra.perf.arch import CPU_TILE_ROWS, MOE_TILE_ROWS, Fabric, compile_worker, fabric
+from infra.perf.arch import CPU_TILE_ROWS, MMA_MIN_ROWS, MOE_TILE_ROWS, Fabric, compile_worker, fabric
 from infra.perf.calibration import borrowed_band, error_band, lookup
 from infra.perf.estimate import build_workers, max_rate
 from infra.perf.shape import Deployment, Parallel, Role, Workload
@@ -180,6 +181,29 @@ def test_cpu_expert_kernels_pad_no_rows_so_small_batches_read_weights():
         "gemm_s"]
     # One token's experts: their weights' read bounds the step, not 64 padded rows of FLOPs.
     assert read > compute
+
+
+def test_expert_tiles_shrink_where_a_padded_tile_would_outrun_the_weight_read():
+    """A tuned grouped GEMM pads an expert to the largest tile that keeps its weight read binding: 64 rows on an
+    H100 (295 FLOPs per byte of an 8-bit weight), fewer on an H20 (37 FLOPs per byte of a 16-bit one), never under
+    the matrix unit's 16 (a 4-bit weight computed in 16 bits on an H20: 10)."""
+    h100 = _worker("Qwen3-30B-A3B", "H100-SXM", "vllm", "fp8", Parallel())
+    h20 = _worker("Qwen3-30B-A3B", "H20", "vllm", "bf16", Parallel())
+    h20_fp4 = _worker("gpt-oss-20b", "H20", "vllm", "fp4", Parallel())
+    assert h100.tile_rows == MOE_TILE_ROWS
+    h20_dev = CAT.device("H20")
+    # Peak bf16 FLOPs x 2 bytes per weight over 2 FLOPs per weight and row x bandwidth: 37 rows.
+    assert h20.tile_rows == pytest.approx(h20_dev.tflops["bf16"].value / h20_dev.memory_bandwidth_tbps.value)
+    assert 30 < h20.tile_rows < 40
+    assert h20_fp4.tile_rows == MMA_MIN_ROWS
+    # A decode batch of 16 touches ~16 x 8 of the 128 experts, 1.1 rows each: 64 padded rows of FLOPs would price
+    # the experts at 1.7x their weight read on an H20; its own tile prices them at the read.
+    t = h20.step_terms
+    touched = t["experts_local"] * -math.expm1(16 * t["miss"])
+    read = touched * t["expert_bytes"] / t["mem_s"]
+    assert touched * MOE_TILE_ROWS * t["expert_fl"] / t["gemm_s"] > 1.5 * read
+    padded = replace(h20, tile_rows=MOE_TILE_ROWS)
+    assert h20.step(16, 1024) < 0.8 * padded.step(16, 1024)
 
 
 def test_borrowed_factors_carry_a_wider_band_and_the_planner_plans_against_it():

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -199,3 +200,27 @@ def test_measured_rows_are_held_against_the_bounds(tmp_path):
     assert out["below_roofline"] == {"ttft": 1, "tpot": 1}
     assert out["above_plausible"] == {}
     assert all(v["clients"] == 1 for v in out["worst"])
+
+
+def test_a_moe_request_is_allowed_its_measured_latency_per_moe_layer(tmp_path):
+    """MoE engines add a per-request latency per MoE layer that dense models do not pay (measured rows of three
+    engines): the single-request ceiling carries it, and `--measured` reports each measured MoE deployment's
+    excess over the ceiling without it, per MoE layer, which is what the allowance is read from."""
+    dense, moe = phys("Llama-3.1-70B", "H200", "fp8", 8), phys("DeepSeek-R1", "H200", "fp8", 8)
+    assert dense.moe_request_s == 0
+    assert moe.moe_request_s == pytest.approx(58 * sanity.MOE_REQUEST_LAYER_S)  # 61 layers, the first 3 dense
+    without = replace(moe, moe_request_s=0.0)
+    assert moe.ttft_ceiling(1024) - without.ttft_ceiling(1024) == pytest.approx(58 * sanity.MOE_REQUEST_LAYER_S)
+    header = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,"
+              "gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,"
+              "silicon_ttft_ms,silicon_tpot_ms")
+    row = ("{id},silicon_concurrency=1,sglang,0.5,deepseek-ai/DeepSeek-R1,h200_sxm,fp8,agg,1024,1024,fp8,fp8,1,8,1,"
+           ",1,8,{t},20.0")
+    # The same layout as `moe`: experts spread over the 8 devices.
+    ep8 = sanity.physics(CAT.model("DeepSeek-R1"), CAT.device("H200"), CAT.framework("sglang"), "fp8", 8, 8)
+    base = ep8.ttft_ceiling(1024) - ep8.moe_request_s
+    path = tmp_path / "rows.csv"
+    path.write_text("\n".join([header, row.format(id="a", t=(base + 58e-3) * 1e3),
+                               row.format(id="b", t=(base + 3 * 58e-3) * 1e3)]) + "\n")
+    out = sanity.measured(path, CAT)
+    assert out["moe_request_layer_ms"] == {"DeepSeek-R1 sglang H200": {"rows": 2, "median": 2.0, "max": 3.0}}
