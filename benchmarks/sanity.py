@@ -185,6 +185,10 @@ class Physics:
     layers: int
     attn_pair_flops: float
     """FLOPs per (query, key) pair summed over the full-attention layers (QK^T and PV, every query head)."""
+    decode_pair_flops: float
+    """The same for a decoding query: under MLA the absorbed form (every head against the cached latent), which
+    needs no decompression of the cache; the decompressed form's cheaper pairs cost an up-projection of every
+    cached token per step, dearer still. Equal to `attn_pair_flops` elsewhere."""
     swa_pair_flops: float
     """The same over the sliding-window layers."""
     window: float
@@ -238,7 +242,7 @@ class Physics:
         ctx_swa = mean_capped(prompt, output - 1, self.window)
         ctx = mean_capped(prompt, output - 1, math.inf)
         return (2 * (self.body_params + self.lm_head_params) / self.flops
-                + (ctx_topk * self.attn_pair_flops + ctx_swa * self.swa_pair_flops) / self.attn_flops
+                + (ctx_topk * self.decode_pair_flops + ctx_swa * self.swa_pair_flops) / self.attn_flops
                 + ctx * self.index_pair_flops / self.index_flops)
 
     def decode_s(self, batch: float, prompt: float, output: float) -> float:
@@ -342,8 +346,11 @@ def physics(model: ModelSpec, device: DeviceSpec, framework: FrameworkSpec, prec
         # A rank holds at least one KV head: past kv_heads ranks, heads are replicated.
         per_layer = 2 * model.head_dim * max(model.kv_heads, tp) * kv_b
         d_qk = d_v = model.head_dim
-    # The decompressed form of MLA (192-wide keys, 128-wide values per head) is its cheapest in FLOPs.
+    # The decompressed form of MLA (192-wide keys, 128-wide values per head) is its cheapest in FLOPs for a prompt,
+    # whose own tokens are decompressed anyway; a decoding query is cheapest against the latent itself.
     pair = 2 * model.attention_heads * (d_qk + d_v)
+    decode_pair = (2 * model.attention_heads * (2 * model.mla.kv_lora_rank + model.mla.qk_rope_head_dim)
+                   if model.mla is not None else pair)
     sparse = la.sparse_topk is not None
     index_key = la.indexer_head_dim + 4 * math.ceil(la.indexer_head_dim / 128)  # fp8 keys, fp32 scale per 128
     state = la.linear_attention_layers * (
@@ -374,7 +381,8 @@ def physics(model: ModelSpec, device: DeviceSpec, framework: FrameworkSpec, prec
         weight_bytes=model.params_total_b * 1e9 * bpp, bytes_per_param=bpp,
         body_params=p["body"], lm_head_params=p["lm_head"], dense_params=p["dense"], expert_params=p["expert"],
         experts=model.moe.experts if model.moe else 0, active_experts=model.moe.active_experts if model.moe else 0,
-        layers=model.layers, attn_pair_flops=pair * full_layers, swa_pair_flops=pair * la.sliding_window_layers,
+        layers=model.layers, attn_pair_flops=pair * full_layers,
+        decode_pair_flops=decode_pair * full_layers, swa_pair_flops=pair * la.sliding_window_layers,
         window=float(la.sliding_window) if la.sliding_window_layers and la.sliding_window else math.inf,
         sparse_topk=float(la.sparse_topk) if sparse else math.inf,
         index_pair_flops=2 * la.indexer_heads * la.indexer_head_dim * full_layers * tp if sparse else 0.0,

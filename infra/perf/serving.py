@@ -251,7 +251,7 @@ def _chunk_cost(w: Worker, b: float, ctx: float, isl_eff: float, isl: float, chu
 
 
 def _mixed_step(w: Worker, b: float, ctx: float, rate: float, isl_eff: float, isl: float, chunk: int,
-                stall: float = 1.0) -> float:
+                stall: float = 1.0, seen: float = 1.0) -> float:
     """Mean seconds per engine step of a group decoding `b` sequences while prompts arrive at `rate` per second.
     A step's token budget (`chunk`: vLLM's max_num_batched_tokens, TRT-LLM's max_num_tokens) counts the decoding
     sequences' own tokens first; prompts ride in what is left, in chunks of at most that. When fewer than one
@@ -265,7 +265,13 @@ def _mixed_step(w: Worker, b: float, ctx: float, rate: float, isl_eff: float, is
     MoE layer exchanges their tokens), so when they are not lined up to prefill together a chunk on any one of
     them lengthens the step for all (`attention_dp_stall`). Their prompts then arrive `stall` times as often as
     the group's own; where that makes more than one chunk per step, every step carries at least one chunk on the
-    busiest group, whose own prompt tokens ride as before."""
+    busiest group, whose own prompt tokens ride as before.
+
+    `seen` weighs the steps that carry a chunk by how many decoding sequences they hold against the others (1: as
+    many), for the step time a decoding sequence sees (its TPOT) rather than the engine's mean: in a closed loop
+    a prompt's owner is not decoding while it prefills, so its steps hold (c - 1) / c of the decoding clients, and
+    one client alone never sees its own prompt in its steps. Where every step carries prompt tokens, the weights
+    are the same and so is the step."""
     if rate <= 0:
         return w.step(b, ctx)
     base, chunks, extra = _chunk_cost(w, b, ctx, isl_eff, isl, chunk)
@@ -274,8 +280,9 @@ def _mixed_step(w: Worker, b: float, ctx: float, rate: float, isl_eff: float, is
     load = rate * stall * chunks * extra
     if load < 1:
         t = base / (1 - load)
-        if rate * stall * t * chunks <= 1:
-            return t
+        share = rate * stall * t * chunks
+        if share <= 1:
+            return t if seen == 1 else ((1 - share) * base + share * seen * (base + extra)) / (1 - share + share * seen)
     floor = per if stall > 1 else 0.0
     full = _full_step(w, b, ctx, isl, chunk)
     if rate * isl_eff * full > room:
@@ -315,16 +322,22 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     chunks = max(1.0, isl_eff / chunk)
     occupy = (w.step(0.0, 0.0, per, isl / 2) - w.fixed_step_s()) * chunks
     decode_steps = max(osl - 1, 1e-9)
+    # The other clients, as a share: of those holding a batch slot (the rest wait for one and send nothing).
+    others = max(min(c, cap) - 1.0, 0.0) / min(c, cap)
 
     def at(x: float, b: float) -> tuple[float, float, float]:
         """(TPOT, TTFT, seconds of a prompt's own steps) at throughput x per group with b sequences decoding."""
         rho = min(x * occupy, 0.999)
         base = w.step(b, ctx)
-        # A decoding client's steps carry its own token at least, however few decode on average (c = 1).
-        tpot = _mixed_step(w, max(b, 1.0), ctx, x, isl_eff, isl, chunk) / f.accept
+        # A decoding client's steps carry its own token at least, however few decode on average (c = 1). Its own
+        # next prompt comes after its answer: the steps carrying a prompt hold the other clients' decodes only.
+        tpot = _mixed_step(w, max(b, 1.0), ctx, x, isl_eff, isl, chunk, seen=others) / f.accept
         own = w.step(b, ctx, per, isl / 2) * chunks
-        # A group of c clients has c - 1 others decoding while one waits for its first token.
-        ttft = req + own + rho / (1 - rho) * occupy / 2 + base / 2 + _scheduler_hold(w, base, c - 1)
+        # A group of c clients has c - 1 others decoding while one waits for its first token; the prompts it can
+        # find ahead of it are theirs ((c - 1) / c of the load: none at one client), while the queue grows with
+        # the whole load.
+        ttft = (req + own + rho * others / (1 - rho) * occupy / 2 + base / 2
+                + _scheduler_hold(w, base, c - 1))
         return tpot, ttft, own
 
     def sustained(b: float) -> float:

@@ -531,3 +531,21 @@ def test_a_workload_at_a_rate_is_what_replace_makes():
     assert wl.concurrency == 4 and wl.rate is None  # the workload it was made from is left as it was
     with pytest.raises(InfraError, match="rate must be above 0"):
         wl.at_rate(0.0)
+
+
+def test_one_client_never_waits_on_its_own_prompt():
+    """In a closed loop a client's next prompt comes after its answer: alone, its decode steps carry no prompt and
+    its prompt queues behind none. A 32k-token prompt with a 128-token answer once had its TPOT priced at twice
+    its decode step (its own prompts riding in it) and its TTFT queued behind its own prefill."""
+    dep = _agg(tp=8)
+    wl = Workload(isl=32768, osl=128, concurrency=1)
+    est = estimate(dep, wl, CAT)
+    w = est.workers["agg"]
+    ctx = 32768 + 128 / 2
+    assert est.prediction.tpot["mean"] == pytest.approx(w.step(1.0, ctx) / w.factors.accept, rel=1e-9)
+    # TTFT: the request's fixed latency, its own prefill and half a step in flight; no queue.
+    prefill = w.step(0.0, ctx, 8192, 32768 / 2) * 4
+    assert est.prediction.ttft["mean"] < w.request_s() + prefill + w.step(0.0, ctx) + 0.05
+    # Among many clients the others' prompts do ride in the steps: TPOT is well above the bare decode step.
+    many = estimate(dep, dataclasses.replace(wl, concurrency=64), CAT)
+    assert many.prediction.tpot["mean"] > 1.5 * many.workers["agg"].step(many.prediction.batch, ctx)

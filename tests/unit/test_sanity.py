@@ -224,3 +224,14 @@ def test_a_moe_request_is_allowed_its_measured_latency_per_moe_layer(tmp_path):
                                row.format(id="b", t=(base + 3 * 58e-3) * 1e3)]) + "\n")
     out = sanity.measured(path, CAT)
     assert out["moe_request_layer_ms"] == {"DeepSeek-R1 sglang H200": {"rows": 2, "median": 2.0, "max": 3.0}}
+
+
+def test_a_decoding_mla_query_is_priced_against_the_latent():
+    """A prompt's MLA attention is cheapest decompressed (192-wide keys, 128-wide values per head: 640 FLOPs a
+    pair and head), a decoding query's against the cached latent (512 + 64 wide keys, 512-wide values: 2,176),
+    since decompressing a 64k-token cache every step would cost more than either."""
+    p = phys("DeepSeek-V3", "H200", "fp8", 8)
+    assert p.attn_pair_flops == 2 * 128 * (192 + 128) * 61
+    assert p.decode_pair_flops == 2 * 128 * (512 + 64 + 512) * 61
+    dense = phys("Llama-3.1-70B", "H200", "fp8", 8)
+    assert dense.decode_pair_flops == dense.attn_pair_flops
