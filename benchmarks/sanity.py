@@ -92,11 +92,11 @@ TTFT_FIXED_S = 0.050
 """Per-request time outside the prefill itself: HTTP, tokenisation, admission, sampling, detokenisation."""
 MOE_REQUEST_LAYER_S = 2.5e-3
 """Per MoE layer, once per request: what engines measurably add to a MoE model's first token beyond
-`TTFT_FIXED_S` (prefill runs eagerly, and grouped-GEMM and all-to-all buffers are sized from per-expert token
-counts read back to the host, once per MoE layer). Measured, not derived: DeepSeek-R1 and Qwen3-235B-A22B at up
-to `MEASURED_CLIENTS` clients on SGLang, TensorRT-LLM and vLLM take a median 0.8-2.4 ms per MoE layer more than
-the ceiling without it, per engine and device (`--measured` prints the figures); dense models' rows sit at
-0.4-0.6 of that ceiling. The largest such median, rounded up."""
+`TTFT_FIXED_S` (prefill runs uncaptured, and expert-parallel dispatch such as DeepEP's normal mode has the host
+wait for per-expert token counts in every MoE layer, which its README notes rules out CUDA graphs). Measured, not
+derived: DeepSeek-R1 and Qwen3-235B-A22B at up to `MEASURED_CLIENTS` clients on SGLang, TensorRT-LLM and vLLM take
+a median 0.8-2.4 ms per MoE layer more than the ceiling without it, per engine and device (`--measured` prints the
+figures); dense models' rows sit at 0.4-0.6 of that ceiling. The largest such median, rounded up."""
 STEP_FIXED_S = 0.005
 """Per-step time outside the kernels: scheduling, input preparation, sampling (vLLM V1 and SGLang: 0.5-3 ms)."""
 LAYER_S = 50e-6
