@@ -324,6 +324,8 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     decode_steps = max(osl - 1, 1e-9)
     # The other clients, as a share: of those holding a batch slot (the rest wait for one and send nothing).
     others = max(min(c, cap) - 1.0, 0.0) / min(c, cap)
+    # However the queue's load grows, a prompt waits for at most every other client's prompt ahead of it.
+    most_ahead = max(min(c, cap) - 1.0, 0.0) * occupy
 
     def at(x: float, b: float) -> tuple[float, float, float]:
         """(TPOT, TTFT, seconds of a prompt's own steps) at throughput x per group with b sequences decoding."""
@@ -336,7 +338,7 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
         # A group of c clients has c - 1 others decoding while one waits for its first token; the prompts it can
         # find ahead of it are theirs ((c - 1) / c of the load: none at one client), while the queue grows with
         # the whole load.
-        ttft = (req + own + rho * others / (1 - rho) * occupy / 2 + base / 2
+        ttft = (req + own + min(rho * others / (1 - rho) * occupy / 2, most_ahead) + base / 2
                 + _scheduler_hold(w, base, c - 1))
         return tpot, ttft, own
 
