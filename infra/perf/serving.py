@@ -353,10 +353,18 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
             return x * decode_steps * tpot - b if math.isfinite(tpot) else math.inf
 
         # While fewer than one chunk arrives per step, t = base / (1 - x chunks extra) (see _mixed_step), and
-        # x (osl - 1) t / accept = b has a closed form; past that it is the start of the search.
+        # x (osl - 1) t / accept = b has a closed form; past that it is the start of the search. With a share g
+        # of the decodes in the steps that carry a chunk (`others`), the step they see is base + u base g extra /
+        # (1 - u (extra + base (1 - g))), u = x chunks, and the equation a quadratic in u: its smaller root.
         base, k, extra = _chunk_cost(w, b, ctx, isl_eff, isl, chunk)
         x_hi = b * f.accept / (decode_steps * base)
-        guess = b * f.accept / (decode_steps * base + b * f.accept * k * extra)
+        need = b * f.accept
+        if others == 1:
+            guess = need / (decode_steps * base + need * k * extra)
+        else:
+            a = decode_steps * base / k
+            quad, lin = a * (1 - others) * (extra + base), a + need * (extra + base * (1 - others))
+            guess = 2 * need / (lin + math.sqrt(max(lin * lin - 4 * quad * need, 0.0))) / k
         o_guess = over(guess)
         if abs(o_guess) <= 1e-12 * b:
             return guess
