@@ -322,10 +322,11 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     chunks = max(1.0, isl_eff / chunk)
     occupy = (w.step(0.0, 0.0, per, isl / 2) - w.fixed_step_s()) * chunks
     decode_steps = max(osl - 1, 1e-9)
-    # The other clients, as a share: of those holding a batch slot (the rest wait for one and send nothing).
-    others = max(min(c, cap) - 1.0, 0.0) / min(c, cap)
-    # However the queue's load grows, a prompt waits for at most every other client's prompt ahead of it.
-    most_ahead = max(min(c, cap) - 1.0, 0.0) * occupy
+    # The other clients are those holding a batch slot but one (the rest wait for a slot and send nothing): their
+    # share of the prompts, and, however the queue's load grows, the most a prompt can find ahead of it.
+    slotted_clients = min(c, cap)
+    others = max(slotted_clients - 1.0, 0.0) / slotted_clients
+    most_ahead = max(slotted_clients - 1.0, 0.0) * occupy
 
     def at(x: float, b: float) -> tuple[float, float, float]:
         """(TPOT, TTFT, seconds of a prompt's own steps) at throughput x per group with b sequences decoding."""
@@ -352,19 +353,17 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
             tpot = at(x, b)[0]
             return x * decode_steps * tpot - b if math.isfinite(tpot) else math.inf
 
-        # While fewer than one chunk arrives per step, t = base / (1 - x chunks extra) (see _mixed_step), and
-        # x (osl - 1) t / accept = b has a closed form; past that it is the start of the search. With a share g
-        # of the decodes in the steps that carry a chunk (`others`), the step they see is base + u base g extra /
-        # (1 - u (extra + base (1 - g))), u = x chunks, and the equation a quadratic in u: its smaller root.
+        # While fewer than one chunk arrives per step, the step a decoding client sees, with a share g of the
+        # decodes in the steps that carry a chunk (`others`, see _mixed_step), is base + u base g extra /
+        # (1 - u (extra + base (1 - g))), u = x chunks, and x (osl - 1) TPOT / accept = b is a quadratic in u: its
+        # smaller root is the throughput (at g = 1, b accept / ((osl - 1) base + b accept chunks extra)). Past
+        # that it is the start of the search.
         base, k, extra = _chunk_cost(w, b, ctx, isl_eff, isl, chunk)
         x_hi = b * f.accept / (decode_steps * base)
         need = b * f.accept
-        if others == 1:
-            guess = need / (decode_steps * base + need * k * extra)
-        else:
-            a = decode_steps * base / k
-            quad, lin = a * (1 - others) * (extra + base), a + need * (extra + base * (1 - others))
-            guess = 2 * need / (lin + math.sqrt(max(lin * lin - 4 * quad * need, 0.0))) / k
+        a = decode_steps * base / k
+        quad, lin = a * (1 - others) * (extra + base), a + need * (extra + base * (1 - others))
+        guess = 2 * need / (lin + math.sqrt(max(lin * lin - 4 * quad * need, 0.0))) / k
         o_guess = over(guess)
         if abs(o_guess) <= 1e-12 * b:
             return guess

@@ -197,7 +197,7 @@ def test_expert_tiles_shrink_where_a_padded_tile_would_outrun_the_weight_read():
     assert 30 < h20.tile_rows < 40
     assert h20_fp4.tile_rows == MMA_MIN_ROWS
     # A decode batch of 16 touches ~16 x 8 of the 128 experts, 1.1 rows each: 64 padded rows of FLOPs would price
-    # the experts at 1.7x their weight read on an H20; its own tile prices them at the read.
+    # the experts at 1.7x their weight read on an H20; its own tile keeps the step a fifth under that at least.
     t = h20.step_terms
     touched = t["experts_local"] * -math.expm1(16 * t["miss"])
     read = touched * t["expert_bytes"] / t["mem_s"]
