@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import NamedTuple
 
 from infra.catalog.hf import param_breakdown
@@ -154,8 +154,8 @@ class MemoryFit:
 @dataclass(eq=False)
 class Worker:
     """Per-device coefficients of one worker layout, ready for fast step pricing. Not changed once built (take
-    another with `dataclasses.replace`); not a frozen dataclass because a frozen one takes three times as long to
-    build, and the planner builds one per candidate layout."""
+    another with `with_factors`, or `dataclasses.replace` for other fields); not a frozen dataclass because a
+    frozen one takes three times as long to build, and the planner builds one per candidate layout."""
 
     parallel: Parallel
     factors: Factors
@@ -226,6 +226,16 @@ class Worker:
         self.__dict__["_step_fixed"] = f.step_ms * 1e-3 + self.pp * self.stage_layers * f.layer_us * 1e-6
         self.__dict__["step"], self.__dict__["step_terms"] = _stepper(self, mem_s)
 
+    def with_factors(self, factors: Factors) -> Worker:
+        """This layout with other efficiency factors: `dataclasses.replace(self, factors=factors)` without its
+        field-by-field walk, a quarter of a calibration fit's time when every measured worker was rebound so at
+        every evaluation."""
+        other = object.__new__(Worker)
+        other.__dict__.update({name: self.__dict__[name] for name in _WORKER_FIELDS})
+        other.factors = factors
+        other.__post_init__()
+        return other
+
     def fixed_step_s(self) -> float:
         """Seconds of a step that do not depend on its tokens: the engine's per-step overhead and every layer's."""
         return self._step_fixed
@@ -254,6 +264,10 @@ class Worker:
     def token_time(self, decode: float, context: float, prefill: float = 0.0, prefill_context: float = 0.0) -> float:
         """Seconds per output token of each decoding sequence: a step, over the tokens a step emits."""
         return self.step(decode, context, prefill, prefill_context) / self.factors.accept
+
+
+_WORKER_FIELDS = tuple(f.name for f in fields(Worker) if f.init)
+"""What a Worker is built from; the rest (its step and what caches keep on it) follows from these."""
 
 
 def _stepper(w: Worker, mem_s: float) -> tuple[Callable[..., float], dict[str, float]]:

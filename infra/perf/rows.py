@@ -427,7 +427,7 @@ def predict(case: Case, catalog: Catalog, factors: Factors | None = None) -> tup
     for one in _variants(case):
         try:
             workers, _, link = build_workers(one.deployment, catalog, factors=factors)
-            ws = {k: replace(w, factors=as_measured(one, k, w.factors)) for k, w in workers.items()}
+            ws = {k: w.with_factors(as_measured(one, k, w.factors)) for k, w in workers.items()}
             p = serving_predict(one.deployment, one.workload, ws, link)
         except InfraError as exc:
             return exc.problems[0].message
@@ -467,7 +467,7 @@ def compiled_full(case: Case, catalog: Catalog) -> Callable[[Factors], list[Pred
 
     def run(factors: Factors) -> list[Prediction]:
         return [serving_predict(one.deployment, one.workload,
-                                {k: replace(w, factors=as_measured(one, k, factors)) for k, w in workers.items()},
+                                {k: w.with_factors(as_measured(one, k, factors)) for k, w in workers.items()},
                                 link) for one, workers, link in built]
 
     return run

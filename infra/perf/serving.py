@@ -328,8 +328,18 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     others = max(slotted_clients - 1.0, 0.0) / slotted_clients
     most_ahead = max(slotted_clients - 1.0, 0.0) * occupy
 
+    seen_at: dict[tuple[float, float], tuple[float, float, float]] = {}
+
     def at(x: float, b: float) -> tuple[float, float, float]:
-        """(TPOT, TTFT, seconds of a prompt's own steps) at throughput x per group with b sequences decoding."""
+        """(TPOT, TTFT, seconds of a prompt's own steps) at throughput x per group with b sequences decoding.
+        Kept by (x, b): the searches below ask again for points they have priced (the throughput a count
+        sustains is priced to find it, then read; the count found is a bracket end already priced)."""
+        got = seen_at.get((x, b))
+        if got is None:
+            got = seen_at[x, b] = _at(x, b)
+        return got
+
+    def _at(x: float, b: float) -> tuple[float, float, float]:
         rho = min(x * occupy, 0.999)
         base = w.step(b, ctx)
         # A decoding client's steps carry its own token at least, however few decode on average (c = 1). Its own

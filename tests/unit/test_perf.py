@@ -558,3 +558,16 @@ def test_a_prompt_waits_for_no_more_than_the_other_clients_prompts():
     dep = _agg(tp=8)
     one, two = (estimate(dep, Workload(isl=32768, osl=16, concurrency=c), CAT).prediction for c in (1, 2))
     assert two.ttft["mean"] <= 2 * one.ttft["mean"]
+
+
+def test_a_worker_with_other_factors_is_the_one_replace_builds():
+    # Rebinding factors is what a calibration fit does to every measured worker at every evaluation: the fast
+    # path must price steps exactly as a fresh `dataclasses.replace`, and leave behind what caches kept on the old.
+    old = worker("DeepSeek-V3", "H200", "fp8", Parallel(tp=8, ep=8), kv="fp8")
+    old.__dict__["_vector_row"] = [0.0]
+    factors = dataclasses.replace(Factors(), gemm=0.41, mem=0.63, step_ms=3.0, layer_us=7.0)
+    fast, slow = old.with_factors(factors), dataclasses.replace(old, factors=factors)
+    assert fast.factors is factors and "_vector_row" not in fast.__dict__
+    assert fast.step_terms == slow.step_terms and fast.fixed_step_s() == slow.fixed_step_s()
+    for args in ((1, 1000.0), (64, 3000.0, 512.0, 256.0), (0.0, 0.0, 8192.0, 4096.0)):
+        assert fast.step(*args) == slow.step(*args) != old.step(*args)
