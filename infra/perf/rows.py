@@ -392,22 +392,29 @@ def as_measured(case: Case, role: str, factors: Factors) -> Factors:
     attention data parallelism balance prompts across the ranks (`recipe_balance_steps`), SGLang engines that poll
     for requests every few steps leave them unseen meanwhile (`recipe_poll` of `Case.recv_interval`), and a client
     whose request count is known puts its own share of them in the first wave (`Case.wave` as `queue`)."""
-    if not case.recipe:
+    if not case.recipe or role not in ("agg", "decode"):
         return factors
+    return _as_measured(factors, role, case.deployment.framework, case.wave, case.recv_interval, case.speculative,
+                        case.draft)
+
+
+@functools.lru_cache(maxsize=4096)
+def _as_measured(factors: Factors, role: str, framework: str, wave: float | None, recv_interval: int,
+                 speculative: bool | None, draft: float) -> Factors:
+    """`as_measured` from what it reads of the case: a fit asks it for every row at every evaluation, with one
+    set of factors and few distinct recipes."""
     if role == "decode":
         # A row whose recipe is not known to be either is taken halfway between the two (in log space).
-        share = 0.0 if case.speculative is False else 1.0 if case.speculative else 0.5
+        share = 0.0 if speculative is False else 1.0 if speculative else 0.5
         return replace(factors, accept=factors.accept * factors.recipe_decode * factors.recipe_accept ** share,
-                       draft_tokens=factors.draft_tokens + case.draft * share)
-    if role != "agg":
-        return factors
+                       draft_tokens=factors.draft_tokens + draft * share)
     changes: dict[str, float] = {}
-    if case.wave is not None:
-        changes["queue"] = case.wave
-    if case.deployment.framework == "trtllm" and factors.recipe_balance_steps:
+    if wave is not None:
+        changes["queue"] = wave
+    if framework == "trtllm" and factors.recipe_balance_steps:
         changes["balance_steps"] = factors.recipe_balance_steps
-    if case.recv_interval > 1:
-        changes["poll_steps"] = factors.recipe_poll * case.recv_interval
+    if recv_interval > 1:
+        changes["poll_steps"] = factors.recipe_poll * recv_interval
     return replace(factors, **changes) if changes else factors
 
 
