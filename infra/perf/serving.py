@@ -282,7 +282,12 @@ def _mixed_step(w: Worker, b: float, ctx: float, rate: float, isl_eff: float, is
         t = base / (1 - load)
         share = rate * stall * t * chunks
         if share <= 1:
-            return t if seen == 1 else ((1 - share) * base + share * seen * (base + extra)) / (1 - share + share * seen)
+            if seen == 1:
+                return t
+            # Every step carrying a chunk (share 1) that holds none of the decodes (one client, whose own prompt it
+            # is) leaves them the plain decode step.
+            held = 1 - share + share * seen
+            return ((1 - share) * base + share * seen * (base + extra)) / held if held > 0 else base
     floor = per if stall > 1 else 0.0
     full = _full_step(w, b, ctx, isl, chunk)
     if rate * isl_eff * full > room:

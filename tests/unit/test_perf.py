@@ -14,7 +14,7 @@ from infra.errors import InfraError
 from infra.perf.arch import compile_worker
 from infra.perf.calibration import Factors, borrow, device_point, lookup
 from infra.perf.estimate import CAPACITY_REL, ShapeError, estimate, max_rate, meets
-from infra.perf.serving import regula_falsi_steps
+from infra.perf.serving import _mixed_step, regula_falsi_steps
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 
 from ..conftest import VLLM_H100
@@ -571,3 +571,18 @@ def test_a_worker_with_other_factors_is_the_one_replace_builds():
     assert fast.step_terms == slow.step_terms and fast.fixed_step_s() == slow.fixed_step_s()
     for args in ((1, 1000.0), (64, 3000.0, 512.0, 256.0), (0.0, 0.0, 8192.0, 4096.0)):
         assert fast.step(*args) == slow.step(*args) != old.step(*args)
+
+
+class _HalfStep:
+    """A worker whose decode step takes 0.5 s and a step with prompt tokens 1 s."""
+
+    def step(self, decode, context, prefill=0.0, prefill_context=0.0):
+        return 1.0 if prefill else 0.5
+
+
+def test_a_lone_client_whose_prompt_fills_every_step_decodes_at_the_plain_step():
+    # One prompt a second, each riding one step that it doubles: every step carries a chunk (share exactly 1), none
+    # of them with the lone client's decodes. The weighted step divided 0 by 0 there (DeepSeek-V3.2 on GB300,
+    # 64k-token prompts, one client: a traceback from `infra estimate`).
+    assert _mixed_step(_HalfStep(), 1.0, 100.0, 1.0, 100.0, 100.0, 8192, seen=0.0) == 0.5
+    assert _mixed_step(_HalfStep(), 1.0, 100.0, 1.0, 100.0, 100.0, 8192) == 1.0
