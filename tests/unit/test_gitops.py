@@ -140,7 +140,7 @@ def test_plan_diff_against_the_base_branch(planned, repos):
     assert "- Cost: $0.58/h → $0.87/h (+$0.29/h, +50.0%)" in body
     assert "| summarise | RTX-4090 agg | 2 | 3 | +1 |" in body
     assert "| summarise | RTX-4090 | 2 | 3 | +1 |" in body
-    assert "| summarise | TTFT p99 | 77% | 85% | +8 pts |" in body
+    assert "| summarise | TTFT p99 | 76% | 85% | +9 pts |" in body
     assert "-        rate: 0.5/s\n+        rate: 0.8/s" in body
     assert "0 added, 3 changed, 0 removed" in body
     assert "| `deploy/summarise/base/configmap-summarise-a0.yaml` | changed | 1 | 1 |" in body

@@ -561,7 +561,7 @@ def _bench(path: Path, **kw: Any) -> str:
     ("pd-across-devices", f"{ALLOC}/decode_parallel/ep", 1000,
      "spec.services[0].allocations[0].decode_parallel: decode: Llama-3.1-70B has no experts"),
     ("pd-across-devices", f"{ALLOC}/engines/prefill/max_num_batched_tokens", 10 ** 9,
-     "spec.services[0].allocations[0].parallel: Llama-3.1-70B fp8 tp2 on H200: does not fit"),
+     "spec.services[0].allocations[0].parallel: Llama-3.1-70B fp8 tp1 on H200: does not fit"),
 ])
 def test_shapes_the_model_refuses_are_located_in_the_plan(tmp_path, name, path, value, fragment):
     text = _bench(_plan_file(tmp_path, name, _set(path, value)))

@@ -266,9 +266,9 @@ def test_prometheus_scrapes_the_engines_the_objective_rules_watch():
     monitor = o["podmonitor-chat-engines.yaml"]
     assert monitor["spec"]["selector"] == {
         "matchLabels": {"infra.dev/service": "chat"},
-        "matchExpressions": [{"key": "infra.dev/allocation", "operator": "In", "values": ["a0", "a2"]}]}
+        "matchExpressions": [{"key": "infra.dev/allocation", "operator": "In", "values": ["a0"]}]}
     assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics"}]
-    for name in ("deployment-chat-a0.yaml", "deployment-chat-a2.yaml"):
+    for name in ("deployment-chat-a0.yaml",):
         assert {"name": "http", "containerPort": 8000, "protocol": "TCP"} in pod_spec(o[name])["containers"][0]["ports"]
     for name in ("podmonitor-chat-engines.yaml", "prometheusrule-chat-objectives.yaml"):
         assert o[name]["metadata"]["labels"]["release"] == "kube-prometheus-stack"

@@ -29,6 +29,9 @@ REFUSED = {
     ("agent-workload", "llm-d"): "runs trtllm",
     ("deepseek-moe", "kserve"): "runs trtllm",
     ("deepseek-moe", "llm-d"): "runs trtllm",
+    ("multi-service", "dynamo"): "service chat-small: allocation a0 runs on huawei devices",
+    ("multi-service", "kserve"): "allocation a0 runs mindie",
+    ("multi-service", "llm-d"): "runs on huawei devices",
     **{(p, t): "a pipeline of stages" for p in ("omni-speech", "video-dit", "vision-language")
        for t in ("dynamo", "kserve", "llm-d")},
 }
@@ -70,7 +73,7 @@ def test_each_target_writes_its_own_resources():
         assert piece in text, piece
     kserve = render_plan(plan, target="kserve")["chat/base/llminferenceservice-chat-a0.yaml"]
     for piece in ("apiVersion: serving.kserve.io/v1alpha1", "uri: hf://meta-llama/Llama-3.1-70B-Instruct",
-                  "prefill:", "- name: main", "- /mnt/models", "tensor: 2"):
+                  "prefill:", "- name: main", "- /mnt/models", "tensor: 1"):
         assert piece in kserve, piece
     llmd = render_plan(plan, target="llm-d")
     values = llmd["chat/helm/llm-d-modelservice/chat-a0.values.yaml"]
@@ -96,12 +99,14 @@ def _edit(path: Path, old: str, new: str) -> None:
 PD = GOLDEN / "pd-across-devices" / "plan.yaml"
 MOE = GOLDEN / "deepseek-moe" / "plan.yaml"
 DGD = "chat/base/dynamographdeployment-chat.yaml"
-LLMISVC = "chat/base/llminferenceservice-chat-a1.yaml"  # the plan's eight units (a0 is one smaller unit)
+LLMISVC = "chat/base/llminferenceservice-chat-a1.yaml"  # the plan's larger allocation (a0 is one smaller unit)
 VALUES = "chat/helm/llm-d-modelservice/chat-a1.values.yaml"
+UNITS = load_plan(PD).spec.services[0].allocations[1].replicas
+"""That allocation's units (the planted wrong counts are more), read from the plan a refit may move."""
 
 # (target, plan, rule, file to edit, old, new)
 DEFECTS = [
-    ("dynamo", PD, "PLN003", DGD, "      replicas: 8\n", "      replicas: 9\n"),
+    ("dynamo", PD, "PLN003", DGD, f"      replicas: {UNITS}\n", f"      replicas: {UNITS + 1}\n"),
     ("dynamo", PD, "PLN004", DGD, "- --tensor-parallel-size\n          - '2'",
      "- --tensor-parallel-size\n          - '4'"),
     ("dynamo", PD, "PLN004", DGD, "          - --is-prefill-worker\n", ""),
@@ -117,7 +122,7 @@ DEFECTS = [
     ("dynamo", PD, "SCH002", DGD, "      subComponentType: decode\n", "      subComponentTyp: decode\n"),
     ("dynamo", MOE, "PLN004", "deepseek/base/configmap-deepseek-a0-prefill.yaml", "free_gpu_memory_fraction: 0.9",
      "free_gpu_memory_fraction: 0.5"),
-    ("kserve", PD, "PLN003", LLMISVC, "  replicas: 8\n", "  replicas: 11\n"),
+    ("kserve", PD, "PLN003", LLMISVC, f"  replicas: {UNITS}\n", f"  replicas: {UNITS + 3}\n"),
     ("kserve", PD, "PLN004", LLMISVC, "    tensor: 2\n", "    tensor: 4\n"),
     ("kserve", PD, "PLN004", LLMISVC, "uri: hf://meta-llama/Llama-3.1-70B-Instruct", "uri: hf://Qwen/Qwen3-8B"),
     ("kserve", PD, "PLN004", LLMISVC, "- --max-num-seqs\n      - '149'", "- --max-num-seqs\n      - '64'"),
@@ -126,7 +131,7 @@ DEFECTS = [
     ("kserve", PD, "PLN004", LLMISVC, "      - --enable-ssl-refresh\n", ""),
     ("kserve", PD, "PLN010", LLMISVC, "image: vllm/vllm-openai:v0.18.0", "image: vllm/vllm-openai:v0.17.0"),
     ("kserve", PD, "SCH002", LLMISVC, "    name: chat\n", "    name: chat\n    criticality: Urgent\n"),
-    ("llm-d", PD, "PLN003", VALUES, "  replicas: 8\n", "  replicas: 12\n"),
+    ("llm-d", PD, "PLN003", VALUES, f"  replicas: {UNITS}\n", f"  replicas: {UNITS + 4}\n"),
     ("llm-d", PD, "PLN004", VALUES, "uri: hf://meta-llama/Llama-3.1-70B-Instruct", "uri: hf://Qwen/Qwen3-8B"),
     ("llm-d", PD, "PLN004", VALUES, "- --tensor-parallel-size\n    - '2'", "- --tensor-parallel-size\n    - '1'"),
     ("llm-d", PD, "PLN005", VALUES, "nvidia.com/gpu: 2\n      requests", "nvidia.com/gpu: 3\n      requests"),
