@@ -36,6 +36,7 @@ its band (`infra.perf.calibration.extrapolation_sigma`). Requires scipy (in the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -378,27 +379,30 @@ def main() -> int:
         print(f"error: {args.csv}: --lolo needs rows of prompts both shorter and longer than {LONG_PROMPT} tokens — "
               "To fix: give measurements at both lengths, or leave out --lolo", file=sys.stderr)
         return 1
-    pooled, groups, arch_scales = fit_all(items)
-    fitted = [r for r in score(items, pooled, groups) if math.isfinite(r[1])]
-    in_sample = summarize(fitted, skipped)
-    print(f"rows {len(rows)}, used {len(items)}, skipped {len(skipped)}")
-    for arch, scale in arch_scales.items():
-        print(f"architecture {arch:16s}", ", ".join(f"{n} x{v:.3f}" for n, v in scale.items()))
-    print("in-sample        ", fmt(in_sample))
-    figures: dict = {"in_sample": {k: in_sample[k] for k in ("n", "ttft_median_ape", "ttft_p90_ape",
-                                                            "tpot_median_ape", "tpot_p90_ape")},
-                     "skipped": len(skipped)}
     global _ITEMS
     _ITEMS = items
     models = sorted({c.model for c, _ in items}) if args.lomo else []
     archs = sorted({_architecture(c.group) for c, _ in items}) if args.loao else []
     plan = [("model", m) for m in models] + [("architecture", a) for a in archs] + (
         [("length", "")] if args.lolo else [])
-    done: list[list[tuple[int, float, float]]] = []
-    if plan:
-        # Folds are independent fits: run them in worker processes (forked, so they share the compiled cases).
-        with multiprocessing.get_context("fork").Pool(max(1, min(args.jobs, len(plan)))) as pool:
-            done = pool.map(_run_fold, plan)
+    with contextlib.ExitStack() as stack:
+        pending = None
+        if plan:
+            # Folds are independent fits: run them in worker processes (forked, so they share the compiled cases)
+            # while this one makes the in-sample fit.
+            pool = stack.enter_context(multiprocessing.get_context("fork").Pool(max(1, min(args.jobs, len(plan)))))
+            pending = pool.map_async(_run_fold, plan)
+        pooled, groups, arch_scales = fit_all(items)
+        fitted = [r for r in score(items, pooled, groups) if math.isfinite(r[1])]
+        in_sample = summarize(fitted, skipped)
+        print(f"rows {len(rows)}, used {len(items)}, skipped {len(skipped)}")
+        for arch, scale in arch_scales.items():
+            print(f"architecture {arch:16s}", ", ".join(f"{n} x{v:.3f}" for n, v in scale.items()))
+        print("in-sample        ", fmt(in_sample), flush=True)
+        figures: dict = {"in_sample": {k: in_sample[k] for k in ("n", "ttft_median_ape", "ttft_p90_ape",
+                                                                "tpot_median_ape", "tpot_p90_ape")},
+                         "skipped": len(skipped)}
+        done: list[list[tuple[int, float, float]]] = pending.get() if pending is not None else []
     folds = done[:len(models)]
     if args.lolo:
         long_rows = [(items[i][0], ttft, tpot) for i, ttft, tpot in done[-1]]
