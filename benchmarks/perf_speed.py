@@ -5,7 +5,12 @@ open-loop predictions.
 
 Fast path per candidate: memory fit of a layout (weights, activations, KV capacity), the decode and prefill step
 times at the workload's lengths, and the steady-state batch the KV cache allows, for a sweep over models,
-devices, precisions and tensor-parallel sizes. Full path: `estimate()` with the closed-loop serving model.
+devices, precisions and tensor-parallel sizes. Full path: `estimate()` with the closed-loop serving model, one
+deployment at a time (compiled each time). Vector closed loop: `infra.perf.vector_closed.predict_closed_agg` over
+every deployment of the sweep that fits, under the same length mixes at client counts from 1 to 256, in one call
+(the scalar `closed_loop_agg` on a sample); full estimates in vector passes: `estimates()` of the compiled
+deployments at those loads, Estimate objects with every percentile (what `infra estimate --cases` and a search's
+rounds get).
 Vector open loop: `infra.perf.vector.predict_open_agg` over every deployment of the sweep that fits, under a few
 length mixes at rates from a trickle to past saturation, full predictions (percentiles included) in one call;
 the scalar `open_loop_agg` on a sample of the same cases for comparison. Vector disaggregated open loop:
@@ -31,10 +36,11 @@ from infra.catalog.loader import load_catalog  # noqa: E402
 from infra.errors import InfraError  # noqa: E402
 from infra.perf.arch import compile_worker  # noqa: E402
 from infra.perf.calibration import lookup  # noqa: E402
-from infra.perf.estimate import build_workers, estimate  # noqa: E402
-from infra.perf.serving import disagg, open_loop_agg  # noqa: E402
+from infra.perf.estimate import build_workers, compile_deployment, estimate, estimates  # noqa: E402
+from infra.perf.serving import closed_loop_agg, disagg, open_loop_agg  # noqa: E402
 from infra.perf.shape import Deployment, Parallel, Role, Workload  # noqa: E402
 from infra.perf.vector import predict_open_agg, predict_open_disagg  # noqa: E402
+from infra.perf.vector_closed import predict_closed_agg  # noqa: E402
 
 MODELS = ["Llama-3.1-8B", "Llama-3.1-70B", "Qwen3-32B", "Qwen3-235B-A22B", "DeepSeek-V3", "gpt-oss-120b"]
 DEVICES = ["H100-SXM", "H200", "B200", "A100-80G", "L40S", "Ascend-910B3", "MI300X"]
@@ -42,6 +48,8 @@ OPEN_MIXES = ((2048, 256, 0.0, 0.0), (1024, 1024, 0.3, 0.5), (8192, 512, 0.5, 0.
 """(prompt, answer, prompt CV, answer CV) of the open-loop workloads."""
 OPEN_RATES = tuple(0.05 * 2 ** k for k in range(14))
 """Requests/s, 0.05 to 410: from a trickle to past what most of the sweep's deployments sustain."""
+CLIENTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256)
+"""Closed-loop client counts: one alone to more than most of the sweep's batches hold."""
 SCALAR_SAMPLE = 10
 """Every this many cases, the scalar path runs too (for the comparison only)."""
 
@@ -58,6 +66,22 @@ def open_loop_cases(deps: list[Deployment], cat) -> list:
             for rate in OPEN_RATES:
                 cases.append((worker, dep.agg, Workload(isl=isl, osl=osl, rate=rate, isl_cv=isl_cv, osl_cv=osl_cv)))
     return cases
+
+
+def closed_loop_loads(deps: list[Deployment], cat) -> list:
+    """(compiled deployment, workload) for every deployment that fits, every length mix and client count."""
+    loads = []
+    for dep in deps:
+        try:
+            one = compile_deployment(dep, cat)
+        except InfraError:
+            continue
+        for isl, osl, isl_cv, osl_cv in OPEN_MIXES:
+            for clients in CLIENTS:
+                wl = Workload(isl=isl, osl=osl, concurrency=clients, isl_cv=isl_cv, osl_cv=osl_cv)
+                if one.workers["agg"].max_sequences(isl + osl) >= 1:
+                    loads.append((one, wl))
+    return loads
 
 
 def disagg_cases(deps: list[Deployment], cat) -> list:
@@ -86,7 +110,7 @@ def _best_of_three(predict, cases: list) -> tuple[float, int]:
         start = time.perf_counter()
         preds = predict(cases)
         best = min(best, time.perf_counter() - start)
-        stable = sum(p.stable for p in preds)
+        stable = sum(getattr(p, "prediction", p).stable for p in preds)
         del preds  # (freeing them is the caller's time, not the prediction's)
     return len(cases) / best, stable
 
@@ -145,6 +169,11 @@ def main() -> int:
     cases = open_loop_cases(deps, cat)
     vector, stable = _best_of_three(predict_open_agg, cases)
     scalar = _scalar(open_loop_agg, cases)
+    loads = closed_loop_loads(deps, cat)
+    closed_cases = [(one.workers["agg"], one.deployment.agg, wl) for one, wl in loads]
+    vector_cl, stable_cl = _best_of_three(predict_closed_agg, closed_cases)
+    scalar_cl = _scalar(closed_loop_agg, closed_cases)
+    vector_est, _ = _best_of_three(estimates, loads)
     units = disagg_cases(deps, cat)
     vector_pd, stable_pd = _best_of_three(predict_open_disagg, units)
     scalar_pd = _scalar(disagg, units)
@@ -152,11 +181,15 @@ def main() -> int:
     print(f"full estimate: {full:,.0f} estimates/s ({full_n} deployments, closed loop)")
     print(f"vector open-loop: {vector:,.0f} predictions/s ({len(cases)} cases, {stable} stable; scalar "
           f"open_loop_agg {scalar:,.0f}/s on every {SCALAR_SAMPLE}th)")
+    print(f"vector closed loop: {vector_cl:,.0f} predictions/s ({len(closed_cases)} cases, {stable_cl} stable; scalar "
+          f"closed_loop_agg {scalar_cl:,.0f}/s on every {SCALAR_SAMPLE}th)")
+    print(f"full estimates in vector passes: {vector_est:,.0f} estimates/s (estimates() of the same closed loops)")
     print(f"vector disaggregated open-loop: {vector_pd:,.0f} predictions/s ({len(units)} cases, {stable_pd} stable; "
           f"scalar disagg {scalar_pd:,.0f}/s on every {SCALAR_SAMPLE}th)")
     if args.json:
         print(json.dumps({"fast_path_per_s": round(fast), "full_estimate_per_s": round(full),
-                          "vector_open_loop_per_s": round(vector), "vector_disagg_per_s": round(vector_pd)}))
+                          "vector_open_loop_per_s": round(vector), "vector_closed_loop_per_s": round(vector_cl),
+                          "vector_estimates_per_s": round(vector_est), "vector_disagg_per_s": round(vector_pd)}))
     return 0
 
 

@@ -41,6 +41,7 @@ from infra.perf.serving import (
 )
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 from infra.perf.vector import predict_open_agg, predict_open_disagg
+from infra.perf.vector_closed import predict_closed_agg
 
 
 class ShapeError(InfraError):
@@ -577,22 +578,27 @@ def estimates(loads: Sequence[tuple[Compiled, Workload]]) -> list[Estimate | Inf
 
 def predictions(loads: Sequence[tuple[Compiled, Workload]]) -> list[Prediction | InfraError]:
     """`[compiled.predict(load) for compiled, load in loads]`, each failure returned in its place: the open loops
-    predicted together in vector passes (`infra.perf.vector`, the scalar model's results), aggregated and
-    disaggregated apart, where there are enough of them for it to pay; the rest one by one."""
+    and the aggregated closed loops predicted together in vector passes (`infra.perf.vector`,
+    `infra.perf.vector_closed`: the scalar model's results), each kind apart, where there are enough of them for
+    it to pay; the rest one by one."""
     out: list[Prediction | InfraError | None] = [None] * len(loads)
-    agg, pd = [], []
+    agg, closed, pd = [], [], []
     for i, (one, wl) in enumerate(loads):
-        if wl.rate is None or wl.concurrency is not None:
+        if wl.concurrency is not None:
+            if one.deployment.mode == "agg" and one.workers["agg"].max_sequences(wl.isl + wl.osl) >= 1:
+                closed.append(i)
+        elif wl.rate is None:
             continue
-        if one.deployment.mode != "agg":
+        elif one.deployment.mode != "agg":
             pd.append(i)
         elif one.workers["agg"].max_sequences(wl.isl + wl.osl) >= 1:
             agg.append(i)
-    if len(agg) >= VECTOR_MIN:
-        preds = predict_open_agg([(loads[i][0].workers["agg"], loads[i][0].deployment.agg, loads[i][1])
-                                  for i in agg], exact=True)
-        for i, pred in zip(agg, preds):
-            out[i] = loads[i][0].corrected(loads[i][1], pred)
+    for group, predict in ((agg, predict_open_agg), (closed, predict_closed_agg)):
+        if len(group) >= VECTOR_MIN:
+            preds = predict([(loads[i][0].workers["agg"], loads[i][0].deployment.agg, loads[i][1]) for i in group],
+                            exact=True)
+            for i, pred in zip(group, preds):
+                out[i] = loads[i][0].corrected(loads[i][1], pred)
     if len(pd) >= VECTOR_MIN:
         preds = predict_open_disagg([(one.workers["prefill"], one.workers["decode"], one.deployment.prefill,
                                       one.deployment.decode, wl, one.link) for one, wl in (loads[i] for i in pd)],
@@ -609,7 +615,7 @@ def predictions(loads: Sequence[tuple[Compiled, Workload]]) -> list[Prediction |
 
 
 VECTOR_MIN = 32
-"""Open loops below which a vector pass costs more than predicting them one by one (numpy's cost per call)."""
+"""Loads of a kind below which a vector pass costs more than predicting them one by one (numpy's cost per call)."""
 
 
 __all__ = ["Compiled", "Estimate", "PERCENTILES", "Pending", "Probe", "Search", "ShapeError", "TRICKLE_RPS",

@@ -435,11 +435,15 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     e2e_d = {k: ttft[k] + (osl - 1) * tpot for k in ttft}
     if saturated:
         # The binding resource is the steps' token budget, not the batch slots.
-        note = (f"every step's token budget (max_num_tokens {chunk}) is full: more clients only wait longer for "
-                "their first token")
         return Prediction(ttft, tp, tp, e2e_d, x * groups, x * groups * osl, b, 1.0, True, {"agg": workers},
-                          [note])
+                          [budget_full(chunk)])
     return Prediction(ttft, tp, tp, e2e_d, x * groups, x * groups * osl, b, b / cap, True, {"agg": workers})
+
+
+def budget_full(chunk: int) -> str:
+    """The note of a closed loop whose steps' token budget binds."""
+    return (f"every step's token budget (max_num_tokens {chunk}) is full: more clients only wait longer for their "
+            "first token")
 
 
 def root_below(gap: Callable[[float], float], hi: float) -> float:

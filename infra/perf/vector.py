@@ -69,7 +69,7 @@ _STEP_TERMS = ("width_k", "dense_fl", "logit_fl", "gemm_s", "dense_read", "exper
 """The coefficients `arch._stepper`'s closure prices a step with (its flags `ar`, `a2a` and `sparse` aside)."""
 _EXPERT_TERMS = ("experts_local", "active", "miss", "expert_fl", "expert_bytes", "moe_token", "expert_step", "tile")
 """The step coefficients of routed experts, all 0 for a dense worker."""
-_WORKER_TERMS = ("accept", "request_s", "hold_steps", "kv_full", "kv_swa_token", "state_bytes", "kv_gb")
+_WORKER_TERMS = ("accept", "request_s", "hold_steps", "kv_full", "kv_swa_token", "state_bytes", "kv_gb", "queue")
 """What the serving model reads from a worker besides its step: factors, per-request latency, memory."""
 _CASE_TERMS = ("isl", "osl", "rate", "arrival_cv", "isl_cv", "osl_cv", "prefix_hit", "peers", "batch_cap",
                "workers", "chunk")
@@ -439,12 +439,15 @@ def _excess(c: _Cases, t: np.ndarray) -> np.ndarray:
     return t - price(prompt)
 
 
-def _mixed_step(c: _Cases, b: np.ndarray) -> np.ndarray:
+def _mixed_step(c: _Cases, b: np.ndarray, seen: np.ndarray | None = None) -> np.ndarray:
     """`serving._mixed_step` at the cases' own arrival rates (`lam`): the closed form where fewer than one chunk
     arrives per step, inf past the wall, else the fixed point inside [base, full] by regula falsi. `b` is an
-    array over the elements, or (j, n) for j batches of each element."""
+    array over the elements, or (j, n) for j batches of each element; `seen` (over the elements) the weight of
+    the chunk-carrying steps a decoding sequence sees, 1 where not given."""
     if c.n <= _FEW:
-        return _one_by_one(c, serving._mixed_step, b, c.ctx, c.lam, c.isl_eff, c.isl, c.chunk, c.stall)
+        if seen is None:
+            return _one_by_one(c, serving._mixed_step, b, c.ctx, c.lam, c.isl_eff, c.isl, c.chunk, c.stall)
+        return _one_by_one(c, serving._mixed_step, b, c.ctx, c.lam, c.isl_eff, c.isl, c.chunk, c.stall, seen)
     # `_chunk_cost`: the decode step, and the step with a chunk in the room the decodes leave. The decode step
     # is priced with the prompt context the chunk has, which changes nothing when there is no prompt token.
     room = np.maximum(c.chunk - b, 1.0)
@@ -457,6 +460,11 @@ def _mixed_step(c: _Cases, b: np.ndarray) -> np.ndarray:
     settled = (load < 1) & (rate * c.stall * line * chunks <= 1)
     # A rate of 0 (which a Workload never has) steps the decodes alone: `base`.
     t = np.where(settled, line, base)
+    if seen is not None:
+        share = rate * c.stall * line * chunks
+        held = 1 - share + share * seen
+        weighed = ((1 - share) * base + share * seen * (base + extra)) / held
+        t = np.where(settled & (seen != 1) & (rate > 0), np.where(held > 0, weighed, base), t)
     rest = (rate > 0) & ~settled
     if not rest.any():
         return t
@@ -943,12 +951,14 @@ def _make_row(w: Worker) -> list[float]:
     hold_steps = f.poll_steps + (f.balance_steps if w.parallel.attention_dp > 1 else 0.0)
     return ([float(values[k]) for k in _STEP_TERMS]
             + [f.accept, w.request_s(), hold_steps, w.kv_full_per_token, w.kv_swa_per_token, w.state_bytes,
-               w.memory.kv_gb])
+               w.memory.kv_gb, f.queue])
 
 
-def _pack(cases: Sequence[tuple[Worker, Role, Workload]], exact: bool) -> _Cases:
+def _pack(cases: Sequence[tuple[Worker, Role, Workload]], exact: bool, closed: bool = False) -> _Cases:
     """The cases as arrays: each distinct worker's coefficients packed once and spread to its cases, the
-    workloads' and roles' figures, and what `_agg_basics` derives from them."""
+    workloads' and roles' figures, and what `_agg_basics` derives from them. `closed`: the workloads are closed
+    loops (their clients in `clients` where an open loop's rate is, the batch slots at `peak_context`, and no
+    arrival rate of their own: the closed loop's solvers set `lam`)."""
     index: dict[int, int] = {}
     workers: list[Worker] = []
     slot = []
@@ -978,11 +988,13 @@ def _pack(cases: Sequence[tuple[Worker, Role, Workload]], exact: bool) -> _Cases
     c.coef = per_case[:len(_STEP_TERMS)]
     c.__dict__.update(zip(_WORKER_TERMS, per_case[len(_STEP_TERMS):]))
     for _, _, wl in cases:
-        if wl.rate is None:
-            raise ValueError("predict_open_agg predicts open loops: every workload needs a rate")
-    figures = np.fromiter(chain.from_iterable((wl.isl, wl.osl, wl.rate, wl.arrival_cv, wl.isl_cv, wl.osl_cv,
-                                               wl.prefix_hit, wl.peers, role.batch_cap or _NO_SLOTS, role.workers or 1,
-                                               role.max_num_tokens) for _, role, wl in cases),
+        if (wl.concurrency if closed else wl.rate) is None:
+            raise ValueError("predict_closed_agg predicts closed loops: every workload needs its clients" if closed
+                             else "predict_open_agg predicts open loops: every workload needs a rate")
+    figures = np.fromiter(chain.from_iterable((wl.isl, wl.osl, wl.concurrency if closed else wl.rate, wl.arrival_cv,
+                                               wl.isl_cv, wl.osl_cv, wl.prefix_hit, wl.peers,
+                                               role.batch_cap or _NO_SLOTS, role.workers or 1, role.max_num_tokens)
+                                              for _, role, wl in cases),
                           float, count=len(cases) * len(_CASE_TERMS)).reshape(len(cases), -1).T.copy()
     c.__dict__.update(zip(_CASE_TERMS, figures))
     known = np.full((len(PERCENTILES), len(cases)), np.nan)
@@ -998,10 +1010,16 @@ def _pack(cases: Sequence[tuple[Worker, Role, Workload]], exact: bool) -> _Cases
     # _agg_basics (with resident_context and Worker.max_sequences), then open_loop_agg's own per-case figures.
     c.isl_eff = c.isl * (1 - c.prefix_hit)
     c.ctx = c.isl + c.osl * (1 + c.osl_cv * c.osl_cv) / 2
-    kv = c.kv_full * c.ctx + c.kv_swa_token * np.minimum(c.ctx, c.k.window) + c.state_bytes
+    # `peak_context`: closed-loop clients with fixed answer lengths stay in step, each at its full length at once.
+    peak = np.where(c.osl_cv == 0, c.isl + c.osl, c.ctx) if closed else c.ctx
+    kv = c.kv_full * peak + c.kv_swa_token * np.minimum(peak, c.k.window) + c.state_bytes
     c.cap = np.minimum(c.batch_cap, np.where(kv > 0, np.trunc(c.kv_gb * GB / kv), _NO_SLOTS))
-    c.lam = c.rate / (c.workers * c.k.dp)
-    c.stall = c.k.dp.copy()  # `serving.attention_dp_stall`: every attention-DP group's prompts stall each one's steps
+    if closed:
+        c.clients = c.__dict__.pop("rate")
+        c.stall = np.ones(c.n)  # the measured closed loops line their groups' prefills up (`attention_dp_stall`)
+    else:
+        c.lam = c.rate / (c.workers * c.k.dp)
+        c.stall = c.k.dp.copy()  # `serving.attention_dp_stall`: every group's prompts stall each one's steps
     c.half_isl = c.isl / 2
     c.osl1 = c.osl - 1
     c.per = np.minimum(c.isl_eff, c.chunk)

@@ -1,0 +1,232 @@
+"""Closed-loop predictions of many aggregated deployments at once: `serving.closed_loop_agg`, vectorised with numpy.
+
+    predict_closed_agg([(worker, role, workload), ...]) == [closed_loop_agg(worker, role, workload), ...]
+
+A calibration fit replays every measured closed loop at every evaluation of its factors, and an estimate at a
+client count is one; here each case is one element of `infra.perf.vector`'s arrays, on its engine step, its mixed
+step and its lockstep regula falsi, under the same rules (each solver visits exactly the points its scalar run
+visits; every float operation in the scalar code's order). The closed loop's three nested solves run as nested
+lockstep solves: Little's law over the loop for the decoding count, inside it the throughput that keeps a count
+decoding, inside that the step a decoding client sees while prompts arrive at that throughput.
+
+Cases whose clients outnumber the batch slots at the throughput the loop settles at (the slot-bound regime, a
+search over the throughput of its own) are handed to `serving.closed_loop_agg` itself, one by one: few measured
+loads run there, and its results are the scalar ones by construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import repeat
+
+import numpy as np
+
+from infra.perf import serving
+from infra.perf.arch import Worker
+from infra.perf.heap import collector_paused
+from infra.perf.serving import PERCENTILES, Prediction
+from infra.perf.shape import Role, Workload
+from infra.perf.vector import _KEYS, _Q, _Cases, _mixed_step, _pack, _part, _prediction, _Pricer, _regula_falsi, _step
+
+_NO_FIT = "one request does not fit the KV cache"
+"""`closed_loop_agg`'s unstable result, word for word."""
+
+
+def _tpot(c: _Cases, x: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`closed_loop_agg`'s TPOT at throughput x per group with b sequences decoding: the step a decoding client
+    sees (its own token at least; the steps carrying a prompt hold the other clients' decodes only)."""
+    view = c.take(None)
+    view.lam = x
+    return _mixed_step(view, np.maximum(b, 1.0), c.others) / c.accept
+
+
+def _ttft(c: _Cases, x: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(steady-state TTFT, seconds of a prompt's own steps) at throughput x per group with b sequences decoding."""
+    rho = np.minimum(x * c.occupy, 0.999)
+    price = _Pricer(c, b, c.ctx, c.half_isl)
+    base = price()
+    own = price(c.per) * c.chunks
+    queue = np.minimum(rho * c.others / (1 - rho) * c.occupy / 2, c.most_ahead)
+    return c.request_s + own + queue + base / 2 + c.hold_steps * base * c.busy, own
+
+
+def _over(c: _Cases, x: np.ndarray) -> np.ndarray:
+    """`sustained`'s `over`: how far throughput x takes the decoding count past `c.count`."""
+    tpot = _tpot(c, x, c.count)
+    return np.where(np.isfinite(tpot), x * c.steps * tpot - c.count, np.inf)
+
+
+def _sustained(c: _Cases, b: np.ndarray) -> np.ndarray:
+    """`closed_loop_agg`'s `sustained`: the throughput per group that keeps b sequences decoding, from the
+    quadratic's root (exact while fewer than one chunk arrives per step), else by regula falsi below the rate of
+    steps that carry no prompts."""
+    out = np.zeros(c.n)
+    some = b > 0
+    if not some.any():
+        return out
+    s, at = _part(c, some)
+    s.count = b = b[at]
+    price = _Pricer(s, b, s.ctx, s.half_isl)
+    base = price()
+    room = np.maximum(s.chunk - b, 1.0)
+    k = np.maximum(1.0, s.isl_eff / room)
+    extra = price(np.minimum(s.isl_eff, room)) - base
+    x_hi = b * s.accept / (s.steps * base)
+    need = b * s.accept
+    a = s.steps * base / k
+    quad, lin = a * (1 - s.others) * (extra + base), a + need * (extra + base * (1 - s.others))
+    guess = 2 * need / (lin + np.sqrt(np.maximum(lin * lin - 4 * quad * need, 0.0))) / k
+    x = guess.copy()
+    rest = ~(np.abs(_over(s, guess)) <= 1e-12 * b)
+    if rest.any():
+        i = np.flatnonzero(rest)
+        r = s.take(i)
+        o_hi = _over(r, x_hi[i])
+        x[i] = x_hi[i]
+        j = o_hi > 0
+        if j.any():
+            rj = r.take(np.flatnonzero(j))
+            ij = i[j]
+            x[ij] = _regula_falsi(_over, rj, np.zeros(ij.size), -b[ij], x_hi[ij], o_hi[j], 1e-12, start=guess[ij])[0]
+    out[at] = np.where(some[at], x, 0.0)
+    return out
+
+
+def _loop_gap(c: _Cases, b: np.ndarray) -> np.ndarray:
+    """Little's law over the loop at b decoding: b + x TTFT less the clients of a group."""
+    x = _sustained(c, b)
+    return b + x * _ttft(c, x, b)[0] - c.clients_per_group
+
+
+def _slotted(c: _Cases, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`closed_loop_agg`'s `slotted`: (TPOT, TTFT, decoding count, a prompt's own seconds) at throughput x per
+    group when every batch slot holds a prefill or a decode (the decodes what the prefills leave)."""
+    n = c.cap
+    for _ in range(3):
+        n = np.maximum(c.cap - x * _ttft(c, x, n)[1], 0.0)
+    ttft, own = _ttft(c, x, n)
+    return _tpot(c, x, n), ttft, n, own
+
+
+def _slots_gap(c: _Cases, x: np.ndarray) -> np.ndarray:
+    tpot, _, _, own = _slotted(c, x)
+    return x * (own + c.steps * tpot) - c.cap
+
+
+def _root_below(c: _Cases, hi: np.ndarray) -> np.ndarray:
+    """`serving.root_below` of `_slots_gap` for every element: bisection to a 1e-4 bracket (`bisect_holds`), then
+    regula falsi inside it to 1e-10, in twelve steps at most."""
+    lo, hi = np.zeros(c.n), hi.copy()
+    live = np.ones(c.n, bool)
+    for _ in range(64):
+        i = np.flatnonzero(live)
+        if not i.size:
+            break
+        x = (lo[i] + hi[i]) / 2
+        holds = _slots_gap(c.take(i), x) <= 0
+        lo[i] = np.where(holds, x, lo[i])
+        hi[i] = np.where(holds, hi[i], x)
+        live[i] = ~(hi[i] - lo[i] < 1e-4 * hi[i])
+    lo, hi = _regula_falsi(_slots_gap, c, lo, _slots_gap(c, lo), hi, _slots_gap(c, hi), 1e-10, steps=12)
+    return np.where(lo > 0, lo, hi)
+
+
+def _wave_mixture(steady: np.ndarray, share: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """`serving._wave_mixture`: the rows mean, p50 .. p99.9."""
+    span = np.maximum(hi - lo, 0.0)
+    slow = (lo + hi) / 2 <= steady
+    s = np.minimum(np.maximum(steady, lo), hi)
+    above = np.where(span > 0, (s * (s - lo) + (hi * hi - s * s) / 2) / span, s)
+    mean = np.where(slow, (1 - share) * steady + share * np.maximum(above, steady),
+                    (1 - share) * steady + share * (lo + hi) / 2)
+    past = np.where(span > 0, np.minimum(np.maximum((steady - lo) / span, 0.0), 1.0), (lo < steady).astype(float))
+    below = np.where(slow, 0.0, share * past)
+    rows = [mean]
+    for q in _Q:
+        at_steady = (share <= 0) | ((below < q) & (q <= below + (1 - share)))
+        wave_q = np.where(q <= below, q, q - (1 - share)) / share
+        point = lo + wave_q * span
+        rows.append(np.where(at_steady, steady, np.where(below != 0, point, np.maximum(point, steady))))
+    return np.array(rows)
+
+
+def _closed_loop(c: _Cases) -> dict[str, np.ndarray]:
+    """`serving.closed_loop_agg`'s figures over cases that all fit one request."""
+    groups = c.workers * c.k.dp
+    c.clients_per_group = cc = c.clients / groups
+    c.occupy = (_step(c, 0.0, 0.0, c.per, c.half_isl) - c.k.fixed) * c.chunks
+    c.steps = np.maximum(c.osl1, 1e-9)
+    slotted = np.minimum(cc, c.cap)
+    c.others = np.maximum(slotted - 1.0, 0.0) / slotted
+    c.most_ahead = np.maximum(slotted - 1.0, 0.0) * c.occupy
+    c.busy = np.minimum(np.maximum(cc - 1, 0.0), 1.0)
+    held = np.where(c.isl_eff > 0, c.chunk * c.steps / (c.accept * c.isl_eff + c.steps), np.inf)
+    b = np.minimum(np.minimum(cc, c.cap), held)
+    g_b = _loop_gap(c, b)
+    saturated = (b == held) & (g_b < 0)
+    grow = g_b > 0
+    if grow.any():
+        i = np.flatnonzero(grow)
+        b = b.copy()
+        b[i] = _regula_falsi(_loop_gap, c.take(i), np.zeros(i.size), -cc[i], b[i], g_b[i], 1e-10)[0]
+    x = _sustained(c, b)
+    tpot = _tpot(c, x, b)
+    ttft, own = _ttft(c, x, b)
+    wait = (cc - b) / x
+    ttft = np.where(saturated & (wait > ttft), wait, ttft)
+    slots = (cc > c.cap) & (x * (own + c.steps * tpot) > c.cap)
+    if slots.any():
+        # The batch slots hold fewer sequences than there are clients: the throughput that keeps every slot in a
+        # prefill or a decode, the other clients queueing for one.
+        i = np.flatnonzero(slots)
+        s = c.take(i)
+        x_s = _root_below(s, np.where(s.occupy > 0, 1.0 / s.occupy, 1e9))
+        tpot_s, ttft_s, b_s, _ = _slotted(s, x_s)
+        wait = s.clients_per_group / x_s - s.steps * tpot_s
+        x[i], tpot[i], b[i], saturated[i] = x_s, tpot_s, b_s, False
+        ttft[i] = np.where(wait > ttft_s, wait, ttft_s)
+    n = np.minimum(cc, c.cap)
+    total = n * c.isl_eff
+    alone, t_chunk = _step(c, 0.0, 0.0, np.stack([total, c.chunk]), c.half_isl)
+    small = total <= c.chunk
+    first = np.where(small, alone, t_chunk * c.chunks)
+    last = np.where(small, alone, t_chunk * (total / c.chunk))
+    ttft = _wave_mixture(ttft, c.queue, c.request_s + first, c.request_s + last)
+    return {"ttft": ttft, "tpot": tpot, "e2e": ttft + c.osl1 * tpot, "throughput": x * groups,
+            "output": x * groups * c.osl, "batch": b, "load": np.where(saturated, 1.0, b / c.cap),
+            "saturated": saturated}
+
+
+def predict_closed_agg(cases: Sequence[tuple[Worker, Role, Workload]], *, exact: bool = False) -> list[Prediction]:
+    """`[serving.closed_loop_agg(w, role, wl) for w, role, wl in cases]`, computed for all the cases at once: the
+    same predictions field for field (to the last bit with `exact`, see `infra.perf.vector.predict_open_agg`).
+    Cases may mix workers, roles and workloads; every workload needs its clients (`concurrency`)."""
+    if not cases:
+        return []
+    with collector_paused(), np.errstate(all="ignore"):
+        c = _pack(cases, exact, closed=True)
+        fits = c.cap >= 1
+        some = np.flatnonzero(fits)
+        figures = _closed_loop(c.take(some)) if some.size else None
+        return _predictions(cases, fits, some, figures)
+
+
+def _predictions(cases: Sequence[tuple[Worker, Role, Workload]], fits: np.ndarray, some: np.ndarray,
+                 figures: dict[str, np.ndarray] | None) -> list[Prediction]:
+    preds: list[Prediction | None] = [None] * len(cases)
+    for i in np.flatnonzero(~fits).tolist():
+        preds[i] = serving._unstable({"agg": cases[i][1].workers or 1}, float("inf"), _NO_FIT)
+    if figures is None:
+        return preds  # type: ignore[return-value]
+    ttft = map(dict, map(zip, repeat(_KEYS), zip(*figures["ttft"].tolist())))
+    e2e = map(dict, map(zip, repeat(_KEYS), zip(*figures["e2e"].tolist())))
+    columns = [figures[k].tolist() for k in ("tpot", "throughput", "output", "batch", "load", "saturated")]
+    for i, t, e, (tpot, x, out, b, load, saturated) in zip(some.tolist(), ttft, e2e, zip(*columns)):
+        role = cases[i][1]
+        tp = dict.fromkeys(_KEYS, tpot)
+        notes = [serving.budget_full(role.max_num_tokens)] if saturated else []
+        preds[i] = _prediction(t, tp, tp, e, x, out, b, load, True, {"agg": role.workers or 1}, notes)
+    return preds  # type: ignore[return-value]
+
+
+__all__ = ["PERCENTILES", "predict_closed_agg"]
