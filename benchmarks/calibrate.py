@@ -59,7 +59,7 @@ from infra.catalog.loader import load_catalog  # noqa: E402
 from infra.errors import InfraError  # noqa: E402
 from infra.fitting.replay import error_bands, prepare, summarize  # noqa: E402
 from infra.perf.calibration import SHARED_FACTORS, Factors, borrow, device_point  # noqa: E402
-from infra.perf.rows import Case, compiled, load_rows, measured_cases  # noqa: E402
+from infra.perf.rows import Case, compiled, load_rows, measured_cases, replay  # noqa: E402
 
 OUT = ROOT / "infra" / "perf" / "data" / "calibration.json"
 NAMES = [n for n in Factors.names() if n not in ("accept", "draft_tokens", "balance_steps", "poll_steps")]
@@ -124,8 +124,7 @@ def factors_of(x: np.ndarray) -> Factors:
 def robust_residuals(items: Prepared, factors: Callable[[Case], Factors]) -> np.ndarray:
     """Robust log residuals of every row, TTFT then TPOT, each row run with `factors(case)`."""
     res = []
-    for case, run in items:
-        ttft, tpot = run(factors(case))
+    for (case, _), (ttft, tpot) in zip(items, replay([run for _, run in items], [factors(case) for case, _ in items])):
         for pred, meas in ((ttft, case.ttft_ms), (tpot, case.tpot_ms)):
             res.append(math.log(pred / meas) if math.isfinite(pred) and pred > 0 else 5.0)
     out = np.asarray(res)
@@ -243,16 +242,15 @@ def score(items: Prepared, pooled: Factors, groups: dict[str, Factors],
     device) borrows them the way an estimate does (`infra.perf.calibration.borrow`)."""
     catalog = load_catalog()
     devices = device_points(groups)
-    out = []
-    for case, run in items:
+    chosen = []
+    for case, _ in items:
         factors = groups.get(case.group)
         if factors is None:
             fw, dev = case.group.split("/")
             got = borrow(fw, catalog.device(dev), groups, devices, scales, catalog.framework(fw).calibration_from)
             factors = got[1] if got is not None else pooled
-        ttft, tpot = run(factors)
-        out.append((case, ttft, tpot))
-    return out
+        chosen.append(factors)
+    return [(case, ttft, tpot) for (case, _), (ttft, tpot) in zip(items, replay([run for _, run in items], chosen))]
 
 
 _ITEMS: Prepared = []
@@ -362,10 +360,11 @@ def main() -> int:
     except InfraError as exc:
         print(f"error: {exc.problems[0]}", file=sys.stderr)
         return 1
-    items, skipped = prepare(rows, catalog, lambda case: compiled(case, catalog))
+    shared: dict = {}
+    items, skipped = prepare(rows, catalog, lambda case: compiled(case, catalog, shared))
     for path in args.extra:
         for case in measured_cases(path, catalog):
-            run = compiled(case, catalog)
+            run = compiled(case, catalog, shared)
             if isinstance(run, str):
                 skipped.append((case.row, run))
             else:

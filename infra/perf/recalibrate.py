@@ -52,7 +52,7 @@ from infra.perf.correction import (
     with_tails,
     with_ttft,
 )
-from infra.perf.rows import Case, compiled, compiled_full
+from infra.perf.rows import Case, compiled
 from infra.perf.serving import Prediction, z_of
 
 EVIDENCE = {"device": 1.0, "framework": 1.0, "model": 1.0, "deployment": 0.25}
@@ -147,11 +147,11 @@ def _full_runner(case: Case, catalog: Catalog, base: Callable[[Case], Factors] |
     """`runner`'s whole prediction, for a point with measured percentiles of one known deployment."""
     if not case.tails or case.alternatives:
         return None
-    full = compiled_full(case, catalog)
-    if isinstance(full, str):
+    run = compiled(case, catalog)
+    if isinstance(run, str):
         return None
     factors = _base(case, catalog, base)
-    return lambda step: full(scaled(factors, step))[0]
+    return lambda step: run.full(scaled(factors, step))[0]
 
 
 def _clamp(value: float, bounds: tuple[float, float]) -> float:

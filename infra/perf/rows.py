@@ -14,21 +14,24 @@ import json
 import math
 import re
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from infra.catalog.hfids import precision_named
 from infra.catalog.loader import Catalog
 from infra.catalog.schema import ModelSpec
 from infra.errors import InfraError, Location, Problem
-from infra.perf.arch import model_terms
+from infra.perf.arch import Worker, model_terms
 from infra.perf.calibration import Factors
 from infra.perf.cases import read_measured
 from infra.perf.estimate import build_workers
 from infra.perf.estimate import predict as serving_predict
+from infra.perf.heap import collector_paused
 from infra.perf.serving import Prediction
 from infra.perf.shape import Deployment, Parallel, Role, Workload
+from infra.perf.vector_closed import predict_closed_agg
 
 REPLAY_MEMORY = 0.95
 """Benchmarked deployments run engines at their highest memory settings (SGLang sizes its static pool at 0.88-0.95
@@ -444,37 +447,96 @@ def predict(case: Case, catalog: Catalog, factors: Factors | None = None) -> tup
     return _geomean(got)
 
 
-def compiled(case: Case, catalog: Catalog) -> Callable[[Factors], tuple[float, float]] | str:
-    """A fast predictor for refitting: the workers are compiled once and only their factors change."""
-    full = compiled_full(case, catalog)
-    if isinstance(full, str):
-        return full
+class Replay:
+    """A measured case's deployments (each recipe it may have run) compiled once, to be predicted with other
+    factors as often as a fit asks: `run(factors)` is (TTFT ms, TPOT ms), `full(factors)` the predictions whole
+    (percentiles included), and `replay` runs many cases at once."""
 
-    def run(factors: Factors) -> tuple[float, float]:
-        got = []
-        for p in full(factors):
-            if not p.stable:
-                return float("inf"), float("inf")
-            got.append((p.ttft["mean"] * 1000, p.tpot["mean"] * 1000))
-        return _geomean(got)
+    def __init__(self, built: list[tuple[Case, dict[str, Worker], float]]) -> None:
+        self.built = built
 
-    return run
+    def __call__(self, factors: Factors) -> tuple[float, float]:
+        return _summary(self.full(factors))
+
+    def full(self, factors: Factors) -> list[Prediction]:
+        return [serving_predict(one.deployment, one.workload, workers, link)
+                for one, workers, link in self.rebound(factors)]
+
+    def rebound(self, factors: Factors, seen: dict[tuple[int, int], tuple[Factors, Worker]] | None = None
+                ) -> list[tuple[Case, dict[str, Worker], float]]:
+        """Each deployment with its workers under `factors`, as the measured engine ran them (`as_measured`).
+        `seen` keeps the workers rebound so far by (worker, factors), for cases that share a compiled worker
+        (`compiled`'s `shared`): rebinding takes a worker's step apart again, most of a fit's time otherwise."""
+        if seen is None:
+            seen = {}
+        out = []
+        for one, workers, link in self.built:
+            ws = {}
+            for k, w in workers.items():
+                f = as_measured(one, k, factors)
+                # Keyed by identity, with the factors kept alive by the entry so that no other takes their id.
+                got = seen.get((id(w), id(f)))
+                if got is None:
+                    got = seen[id(w), id(f)] = f, w.with_factors(f)
+                ws[k] = got[1]
+            out.append((one, ws, link))
+        return out
 
 
-def compiled_full(case: Case, catalog: Catalog) -> Callable[[Factors], list[Prediction]] | str:
-    """`compiled`'s predictions whole (percentiles included), one for each recipe the case may have run."""
+def _summary(preds: list[Prediction]) -> tuple[float, float]:
+    """(TTFT ms, TPOT ms) of a case from the predictions of each recipe it may have run: their geometric mean, inf
+    where any is unstable."""
+    got = []
+    for p in preds:
+        if not p.stable:
+            return float("inf"), float("inf")
+        got.append((p.ttft["mean"] * 1000, p.tpot["mean"] * 1000))
+    return _geomean(got)
+
+
+def compiled(case: Case, catalog: Catalog, shared: dict[Deployment, tuple[dict[str, Worker], float]] | None = None
+             ) -> Replay | str:
+    """A fast predictor for refitting, or why the case cannot be predicted: the workers are compiled once and only
+    their factors change. `shared` keeps the workers compiled for each deployment, for the cases of a sweep (one
+    deployment at many loads) to share them, and `replay` to rebind them once for all of those cases."""
     built = []
     for one in _variants(case):
         try:
-            workers, _, link = build_workers(one.deployment, catalog, factors=Factors())
+            got = shared.get(one.deployment) if shared is not None else None
+            if got is None:
+                workers, _, link = build_workers(one.deployment, catalog, factors=Factors())
+                if shared is not None:
+                    shared[one.deployment] = workers, link
+            else:
+                workers, link = got
             serving_predict(one.deployment, one.workload, workers, link)
         except InfraError as exc:
             return exc.problems[0].message
         built.append((one, workers, link))
+    return Replay(built)
 
-    def run(factors: Factors) -> list[Prediction]:
-        return [serving_predict(one.deployment, one.workload,
-                                {k: w.with_factors(as_measured(one, k, factors)) for k, w in workers.items()},
-                                link) for one, workers, link in built]
 
-    return run
+def replay(runs: Sequence[Replay], factors: Sequence[Factors]) -> list[tuple[float, float]]:
+    """`[run(f) for run, f in zip(runs, factors)]`, with every aggregated closed loop among them predicted in one
+    vector pass (`predict_closed_agg`, the scalar predictions to the last bit): most of a fit's rows."""
+    with collector_paused():  # thousands of workers alive at once, none in a cycle (`infra.perf.heap`)
+        return _replay(runs, factors)
+
+
+def _replay(runs: Sequence[Replay], factors: Sequence[Factors]) -> list[tuple[float, float]]:
+    seen: dict[tuple[int, int], tuple[Factors, Worker]] = {}
+    rebound = [run.rebound(f, seen) for run, f in zip(runs, factors)]
+    preds: list[list[Prediction | None]] = [[None] * len(parts) for parts in rebound]
+    closed, where = [], []
+    for i, parts in enumerate(rebound):
+        for j, (one, workers, _) in enumerate(parts):
+            dep, wl = one.deployment, one.workload
+            if dep.mode == "agg" and wl.concurrency is not None and \
+                    workers["agg"].max_sequences(wl.isl + wl.osl) >= 1:
+                closed.append((workers["agg"], dep.agg, wl))
+                where.append((i, j))
+            else:
+                preds[i][j] = serving_predict(dep, wl, workers, parts[j][2])
+    for (i, j), pred in zip(where, predict_closed_agg(closed, exact=True)):
+        preds[i][j] = pred
+    return [_summary(p) for p in preds]  # type: ignore[arg-type]

@@ -695,3 +695,26 @@ def test_an_estimate_past_the_measured_lengths_says_so_and_carries_the_wider_ban
     assert width["long"] > width["short"]
     assert any("error band is widened" in n for n in long["notes"])
     assert not any("longer than any the calibration measured" in n for n in short["notes"])
+
+
+def test_a_fits_replay_of_many_rows_is_each_rows_own_prediction_with_workers_compiled_once():
+    """`rows.replay` predicts a fit's aggregated closed loops in one vector pass and rebinds each shared worker
+    once: every row's figures are those of its own run, to the last bit, under any factors."""
+    from infra.perf.rows import compiled, replay, to_case
+
+    rows = [_row(silicon_data_source=f"silicon_concurrency={c}", batch_size="256", tp_size="8", moe_ep_size="8",
+                 isl=isl) for c in (1, 4, 16, 64, 256, 1024) for isl in ("1024", "4096")]
+    rows += [_row(model_path="meta-llama/Llama-3.1-70B", system="h200_sxm", backend="vllm", precision="fp8",
+                  tp_size=str(tp), batch_size="128", silicon_data_source=f"silicon_concurrency={c}")
+             for tp in (4, 8) for c in (1, 8, 32, 128)]
+    cases = [to_case(row, CAT) for row in rows]
+    shared: dict = {}
+    runs = [compiled(case, CAT, shared) for case in cases] + [compiled(_disagg_case(True), CAT, shared)]
+    assert all(not isinstance(run, str) for run in runs)
+    # Each deployment compiled once, whatever its loads and prompt lengths.
+    assert len(shared) <= len(runs) // 4
+    workers = {id(w) for run in runs for _, ws, _ in run.built for w in ws.values()}
+    assert len(workers) == sum(len(ws) for ws, _ in shared.values())
+    one, other = Factors(), Factors(gemm=0.5, queue=0.7, accept=1.3, request_ms=40.0)
+    for each in ([one] * len(runs), [one, other] * (len(runs) // 2) + [other] * (len(runs) % 2)):
+        assert replay(runs, each) == [run(f) for run, f in zip(runs, each)]
