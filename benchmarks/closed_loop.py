@@ -115,8 +115,9 @@ def _lomo_base(cases: list[Case]) -> Callable[[Case], Factors]:
 
     catalog = load_catalog()
     items = []
+    shared: dict = {}
     for case in cases:
-        run = calibrate.compiled(case, catalog)
+        run = calibrate.compiled(case, catalog, shared)
         if not isinstance(run, str):
             items.append((case, run))
     calibrate._ITEMS = items

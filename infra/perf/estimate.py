@@ -29,7 +29,7 @@ from infra.perf.calibration import (
     ttft_at,
     unmeasured_regime,
 )
-from infra.perf.correction import Correction, scaled, with_tails, with_ttft
+from infra.perf.correction import NO_TAILS, Correction, scaled, with_tails, with_ttft
 from infra.perf.serving import (
     PERCENTILES,
     Prediction,
@@ -325,9 +325,15 @@ class Compiled:
     notes: list[str]
     per_worker: tuple[tuple[str, int], ...] = field(init=False, repr=False, compare=False)
     """(role, devices of one of its workers): what an estimate's device count is made of, taken once."""
+    uncorrected: bool = field(init=False, repr=False, compare=False)
+    """Whether the calibration leaves the serving layer's predictions as they are (no TTFT multiplier or measured
+    tails at any load): `corrected` then returns them untouched without looking up a load."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "per_worker", tuple((name, w.parallel.devices) for name, w in self.workers.items()))
+        cal = self.calibration
+        object.__setattr__(self, "uncorrected", cal.ttft == 1.0 and not cal.ttft_loads and cal.tails == NO_TAILS
+                           and not cal.tail_loads)
 
     def at(self, load: Workload) -> Estimate:
         return self.estimate(load, self.predict(load))
@@ -340,6 +346,8 @@ class Compiled:
     def corrected(self, load: Workload, pred: Prediction) -> Prediction:
         """A serving-layer prediction at `load` with the user's calibration's TTFT multiplier at that load and
         its measured tails (unchanged without one)."""
+        if self.uncorrected:
+            return pred
         cal = self.calibration
         pred = with_ttft(pred, ttft_at(cal.ttft, cal.ttft_loads, load.concurrency, load.rate))
         return with_tails(pred, tails_at(cal.tails, cal.tail_loads, load.concurrency, load.rate), load.osl)

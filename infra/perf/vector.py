@@ -215,7 +215,10 @@ class _Pricer:
 
     def __init__(self, c: _Cases, decode, context, prefill_context=0.0) -> None:
         k, terms = c.k, c.terms
-        self.c, self.prefill_context = c, prefill_context
+        # What the step reads of the cases, not the cases themselves: `_excess` keeps its pricer on them, and a
+        # reference back would make a cycle of every solver's frame, which only the cyclic collector frees (and
+        # the vector passes run with it paused).
+        self.k, self.terms, self.expm1, self.prefill_context = k, terms, c.expm1, prefill_context
         self.width = width = decode * k.width_k
         self.logits = width * k.logit_fl
         seen, window_seen, read = _context_terms(c, context)
@@ -226,15 +229,14 @@ class _Pricer:
         self.reads = decode * read / k.bw
 
     def __call__(self, prefill=0.0) -> np.ndarray:
-        c, width = self.c, self.width
-        k, terms = c.k, c.terms
+        k, terms, width = self.k, self.terms, self.width
         tokens = width + prefill
         total = np.maximum((tokens * k.dense_fl + self.logits) / k.gemm_s, k.dense_read)
         if "experts" in terms:
             # Routed experts. A dense worker's coefficients are all 0 here, which makes its term an exact 0 (see
             # `_pack`), as the scalar step that leaves the term out.
             group_tokens = tokens * k.dp
-            touched = k.experts_local * -c.expm1(group_tokens * k.miss)
+            touched = k.experts_local * -self.expm1(group_tokens * k.miss)
             rows = np.maximum(group_tokens * k.active * k.experts_local / k.experts, touched * k.tile)
             moe = np.maximum(rows * k.expert_fl / k.gemm_s, touched * k.expert_bytes / k.mem_s)
             moe = moe + tokens * k.moe_token
