@@ -436,7 +436,9 @@ def _flag_case(case: Case, inputs: Inputs, rng: random.Random) -> None:
         if rng.random() < 0.2:
             argv += ["--max-rate", "--slo", f"ttft_p99={rng.choice(values)}ms"]
         if rng.random() < 0.15:
-            argv += ["--mode", "disagg", "--prefill", f"tp={values[0]}", "--decode", f"tp=1,batch={values[-1]}"]
+            # Half of them on a layout that runs, so that the hostile flags reach the disaggregated model itself.
+            layout = rng.choice([(f"tp={values[0]}", f"tp=1,batch={values[-1]}"), ("tp=2", "tp=1")])
+            argv += ["--mode", "disagg", "--prefill", layout[0], "--decode", layout[1]]
     elif command == "bench":
         argv = ["bench", "--simulate", plan_path, "--requests", "30", "--json"] + inputs.plans[plan_name][1]
         for value in values:

@@ -15,7 +15,7 @@ Vector open loop: `infra.perf.vector.predict_open_agg` over every deployment of 
 length mixes at rates from a trickle to past saturation, full predictions (percentiles included) in one call;
 the scalar `open_loop_agg` on a sample of the same cases for comparison. Vector disaggregated open loop:
 `predict_open_disagg` over the same layouts as prefill/decode units (one prefill and two decode workers), against
-the scalar `disagg` likewise.
+the scalar `disagg` likewise, and as closed loops at the client counts in turn (`predict_closed_disagg`).
 Single process, single thread.
 """
 
@@ -40,7 +40,7 @@ from infra.perf.estimate import build_workers, compile_deployment, estimate, est
 from infra.perf.serving import closed_loop_agg, disagg, open_loop_agg  # noqa: E402
 from infra.perf.shape import Deployment, Parallel, Role, Workload  # noqa: E402
 from infra.perf.vector import predict_open_agg, predict_open_disagg  # noqa: E402
-from infra.perf.vector_closed import predict_closed_agg  # noqa: E402
+from infra.perf.vector_closed import predict_closed_agg, predict_closed_disagg  # noqa: E402
 
 MODELS = ["Llama-3.1-8B", "Llama-3.1-70B", "Qwen3-32B", "Qwen3-235B-A22B", "DeepSeek-V3", "gpt-oss-120b"]
 DEVICES = ["H100-SXM", "H200", "B200", "A100-80G", "L40S", "Ascend-910B3", "MI300X"]
@@ -177,6 +177,10 @@ def main() -> int:
     units = disagg_cases(deps, cat)
     vector_pd, stable_pd = _best_of_three(predict_open_disagg, units)
     scalar_pd = _scalar(disagg, units)
+    closed_units = [(wp, wd, prefill, decode, replace(wl, rate=None, concurrency=clients), link)
+                    for (wp, wd, prefill, decode, wl, link), clients in zip(units, itertools.cycle(CLIENTS))]
+    vector_pdc, stable_pdc = _best_of_three(predict_closed_disagg, closed_units)
+    scalar_pdc = _scalar(disagg, closed_units)
     print(f"fast path: {fast:,.0f} candidates/s ({scored} scored, {fits} fit memory)")
     print(f"full estimate: {full:,.0f} estimates/s ({full_n} deployments, closed loop)")
     print(f"vector open-loop: {vector:,.0f} predictions/s ({len(cases)} cases, {stable} stable; scalar "
@@ -186,10 +190,13 @@ def main() -> int:
     print(f"full estimates in vector passes: {vector_est:,.0f} estimates/s (estimates() of the same closed loops)")
     print(f"vector disaggregated open-loop: {vector_pd:,.0f} predictions/s ({len(units)} cases, {stable_pd} stable; "
           f"scalar disagg {scalar_pd:,.0f}/s on every {SCALAR_SAMPLE}th)")
+    print(f"vector disaggregated closed loop: {vector_pdc:,.0f} predictions/s ({len(closed_units)} cases, {stable_pdc} "
+          f"stable; scalar disagg {scalar_pdc:,.0f}/s on every {SCALAR_SAMPLE}th)")
     if args.json:
         print(json.dumps({"fast_path_per_s": round(fast), "full_estimate_per_s": round(full),
                           "vector_open_loop_per_s": round(vector), "vector_closed_loop_per_s": round(vector_cl),
-                          "vector_estimates_per_s": round(vector_est), "vector_disagg_per_s": round(vector_pd)}))
+                          "vector_estimates_per_s": round(vector_est), "vector_disagg_per_s": round(vector_pd),
+                          "vector_disagg_closed_per_s": round(vector_pdc)}))
     return 0
 
 

@@ -41,7 +41,7 @@ from infra.perf.serving import (
 )
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 from infra.perf.vector import predict_open_agg, predict_open_disagg
-from infra.perf.vector_closed import predict_closed_agg
+from infra.perf.vector_closed import predict_closed_agg, predict_closed_disagg
 
 
 class ShapeError(InfraError):
@@ -251,6 +251,10 @@ def _predict(dep: Deployment, wl: Workload, workers: dict[str, Worker], link: fl
                                      f"{w.memory.kv_gb:.2f} GB is left",
                                      fix="use more devices per replica or shorter requests"))
         return closed_loop_agg(w, dep.agg, wl) if wl.concurrency is not None else open_loop_agg(w, dep.agg, wl)
+    if wl.concurrency is not None and wl.osl <= 1:
+        raise ShapeError(Problem(f"with answers of {wl.osl:g} token the decode workers of a disaggregated deployment "
+                                 "have nothing to do: a closed loop of such requests is its prefill alone",
+                                 fix="serve them aggregated (--mode agg), or give answers of more than one token"))
     return disagg(workers["prefill"], workers["decode"], dep.prefill, dep.decode, wl, link)
 
 
@@ -585,15 +589,18 @@ def estimates(loads: Sequence[tuple[Compiled, Workload]]) -> list[Estimate | Inf
 
 
 def predictions(loads: Sequence[tuple[Compiled, Workload]]) -> list[Prediction | InfraError]:
-    """`[compiled.predict(load) for compiled, load in loads]`, each failure returned in its place: the open loops
-    and the aggregated closed loops predicted together in vector passes (`infra.perf.vector`,
-    `infra.perf.vector_closed`: the scalar model's results), each kind apart, where there are enough of them for
+    """`[compiled.predict(load) for compiled, load in loads]`, each failure returned in its place: open and closed
+    loops predicted together in vector passes (`infra.perf.vector`, `infra.perf.vector_closed`: the scalar model's
+    results), each kind apart, where there are enough of them for
     it to pay; the rest one by one."""
     out: list[Prediction | InfraError | None] = [None] * len(loads)
-    agg, closed, pd = [], [], []
+    agg, closed, pd, pd_closed = [], [], [], []
     for i, (one, wl) in enumerate(loads):
         if wl.concurrency is not None:
-            if one.deployment.mode == "agg" and one.workers["agg"].max_sequences(wl.isl + wl.osl) >= 1:
+            if one.deployment.mode != "agg":
+                if wl.osl > 1:
+                    pd_closed.append(i)
+            elif one.workers["agg"].max_sequences(wl.isl + wl.osl) >= 1:
                 closed.append(i)
         elif wl.rate is None:
             continue
@@ -607,12 +614,13 @@ def predictions(loads: Sequence[tuple[Compiled, Workload]]) -> list[Prediction |
                             exact=True)
             for i, pred in zip(group, preds):
                 out[i] = loads[i][0].corrected(loads[i][1], pred)
-    if len(pd) >= VECTOR_MIN:
-        preds = predict_open_disagg([(one.workers["prefill"], one.workers["decode"], one.deployment.prefill,
-                                      one.deployment.decode, wl, one.link) for one, wl in (loads[i] for i in pd)],
-                                    exact=True)
-        for i, pred in zip(pd, preds):
-            out[i] = loads[i][0].corrected(loads[i][1], pred)
+    for group, predict in ((pd, predict_open_disagg), (pd_closed, predict_closed_disagg)):
+        if len(group) >= VECTOR_MIN:
+            preds = predict([(one.workers["prefill"], one.workers["decode"], one.deployment.prefill,
+                              one.deployment.decode, wl, one.link) for one, wl in (loads[i] for i in group)],
+                            exact=True)
+            for i, pred in zip(group, preds):
+                out[i] = loads[i][0].corrected(loads[i][1], pred)
     for i, (one, wl) in enumerate(loads):
         if out[i] is None:
             try:

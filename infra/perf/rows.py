@@ -13,7 +13,6 @@ import functools
 import json
 import math
 import re
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,7 +30,7 @@ from infra.perf.estimate import predict as serving_predict
 from infra.perf.heap import collector_paused
 from infra.perf.serving import Prediction
 from infra.perf.shape import Deployment, Parallel, Role, Workload
-from infra.perf.vector_closed import predict_closed_agg
+from infra.perf.vector_closed import predict_closed_agg, predict_closed_disagg
 
 REPLAY_MEMORY = 0.95
 """Benchmarked deployments run engines at their highest memory settings (SGLang sizes its static pool at 0.88-0.95
@@ -427,8 +426,10 @@ def _variants(case: Case) -> list[Case]:
 
 
 def _geomean(values: list[tuple[float, float]]) -> tuple[float, float]:
-    return (math.exp(statistics.fmean(math.log(t) for t, _ in values)),
-            math.exp(statistics.fmean(math.log(p) for _, p in values)))
+    # (`statistics.fmean`'s own sum and division, without its generator machinery: a fit takes it per row)
+    n = len(values)
+    return (math.exp(math.fsum([math.log(t) for t, _ in values]) / n),
+            math.exp(math.fsum([math.log(p) for _, p in values]) / n))
 
 
 def predict(case: Case, catalog: Catalog, factors: Factors | None = None) -> tuple[float, float] | str:
@@ -517,8 +518,9 @@ def compiled(case: Case, catalog: Catalog, shared: dict[Deployment, tuple[dict[s
 
 
 def replay(runs: Sequence[Replay], factors: Sequence[Factors]) -> list[tuple[float, float]]:
-    """`[run(f) for run, f in zip(runs, factors)]`, with every aggregated closed loop among them predicted in one
-    vector pass (`predict_closed_agg`, the scalar predictions to the last bit): most of a fit's rows."""
+    """`[run(f) for run, f in zip(runs, factors)]`, with the closed loops among them predicted in vector passes,
+    aggregated and disaggregated apart (`predict_closed_agg`, `predict_closed_disagg`: the scalar predictions to
+    the last bit)."""
     with collector_paused():  # thousands of workers alive at once, none in a cycle (`infra.perf.heap`)
         return _replay(runs, factors)
 
@@ -527,16 +529,20 @@ def _replay(runs: Sequence[Replay], factors: Sequence[Factors]) -> list[tuple[fl
     seen: dict[tuple[int, int], tuple[Factors, Worker]] = {}
     rebound = [run.rebound(f, seen) for run, f in zip(runs, factors)]
     preds: list[list[Prediction | None]] = [[None] * len(parts) for parts in rebound]
-    closed, where = [], []
+    agg, agg_at, pd, pd_at = [], [], [], []
     for i, parts in enumerate(rebound):
-        for j, (one, workers, _) in enumerate(parts):
+        for j, (one, workers, link) in enumerate(parts):
             dep, wl = one.deployment, one.workload
-            if dep.mode == "agg" and wl.concurrency is not None and \
-                    workers["agg"].max_sequences(wl.isl + wl.osl) >= 1:
-                closed.append((workers["agg"], dep.agg, wl))
-                where.append((i, j))
+            if wl.concurrency is None or (dep.mode == "agg" and workers["agg"].max_sequences(wl.isl + wl.osl) < 1) \
+                    or (dep.mode != "agg" and wl.osl <= 1):
+                preds[i][j] = serving_predict(dep, wl, workers, link)  # (or its error, as alone)
+            elif dep.mode == "agg":
+                agg.append((workers["agg"], dep.agg, wl))
+                agg_at.append((i, j))
             else:
-                preds[i][j] = serving_predict(dep, wl, workers, parts[j][2])
-    for (i, j), pred in zip(where, predict_closed_agg(closed, exact=True)):
-        preds[i][j] = pred
+                pd.append((workers["prefill"], workers["decode"], dep.prefill, dep.decode, wl, link))
+                pd_at.append((i, j))
+    for where, got in ((agg_at, predict_closed_agg(agg, exact=True)), (pd_at, predict_closed_disagg(pd, exact=True))):
+        for (i, j), pred in zip(where, got):
+            preds[i][j] = pred
     return [_summary(p) for p in preds]  # type: ignore[arg-type]

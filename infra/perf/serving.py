@@ -977,7 +977,9 @@ def _kv_transfer(w_prefill: Worker, isl: float, link_bytes_s: float) -> float:
 
 
 def _prefill_rate(wp: Worker, isl_eff: float, isl: float, chunk: int) -> float:
-    """Requests per second one prefill group completes when kept busy."""
+    """Requests per second one prefill group completes when kept busy. A prompt computes one token at least, its
+    last, whose logits give the first output token, however much of it the prefix cache holds."""
+    isl_eff = max(isl_eff, 1.0)
     if isl_eff <= chunk:
         k = max(1, int(chunk // isl_eff))
         return k / wp.step(0.0, 0.0, k * isl_eff, isl / 2)

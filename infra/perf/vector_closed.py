@@ -197,6 +197,83 @@ def _closed_loop(c: _Cases) -> dict[str, np.ndarray]:
             "saturated": saturated}
 
 
+def _spread(mean: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """`serving._spread`: the rows mean, p50 .. p99.9."""
+    rows = [mean]
+    for q in _Q:
+        point = first + q * (last - first)
+        if q <= 0.5:
+            point = np.where(first == last, mean, point)
+        rows.append(np.maximum(point, 0.0))
+    rows[1] = np.maximum(rows[1], np.minimum(mean, last))
+    return np.array(rows)
+
+
+def _closed_disagg(cp: _Cases, cd: _Cases, link: np.ndarray, devices: np.ndarray, transfer_ms: np.ndarray,
+                   prefill_workers: np.ndarray, decode_workers: np.ndarray) -> dict[str, np.ndarray]:
+    """`serving.disagg`'s closed loop over cases whose decode KV cache holds a request: `cp` the prefill workers
+    (with the cases' workloads and prefill roles), `cd` the decode workers (decode roles); a role's workers 0
+    where the model sizes them."""
+    clients, osl, isl = cd.clients, cd.osl, cd.isl
+    # `_size_decode`
+    cap = cd.cap
+    dp_d, dp_p = cd.k.dp, cp.k.dp
+    sized_d = decode_workers == 0
+    n_d = np.where(sized_d, np.maximum(1.0, np.ceil(np.ceil(clients / np.maximum(cap, 1.0)) / dp_d)), decode_workers)
+    d_groups = n_d * dp_d
+    # `_prefill_rate` (a prompt computes one token at least)
+    isl_eff, chunk = cp.isl_eff, cp.chunk
+    least = np.maximum(isl_eff, 1.0)
+    fits = least <= chunk
+    k = np.maximum(1.0, np.floor_divide(chunk, least))
+    one, whole = _step(cp, 0.0, 0.0, np.stack([np.where(fits, k * least, chunk), chunk]), cp.half_isl)
+    per_prefill = np.where(fits, k / one, 1.0 / (whole * least / chunk))
+    kv = cp.kv_full * isl + cp.kv_swa_token * np.minimum(isl, cp.k.window) + cp.state_bytes
+    transfer = kv * devices / np.maximum(link, 1.0) + transfer_ms * 1e-3
+    req = cp.request_s
+    steps = osl - 1
+    per_group = clients / d_groups
+    b = np.minimum(per_group, cap)
+    tpot = _step(cd, b, cd.ctx) / cd.accept
+    x_decode = d_groups * b / (steps * tpot)
+    sized_p = prefill_workers == 0
+    n_p = np.where(sized_p, np.maximum(1.0, np.ceil(x_decode / (serving.PREFILL_TARGET_LOAD * per_prefill) / dp_p)),
+                   prefill_workers)
+    p_groups = n_p * dp_p
+    # `_burst_ttft` with the prefill worker's first wave
+    held = per_group <= cap
+    n = np.where(held, clients / p_groups, b * d_groups / p_groups)
+    total = n * isl_eff
+    small = total <= chunk
+    alone, t_chunk = _step(cp, 0.0, 0.0, np.stack([total, chunk]), cp.half_isl)
+    first = np.where(small, alone, t_chunk * np.maximum(1.0, isl_eff / chunk))
+    last = np.where(small, alone, t_chunk * (total / chunk))
+    mean = np.where(small, alone, first + cp.queue * (last - first))
+    ttft_mean = req + mean + transfer
+    # Clients waiting for or in their prefill are not decoding: the decode batch by Little's law, in twelve steps
+    # at most, each element stopping at its own test.
+    live = held.copy()
+    for _ in range(12):
+        i = np.flatnonzero(live)
+        if not i.size:
+            break
+        b_i, tpot_i = b[i], tpot[i]
+        b_new = clients[i] * steps[i] * tpot_i / (ttft_mean[i] + steps[i] * tpot_i) / d_groups[i]
+        done = np.abs(b_new - b_i) < 1e-3 * b_i
+        b[i] = b_new
+        tpot[i] = _step(cd.take(i), b_new, cd.ctx[i]) / cd.accept[i]
+        live[i] = ~done
+    e2e = np.where(held, ttft_mean + steps * tpot, 0.0)
+    x = np.where(held, clients / e2e, np.minimum(x_decode, p_groups * per_prefill))
+    e2e = np.where(held, e2e, clients / x)
+    behind = e2e - steps * tpot
+    ttft_mean = np.where(~held & (behind > ttft_mean), behind, ttft_mean)
+    early, late = req + first + transfer, req + last + transfer
+    ttft = _spread(ttft_mean, early, np.where(2 * ttft_mean - req - first > late, 2 * ttft_mean - req - first, late))
+    return {"ttft": ttft, "tpot": tpot, "e2e": ttft + steps * tpot, "throughput": x, "output": x * osl, "batch": b,
+            "load": b / cap, "prefill": n_p, "decode": n_d, "sized_p": sized_p, "sized_d": sized_d}
+
+
 def predict_closed_agg(cases: Sequence[tuple[Worker, Role, Workload]], *, exact: bool = False) -> list[Prediction]:
     """`[serving.closed_loop_agg(w, role, wl) for w, role, wl in cases]`, computed for all the cases at once: the
     same predictions field for field (to the last bit with `exact`, see `infra.perf.vector.predict_open_agg`).
@@ -229,4 +306,38 @@ def _predictions(cases: Sequence[tuple[Worker, Role, Workload]], fits: np.ndarra
     return preds  # type: ignore[return-value]
 
 
-__all__ = ["PERCENTILES", "predict_closed_agg"]
+def predict_closed_disagg(cases: Sequence[tuple[Worker, Worker, Role, Role, Workload, float]], *,
+                          exact: bool = False) -> list[Prediction]:
+    """`[serving.disagg(wp, wd, prefill, decode, wl, link) for ...]` for closed-loop workloads, all at once: the
+    same predictions field for field (to the last bit with `exact`)."""
+    if not cases:
+        return []
+    with collector_paused(), np.errstate(all="ignore"):
+        cd = _pack([(wd, decode, wl) for _, wd, _, decode, wl, _ in cases], exact, closed=True)
+        fits = cd.cap >= 1
+        some = np.flatnonzero(fits)
+        preds: list[Prediction | None] = [None] * len(cases)
+        for i in np.flatnonzero(~fits).tolist():
+            preds[i] = serving._unstable({"prefill": 0, "decode": 0}, float("inf"),
+                                         "one request does not fit the decode KV cache")
+        if not some.size:
+            return preds  # type: ignore[return-value]
+        picked = [cases[i] for i in some.tolist()]
+        cp = _pack([(wp, prefill, wl) for wp, _, prefill, _, wl, _ in picked], exact, closed=True)
+        per_case = np.array([(link, wp.parallel.devices, wd.factors.transfer_ms, prefill.workers or 0,
+                              decode.workers or 0) for wp, wd, prefill, decode, _, link in picked], float).T
+        got = _closed_disagg(cp, cd.take(some), *per_case)
+        ttft = map(dict, map(zip, repeat(_KEYS), zip(*got["ttft"].tolist())))
+        e2e = map(dict, map(zip, repeat(_KEYS), zip(*got["e2e"].tolist())))
+        columns = [got[k].tolist() for k in ("tpot", "throughput", "output", "batch", "load", "prefill", "decode",
+                                             "sized_p", "sized_d")]
+        for i, t, e, (tpot, x, out, b, load, n_p, n_d, sized_p, sized_d) in zip(some.tolist(), ttft, e2e,
+                                                                                 zip(*columns)):
+            n_p, n_d = int(n_p), int(n_d)
+            notes = [serving._sized_note(sized_p, n_p, sized_d, n_d, "assumed")] if sized_p or sized_d else []
+            tp = dict.fromkeys(_KEYS, tpot)
+            preds[i] = _prediction(t, tp, tp, e, x, out, b, load, True, {"prefill": n_p, "decode": n_d}, notes)
+        return preds  # type: ignore[return-value]
+
+
+__all__ = ["PERCENTILES", "predict_closed_agg", "predict_closed_disagg"]

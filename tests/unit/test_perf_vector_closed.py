@@ -11,12 +11,13 @@ import random
 
 import pytest
 
-from infra.perf.estimate import VECTOR_MIN, compile_deployment, estimates
-from infra.perf.serving import closed_loop_agg
+from infra.errors import InfraError
+from infra.perf.estimate import VECTOR_MIN, compile_deployment, estimate, estimates
+from infra.perf.serving import closed_loop_agg, disagg
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 from infra.perf.vector import predict_open_agg
-from infra.perf.vector_closed import predict_closed_agg
-from tests.unit.test_perf_vector import CAT, MIXES, WORKERS, _cases, _difference, _role
+from infra.perf.vector_closed import predict_closed_agg, predict_closed_disagg
+from tests.unit.test_perf_vector import CAT, MIXES, WORKERS, _cases, _difference, _pd_pairs, _role
 
 CLIENTS = (1, 2, 3, 8, 32, 100, 512, 4096)
 
@@ -96,8 +97,11 @@ def test_no_cases_and_open_loops():
 def test_estimates_at_client_counts_are_those_of_each_alone():
     one = compile_deployment(Deployment("Qwen3-235B-A22B", "H200", "vllm", "fp8",
                                         agg=Role(Parallel(tp=4, ep=8, moe_tp=1, attention_dp=2))), CAT)
+    pd = compile_deployment(Deployment("Llama-3.1-70B", "H200", "vllm", "fp8", "disagg",
+                                       prefill=Role(Parallel(tp=4)), decode=Role(Parallel(tp=4), workers=2)), CAT)
     rng = random.Random(6)
-    loads = [(one, _closed(rng, rng.choice(CLIENTS))) for _ in range(2 * VECTOR_MIN)]
+    loads = [(c, _closed(rng, rng.choice(CLIENTS))) for c in (one, pd) for _ in range(2 * VECTOR_MIN)]
+    loads = [(c, wl) for c, wl in loads if wl.osl > 1]
     for (c, wl), est in zip(loads, estimates(loads)):
         alone = c.at(wl)
         assert est.prediction == alone.prediction
@@ -114,3 +118,48 @@ def test_a_vector_pass_leaves_nothing_that_only_the_cyclic_collector_frees(sweep
     predict_closed_agg(cases[:400], exact=True)
     predict_open_agg(open_loops)
     assert gc.collect() == 0
+
+
+def _pd_kind(case, pred) -> str:
+    wp, wd, prefill, decode, wl, _ = case
+    if not pred.stable:
+        return "no fit"
+    groups = pred.workers["decode"] * wd.parallel.attention_dp
+    return "clients past the decode batch" if wl.concurrency / groups > pred.batch / pred.load + 1e-9 else "held"
+
+
+def test_vector_disaggregated_closed_loop_equals_the_scalar_one_to_the_last_bit():
+    rng = random.Random(21)
+    pairs = _pd_pairs()
+    cases = []
+    for _ in range(1500):
+        wp, wd, prefill, decode, link = rng.choice(pairs)
+        wl = _closed(rng, rng.choice(CLIENTS))
+        if wl.osl > 1:
+            cases.append((wp, wd, prefill, decode, wl, link))
+    want = [disagg(*c) for c in cases]
+    assert predict_closed_disagg(cases, exact=True) == want
+    assert {_pd_kind(c, p) for c, p in zip(cases, want)} == {"no fit", "clients past the decode batch", "held"}
+    notes = {p.assumptions[0].split(" worker(s)")[0] for p in want if p.assumptions}
+    assert len(notes) >= 3, notes  # prefill, decode, or both sized by the model
+    assert any(p.stable and not p.assumptions for p in want)
+
+
+def test_a_prompt_the_prefix_cache_holds_whole_still_computes_its_last_token():
+    dep = Deployment("Llama-3.1-70B", "H200", "vllm", "fp8", "disagg", prefill=Role(Parallel(tp=4)),
+                     decode=Role(Parallel(tp=4)))
+    for load in ({"concurrency": 8}, {"rate": 2.0}):
+        cached = estimate(dep, Workload(isl=4096, osl=64, prefix_hit=1.0, **load), CAT).prediction
+        fresh = estimate(dep, Workload(isl=4096, osl=64, **load), CAT).prediction
+        assert cached.stable and 0 < cached.ttft["mean"] < fresh.ttft["mean"]
+    one = compile_deployment(dep, CAT)
+    loads = [(one, Workload(isl=4096, osl=64, concurrency=c, prefix_hit=h)) for c in range(1, 17) for h in (0.5, 1.0)]
+    assert [e.prediction for e in estimates(loads)] == [one.at(wl).prediction for _, wl in loads]
+
+
+def test_one_token_answers_of_a_disaggregated_closed_loop_are_refused_with_a_reason():
+    dep = Deployment("Llama-3.1-70B", "H200", "vllm", "fp8", "disagg", prefill=Role(Parallel(tp=4)),
+                     decode=Role(Parallel(tp=4)))
+    with pytest.raises(InfraError, match="decode workers of a disaggregated deployment have nothing to do"):
+        estimate(dep, Workload(isl=512, osl=1, concurrency=4), CAT)
+    assert estimate(dep, Workload(isl=512, osl=2, concurrency=4), CAT).prediction.stable
