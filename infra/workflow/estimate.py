@@ -23,7 +23,9 @@ def estimate(case: dict[str, Any], catalog_dirs: tuple[Path, ...] = (),
 
 def estimate_cases(path: str | Path, catalog_dirs: tuple[Path, ...] = (),
                    calibration: str | Path | None = None) -> list[dict[str, Any]]:
-    """One result per line of a JSONL file of cases; a line that fails gives `{"line": n, "error": ...}`."""
+    """One result per line of a JSONL file of cases; a line that fails gives `{"line": n, "error": ...}`. The
+    cases' loads, open and closed, are predicted together in vector passes where there are enough of them (the
+    same results as one by one)."""
     catalog = load_catalog(catalog_dirs)
     cal = load_calibration(calibration) if calibration is not None else None
     lines: list[int] = []
