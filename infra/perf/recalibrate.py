@@ -52,7 +52,7 @@ from infra.perf.correction import (
     with_tails,
     with_ttft,
 )
-from infra.perf.rows import Case, compiled
+from infra.perf.rows import Case, Replay, compiled, replay
 from infra.perf.serving import Prediction, z_of
 
 EVIDENCE = {"device": 1.0, "framework": 1.0, "model": 1.0, "deployment": 0.25}
@@ -125,15 +125,36 @@ class Row:
         return [(metric, *best[metric]) for metric in ("ttft", "tpot") if metric in best]
 
 
-def runner(case: Case, catalog: Catalog, base: Callable[[Case], Factors] | None = None
-           ) -> Callable[[float], tuple[float, float]] | str:
+@dataclass(frozen=True)
+class Stepped:
+    """(TTFT ms, TPOT ms) of a measured case at a step multiplier on its factors: `replay` predicts many cases'
+    at once."""
+
+    run: Replay
+    factors: Factors
+
+    def __call__(self, step: float) -> tuple[float, float]:
+        return self.run(scaled(self.factors, step))
+
+
+def runner(case: Case, catalog: Catalog, base: Callable[[Case], Factors] | None = None) -> Stepped | str:
     """Predictions of a measured case with a step multiplier on the packaged factors (or on `base(case)`: a
     benchmark's prior fitted without the case's model), or why there are none."""
     run = compiled(case, catalog)
     if isinstance(run, str):
         return run
-    factors = _base(case, catalog, base)
-    return lambda step: run(scaled(factors, step))
+    return Stepped(run, _base(case, catalog, base))
+
+
+def _predict_at(rows: list[Row], log_steps: list[float]) -> None:
+    """Make the predictions each row lacks at its log step multiplier, together in vector passes
+    (`infra.perf.rows.replay`, each the one `Row.at` would make)."""
+    need = {(id(r), s): (r, s) for r, s in zip(rows, log_steps) if s not in r.seen and isinstance(r.run, Stepped)}
+    if not need:
+        return
+    got = replay([r.run.run for r, _ in need.values()], [scaled(r.run.factors, math.exp(s)) for r, s in need.values()])
+    for (r, s), pred in zip(need.values(), got):
+        r.seen[s] = pred
 
 
 def _base(case: Case, catalog: Catalog, base: Callable[[Case], Factors] | None) -> Factors:
@@ -250,14 +271,28 @@ def _dates(rows: list[Row]) -> tuple[str | None, str | None]:
 
 def fit(rows: list[Row]) -> list[Node]:
     """The correction of every level the rows reach."""
-    if not rows:
-        return []
-    lo, hi = (math.log(b) for b in STEP_BOUNDS)
+    return fits([rows])[0]
 
-    def bound(x: float) -> float:
-        return min(max(x, lo), hi)
 
+def fits(sets: list[list[Row]]) -> list[list[Node]]:
+    """`fit` of each set of rows (the folds of a cross-validation), with the predictions every set's TTFT
+    corrections rest on made together in vector passes."""
+    steps = [_step_levels(rows) for rows in sets]
+    _predict_at([r for rows in sets for r in rows],
+                [step[("deployment", r.keys["deployment"])][0] for rows, step in zip(sets, steps) for r in rows])
+    return [_nodes(rows, step) if rows else [] for rows, step in zip(sets, steps)]
+
+
+def _bound(x: float) -> float:
+    """A log correction within `STEP_BOUNDS`."""
+    return min(max(x, math.log(STEP_BOUNDS[0])), math.log(STEP_BOUNDS[1]))
+
+
+def _step_levels(rows: list[Row]) -> dict[tuple[str, str], tuple[float, float]]:
+    """The step correction (log, weight) of every level the rows reach."""
     step: dict[tuple[str, str], tuple[float, float]] = {}
+    if not rows:
+        return step
 
     def step_parent(r: Row, level: str) -> float:
         above = LEVELS[LEVELS.index(level) - 1]
@@ -266,8 +301,13 @@ def fit(rows: list[Row]) -> list[Node]:
     def step_residual(r: Row, level: str) -> float:
         return r.step
 
-    step = _levels(rows, step_residual, step_parent, step, bound)
+    return _levels(rows, step_residual, step_parent, step, _bound)
 
+
+def _nodes(rows: list[Row], step: dict[tuple[str, str], tuple[float, float]]) -> list[Node]:
+    """Every level's correction: its step (`_step_levels`), the TTFT correction the rows' predictions under it
+    leave, and a deployment's TTFT by load and its tails."""
+    bound = _bound
     ttft: dict[tuple[str, str], tuple[float, float]] = {}
 
     def ttft_residual(r: Row, level: str) -> float:
@@ -497,13 +537,11 @@ def leave_one_out(rows: list[Row]) -> list[tuple[Row, tuple[float, float]]] | No
         devices.setdefault(r.keys["device"], []).append(r)
     if len(groups) < 2:
         return None
-    out = []
-    for g, held in sorted(groups.items()):
-        # Every level a point can match lies under its device, so the rows of other devices change nothing it is
-        # predicted with: fit on the device's other rows only.
-        nodes = fit([r for r in devices[held[0].keys["device"]] if r.keys["deployment"] != g])
-        out += [(r, predict(r, nodes)) for r in held]
-    return out
+    # Every level a point can match lies under its device, so the rows of other devices change nothing it is
+    # predicted with: fit on the device's other rows only.
+    held_out = sorted(groups.items())
+    folds = fits([[r for r in devices[held[0].keys["device"]] if r.keys["deployment"] != g] for g, held in held_out])
+    return [(r, predict(r, nodes)) for (_, held), nodes in zip(held_out, folds) for r in held]
 
 
 FAR = 3.0
@@ -543,16 +581,16 @@ def leave_one_load_out(rows: list[Row]) -> list[tuple[Row, list[Node]]] | None:
     by_dep: dict[str, list[Row]] = {}
     for r in rows:
         by_dep.setdefault(r.keys["deployment"], []).append(r)
-    out = []
+    held_out, sets = [], []
     for dep, members in sorted(by_dep.items()):
         groups = _load_groups(map(_load, members))
         if len(groups) < 2:
             continue
         device = [r for r in rows if r.keys["device"] == members[0].keys["device"]]
         for group in groups:
-            nodes = fit([r for r in device if r.keys["deployment"] != dep or _load(r) not in group])
-            out += [(r, nodes) for r in members if _load(r) in group]
-    return out or None
+            sets.append([r for r in device if r.keys["deployment"] != dep or _load(r) not in group])
+            held_out.append([r for r in members if _load(r) in group])
+    return [(r, nodes) for held, nodes in zip(held_out, fits(sets)) for r in held] or None
 
 
 def document(name: str, rows: list[Row], sources: list[dict[str, Any]]) -> CalibrationFile:

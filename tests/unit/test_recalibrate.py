@@ -16,7 +16,7 @@ from infra.perf.arch import compile_worker
 from infra.perf.calibration import Factors, lookup, ttft_at
 from infra.perf.correction import dump, level_keys, load_calibration, match, scaled, with_ttft
 from infra.perf.estimate import estimate
-from infra.perf.recalibrate import EVIDENCE, Measured, document, fit, leave_one_load_out, predict, prepare
+from infra.perf.recalibrate import EVIDENCE, Measured, document, fit, fits, leave_one_load_out, predict, prepare
 from infra.perf.rows import Case
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 from infra.report.calibration import print_calibration
@@ -259,3 +259,17 @@ def test_windows_at_nearby_loads_are_one_load_of_the_ttft_multipliers():
     assert [p.ttft for p in node.loads] == pytest.approx([1.25, 1.85], rel=0.05)
     held = leave_one_load_out(rows)
     assert held is not None and len(held) == 5 and len({id(nodes) for _, nodes in held}) == 2
+
+
+def test_folds_fitted_together_are_each_fold_fitted_alone():
+    """`fits` makes every fold's predictions in vector passes before any fold's TTFT corrections: the nodes are
+    those of `fit` on each fold, made on rows that predicted nothing yet."""
+    other = Deployment("Llama-3.1-70B", "H100", "vllm", "fp8", agg=Role(Parallel(tp=4), batch_cap=256))
+    points = [_measured(f * t, g * p, clients, dep=dep, source=f"{dep.model}:{clients}")
+              for dep, f, g in ((DEP, 1.3, 1.2), (other, 0.8, 0.9)) for clients in (2, 4, 8, 16, 32, 64, 128)
+              for t, p in (_prior(clients, dep=dep),)]
+    rows = prepare(points, CAT)[0]
+    together = fits([[r for k, r in enumerate(rows) if k % 5 != i] for i in range(5)])
+    alone = [fit([r for k, r in enumerate(prepare(points, CAT)[0]) if k % 5 != i]) for i in range(5)]
+    assert together == alone
+    assert len({n.ttft for nodes in together for n in nodes if n.level == "deployment"}) > 2
