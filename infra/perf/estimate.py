@@ -589,45 +589,56 @@ def estimates(loads: Sequence[tuple[Compiled, Workload]]) -> list[Estimate | Inf
 
 
 def predictions(loads: Sequence[tuple[Compiled, Workload]]) -> list[Prediction | InfraError]:
-    """`[compiled.predict(load) for compiled, load in loads]`, each failure returned in its place: open and closed
-    loops predicted together in vector passes (`infra.perf.vector`, `infra.perf.vector_closed`: the scalar model's
-    results), each kind apart, where there are enough of them for
-    it to pay; the rest one by one."""
+    """`[compiled.predict(load) for compiled, load in loads]`, each failure returned in its place (`predict_all`,
+    then each one's calibration)."""
+    raw = predict_all([(one.deployment, wl, one.workers, one.link) for one, wl in loads])
+    return [p if isinstance(p, InfraError) else one.corrected(wl, p) for (one, wl), p in zip(loads, raw)]
+
+
+Load = tuple[Deployment, Workload, dict[str, Worker], float]
+"""A deployment, its workload, its compiled workers and the link of its KV-cache hand-off: what `_predict` takes."""
+
+
+def predict_all(loads: Sequence[Load]) -> list[Prediction | InfraError]:
+    """`[_predict(*load) for load in loads]`, each failure returned in its place: open and closed loops, aggregated
+    and disaggregated, predicted together in vector passes (`infra.perf.vector`, `infra.perf.vector_closed`: the
+    scalar model's results), each kind apart, where there are enough of a kind for it to pay; the rest, and the
+    loads `_predict` refuses, one by one."""
     out: list[Prediction | InfraError | None] = [None] * len(loads)
-    agg, closed, pd, pd_closed = [], [], [], []
-    for i, (one, wl) in enumerate(loads):
-        if wl.concurrency is not None:
-            if one.deployment.mode != "agg":
-                if wl.osl > 1:
-                    pd_closed.append(i)
-            elif one.workers["agg"].max_sequences(wl.isl + wl.osl) >= 1:
-                closed.append(i)
-        elif wl.rate is None:
-            continue
-        elif one.deployment.mode != "agg":
-            pd.append(i)
-        elif one.workers["agg"].max_sequences(wl.isl + wl.osl) >= 1:
-            agg.append(i)
-    for group, predict in ((agg, predict_open_agg), (closed, predict_closed_agg)):
-        if len(group) >= VECTOR_MIN:
-            preds = predict([(loads[i][0].workers["agg"], loads[i][0].deployment.agg, loads[i][1]) for i in group],
-                            exact=True)
-            for i, pred in zip(group, preds):
-                out[i] = loads[i][0].corrected(loads[i][1], pred)
-    for group, predict in ((pd, predict_open_disagg), (pd_closed, predict_closed_disagg)):
-        if len(group) >= VECTOR_MIN:
-            preds = predict([(one.workers["prefill"], one.workers["decode"], one.deployment.prefill,
-                              one.deployment.decode, wl, one.link) for one, wl in (loads[i] for i in group)],
-                            exact=True)
-            for i, pred in zip(group, preds):
-                out[i] = loads[i][0].corrected(loads[i][1], pred)
-    for i, (one, wl) in enumerate(loads):
+    kinds: dict[Callable[..., list[Prediction]], list[tuple[int, tuple]]] = {}
+    for i, load in enumerate(loads):
+        got = _vector_case(*load)
+        if got is not None:
+            kinds.setdefault(got[0], []).append((i, got[1]))
+    for predict_many, members in kinds.items():
+        if len(members) >= VECTOR_MIN:
+            for (i, _), pred in zip(members, predict_many([case for _, case in members], exact=True)):
+                out[i] = pred
+    for i, load in enumerate(loads):
         if out[i] is None:
             try:
-                out[i] = one.predict(wl)
+                out[i] = _predict(*load)
             except InfraError as exc:
                 out[i] = exc
     return out  # type: ignore[return-value]
+
+
+def _vector_case(dep: Deployment, wl: Workload, workers: dict[str, Worker], link: float
+                 ) -> tuple[Callable[..., list[Prediction]], tuple] | None:
+    """The vector pass that predicts a load as `_predict` does, and the load as its case; None where `_predict`
+    refuses the load (its error is raised one by one) or it is neither an open nor a closed loop."""
+    closed = wl.concurrency is not None
+    if not closed and wl.rate is None:
+        return None
+    if dep.mode == "agg":
+        w = workers["agg"]
+        if w.max_sequences(wl.isl + wl.osl) < 1:
+            return None
+        return (predict_closed_agg if closed else predict_open_agg), (w, dep.agg, wl)
+    if closed and wl.osl <= 1:
+        return None
+    return ((predict_closed_disagg if closed else predict_open_disagg),
+            (workers["prefill"], workers["decode"], dep.prefill, dep.decode, wl, link))
 
 
 VECTOR_MIN = 32
@@ -636,5 +647,5 @@ VECTOR_MIN = 32
 
 __all__ = ["Compiled", "Estimate", "PERCENTILES", "Pending", "Probe", "Search", "ShapeError", "TRICKLE_RPS",
            "build_workers", "compile_deployment", "estimate", "estimates", "finite_ms", "max_rate", "max_rate_search",
-           "meets", "missed", "objective_value", "overrun", "predict", "predictions", "run_search", "run_searches",
-           "shape_problems"]
+           "meets", "missed", "objective_value", "overrun", "predict", "predict_all", "predictions", "run_search",
+           "run_searches", "shape_problems"]

@@ -25,12 +25,11 @@ from infra.errors import InfraError, Location, Problem
 from infra.perf.arch import Worker, model_terms
 from infra.perf.calibration import Factors
 from infra.perf.cases import read_measured
-from infra.perf.estimate import build_workers
+from infra.perf.estimate import build_workers, predict_all
 from infra.perf.estimate import predict as serving_predict
 from infra.perf.heap import collector_paused
 from infra.perf.serving import Prediction
 from infra.perf.shape import Deployment, Parallel, Role, Workload
-from infra.perf.vector_closed import predict_closed_agg, predict_closed_disagg
 
 REPLAY_MEMORY = 0.95
 """Benchmarked deployments run engines at their highest memory settings (SGLang sizes its static pool at 0.88-0.95
@@ -518,9 +517,8 @@ def compiled(case: Case, catalog: Catalog, shared: dict[Deployment, tuple[dict[s
 
 
 def replay(runs: Sequence[Replay], factors: Sequence[Factors]) -> list[tuple[float, float]]:
-    """`[run(f) for run, f in zip(runs, factors)]`, with the closed loops among them predicted in vector passes,
-    aggregated and disaggregated apart (`predict_closed_agg`, `predict_closed_disagg`: the scalar predictions to
-    the last bit)."""
+    """`[run(f) for run, f in zip(runs, factors)]`, with the rows' loads predicted together in vector passes
+    (`infra.perf.estimate.predict_all`: the scalar predictions to the last bit)."""
     with collector_paused():  # thousands of workers alive at once, none in a cycle (`infra.perf.heap`)
         return _replay(runs, factors)
 
@@ -528,21 +526,14 @@ def replay(runs: Sequence[Replay], factors: Sequence[Factors]) -> list[tuple[flo
 def _replay(runs: Sequence[Replay], factors: Sequence[Factors]) -> list[tuple[float, float]]:
     seen: dict[tuple[int, int], tuple[Factors, Worker]] = {}
     rebound = [run.rebound(f, seen) for run, f in zip(runs, factors)]
-    preds: list[list[Prediction | None]] = [[None] * len(parts) for parts in rebound]
-    agg, agg_at, pd, pd_at = [], [], [], []
-    for i, parts in enumerate(rebound):
-        for j, (one, workers, link) in enumerate(parts):
-            dep, wl = one.deployment, one.workload
-            if wl.concurrency is None or (dep.mode == "agg" and workers["agg"].max_sequences(wl.isl + wl.osl) < 1) \
-                    or (dep.mode != "agg" and wl.osl <= 1):
-                preds[i][j] = serving_predict(dep, wl, workers, link)  # (or its error, as alone)
-            elif dep.mode == "agg":
-                agg.append((workers["agg"], dep.agg, wl))
-                agg_at.append((i, j))
-            else:
-                pd.append((workers["prefill"], workers["decode"], dep.prefill, dep.decode, wl, link))
-                pd_at.append((i, j))
-    for where, got in ((agg_at, predict_closed_agg(agg, exact=True)), (pd_at, predict_closed_disagg(pd, exact=True))):
-        for (i, j), pred in zip(where, got):
-            preds[i][j] = pred
-    return [_summary(p) for p in preds]  # type: ignore[arg-type]
+    got = iter(predict_all([(one.deployment, one.workload, workers, link)
+                            for parts in rebound for one, workers, link in parts]))
+    preds = [[_raised(next(got)) for _ in parts] for parts in rebound]
+    return [_summary(p) for p in preds]
+
+
+def _raised(pred: Prediction | InfraError) -> Prediction:
+    """A prediction, or its error raised as predicting the row alone raises it."""
+    if isinstance(pred, InfraError):
+        raise pred
+    return pred

@@ -447,9 +447,8 @@ def _mixed_step(c: _Cases, b: np.ndarray, seen: np.ndarray | None = None) -> np.
     array over the elements, or (j, n) for j batches of each element; `seen` (over the elements) the weight of
     the chunk-carrying steps a decoding sequence sees, 1 where not given."""
     if c.n <= _FEW:
-        if seen is None:
-            return _one_by_one(c, serving._mixed_step, b, c.ctx, c.lam, c.isl_eff, c.isl, c.chunk, c.stall)
-        return _one_by_one(c, serving._mixed_step, b, c.ctx, c.lam, c.isl_eff, c.isl, c.chunk, c.stall, seen)
+        return _one_by_one(c, serving._mixed_step, b, c.ctx, c.lam, c.isl_eff, c.isl, c.chunk, c.stall,
+                           1.0 if seen is None else seen)
     # `_chunk_cost`: the decode step, and the step with a chunk in the room the decodes leave. The decode step
     # is priced with the prompt context the chunk has, which changes nothing when there is no prompt token.
     room = np.maximum(c.chunk - b, 1.0)
@@ -991,8 +990,8 @@ def _pack(cases: Sequence[tuple[Worker, Role, Workload]], exact: bool, closed: b
     c.__dict__.update(zip(_WORKER_TERMS, per_case[len(_STEP_TERMS):]))
     for _, _, wl in cases:
         if (wl.concurrency if closed else wl.rate) is None:
-            raise ValueError("predict_closed_agg predicts closed loops: every workload needs its clients" if closed
-                             else "predict_open_agg predicts open loops: every workload needs a rate")
+            raise ValueError("a closed-loop vector pass predicts closed loops: every workload needs its clients"
+                             if closed else "predict_open_agg predicts open loops: every workload needs a rate")
     figures = np.fromiter(chain.from_iterable((wl.isl, wl.osl, wl.concurrency if closed else wl.rate, wl.arrival_cv,
                                                wl.isl_cv, wl.osl_cv, wl.prefix_hit, wl.peers,
                                                role.batch_cap or _NO_SLOTS, role.workers or 1, role.max_num_tokens)

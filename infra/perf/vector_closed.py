@@ -16,7 +16,7 @@ loads run there, and its results are the scalar ones by construction.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import repeat
 
 import numpy as np
@@ -274,6 +274,11 @@ def _closed_disagg(cp: _Cases, cd: _Cases, link: np.ndarray, devices: np.ndarray
             "load": b / cap, "prefill": n_p, "decode": n_d, "sized_p": sized_p, "sized_d": sized_d}
 
 
+def _dicts(rows: np.ndarray) -> Iterator[dict[str, float]]:
+    """Each case's {mean, p50 .. p99.9} from the rows of a metric (one column per case)."""
+    return map(dict, map(zip, repeat(_KEYS), zip(*rows.tolist())))
+
+
 def predict_closed_agg(cases: Sequence[tuple[Worker, Role, Workload]], *, exact: bool = False) -> list[Prediction]:
     """`[serving.closed_loop_agg(w, role, wl) for w, role, wl in cases]`, computed for all the cases at once: the
     same predictions field for field (to the last bit with `exact`, see `infra.perf.vector.predict_open_agg`).
@@ -295,8 +300,7 @@ def _predictions(cases: Sequence[tuple[Worker, Role, Workload]], fits: np.ndarra
         preds[i] = serving._unstable({"agg": cases[i][1].workers or 1}, float("inf"), _NO_FIT)
     if figures is None:
         return preds  # type: ignore[return-value]
-    ttft = map(dict, map(zip, repeat(_KEYS), zip(*figures["ttft"].tolist())))
-    e2e = map(dict, map(zip, repeat(_KEYS), zip(*figures["e2e"].tolist())))
+    ttft, e2e = _dicts(figures["ttft"]), _dicts(figures["e2e"])
     columns = [figures[k].tolist() for k in ("tpot", "throughput", "output", "batch", "load", "saturated")]
     for i, t, e, (tpot, x, out, b, load, saturated) in zip(some.tolist(), ttft, e2e, zip(*columns)):
         role = cases[i][1]
@@ -327,8 +331,7 @@ def predict_closed_disagg(cases: Sequence[tuple[Worker, Worker, Role, Role, Work
         per_case = np.array([(link, wp.parallel.devices, wd.factors.transfer_ms, prefill.workers or 0,
                               decode.workers or 0) for wp, wd, prefill, decode, _, link in picked], float).T
         got = _closed_disagg(cp, cd.take(some), *per_case)
-        ttft = map(dict, map(zip, repeat(_KEYS), zip(*got["ttft"].tolist())))
-        e2e = map(dict, map(zip, repeat(_KEYS), zip(*got["e2e"].tolist())))
+        ttft, e2e = _dicts(got["ttft"]), _dicts(got["e2e"])
         columns = [got[k].tolist() for k in ("tpot", "throughput", "output", "batch", "load", "prefill", "decode",
                                              "sized_p", "sized_d")]
         for i, t, e, (tpot, x, out, b, load, n_p, n_d, sized_p, sized_d) in zip(some.tolist(), ttft, e2e,

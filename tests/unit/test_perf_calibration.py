@@ -12,7 +12,7 @@ import pytest
 from infra.catalog.loader import load_catalog
 from infra.perf.arch import compile_worker
 from infra.perf.calibration import Factors
-from infra.perf.estimate import build_workers, predict
+from infra.perf.estimate import VECTOR_MIN, build_workers, predict
 from infra.perf.rows import Case, as_measured
 from infra.perf.rows import predict as replay_predict
 from infra.perf.shape import Deployment, Parallel, Role, Workload
@@ -703,7 +703,7 @@ def test_a_fits_replay_of_many_rows_is_each_rows_own_prediction_with_workers_com
     from infra.perf.rows import compiled, replay, to_case
 
     rows = [_row(silicon_data_source=f"silicon_concurrency={c}", batch_size="256", tp_size="8", moe_ep_size="8",
-                 isl=isl) for c in (1, 4, 16, 64, 256, 1024) for isl in ("1024", "4096")]
+                 isl=isl) for c in (1, 2, 4, 8, 16, 32, 64, 256, 1024) for isl in ("1024", "2048", "4096")]
     rows += [_row(model_path="meta-llama/Llama-3.1-70B", system="h200_sxm", backend="vllm", precision="fp8",
                   tp_size=str(tp), batch_size="128", silicon_data_source=f"silicon_concurrency={c}")
              for tp in (4, 8) for c in (1, 8, 32, 128)]
@@ -711,6 +711,7 @@ def test_a_fits_replay_of_many_rows_is_each_rows_own_prediction_with_workers_com
     shared: dict = {}
     runs = [compiled(case, CAT, shared) for case in cases] + [compiled(_disagg_case(True), CAT, shared)]
     assert all(not isinstance(run, str) for run in runs)
+    assert sum(one.deployment.mode == "agg" for run in runs for one, _, _ in run.built) >= VECTOR_MIN  # in a pass
     # Each deployment compiled once, whatever its loads and prompt lengths.
     assert len(shared) <= len(runs) // 4
     workers = {id(w) for run in runs for _, ws, _ in run.built for w in ws.values()}
