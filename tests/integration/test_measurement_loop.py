@@ -115,14 +115,17 @@ def test_plan_measure_calibrate_predict_and_verify_on_a_real_engine(vllm_server,
 TAIL_REQUESTS = 120
 """Requests per measured load: p90 needs 100 (ten beyond it) before a calibration fits a tail on it."""
 TAIL_BOUND = 0.25
-"""How far the calibrated TPOT p90 at the unmeasured load may be from the measured one: the mean's error (a few
-percent between two loads) and the spread's, whose measured ratio to the mean moves by 0.1 or so run to run."""
+"""How far the calibrated TPOT p90 at the unmeasured load may be from the measured one: the mean's error and the
+spread's, whose measured ratio to the mean moves by 0.1 or so run to run. The engine's mean TPOT need not follow
+the model's course between the loads (on a 2-vCPU machine it has run 14.1 / 11.3 / 12.4 ms at 2 / 4 / 6 clients,
+where the model's rises): the calibrated mean at 4 is then some 13% high, which is why the spread is judged as a
+ratio to each side's own mean."""
 
 
 def test_measured_tails_carry_to_a_load_between_the_measured_ones(vllm_server, tiny_model, tmp_path):
-    """The model has a closed loop's TPOT flat (p90 = mean); the engine's p90 runs 20-50% above its mean (steps
-    that carry the other clients' prompts). Calibrated on the percentiles of two loads, the estimate at a third
-    takes that spread, where calibrated means alone leave the model's."""
+    """The model has a closed loop's TPOT flat (p90 = mean); the engine's p90 runs 5-50% above its mean, more
+    with more clients (steps that carry the other clients' prompts). Calibrated on the percentiles of two loads,
+    the estimate at a third takes that spread, where calibrated means alone leave the model's."""
     catalog = str(_catalog(tiny_model, tmp_path / "catalog"))
     intent = tmp_path / "loop.yaml"
     intent.write_text(INTENT.format(device=CPU, isl=ISL, osl=OSL // 2))
@@ -151,14 +154,17 @@ def test_measured_tails_carry_to_a_load_between_the_measured_ones(vllm_server, t
                         "isl": ISL, "osl": OSL // 2, "concurrency": 4,
                         "batch": alloc["engines"]["agg"]["max_num_seqs"]}, (Path(catalog),), calibration=cal)
 
-    def errors(attempt: int) -> tuple[float, float]:
-        got = measure(4, tmp_path / f"four-{attempt}.jsonl")["tpot_ms"]["p90"]
-        return abs(est["tpot_ms"]["p90"] / got - 1), abs(est["tpot_ms"]["mean"] / got - 1)
+    def errors(attempt: int) -> tuple[float, float, float]:
+        """(the p90's error, the error of the p90's ratio to the mean: with the measured tails, with the model's
+        flat spread)."""
+        got = measure(4, tmp_path / f"four-{attempt}.jsonl")["tpot_ms"]
+        measured, predicted = got["p90"] / got["mean"], est["tpot_ms"]["p90"] / est["tpot_ms"]["mean"]
+        return abs(est["tpot_ms"]["p90"] / got["p90"] - 1), abs(predicted / measured - 1), abs(1 / measured - 1)
 
-    tails, means_only = errors(1)
-    if tails > TAIL_BOUND or tails >= means_only:
-        tails, means_only = errors(2)  # shared cores are noisy: once more before it counts
-    assert tails <= TAIL_BOUND and tails < means_only, (tails, means_only, est["tpot_ms"])
+    p90, tails, flat = errors(1)
+    if p90 > TAIL_BOUND or tails >= flat:
+        p90, tails, flat = errors(2)  # shared cores are noisy: once more before it counts
+    assert p90 <= TAIL_BOUND and tails < flat, (p90, tails, flat, est["tpot_ms"])
 
 
 def test_observe_reads_what_a_real_engine_served(vllm_server, tiny_model, tmp_path):
