@@ -30,6 +30,7 @@ from infra.perf.calibration import (
     unmeasured_regime,
 )
 from infra.perf.correction import NO_TAILS, Correction, scaled, with_tails, with_ttft
+from infra.perf.heap import maker
 from infra.perf.serving import (
     PERCENTILES,
     Prediction,
@@ -161,6 +162,10 @@ class Estimate:
             lo, hi = band.interval(metric, getattr(p, metric)["mean"])
             out[f"{metric}_mean_ms"] = [round(lo * 1000, 4), round(hi * 1000, 4)]
         return out
+
+
+_estimate = maker(Estimate)
+"""`Estimate(*values)`, every field given: a batch of loads makes thousands."""
 
 
 def _role_worker(model: ModelSpec, device: DeviceSpec, fw: FrameworkSpec, dep: Deployment, role_name: str,
@@ -332,9 +337,12 @@ class Compiled:
     uncorrected: bool = field(init=False, repr=False, compare=False)
     """Whether the calibration leaves the serving layer's predictions as they are (no TTFT multiplier or measured
     tails at any load): `corrected` then returns them untouched without looking up a load."""
+    memory: dict[str, MemoryFit] = field(init=False, repr=False, compare=False)
+    """Each role's memory fit, which every estimate of the deployment carries (one dict, shared)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "per_worker", tuple((name, w.parallel.devices) for name, w in self.workers.items()))
+        object.__setattr__(self, "memory", {name: w.memory for name, w in self.workers.items()})
         cal = self.calibration
         object.__setattr__(self, "uncorrected", cal.ttft == 1.0 and not cal.ttft_loads and cal.tails == NO_TAILS
                            and not cal.tail_loads)
@@ -365,12 +373,13 @@ class Compiled:
         and one of each a prediction would size for the rate (a trickle needs no more)."""
         return sum(n * (getattr(self.deployment, name).workers or 1) for name, n in self.per_worker)
 
-    def estimate(self, load: Workload, pred: Prediction) -> Estimate:
+    def estimate(self, load: Workload, pred: Prediction, regime: list[str] | None = None) -> Estimate:
         """The estimate of a prediction made for this deployment at `load` (by `predict`, or many at once by
-        `predictions`)."""
-        return Estimate(self.deployment, load, pred, {name: w.memory for name, w in self.workers.items()},
-                        self.calibration, self.devices(pred), self.notes + unmeasured_regime(load.isl, load.osl),
-                        self.workers)
+        `predictions`); `regime` is `unmeasured_regime` of the load's lengths, where the caller has it."""
+        if regime is None:
+            regime = unmeasured_regime(load.isl, load.osl)
+        return _estimate(self.deployment, load, pred, self.memory, self.calibration, self.devices(pred),
+                         self.notes + regime, self.workers)
 
 
 def compile_deployment(dep: Deployment, catalog: Catalog, *, device_memory_gb: float | None = None,
@@ -584,8 +593,18 @@ def _predict_one(compiled: Compiled, load: Workload) -> Prediction | InfraError:
 
 def estimates(loads: Sequence[tuple[Compiled, Workload]]) -> list[Estimate | InfraError]:
     """`[compiled.at(load) for compiled, load in loads]`, each failure returned in its place (`predictions`)."""
-    return [p if isinstance(p, InfraError) else one.estimate(wl, p)
-            for (one, wl), p in zip(loads, predictions(loads))]
+    regimes: dict[tuple[float, float], list[str]] = {}
+    out: list[Estimate | InfraError] = []
+    for (one, wl), p in zip(loads, predictions(loads)):
+        if isinstance(p, InfraError):
+            out.append(p)
+            continue
+        lengths = wl.isl, wl.osl
+        regime = regimes.get(lengths)
+        if regime is None:
+            regime = regimes[lengths] = unmeasured_regime(*lengths)
+        out.append(one.estimate(wl, p, regime))
+    return out
 
 
 def predictions(loads: Sequence[tuple[Compiled, Workload]]) -> list[Prediction | InfraError]:

@@ -11,13 +11,20 @@ the collector's first pass would walk all of it as young objects (3 s of a 500-s
 walk it again as it aged. It is handed to the oldest generation instead (`gc.freeze` then `gc.unfreeze`, which
 moves every tracked object there without a pass), where the next full collection sees it as it sees the rest of
 the heap, and frees any cycle in it then.
+
+Making the objects is a good part of such a pass's time too: `maker` builds plain dataclass instances without
+their `__init__`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 @contextmanager
@@ -33,4 +40,25 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-__all__ = ["collector_paused"]
+def maker(cls: type[T]) -> Callable[..., T]:
+    """`cls(*values)` with every field given, in order. A frozen dataclass's `__init__` sets each field through
+    `object.__setattr__`, a third slower or more than filling the instance's dict at once, which is what the maker
+    does where `cls` is a plain dataclass (its fields and nothing else: no `__post_init__`, no slots, no
+    init-less field); else it is `cls` itself."""
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    if hasattr(cls, "__post_init__") or "__slots__" in vars(cls) or not all(f.init for f in fields):
+        return cls
+    names = tuple(f.name for f in fields)
+    new = object.__new__
+
+    def make(*values):
+        if len(values) != len(names):
+            raise TypeError(f"{cls.__name__} takes its {len(names)} fields, given {len(values)}")
+        obj = new(cls)
+        obj.__dict__.update(zip(names, values))
+        return obj
+
+    return make
+
+
+__all__ = ["collector_paused", "maker"]

@@ -383,7 +383,9 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
         if abs(o_guess) <= 1e-12 * b:
             return guess
         o_hi = over(x_hi)
-        return x_hi if o_hi <= 0 else regula_falsi(over, 0.0, -b, x_hi, o_hi, 1e-12, start=guess)[0]
+        # A point as close as the guess must be is the root: the bracket's far end would otherwise creep up on
+        # a root found at the near one, halving its way there (40 steps where the root is found in 2).
+        return x_hi if o_hi <= 0 else regula_falsi(over, 0.0, -b, x_hi, o_hi, 1e-12, start=guess, tol=1e-12 * b)[0]
 
     def loop_gap(b: float) -> float:
         x = sustained(b)
@@ -456,11 +458,11 @@ def root_below(gap: Callable[[float], float], hi: float) -> float:
 
 
 def regula_falsi(g: Callable[[float], float], lo: float, g_lo: float, hi: float, g_hi: float, rel: float,
-                 start: float | None = None, steps: int = 40) -> tuple[float, float]:
+                 start: float | None = None, steps: int = 40, tol: float = 0.0) -> tuple[float, float]:
     """[lo, hi] around the root of an increasing g (g(lo) <= 0 < g(hi)), narrowed to `rel` of hi by regula falsi
     with the Illinois rule (an end kept twice in a row has its value halved, so neither end sticks), from `start`
-    when given; it bisects where an end's value is not finite."""
-    search = regula_falsi_steps(lo, g_lo, hi, g_hi, rel, start, steps)
+    when given; it bisects where an end's value is not finite. A point where |g| <= `tol` is the root ((x, x))."""
+    search = regula_falsi_steps(lo, g_lo, hi, g_hi, rel, start, steps, tol=tol)
     try:
         x = next(search)
         while True:
@@ -470,7 +472,8 @@ def regula_falsi(g: Callable[[float], float], lo: float, g_lo: float, hi: float,
 
 
 def regula_falsi_steps(lo: float, g_lo: float, hi: float, g_hi: float, rel: float, start: float | None = None,
-                       steps: int = 40, closing: bool = False) -> Generator[float, float, tuple[float, float]]:
+                       steps: int = 40, closing: bool = False, tol: float = 0.0
+                       ) -> Generator[float, float, tuple[float, float]]:
     """`regula_falsi` as a generator: it yields each point it needs g at and is sent g there, so that a caller
     may evaluate the points of many searches together (`infra.perf.estimate.run_searches`).
 
@@ -493,7 +496,7 @@ def regula_falsi_steps(lo: float, g_lo: float, hi: float, g_hi: float, rel: floa
             if not lo < x < hi:
                 x = (lo + hi) / 2
         g_x = yield x
-        if g_x == 0:
+        if abs(g_x) <= tol:
             return x, x
         if g_x < 0:
             if side < 0:

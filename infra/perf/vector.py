@@ -31,7 +31,6 @@ Speed comes from few numpy calls over many elements, so the code avoids what cos
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections import namedtuple
 from collections.abc import Callable, Sequence
@@ -43,7 +42,7 @@ import numpy as np
 
 from infra.perf import serving
 from infra.perf.arch import GB, Worker
-from infra.perf.heap import collector_paused
+from infra.perf.heap import collector_paused, maker
 from infra.perf.serving import _CHUNK_Z, _PHI, CHUNK_POINTS, PERCENTILES, Prediction, z_of
 from infra.perf.shape import Role, Workload
 
@@ -168,6 +167,16 @@ def _py(fn: Callable[..., float], *args: np.ndarray | float) -> np.ndarray:
     shape = arrays[0].shape
     lists = [a.ravel().tolist() if isinstance(a, np.ndarray) else repeat(a) for a in args]
     return np.fromiter(map(fn, *lists), float, count=arrays[0].size).reshape(shape)
+
+
+def _expm1(x: np.ndarray) -> np.ndarray:
+    """`math.expm1` of each element: the C library's, as the scalar step takes it, where numpy's may round the last
+    bit otherwise. A dense worker's expert term takes it at 0 (its rate of missing an expert is 0), where both are
+    0: only the others go through Python floats."""
+    out = np.zeros_like(x)
+    some = x != 0
+    out[some] = _py(math.expm1, x[some])
+    return out
 
 
 def _square(x: np.ndarray) -> np.ndarray:
@@ -313,13 +322,15 @@ def _prefill_context_terms(c: _Cases, prefill_context) -> tuple:
 
 def _regula_falsi(g: Callable[[_Cases, np.ndarray], np.ndarray], c: _Cases, lo: np.ndarray, g_lo: np.ndarray,
                   hi: np.ndarray, g_hi: np.ndarray, rel: float, start: np.ndarray | None = None,
-                  steps: int = 40) -> tuple[np.ndarray, np.ndarray]:
+                  steps: int = 40, tol: np.ndarray | float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """`serving.regula_falsi` for every element at once: each narrows its own bracket from its own `start`, with
     its own Illinois halving, and stops at its own test; `g(cases, x)` sees the elements still narrowing (and,
-    until they are the majority, finished ones at their lower end, whose values are dropped)."""
+    until they are the majority, finished ones at their lower end, whose values are dropped). `tol`: each
+    element's (or all elements') tolerance of |g| at a root."""
     out_lo, out_hi = np.array(lo, float), np.array(hi, float)
     lo, hi, g_lo, g_hi = out_lo.copy(), out_hi.copy(), np.array(g_lo, float), np.array(g_hi, float)
     n = lo.size
+    tol = np.broadcast_to(np.asarray(tol, float), (n,))
     # Which end the last step kept (the scalar `side`: -1 the lower, 1 the upper, neither at first).
     was_below = was_above = np.zeros(n, bool)
     live, frame, pos = np.ones(n, bool), c.take(None), np.arange(n)
@@ -330,8 +341,8 @@ def _regula_falsi(g: Callable[[_Cases, np.ndarray], np.ndarray], c: _Cases, lo: 
             break
         if 2 * still < live.size:
             out_lo[pos], out_hi[pos] = lo, hi
-            live, frame, pos, lo, hi, g_lo, g_hi, was_below, was_above = _narrow(live, frame, pos, lo, hi, g_lo,
-                                                                                 g_hi, was_below, was_above)
+            live, frame, pos, lo, hi, g_lo, g_hi, was_below, was_above, tol = _narrow(
+                live, frame, pos, lo, hi, g_lo, g_hi, was_below, was_above, tol)
             if start is not None:
                 start = start[pos]  # (on the first step; it is dropped after)
         # The secant point where it falls inside, else the middle. An infinite value at either end makes the
@@ -352,7 +363,7 @@ def _regula_falsi(g: Callable[[_Cases, np.ndarray], np.ndarray], c: _Cases, lo: 
         lo = np.where(below, x, lo)
         hi = np.where(above, x, hi)
         was_below, was_above = below, above
-        root = g_x == 0
+        root = np.abs(g_x) <= tol
         if root.any():
             root &= live
             lo[root] = x[root]
@@ -981,7 +992,7 @@ def _pack(cases: Sequence[tuple[Worker, Role, Workload]], exact: bool, closed: b
     for name in _EXPERT_TERMS:
         coef[_STEP_TERMS.index(name), dense] = 0.0
     coef[_STEP_TERMS.index("experts"), dense] = 1.0
-    c = _Cases(n=len(cases), terms=frozenset(terms), expm1=partial(_py, math.expm1) if exact else np.expm1)
+    c = _Cases(n=len(cases), terms=frozenset(terms), expm1=_expm1 if exact else np.expm1)
     c.worker = np.empty(len(workers), object)
     c.worker[:] = workers
     c.worker = c.worker[slot]
@@ -1028,22 +1039,8 @@ def _pack(cases: Sequence[tuple[Worker, Role, Workload]], exact: bool, closed: b
     return c
 
 
-_FIELDS = tuple(f.name for f in dataclasses.fields(Prediction))
-_PLAIN = (_FIELDS == ("ttft", "tpot", "itl", "e2e", "throughput_rps", "output_tokens_per_s", "batch", "load", "stable",
-                      "workers", "assumptions")
-          and not hasattr(Prediction, "__post_init__") and "__slots__" not in vars(Prediction))
-"""Whether a Prediction is nothing but its fields, so that `_prediction` may set them without `__init__`."""
-
-
-def _prediction(*values) -> Prediction:
-    """`Prediction(*values)` (every field given). A frozen dataclass's `__init__` sets each field through
-    `object.__setattr__`, a third slower than filling the instance's dict at once, which is what this does when
-    Prediction is a plain dataclass (`_PLAIN`): making the objects is a good part of a batch's time."""
-    if not _PLAIN:
-        return Prediction(*values)
-    p = object.__new__(Prediction)
-    p.__dict__.update(zip(_FIELDS, values))
-    return p
+_prediction = maker(Prediction)
+"""`Prediction(*values)`, every field given: a batch makes thousands."""
 
 
 def _predictions(cases: Sequence[tuple[Worker, Role, Workload]], out: _Outcome) -> list[Prediction]:

@@ -87,7 +87,8 @@ def _sustained(c: _Cases, b: np.ndarray) -> np.ndarray:
         if j.any():
             rj = r.take(np.flatnonzero(j))
             ij = i[j]
-            x[ij] = _regula_falsi(_over, rj, np.zeros(ij.size), -b[ij], x_hi[ij], o_hi[j], 1e-12, start=guess[ij])[0]
+            x[ij] = _regula_falsi(_over, rj, np.zeros(ij.size), -b[ij], x_hi[ij], o_hi[j], 1e-12, start=guess[ij],
+                                  tol=1e-12 * b[ij])[0]
     out[at] = np.where(some[at], x, 0.0)
     return out
 

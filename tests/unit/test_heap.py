@@ -1,12 +1,17 @@
 """The collector pause: off inside, as it was after, what it made handed to the oldest generation, and a cycle made
-inside still freed by the next full collection."""
+inside still freed by the next full collection. The maker of plain dataclass instances: equal to the constructor's,
+and the constructor itself where a class does more than hold its fields."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import weakref
 
-from infra.perf.heap import collector_paused
+import pytest
+
+from infra.perf.heap import collector_paused, maker
+from infra.perf.serving import Prediction
 
 
 class _Node:
@@ -43,3 +48,31 @@ def test_what_the_pause_kept_is_old_and_a_cycle_it_dropped_is_still_freed():
     assert gone() is not None
     gc.collect()
     assert gone() is None
+
+
+def test_the_maker_makes_what_the_constructor_makes():
+    make = maker(Prediction)
+    assert make is not Prediction
+    values = ({"mean": 1.0}, {"mean": 0.1}, {"mean": 0.1}, {"mean": 2.0}, 3.0, 30.0, 4.0, 0.5, True, {"agg": 1}, [])
+    made = make(*values)
+    assert type(made) is Prediction and made == Prediction(*values) and made.__dict__ == Prediction(*values).__dict__
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.batch = 1.0  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        make(*values[:-1])
+
+
+def test_a_class_that_does_more_than_hold_its_fields_is_made_by_its_constructor():
+    @dataclasses.dataclass(frozen=True)
+    class Checked:
+        x: float
+
+        def __post_init__(self) -> None:
+            assert self.x >= 0
+
+    @dataclasses.dataclass(frozen=True)
+    class Derived:
+        x: float
+        y: float = dataclasses.field(init=False, default=0.0)
+
+    assert maker(Checked) is Checked and maker(Derived) is Derived

@@ -14,7 +14,7 @@ from infra.errors import InfraError
 from infra.perf.arch import compile_worker
 from infra.perf.calibration import Factors, borrow, device_point, lookup
 from infra.perf.estimate import CAPACITY_REL, ShapeError, estimate, max_rate, meets
-from infra.perf.serving import _mixed_step, regula_falsi_steps
+from infra.perf.serving import _mixed_step, regula_falsi, regula_falsi_steps
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 
 from ..conftest import VLLM_H100
@@ -434,6 +434,28 @@ def test_closing_steps_bracket_the_capacity_within_the_tolerance_in_fewer_probes
                 total["capacity"] += n
                 total["illinois"] += _closing(regula_falsi_steps(lo, g(lo), hi, g(hi), CAPACITY_REL), g)[1]
     assert total["capacity"] < 0.85 * total["illinois"], total
+
+
+def test_a_point_within_the_tolerance_is_the_root_and_ends_the_search():
+    """A function whose value near its root is rounding (a few 1e-16 over a few 1e-14 of x), started there, the
+    far end at 0: without a tolerance the bracket closes by halving its way up from 0 (each secant lands within
+    a rounding of the near end); with one, the start is the root."""
+    root = 0.281998
+    g = lambda x: (x - root) / root if abs(x - root) > 1e-14 * root else 1.1e-16  # noqa: E731
+    start = root
+    calls = []
+
+    def counted(x: float) -> float:
+        calls.append(x)
+        return g(x)
+
+    hi = root * (1 + 4.6e-5)
+    assert 0 < g(start) <= 1e-12
+    assert regula_falsi(counted, 0.0, g(0.0), hi, g(hi), 1e-12, start=start, tol=1e-12) == (start, start)
+    assert calls == [start]
+    calls.clear()
+    lo, hi = regula_falsi(counted, 0.0, g(0.0), hi, g(hi), 1e-12, start=start)
+    assert hi - lo <= 1e-12 * hi and abs(lo - root) <= 1e-13 and len(calls) > 10, len(calls)
 
 
 def test_disaggregated_estimate_sizes_workers_and_says_so():
