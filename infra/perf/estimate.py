@@ -366,6 +366,9 @@ class Compiled:
 
     def devices(self, pred: Prediction) -> int:
         """Devices the deployment occupies with the workers a prediction sized."""
+        if len(self.per_worker) == 1:  # (aggregated: most of a batch's estimates)
+            (name, n), = self.per_worker
+            return n * pred.workers.get(name, 1)
         return sum(n * pred.workers.get(name, 1) for name, n in self.per_worker)
 
     def lightest_devices(self) -> int:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections import namedtuple
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from itertools import chain, repeat
 from types import EllipsisType
@@ -42,11 +42,12 @@ import numpy as np
 
 from infra.perf import serving
 from infra.perf.arch import GB, Worker
-from infra.perf.heap import collector_paused, maker
+from infra.perf.heap import collector_paused, dict_maker, maker
 from infra.perf.serving import _CHUNK_Z, _PHI, CHUNK_POINTS, PERCENTILES, Prediction, z_of
 from infra.perf.shape import Role, Workload
 
 _KEYS = ("mean", *PERCENTILES)
+_percentiles = dict_maker(_KEYS)
 _Q = tuple(float(p[1:]) / 100 for p in PERCENTILES)
 """Each percentile as a probability, computed as the scalar code computes it."""
 _TAIL = tuple(1 - q for q in _Q)
@@ -452,20 +453,28 @@ def _excess(c: _Cases, t: np.ndarray) -> np.ndarray:
     return t - price(prompt)
 
 
-def _mixed_step(c: _Cases, b: np.ndarray, seen: np.ndarray | None = None) -> np.ndarray:
-    """`serving._mixed_step` at the cases' own arrival rates (`lam`): the closed form where fewer than one chunk
-    arrives per step, inf past the wall, else the fixed point inside [base, full] by regula falsi. `b` is an
-    array over the elements, or (j, n) for j batches of each element; `seen` (over the elements) the weight of
-    the chunk-carrying steps a decoding sequence sees, 1 where not given."""
-    if c.n <= _FEW:
-        return _one_by_one(c, serving._mixed_step, b, c.ctx, c.lam, c.isl_eff, c.isl, c.chunk, c.stall,
-                           1.0 if seen is None else seen)
-    # `_chunk_cost`: the decode step, and the step with a chunk in the room the decodes leave. The decode step
-    # is priced with the prompt context the chunk has, which changes nothing when there is no prompt token.
+def _chunk_cost(c: _Cases, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`serving._chunk_cost`'s (room, decode step, what a chunk in the room adds) at b decoding: the room the
+    decodes leave in the token budget, and the steps without and with a chunk in it. The decode step is priced
+    with the prompt context the chunk has, which changes nothing when there is no prompt token."""
     room = np.maximum(c.chunk - b, 1.0)
     price = _Pricer(c, b, c.ctx, c.half_isl)
     base = price()
-    chunks, extra = np.maximum(1.0, c.isl_eff / room), price(np.minimum(c.isl_eff, room)) - base
+    return room, base, price(np.minimum(c.isl_eff, room)) - base
+
+
+def _mixed_step(c: _Cases, b: np.ndarray, seen: np.ndarray | None = None,
+                cost: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """`serving._mixed_step` at the cases' own arrival rates (`lam`): the closed form where fewer than one chunk
+    arrives per step, inf past the wall, else the fixed point inside [base, full] by regula falsi. `b` is an
+    array over the elements, or (j, n) for j batches of each element; `seen` (over the elements) the weight of
+    the chunk-carrying steps a decoding sequence sees, 1 where not given; `cost` `_chunk_cost(c, b)` where the
+    caller has it (a search over the rate at one batch)."""
+    if c.n <= _FEW:
+        return _one_by_one(c, serving._mixed_step, b, c.ctx, c.lam, c.isl_eff, c.isl, c.chunk, c.stall,
+                           1.0 if seen is None else seen)
+    room, base, extra = _chunk_cost(c, b) if cost is None else cost
+    chunks = np.maximum(1.0, c.isl_eff / room)
     rate = c.lam
     load = rate * c.stall * chunks * extra
     line = base / (1 - load)
@@ -1043,13 +1052,16 @@ _prediction = maker(Prediction)
 """`Prediction(*values)`, every field given: a batch makes thousands."""
 
 
+def _dicts(rows: np.ndarray) -> Iterator[dict[str, float]]:
+    """Each case's {mean, p50 .. p99.9} from the rows of a metric (one column per case)."""
+    return map(_percentiles, *rows.tolist())
+
+
 def _predictions(cases: Sequence[tuple[Worker, Role, Workload]], out: _Outcome) -> list[Prediction]:
     """The Prediction of each case: a stable one's figures, or `serving._unstable`'s result (built alike)."""
     code, load, batch = out.code.tolist(), out.load.tolist(), out.batch.tolist()
     stable = np.flatnonzero(out.code == _STABLE)
-    dicts = [iter(list(map(dict, map(zip, repeat(_KEYS), zip(*out.metrics[m][:, stable].tolist())))))
-             for m in ("ttft", "tpot", "itl", "e2e")]
-    ttft, tpot, itl, e2e = dicts
+    ttft, tpot, itl, e2e = (iter(list(_dicts(out.metrics[m][:, stable]))) for m in ("ttft", "tpot", "itl", "e2e"))
     inf = float("inf")
     preds = []
     for i, (_, role, wl) in enumerate(cases):
@@ -1187,7 +1199,7 @@ def _disagg(cases: Sequence[tuple[Worker, Worker, Role, Role, Workload, float]],
     e2e = _e2e(ttft, itl, s.osl, s.osl_cv, slot)
     # The busiest queue's load, where the slots or the batch's growth end a case: the decode batch's alone.
     load = np.where((code == _SLOTS) | (code == _GROWING), b / cap, np.maximum(rho_pf, b / cap))
-    ttfts, tpots, itls, e2es = (list(map(dict, map(zip, repeat(_KEYS), m.T.tolist()))) for m in (ttft, tpot, itl, e2e))
+    ttfts, tpots, itls, e2es = (list(_dicts(m)) for m in (ttft, tpot, itl, e2e))
     at = dict(zip(ok.tolist(), range(ok.size)))
     for j, (i, row) in enumerate(zip(live, rows)):
         workers = {"prefill": row[6], "decode": row[7]}

@@ -16,8 +16,7 @@ loads run there, and its results are the scalar ones by construction.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from itertools import repeat
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -26,18 +25,32 @@ from infra.perf.arch import Worker
 from infra.perf.heap import collector_paused
 from infra.perf.serving import PERCENTILES, Prediction
 from infra.perf.shape import Role, Workload
-from infra.perf.vector import _KEYS, _Q, _Cases, _mixed_step, _pack, _part, _prediction, _Pricer, _regula_falsi, _step
+from infra.perf.vector import (
+    _KEYS,
+    _Q,
+    _Cases,
+    _chunk_cost,
+    _dicts,
+    _mixed_step,
+    _pack,
+    _part,
+    _prediction,
+    _Pricer,
+    _regula_falsi,
+    _step,
+)
 
 _NO_FIT = "one request does not fit the KV cache"
 """`closed_loop_agg`'s unstable result, word for word."""
 
 
-def _tpot(c: _Cases, x: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _tpot(c: _Cases, x: np.ndarray, b: np.ndarray, cost: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
     """`closed_loop_agg`'s TPOT at throughput x per group with b sequences decoding: the step a decoding client
-    sees (its own token at least; the steps carrying a prompt hold the other clients' decodes only)."""
+    sees (its own token at least; the steps carrying a prompt hold the other clients' decodes only). `cost`: the
+    mixed step's `_chunk_cost` at that batch, where the caller has it."""
     view = c.take(None)
     view.lam = x
-    return _mixed_step(view, np.maximum(b, 1.0), c.others) / c.accept
+    return _mixed_step(view, np.maximum(b, 1.0), c.others, cost) / c.accept
 
 
 def _ttft(c: _Cases, x: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -52,7 +65,7 @@ def _ttft(c: _Cases, x: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 def _over(c: _Cases, x: np.ndarray) -> np.ndarray:
     """`sustained`'s `over`: how far throughput x takes the decoding count past `c.count`."""
-    tpot = _tpot(c, x, c.count)
+    tpot = _tpot(c, x, c.count, (c.count_room, c.count_base, c.count_extra))
     return np.where(np.isfinite(tpot), x * c.steps * tpot - c.count, np.inf)
 
 
@@ -66,11 +79,16 @@ def _sustained(c: _Cases, b: np.ndarray) -> np.ndarray:
         return out
     s, at = _part(c, some)
     s.count = b = b[at]
-    price = _Pricer(s, b, s.ctx, s.half_isl)
-    base = price()
-    room = np.maximum(s.chunk - b, 1.0)
+    room, base, extra = _chunk_cost(s, b)
+    # What every TPOT of the search prices at the count (its decoding client's mixed step, at one sequence at
+    # least), whatever the throughput: once for the search.
+    s.count_room, s.count_base, s.count_extra = room, base, extra
+    less = np.flatnonzero(b < 1)
+    if less.size:
+        s.count_room, s.count_base, s.count_extra = (a.copy() for a in (room, base, extra))
+        for a, v in zip((s.count_room, s.count_base, s.count_extra), _chunk_cost(s.take(less), 1.0)):
+            a[less] = v
     k = np.maximum(1.0, s.isl_eff / room)
-    extra = price(np.minimum(s.isl_eff, room)) - base
     x_hi = b * s.accept / (s.steps * base)
     need = b * s.accept
     a = s.steps * base / k
@@ -99,19 +117,31 @@ def _loop_gap(c: _Cases, b: np.ndarray) -> np.ndarray:
     return b + x * _ttft(c, x, b)[0] - c.clients_per_group
 
 
-def _slotted(c: _Cases, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`closed_loop_agg`'s `slotted`: (TPOT, TTFT, decoding count, a prompt's own seconds) at throughput x per
-    group when every batch slot holds a prefill or a decode (the decodes what the prefills leave)."""
+def _own(c: _Cases, b: np.ndarray) -> np.ndarray:
+    """`_ttft`'s seconds of a prompt's own steps alone."""
+    return _Pricer(c, b, c.ctx, c.half_isl)(c.per) * c.chunks
+
+
+def _slotted_count(c: _Cases, x: np.ndarray) -> np.ndarray:
+    """`closed_loop_agg`'s `slotted`'s decoding count at throughput x per group when every batch slot holds a
+    prefill or a decode (the decodes what the prefills leave): three rounds from the slots. (The scalar rounds
+    price each count's TPOT and TTFT too; only the prompt's own seconds move the count.)"""
     n = c.cap
     for _ in range(3):
-        n = np.maximum(c.cap - x * _ttft(c, x, n)[1], 0.0)
+        n = np.maximum(c.cap - x * _own(c, n), 0.0)
+    return n
+
+
+def _slotted(c: _Cases, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`closed_loop_agg`'s `slotted`: (TPOT, TTFT, decoding count, a prompt's own seconds) at throughput x."""
+    n = _slotted_count(c, x)
     ttft, own = _ttft(c, x, n)
     return _tpot(c, x, n), ttft, n, own
 
 
 def _slots_gap(c: _Cases, x: np.ndarray) -> np.ndarray:
-    tpot, _, _, own = _slotted(c, x)
-    return x * (own + c.steps * tpot) - c.cap
+    n = _slotted_count(c, x)
+    return x * (_own(c, n) + c.steps * _tpot(c, x, n)) - c.cap
 
 
 def _root_below(c: _Cases, hi: np.ndarray) -> np.ndarray:
@@ -124,7 +154,7 @@ def _root_below(c: _Cases, hi: np.ndarray) -> np.ndarray:
         if not i.size:
             break
         x = (lo[i] + hi[i]) / 2
-        holds = _slots_gap(c.take(i), x) <= 0
+        holds = _slots_gap(c if i.size == c.n else c.take(i), x) <= 0  # (all alike halve together)
         lo[i] = np.where(holds, x, lo[i])
         hi[i] = np.where(holds, hi[i], x)
         live[i] = ~(hi[i] - lo[i] < 1e-4 * hi[i])
@@ -275,11 +305,6 @@ def _closed_disagg(cp: _Cases, cd: _Cases, link: np.ndarray, devices: np.ndarray
             "load": b / cap, "prefill": n_p, "decode": n_d, "sized_p": sized_p, "sized_d": sized_d}
 
 
-def _dicts(rows: np.ndarray) -> Iterator[dict[str, float]]:
-    """Each case's {mean, p50 .. p99.9} from the rows of a metric (one column per case)."""
-    return map(dict, map(zip, repeat(_KEYS), zip(*rows.tolist())))
-
-
 def predict_closed_agg(cases: Sequence[tuple[Worker, Role, Workload]], *, exact: bool = False) -> list[Prediction]:
     """`[serving.closed_loop_agg(w, role, wl) for w, role, wl in cases]`, computed for all the cases at once: the
     same predictions field for field (to the last bit with `exact`, see `infra.perf.vector.predict_open_agg`).
@@ -303,11 +328,11 @@ def _predictions(cases: Sequence[tuple[Worker, Role, Workload]], fits: np.ndarra
         return preds  # type: ignore[return-value]
     ttft, e2e = _dicts(figures["ttft"]), _dicts(figures["e2e"])
     columns = [figures[k].tolist() for k in ("tpot", "throughput", "output", "batch", "load", "saturated")]
-    for i, t, e, (tpot, x, out, b, load, saturated) in zip(some.tolist(), ttft, e2e, zip(*columns)):
+    for i, t, e, tpot, x, out, b, load, saturated in zip(some.tolist(), ttft, e2e, *columns):
         role = cases[i][1]
         tp = dict.fromkeys(_KEYS, tpot)
-        notes = [serving.budget_full(role.max_num_tokens)] if saturated else []
-        preds[i] = _prediction(t, tp, tp, e, x, out, b, load, True, {"agg": role.workers or 1}, notes)
+        preds[i] = _prediction(t, tp, tp, e, x, out, b, load, True, {"agg": role.workers or 1},
+                               [serving.budget_full(role.max_num_tokens)] if saturated else [])
     return preds  # type: ignore[return-value]
 
 
