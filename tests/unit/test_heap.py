@@ -10,7 +10,7 @@ import weakref
 
 import pytest
 
-from infra.perf.heap import collector_paused, maker
+from infra.perf.heap import collector_paused, dict_maker, maker
 from infra.perf.serving import Prediction
 
 
@@ -76,3 +76,12 @@ def test_a_class_that_does_more_than_hold_its_fields_is_made_by_its_constructor(
         y: float = dataclasses.field(init=False, default=0.0)
 
     assert maker(Checked) is Checked and maker(Derived) is Derived
+
+
+def test_the_dict_maker_makes_the_dict_of_its_keys():
+    keys = ("mean", "p50", "p99.9", "a key with spaces", "it's")
+    make = dict_maker(keys)
+    assert make(1.0, 2.0, 3.0, 4.0, 5.0) == dict(zip(keys, (1.0, 2.0, 3.0, 4.0, 5.0)))
+    assert list(make(*"abcde")) == list(keys)  # in the keys' order
+    with pytest.raises(TypeError):
+        make(1.0, 2.0)
