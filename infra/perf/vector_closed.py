@@ -53,11 +53,13 @@ def _tpot(c: _Cases, x: np.ndarray, b: np.ndarray, cost: tuple[np.ndarray, ...] 
     return _mixed_step(view, np.maximum(b, 1.0), c.others, cost) / c.accept
 
 
-def _ttft(c: _Cases, x: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(steady-state TTFT, seconds of a prompt's own steps) at throughput x per group with b sequences decoding."""
+def _ttft(c: _Cases, x: np.ndarray, b: np.ndarray, base: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(steady-state TTFT, seconds of a prompt's own steps) at throughput x per group with b sequences decoding;
+    `base` the decode step at b, where the caller has it."""
     rho = np.minimum(x * c.occupy, 0.999)
     price = _Pricer(c, b, c.ctx, c.half_isl)
-    base = price()
+    if base is None:
+        base = price()
     own = price(c.per) * c.chunks
     queue = np.minimum(rho * c.others / (1 - rho) * c.occupy / 2, c.most_ahead)
     return c.request_s + own + queue + base / 2 + c.hold_steps * base * c.busy, own
@@ -69,14 +71,14 @@ def _over(c: _Cases, x: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(tpot), x * c.steps * tpot - c.count, np.inf)
 
 
-def _sustained(c: _Cases, b: np.ndarray) -> np.ndarray:
+def _sustained(c: _Cases, b: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """`closed_loop_agg`'s `sustained`: the throughput per group that keeps b sequences decoding, from the
     quadratic's root (exact while fewer than one chunk arrives per step), else by regula falsi below the rate of
-    steps that carry no prompts."""
+    steps that carry no prompts; and the decode step at b where it priced every element's (None where not)."""
     out = np.zeros(c.n)
     some = b > 0
     if not some.any():
-        return out
+        return out, None
     s, at = _part(c, some)
     s.count = b = b[at]
     room, base, extra = _chunk_cost(s, b)
@@ -108,13 +110,13 @@ def _sustained(c: _Cases, b: np.ndarray) -> np.ndarray:
             x[ij] = _regula_falsi(_over, rj, np.zeros(ij.size), -b[ij], x_hi[ij], o_hi[j], 1e-12, start=guess[ij],
                                   tol=1e-12 * b[ij])[0]
     out[at] = np.where(some[at], x, 0.0)
-    return out
+    return out, base if at is ... else None
 
 
 def _loop_gap(c: _Cases, b: np.ndarray) -> np.ndarray:
     """Little's law over the loop at b decoding: b + x TTFT less the clients of a group."""
-    x = _sustained(c, b)
-    return b + x * _ttft(c, x, b)[0] - c.clients_per_group
+    x, base = _sustained(c, b)
+    return b + x * _ttft(c, x, b, base)[0] - c.clients_per_group
 
 
 def _own(c: _Cases, b: np.ndarray) -> np.ndarray:
@@ -200,9 +202,9 @@ def _closed_loop(c: _Cases) -> dict[str, np.ndarray]:
         i = np.flatnonzero(grow)
         b = b.copy()
         b[i] = _regula_falsi(_loop_gap, c.take(i), np.zeros(i.size), -cc[i], b[i], g_b[i], 1e-10)[0]
-    x = _sustained(c, b)
+    x, base = _sustained(c, b)
     tpot = _tpot(c, x, b)
-    ttft, own = _ttft(c, x, b)
+    ttft, own = _ttft(c, x, b, base)
     wait = (cc - b) / x
     ttft = np.where(saturated & (wait > ttft), wait, ttft)
     slots = (cc > c.cap) & (x * (own + c.steps * tpot) > c.cap)
