@@ -172,10 +172,13 @@ def _py(fn: Callable[..., float], *args: np.ndarray | float) -> np.ndarray:
 
 def _expm1(x: np.ndarray) -> np.ndarray:
     """`math.expm1` of each element: the C library's, as the scalar step takes it, where numpy's may round the last
-    bit otherwise. A dense worker's expert term takes it at 0 (its rate of missing an expert is 0), where both are
-    0: only the others go through Python floats."""
+    bit otherwise. Two kinds of argument need no call: 0 (a dense worker's expert term: its rate of missing an
+    expert is 0), where it is 0, and below -40 (a step's prompt tokens touching every expert), where e^x is under
+    a tenth of the last bit of -1 and the C library returns -1 exactly (glibc's for any x below -56 ln 2); only the
+    others go through Python floats."""
     out = np.zeros_like(x)
-    some = x != 0
+    out[x < -40.0] = -1.0
+    some = (x != 0) & ~(x < -40.0)
     out[some] = _py(math.expm1, x[some])
     return out
 

@@ -15,6 +15,7 @@ import itertools
 import math
 import random
 
+import numpy as np
 import pytest
 
 from infra.catalog.loader import load_catalog
@@ -438,3 +439,16 @@ def test_a_search_waits_on_a_result_another_is_finding():
 
 def _stuck():
     yield Pending()
+
+
+def test_exact_expm1_is_the_c_librarys_for_every_argument():
+    """The exact passes' expm1 skips the call at 0 and below -40 (where the C library returns -1 exactly) and takes
+    the C library's elsewhere: equal to `math.expm1` element for element, across those bounds and the specials."""
+    rng = random.Random(7)
+    values = [0.0, -0.0, -40.0, math.nextafter(-40.0, 0.0), math.nextafter(-40.0, -math.inf), -38.8, -1e-300, 1e-300,
+              -1e300, math.inf, -math.inf, math.nan, 1e-17, -1e-17, 2.5, 700.0]
+    values += [-rng.expovariate(1 / 20) for _ in range(2000)] + [rng.uniform(-1e-3, 1e-3) for _ in range(500)]
+    x = np.array(values)
+    got = vector._expm1(x)
+    want = np.array([math.expm1(v) for v in values])
+    assert np.array_equal(got, want, equal_nan=True)
