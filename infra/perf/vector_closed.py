@@ -53,14 +53,18 @@ def _tpot(c: _Cases, x: np.ndarray, b: np.ndarray, cost: tuple[np.ndarray, ...] 
     return _mixed_step(view, np.maximum(b, 1.0), c.others, cost) / c.accept
 
 
+def _own(c: _Cases, b: np.ndarray) -> np.ndarray:
+    """Seconds of a prompt's own steps (its chunks, each beside b decoding sequences)."""
+    return _Pricer(c, b, c.ctx, c.half_isl)(c.per) * c.chunks
+
+
 def _ttft(c: _Cases, x: np.ndarray, b: np.ndarray, base: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(steady-state TTFT, seconds of a prompt's own steps) at throughput x per group with b sequences decoding;
     `base` the decode step at b, where the caller has it."""
     rho = np.minimum(x * c.occupy, 0.999)
-    price = _Pricer(c, b, c.ctx, c.half_isl)
     if base is None:
-        base = price()
-    own = price(c.per) * c.chunks
+        base = _Pricer(c, b, c.ctx, c.half_isl)()
+    own = _own(c, b)
     queue = np.minimum(rho * c.others / (1 - rho) * c.occupy / 2, c.most_ahead)
     return c.request_s + own + queue + base / 2 + c.hold_steps * base * c.busy, own
 
@@ -117,11 +121,6 @@ def _loop_gap(c: _Cases, b: np.ndarray) -> np.ndarray:
     """Little's law over the loop at b decoding: b + x TTFT less the clients of a group."""
     x, base = _sustained(c, b)
     return b + x * _ttft(c, x, b, base)[0] - c.clients_per_group
-
-
-def _own(c: _Cases, b: np.ndarray) -> np.ndarray:
-    """`_ttft`'s seconds of a prompt's own steps alone."""
-    return _Pricer(c, b, c.ctx, c.half_isl)(c.per) * c.chunks
 
 
 def _slotted_count(c: _Cases, x: np.ndarray) -> np.ndarray:
