@@ -627,14 +627,16 @@ def predict_all(loads: Sequence[Load]) -> list[Prediction | InfraError]:
     scalar model's results), each kind apart, where there are enough of a kind for it to pay; the rest, and the
     loads `_predict` refuses, one by one."""
     out: list[Prediction | InfraError | None] = [None] * len(loads)
-    kinds: dict[Callable[..., list[Prediction]], list[tuple[int, tuple]]] = {}
+    kinds: dict[Callable[..., list[Prediction]], tuple[list[int], list[tuple]]] = {}
     for i, load in enumerate(loads):
         got = _vector_case(*load)
         if got is not None:
-            kinds.setdefault(got[0], []).append((i, got[1]))
-    for predict_many, members in kinds.items():
-        if len(members) >= VECTOR_MIN:
-            for (i, _), pred in zip(members, predict_many([case for _, case in members], exact=True)):
+            at, cases = kinds.get(got[0]) or kinds.setdefault(got[0], ([], []))
+            at.append(i)
+            cases.append(got[1])
+    for predict_many, (at, cases) in kinds.items():
+        if len(cases) >= VECTOR_MIN:
+            for i, pred in zip(at, predict_many(cases, exact=True)):
                 out[i] = pred
     for i, load in enumerate(loads):
         if out[i] is None:
