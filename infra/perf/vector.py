@@ -1086,7 +1086,7 @@ def predict_open_agg(cases: Sequence[tuple[Worker, Role, Workload]], *, exact: b
     Cases may mix workers (models, devices, layouts), roles and workloads; every workload needs a rate.
 
     `exact`: take the expm1 of MoE steps' expert term from the C library, as the scalar step does, instead of
-    numpy's (which rounds the last bit differently for some 1.5% of arguments), at a third more time or so. The
+    numpy's (which rounds the last bit differently for some 1.5% of arguments), at a tenth more time or so. The
     steps are then the scalar ones bit for bit, and so are the solvers' paths: with numpy's, a solver whose sign
     test lands within that last bit of a root can end elsewhere in its final bracket (regula falsi's 1e-9), and
     within some 1e-11 of a capacity the slots set, the Erlang wait's cancellation magnifies the last bit a
