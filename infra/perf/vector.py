@@ -177,8 +177,9 @@ def _expm1(x: np.ndarray) -> np.ndarray:
     a tenth of the last bit of -1 and the C library returns -1 exactly (glibc's for any x below -56 ln 2); only the
     others go through Python floats."""
     out = np.zeros_like(x)
-    out[x < -40.0] = -1.0
-    some = (x != 0) & ~(x < -40.0)
+    far = x < -40.0
+    out[far] = -1.0
+    some = (x != 0) & ~far
     out[some] = _py(math.expm1, x[some])
     return out
 

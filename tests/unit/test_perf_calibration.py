@@ -13,7 +13,7 @@ from infra.catalog.loader import load_catalog
 from infra.perf.arch import compile_worker
 from infra.perf.calibration import Factors
 from infra.perf.estimate import VECTOR_MIN, build_workers, predict
-from infra.perf.rows import Case, as_measured
+from infra.perf.rows import Case, as_measured, compiled, replay, to_case
 from infra.perf.rows import predict as replay_predict
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 
@@ -700,8 +700,6 @@ def test_an_estimate_past_the_measured_lengths_says_so_and_carries_the_wider_ban
 def test_a_fits_replay_of_many_rows_is_each_rows_own_prediction_with_workers_compiled_once():
     """`rows.replay` predicts a fit's aggregated closed loops in one vector pass and rebinds each shared worker
     once: every row's figures are those of its own run, to the last bit, under any factors."""
-    from infra.perf.rows import compiled, replay, to_case
-
     rows = [_row(silicon_data_source=f"silicon_concurrency={c}", batch_size="256", tp_size="8", moe_ep_size="8",
                  isl=isl) for c in (1, 2, 4, 8, 16, 32, 64, 256, 1024) for isl in ("1024", "2048", "4096")]
     rows += [_row(model_path="meta-llama/Llama-3.1-70B", system="h200_sxm", backend="vllm", precision="fp8",
