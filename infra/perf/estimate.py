@@ -614,7 +614,8 @@ def predictions(loads: Sequence[tuple[Compiled, Workload]]) -> list[Prediction |
     """`[compiled.predict(load) for compiled, load in loads]`, each failure returned in its place (`predict_all`,
     then each one's calibration)."""
     raw = predict_all([(one.deployment, wl, one.workers, one.link) for one, wl in loads])
-    return [p if isinstance(p, InfraError) else one.corrected(wl, p) for (one, wl), p in zip(loads, raw)]
+    return [p if one.uncorrected or isinstance(p, InfraError) else one.corrected(wl, p)
+            for (one, wl), p in zip(loads, raw)]
 
 
 Load = tuple[Deployment, Workload, dict[str, Worker], float]
@@ -628,8 +629,9 @@ def predict_all(loads: Sequence[Load]) -> list[Prediction | InfraError]:
     loads `_predict` refuses, one by one."""
     out: list[Prediction | InfraError | None] = [None] * len(loads)
     kinds: dict[Callable[..., list[Prediction]], tuple[list[int], list[tuple]]] = {}
+    fits: dict[tuple[int, float], bool] = {}
     for i, load in enumerate(loads):
-        got = _vector_case(*load)
+        got = _vector_case(*load, fits)
         if got is not None:
             at, cases = kinds.get(got[0]) or kinds.setdefault(got[0], ([], []))
             at.append(i)
@@ -647,16 +649,22 @@ def predict_all(loads: Sequence[Load]) -> list[Prediction | InfraError]:
     return out  # type: ignore[return-value]
 
 
-def _vector_case(dep: Deployment, wl: Workload, workers: dict[str, Worker], link: float
-                 ) -> tuple[Callable[..., list[Prediction]], tuple] | None:
+def _vector_case(dep: Deployment, wl: Workload, workers: dict[str, Worker], link: float,
+                 fits: dict[tuple[int, float], bool]) -> tuple[Callable[..., list[Prediction]], tuple] | None:
     """The vector pass that predicts a load as `_predict` does, and the load as its case; None where `_predict`
-    refuses the load (its error is raised one by one) or it is neither an open nor a closed loop."""
+    refuses the load (its error is raised one by one) or it is neither an open nor a closed loop. `fits` keeps
+    whether one request of a length fits a worker's KV cache, by the worker's identity (alive, in the loads, while
+    the dict is) and the length: a batch's loads repeat a few of each."""
     closed = wl.concurrency is not None
     if not closed and wl.rate is None:
         return None
     if dep.mode == "agg":
         w = workers["agg"]
-        if w.max_sequences(wl.isl + wl.osl) < 1:
+        key = id(w), wl.isl + wl.osl
+        one = fits.get(key)
+        if one is None:
+            one = fits[key] = w.max_sequences(key[1]) >= 1
+        if not one:
             return None
         return (predict_closed_agg if closed else predict_open_agg), (w, dep.agg, wl)
     if closed and wl.osl <= 1:

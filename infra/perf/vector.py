@@ -327,10 +327,12 @@ def _prefill_context_terms(c: _Cases, prefill_context) -> tuple:
 
 def _regula_falsi(g: Callable[[_Cases, np.ndarray], np.ndarray], c: _Cases, lo: np.ndarray, g_lo: np.ndarray,
                   hi: np.ndarray, g_hi: np.ndarray, rel: float, start: np.ndarray | None = None,
-                  steps: int = 40, tol: np.ndarray | float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+                  steps: int = 40, tol: np.ndarray | float = 0.0, closing: bool = False
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """`serving.regula_falsi` for every element at once: each narrows its own bracket from its own `start`, with
-    its own Illinois halving, and stops at its own test; `g(cases, x)` sees the elements still narrowing (and,
-    until they are the majority, finished ones at their lower end, whose values are dropped). `tol`: each
+    its own Illinois halving (or, `closing`, Anderson-Bjorck scaling and points kept off the ends, as
+    `serving.regula_falsi_steps`), and stops at its own test; `g(cases, x)` sees the elements still narrowing
+    (and, until they are the majority, finished ones at their lower end, whose values are dropped). `tol`: each
     element's (or all elements') tolerance of |g| at a root."""
     out_lo, out_hi = np.array(lo, float), np.array(hi, float)
     lo, hi, g_lo, g_hi = out_lo.copy(), out_hi.copy(), np.array(g_lo, float), np.array(g_hi, float)
@@ -353,7 +355,13 @@ def _regula_falsi(g: Callable[[_Cases, np.ndarray], np.ndarray], c: _Cases, lo: 
         # The secant point where it falls inside, else the middle. An infinite value at either end makes the
         # secant NaN (inf / inf, or 0 x inf), which is never inside: the scalar's test for finite values.
         secant = (lo * g_hi - hi * g_lo) / (g_hi - g_lo)
-        x = np.where((g_hi > g_lo) & (lo < secant) & (secant < hi), secant, (lo + hi) / 2)
+        if closing:
+            mid = (lo + hi) / 2
+            x = np.where(np.isfinite(g_lo) & np.isfinite(g_hi) & (g_hi > g_lo), secant, mid)
+            x = np.minimum(np.maximum(x, lo + 0.99 * rel * lo), hi - 0.99 * rel * hi)
+            x = np.where((lo < x) & (x < hi), x, mid)
+        else:
+            x = np.where((g_hi > g_lo) & (lo < secant) & (secant < hi), secant, (lo + hi) / 2)
         if start is not None:
             x = np.where((lo < start) & (start < hi), start, x)
             start = None
@@ -362,9 +370,13 @@ def _regula_falsi(g: Callable[[_Cases, np.ndarray], np.ndarray], c: _Cases, lo: 
         below = g_x < 0
         below &= live
         above = live ^ below  # (and the roots, which stop below)
-        # Illinois: an end kept twice in a row has its value halved.
-        g_hi = np.where(above, g_x, np.where(below & was_below, g_hi / 2, g_hi))
-        g_lo = np.where(below, g_x, np.where(above & was_above, g_lo / 2, g_lo))
+        # Illinois: an end kept twice in a row has its value halved (or scaled by `_kept_end`).
+        if closing:
+            g_hi, g_lo = (np.where(above, g_x, np.where(below & was_below, g_hi * _kept_end(g_x, g_lo), g_hi)),
+                          np.where(below, g_x, np.where(above & was_above, g_lo * _kept_end(g_x, g_hi), g_lo)))
+        else:
+            g_hi = np.where(above, g_x, np.where(below & was_below, g_hi / 2, g_hi))
+            g_lo = np.where(below, g_x, np.where(above & was_above, g_lo / 2, g_lo))
         lo = np.where(below, x, lo)
         hi = np.where(above, x, hi)
         was_below, was_above = below, above
@@ -375,6 +387,14 @@ def _regula_falsi(g: Callable[[_Cases, np.ndarray], np.ndarray], c: _Cases, lo: 
             live &= ~root
     out_lo[pos], out_hi[pos] = lo, hi
     return out_lo, out_hi
+
+
+def _kept_end(new: np.ndarray, replaced: np.ndarray) -> np.ndarray:
+    """`serving._kept_end` under `closing`: 1 - new / replaced, a half where that is not positive, 1 where either
+    value is not finite or the replaced one is 0."""
+    m = 1 - new / replaced
+    m = np.where(m > 0, m, 0.5)
+    return np.where(np.isfinite(new) & np.isfinite(replaced) & (replaced != 0), m, 1.0)
 
 
 def _least_fixed_point(g: Callable[[_Cases, np.ndarray], np.ndarray], c: _Cases, top: np.ndarray,
@@ -1012,23 +1032,22 @@ def _pack(cases: Sequence[tuple[Worker, Role, Workload]], exact: bool, closed: b
     per_case = table.take(np.array(slot), axis=1)
     c.coef = per_case[:len(_STEP_TERMS)]
     c.__dict__.update(zip(_WORKER_TERMS, per_case[len(_STEP_TERMS):]))
-    for _, _, wl in cases:
+    known = np.full((len(PERCENTILES), len(cases)), np.nan)
+    for i, (_, _, wl) in enumerate(cases):
         if (wl.concurrency if closed else wl.rate) is None:
             raise ValueError("a closed-loop vector pass predicts closed loops: every workload needs its clients"
                              if closed else "predict_open_agg predicts open loops: every workload needs a rate")
+        if wl.isl_quantiles:
+            ratios = dict(wl.isl_quantiles)
+            for k, p in enumerate(PERCENTILES):
+                if p in ratios:
+                    known[k, i] = ratios[p]
     figures = np.fromiter(chain.from_iterable((wl.isl, wl.osl, wl.concurrency if closed else wl.rate, wl.arrival_cv,
                                                wl.isl_cv, wl.osl_cv, wl.prefix_hit, wl.peers,
                                                role.batch_cap or _NO_SLOTS, role.workers or 1, role.max_num_tokens)
                                               for _, role, wl in cases),
                           float, count=len(cases) * len(_CASE_TERMS)).reshape(len(cases), -1).T.copy()
     c.__dict__.update(zip(_CASE_TERMS, figures))
-    known = np.full((len(PERCENTILES), len(cases)), np.nan)
-    for i, (_, _, wl) in enumerate(cases):
-        if wl.isl_quantiles:
-            ratios = dict(wl.isl_quantiles)
-            for k, p in enumerate(PERCENTILES):
-                if p in ratios:
-                    known[k, i] = ratios[p]
     c.known = known
     c.pos = np.arange(len(cases))
     c.live = np.ones(len(cases), bool)

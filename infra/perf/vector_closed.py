@@ -146,20 +146,10 @@ def _slots_gap(c: _Cases, x: np.ndarray) -> np.ndarray:
 
 
 def _root_below(c: _Cases, hi: np.ndarray) -> np.ndarray:
-    """`serving.root_below` of `_slots_gap` for every element: bisection to a 1e-4 bracket (`bisect_holds`), then
-    regula falsi inside it to 1e-10, in twelve steps at most."""
-    lo, hi = np.zeros(c.n), hi.copy()
-    live = np.ones(c.n, bool)
-    for _ in range(64):
-        i = np.flatnonzero(live)
-        if not i.size:
-            break
-        x = (lo[i] + hi[i]) / 2
-        holds = _slots_gap(c if i.size == c.n else c.take(i), x) <= 0  # (all alike halve together)
-        lo[i] = np.where(holds, x, lo[i])
-        hi[i] = np.where(holds, hi[i], x)
-        live[i] = ~(hi[i] - lo[i] < 1e-4 * hi[i])
-    lo, hi = _regula_falsi(_slots_gap, c, lo, _slots_gap(c, lo), hi, _slots_gap(c, hi), 1e-10, steps=12)
+    """`serving.root_below` of `_slots_gap` for every element: Anderson-Bjorck regula falsi over (0, hi] to
+    1e-10."""
+    lo = np.zeros(c.n)
+    lo, hi = _regula_falsi(_slots_gap, c, lo, _slots_gap(c, lo), hi, _slots_gap(c, hi), 1e-10, closing=True)
     return np.where(lo > 0, lo, hi)
 
 
@@ -200,7 +190,7 @@ def _closed_loop(c: _Cases) -> dict[str, np.ndarray]:
     if grow.any():
         i = np.flatnonzero(grow)
         b = b.copy()
-        b[i] = _regula_falsi(_loop_gap, c.take(i), np.zeros(i.size), -cc[i], b[i], g_b[i], 1e-10)[0]
+        b[i] = _regula_falsi(_loop_gap, c.take(i), np.zeros(i.size), -cc[i], b[i], g_b[i], 1e-10, closing=True)[0]
     x, base = _sustained(c, b)
     tpot = _tpot(c, x, b)
     ttft, own = _ttft(c, x, b, base)

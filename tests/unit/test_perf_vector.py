@@ -452,3 +452,28 @@ def test_exact_expm1_is_the_c_librarys_for_every_argument():
     got = vector._expm1(x)
     want = np.array([math.expm1(v) for v in values])
     assert np.array_equal(got, want, equal_nan=True)
+
+
+@pytest.mark.parametrize("closing", [False, True])
+def test_lockstep_regula_falsi_brackets_each_root_as_the_scalar_one_does(closing):
+    """Curves that bend up to a wall past which they are infinite (a queue's overrun), bracketed from 0 to below,
+    at or past the wall: each element's bracket is the scalar search's, to the last bit, with Illinois halving and
+    with Anderson-Bjorck scaling alike, whatever the other elements of the batch."""
+    params = [(s, k, t, hi) for s in (0.5, 3.0, 40.0) for k in (0.01, 0.3, 0.95) for t in (0.5, 1.0)
+              for hi in (s * 0.999, s, s * 1.5, s * 8)]
+    sat, knee, target, top = (np.array(v, float) for v in zip(*params))
+
+    def g(c: vector._Cases, x: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return np.where(x < c.sat, np.log(c.knee / (1 - x / c.sat) / c.target), np.inf)
+
+    c = vector._Cases(n=len(params))
+    c.sat, c.knee, c.target = sat, knee, target
+    lo = np.full(len(params), 1e-3)
+    with np.errstate(all="ignore"):  # (as in the vector passes: a kept end whose value is 0)
+        got = vector._regula_falsi(g, c, lo, g(c, lo), top, g(c, top), 1e-10, closing=closing)
+    for (s, k, t, hi), a, b in zip(params, *got):
+        def one(x: float, s=s, k=k, t=t) -> float:
+            return float(np.log(k / (1 - x / s) / t)) if x < s else math.inf
+        want = serving.regula_falsi(one, 1e-3, one(1e-3), hi, one(hi), 1e-10, closing=closing)
+        assert (a, b) == want, (s, k, t, hi)
