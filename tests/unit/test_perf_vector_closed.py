@@ -59,12 +59,13 @@ def test_vector_closed_loop_equals_the_scalar_one_to_the_last_bit(sweep):
     assert regimes == {"no fit", "budget full", "slots", "one client", "little"}, f"the sweep reached {regimes}"
 
 
-def test_with_numpys_expm1_it_is_the_scalar_one_to_1e_8(sweep):
+def test_with_numpys_expm1_it_is_the_scalar_one_to_1e_7(sweep):
     """A last-bit difference in a MoE step can end a solver elsewhere in its final bracket (the decoding count's to
-    1e-10), which the TTFT near the loop's knee magnifies some tenfold."""
+    1e-10), which the TTFT's queue magnifies by 1 / (1 - rho) near the loop's knee, a thousandfold at most where
+    rho is held at 0.999 (the sweep's worst: 470-fold, 512 clients of one-token prompts and answers)."""
     cases, want = sweep
     worst = max(_difference(a, b) for a, b in zip(want, predict_closed_agg(cases)))
-    assert worst <= 1e-8
+    assert worst <= 1e-7
 
 
 def test_a_batch_is_what_each_case_gives_alone(sweep):
