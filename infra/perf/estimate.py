@@ -293,13 +293,42 @@ def _notes(dep: Deployment, cal: Calibration, catalog: Catalog) -> list[str]:
         notes.append(f"{dep.device} has no scale-up fabric: its collectives cross the server's PCIe, which no measured "
                      "deployment did (priced at the link's speed with the fitted NVLink latency doubled, outside "
                      "the error band's evidence)")
-    routed = routed_params_b(model)
-    most = max(((routed_params_b(m), m.name) for m in measured), default=(0.0, ""))
-    if routed > EXTRAPOLATED * most[0] > 0:
-        notes.append(f"{model.name} routes {routed:.1f}B expert parameters per token, more than any measured model "
-                     f"({most[0]:.1f}B, {most[1]}): the latency before its first token that grows with them "
-                     "(`expert_latency_ms`) is carried past the measurements, outside the error band's evidence")
+    expert = _expert_latency_note(model, [m for m in measured if m.moe is not None], cal.factors.expert_latency_ms)
+    if expert:
+        notes.append(expert)
     return notes
+
+
+def _expert_latency_note(model: ModelSpec, measured: list[ModelSpec], ms_per_b: float) -> str | None:
+    """What an estimate says of its fixed MoE latency (`expert_latency_ms`, per billion routed parameters a token
+    passes through) where the measurements do not pin it: the model routes more parameters per token than any
+    measured MoE model, or its experts are shaped unlike theirs. Charged per expert of each MoE layer instead, the
+    latency holds out on the measurements about as well (docs/concepts/performance-model.md); scaled to the
+    packaged form on the measured models (a least-squares line through the origin), the two agree there within
+    a factor of 0.9-1.6, and part where the experts are few and large (Mixtral) or many and small. The note gives
+    both figures wherever the packaged form extrapolates or the two part further than on any measured model."""
+    routed, layers = routed_params_b(model), expert_layers_k(model)
+    known = [(routed_params_b(m), expert_layers_k(m), m.name) for m in measured]
+    if not routed or not known:
+        return None
+    per_k = sum(r * k for r, k, _ in known) / sum(k * k for _, k, _ in known)
+    most = max(known)
+    if routed > EXTRAPOLATED * most[0]:
+        why = (f"routes {routed:.1f}B expert parameters per token, more than any measured model ({most[0]:.1f}B, "
+               f"{most[2]})")
+    else:
+        ratios = [per_k * k / r for r, k, _ in known]
+        ratio = per_k * layers / routed
+        if min(ratios) / EXTRAPOLATED <= ratio <= EXTRAPOLATED * max(ratios):
+            return None
+        terms = model_terms(model)
+        why = (f"has {terms.experts} routed experts of {terms.expert_params / terms.moe_layers / 1e6:.0f}M parameters "
+               f"({terms.active_experts} active) in each of {terms.moe_layers} MoE layers, a shape on which the two "
+               "forms below part further than on any measured model")
+    return (f"{model.name} {why}: the latency before its first token that grows with its routed parameters "
+            f"(`expert_latency_ms`, {routed * ms_per_b:.0f} ms) is carried past the measurements, outside the error "
+            f"band's evidence; charged per expert of each MoE layer, which holds out on them about as well, it would "
+            f"be {per_k * layers * ms_per_b:.0f} ms")
 
 
 def _pcie_measured(catalog: Catalog) -> bool:
@@ -319,6 +348,13 @@ def routed_params_b(model: ModelSpec) -> float:
     """Billions of routed-expert parameters one token passes through in the whole model (0 for a dense one)."""
     terms = model_terms(model)
     return terms.active_experts * terms.expert_params / 1e9
+
+
+def expert_layers_k(model: ModelSpec) -> float:
+    """Thousands of routed experts over the model's MoE layers (every expert of every MoE layer; 0 for a dense
+    model)."""
+    terms = model_terms(model)
+    return terms.experts * terms.moe_layers / 1000
 
 
 @dataclass(frozen=True)
