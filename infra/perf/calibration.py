@@ -222,6 +222,12 @@ class Calibration:
     vendor_measured: bool = True
     """Whether any measurement the factors were fitted to ran on a device of this device's vendor; when none did,
     the factors carry `VENDOR_DERATE` and the error band its uncertainty (`borrowed_band`)."""
+    unpinned_ttft_s: float = 0.0
+    """Seconds the other form of the model's fixed MoE latency, which holds out on the measurements about as well
+    as the packaged one, adds to every TTFT (negative: takes from it), where the measurements do not pin which
+    holds for this model (`infra.perf.estimate.moe_latency_forms`); 0 where they do, or where the user's
+    measurements of this model set its TTFT. The error band spans both forms, and so does the margin a plan at a
+    confidence keeps."""
 
 
 @lru_cache(maxsize=1)

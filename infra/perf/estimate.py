@@ -159,7 +159,13 @@ class Estimate:
         out: dict[str, Any] = {"basis": band.basis, "quantiles": "p5..p95 of measured / predicted",
                                "held_for_a_left_out_model": {"ttft": band.held_ttft, "tpot": band.held_tpot}}
         for metric in ("ttft", "tpot"):
-            lo, hi = band.interval(metric, getattr(p, metric)["mean"])
+            mean = getattr(p, metric)["mean"]
+            lo, hi = band.interval(metric, mean)
+            if metric == "ttft" and self.calibration.unpinned_ttft_s:
+                # Both forms of the fixed MoE latency (see the notes): the band around each.
+                other = band.interval(metric, max(mean + self.calibration.unpinned_ttft_s, 0.0))
+                lo, hi = min(lo, other[0]), max(hi, other[1])
+                out["basis"] = f"{band.basis}; spanning both forms of the model's fixed MoE latency (see the notes)"
             out[f"{metric}_mean_ms"] = [round(lo * 1000, 4), round(hi * 1000, 4)]
         return out
 
@@ -293,22 +299,29 @@ def _notes(dep: Deployment, cal: Calibration, catalog: Catalog) -> list[str]:
         notes.append(f"{dep.device} has no scale-up fabric: its collectives cross the server's PCIe, which no measured "
                      "deployment did (priced at the link's speed with the fitted NVLink latency doubled, outside "
                      "the error band's evidence)")
-    expert = _expert_latency_note(model, [m for m in measured if m.moe is not None], cal.factors.expert_latency_ms)
-    if expert:
-        notes.append(expert)
+    forms = moe_latency_forms(model, catalog, cal.factors.expert_latency_ms)
+    if forms is not None:
+        why, packaged, other = forms
+        notes.append(f"{model.name} {why}: the latency before its first token that grows with its routed parameters "
+                     f"(`expert_latency_ms`, {packaged * 1e3:.0f} ms) is carried past the measurements; charged per "
+                     "expert of each MoE layer, which holds out on them about as well, it would be "
+                     f"{other * 1e3:.0f} ms" + ("; the error band spans both" if cal.unpinned_ttft_s else
+                                                  "; the measurements of it your calibration holds set its TTFT"))
     return notes
 
 
-def _expert_latency_note(model: ModelSpec, measured: list[ModelSpec], ms_per_b: float) -> str | None:
-    """What an estimate says of its fixed MoE latency (`expert_latency_ms`, per billion routed parameters a token
-    passes through) where the measurements do not pin it: the model routes more parameters per token than any
-    measured MoE model, or its experts are shaped unlike theirs. Charged per expert of each MoE layer instead, the
-    latency holds out on the measurements about as well (docs/concepts/performance-model.md); scaled to the
-    packaged form on the measured models (a least-squares line through the origin), the two agree there within
-    a factor of 0.9-1.6, and part where the experts are few and large (Mixtral) or many and small. The note gives
-    both figures wherever the packaged form extrapolates or the two part further than on any measured model."""
+def moe_latency_forms(model: ModelSpec, catalog: Catalog, ms_per_b: float) -> tuple[str, float, float] | None:
+    """(why, seconds, seconds in the other form) of a model's fixed MoE latency (`expert_latency_ms`, per billion
+    routed parameters a token passes through) where the measurements do not pin it: the model routes more
+    parameters per token than any measured MoE model, or its experts are shaped unlike theirs. Charged per expert
+    of each MoE layer instead, the latency holds out on the measurements about as well
+    (docs/concepts/performance-model.md); scaled to the packaged form on the measured models (a least-squares
+    line through the origin), the two agree there within a factor of 0.9-1.6, and part where the experts are few
+    and large (Mixtral) or many and small. None where the packaged form does not extrapolate and the two part no
+    further than on a measured model."""
     routed, layers = routed_params_b(model), expert_layers_k(model)
-    known = [(routed_params_b(m), expert_layers_k(m), m.name) for m in measured]
+    measured = [catalog.models[name] for name in measured_models() if name in catalog.models]
+    known = [(routed_params_b(m), expert_layers_k(m), m.name) for m in measured if m.moe is not None]
     if not routed or not known:
         return None
     per_k = sum(r * k for r, k, _ in known) / sum(k * k for _, k, _ in known)
@@ -318,17 +331,13 @@ def _expert_latency_note(model: ModelSpec, measured: list[ModelSpec], ms_per_b: 
                f"{most[2]})")
     else:
         ratios = [per_k * k / r for r, k, _ in known]
-        ratio = per_k * layers / routed
-        if min(ratios) / EXTRAPOLATED <= ratio <= EXTRAPOLATED * max(ratios):
+        if min(ratios) / EXTRAPOLATED <= per_k * layers / routed <= EXTRAPOLATED * max(ratios):
             return None
         terms = model_terms(model)
         why = (f"has {terms.experts} routed experts of {terms.expert_params / terms.moe_layers / 1e6:.0f}M parameters "
                f"({terms.active_experts} active) in each of {terms.moe_layers} MoE layers, a shape on which the two "
                "forms below part further than on any measured model")
-    return (f"{model.name} {why}: the latency before its first token that grows with its routed parameters "
-            f"(`expert_latency_ms`, {routed * ms_per_b:.0f} ms) is carried past the measurements, outside the error "
-            f"band's evidence; charged per expert of each MoE layer, which holds out on them about as well, it would "
-            f"be {per_k * layers * ms_per_b:.0f} ms")
+    return why, routed * ms_per_b * 1e-3, per_k * layers * ms_per_b * 1e-3
 
 
 def _pcie_measured(catalog: Catalog) -> bool:
@@ -429,7 +438,17 @@ def compile_deployment(dep: Deployment, catalog: Catalog, *, device_memory_gb: f
     workers, cal, link = build_workers(dep, catalog, device_memory_gb=device_memory_gb, factors=factors,
                                        device_spec=device_spec, decode_memory_gb=decode_memory_gb,
                                        link_gbs=link_gbs, correction=correction)
+    cal = replace(cal, unpinned_ttft_s=unpinned_ttft_s(catalog.model(dep.model), catalog, cal))
     return Compiled(dep, workers, cal, link, _notes(dep, cal, catalog))
+
+
+def unpinned_ttft_s(model: ModelSpec, catalog: Catalog, cal: Calibration) -> float:
+    """`Calibration.unpinned_ttft_s` of a model under `cal`: 0 where the user's measurements of the model (or the
+    deployment) set its TTFT."""
+    if cal.measured_level in ("model", "deployment"):
+        return 0.0
+    forms = moe_latency_forms(model, catalog, cal.factors.expert_latency_ms)
+    return 0.0 if forms is None else forms[2] - forms[1]
 
 
 def estimate(dep: Deployment, wl: Workload, catalog: Catalog, *, device_memory_gb: float | None = None,
@@ -715,5 +734,5 @@ VECTOR_MIN = 32
 
 __all__ = ["Compiled", "Estimate", "PERCENTILES", "Pending", "Probe", "Search", "ShapeError", "TRICKLE_RPS",
            "build_workers", "compile_deployment", "estimate", "estimates", "finite_ms", "max_rate", "max_rate_search",
-           "meets", "missed", "objective_value", "overrun", "predict", "predict_all", "predictions", "run_search",
-           "run_searches", "shape_problems"]
+           "meets", "missed", "moe_latency_forms", "objective_value", "overrun", "predict", "predict_all",
+           "predictions", "run_search", "run_searches", "shape_problems", "unpinned_ttft_s"]

@@ -40,6 +40,7 @@ from infra.perf.estimate import (
     overrun,
     run_searches,
     shape_problems,
+    unpinned_ttft_s,
 )
 from infra.perf.heap import collector_paused
 from infra.perf.serving import PERCENTILES, Prediction, lognormal_q, z_of
@@ -852,8 +853,8 @@ def longest_request(svc: Service) -> int | None:
 
 
 def confident(slo: dict[tuple[str, str], float], dep: Deployment, confidence: float | None,
-              calibrated: bool, measured_level: str = "", vendor_measured: bool = True, doublings: float = 0.0
-              ) -> dict[tuple[str, str], float]:
+              calibrated: bool, measured_level: str = "", vendor_measured: bool = True, doublings: float = 0.0,
+              unpinned_s: float = 0.0) -> dict[tuple[str, str], float]:
     """The objectives a prediction must meet for the measurement to meet `slo` with `confidence`: each target over
     the deployment's error band ratio (measured / predicted) at that quantile, TPOT's for ITL and the larger of
     the two for E2E; a ratio below 1 (the model over-predicting) never loosens a target. The model's own
@@ -861,14 +862,17 @@ def confident(slo: dict[tuple[str, str], float], dep: Deployment, confidence: fl
     that matched the model or the deployment (`measured_level`) brings its own, narrower band; factors borrowed
     for a device no measurement fitted bring the wider band of borrowed factors (wider again for a vendor none
     covers, `vendor_measured`), so a plan at a confidence keeps the margin such a device needs; and a workload
-    `doublings` past the longest measured prompt or answer widens the packaged band (`band_for`)."""
-    band = None if confidence is None else band_for(dep.mode, dep.model, calibrated, measured_level,
-                                                    vendor_measured, doublings)
-    if band is None or confidence is None:
+    `doublings` past the longest measured prompt or answer widens the packaged band (`band_for`). Where the model's
+    fixed MoE latency could be `unpinned_s` longer in the form of it the measurements do not rule out
+    (`Calibration.unpinned_ttft_s`), TTFT and E2E targets keep that much more (at any confidence)."""
+    if confidence is None:
         return slo
-    ratio = {m: max(1.0, band.ratio(m, confidence)) for m in ("ttft", "tpot")}
+    band = band_for(dep.mode, dep.model, calibrated, measured_level, vendor_measured, doublings)
+    ratio = {m: max(1.0, band.ratio(m, confidence)) if band is not None else 1.0 for m in ("ttft", "tpot")}
     ratio["itl"], ratio["e2e"] = ratio["tpot"], max(ratio.values())
-    return {(metric, pct): target / ratio[metric] for (metric, pct), target in slo.items()}
+    margin = max(unpinned_s, 0.0)
+    return {(metric, pct): target / ratio[metric] - (margin if metric in ("ttft", "e2e") else 0.0)
+            for (metric, pct), target in slo.items()}
 
 
 def millis(seconds: float) -> str:
@@ -901,8 +905,11 @@ def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[st
     if confidence is not None:
         measured = correction_for(resolved, dep, wl)
         cal = lookup(dep.framework, device, resolved.catalog.framework(dep.framework).calibration_from)
-        slo = confident(slo, dep, confidence, cal.calibrated, measured.level if measured else "",
-                        cal.vendor_measured, doublings_past(wl.isl, wl.osl))
+        level = measured.level if measured else ""
+        unpinned = unpinned_ttft_s(resolved.catalog.model(dep.model), resolved.catalog,
+                                   dataclasses.replace(cal, measured_level=level))
+        slo = confident(slo, dep, confidence, cal.calibrated, level, cal.vendor_measured,
+                        doublings_past(wl.isl, wl.osl), unpinned)
     try:
         cap, est = yield from _capacity(dep, wl, slo, resolved, pool, device, memory_gb=memory_gb,
                                         decode_pool=decode_pool, worth=worth, even=even)
