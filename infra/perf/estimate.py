@@ -320,9 +320,11 @@ def moe_latency_forms(model: ModelSpec, catalog: Catalog, ms_per_b: float) -> tu
     and large (Mixtral) or many and small. None where the packaged form does not extrapolate and the two part no
     further than on a measured model."""
     routed, layers = routed_params_b(model), expert_layers_k(model)
+    if not routed:
+        return None
     measured = [catalog.models[name] for name in measured_models() if name in catalog.models]
     known = [(routed_params_b(m), expert_layers_k(m), m.name) for m in measured if m.moe is not None]
-    if not routed or not known:
+    if not known:
         return None
     per_k = sum(r * k for r, k, _ in known) / sum(k * k for _, k, _ in known)
     most = max(known)
