@@ -279,10 +279,12 @@ LAYER_KINDS = (
 """Kinds of layer the step times price with their own terms, and how to tell a model has them."""
 
 
-def _notes(dep: Deployment, cal: Calibration, catalog: Catalog) -> list[str]:
+def _notes(dep: Deployment, cal: Calibration, catalog: Catalog, forms: tuple[str, float, float] | None
+           ) -> list[str]:
     """What an estimate extrapolates: factors borrowed from another framework or device, layers of a kind no
     measured model has (priced by the roofline at factors fitted on other layers; the error band does not cover
-    them), and collectives over a fabric no measured deployment used (PCIe)."""
+    them), collectives over a fabric no measured deployment used (PCIe), and a fixed MoE latency the
+    measurements do not pin (`forms`, the model's `moe_latency_forms`)."""
     traded = f", at {cal.architecture}'s fitted share of peak" if cal.architecture else ""
     notes = [] if cal.calibrated else [f"not calibrated for {dep.framework} on {dep.device}: efficiency factors "
                                        f"{cal.source} (device distance {cal.distance:g}){traded}"]
@@ -299,14 +301,13 @@ def _notes(dep: Deployment, cal: Calibration, catalog: Catalog) -> list[str]:
         notes.append(f"{dep.device} has no scale-up fabric: its collectives cross the server's PCIe, which no measured "
                      "deployment did (priced at the link's speed with the fitted NVLink latency doubled, outside "
                      "the error band's evidence)")
-    forms = moe_latency_forms(model, catalog, cal.factors.expert_latency_ms)
     if forms is not None:
         why, packaged, other = forms
         notes.append(f"{model.name} {why}: the latency before its first token that grows with its routed parameters "
                      f"(`expert_latency_ms`, {packaged * 1e3:.0f} ms) is carried past the measurements; charged per "
                      "expert of each MoE layer, which holds out on them about as well, it would be "
                      f"{other * 1e3:.0f} ms" + ("; the error band spans both" if cal.unpinned_ttft_s else
-                                                  "; the measurements of it your calibration holds set its TTFT"))
+                                                  "; your calibration's measurements of this model set its TTFT"))
     return notes
 
 
@@ -440,17 +441,15 @@ def compile_deployment(dep: Deployment, catalog: Catalog, *, device_memory_gb: f
     workers, cal, link = build_workers(dep, catalog, device_memory_gb=device_memory_gb, factors=factors,
                                        device_spec=device_spec, decode_memory_gb=decode_memory_gb,
                                        link_gbs=link_gbs, correction=correction)
-    cal = replace(cal, unpinned_ttft_s=unpinned_ttft_s(catalog.model(dep.model), catalog, cal))
-    return Compiled(dep, workers, cal, link, _notes(dep, cal, catalog))
+    forms = moe_latency_forms(catalog.model(dep.model), catalog, cal.factors.expert_latency_ms)
+    cal = replace(cal, unpinned_ttft_s=unpinned_ttft_s(forms, cal.measured_level))
+    return Compiled(dep, workers, cal, link, _notes(dep, cal, catalog, forms))
 
 
-def unpinned_ttft_s(model: ModelSpec, catalog: Catalog, cal: Calibration) -> float:
-    """`Calibration.unpinned_ttft_s` of a model under `cal`: 0 where the user's measurements of the model (or the
-    deployment) set its TTFT."""
-    if cal.measured_level in ("model", "deployment"):
-        return 0.0
-    forms = moe_latency_forms(model, catalog, cal.factors.expert_latency_ms)
-    return 0.0 if forms is None else forms[2] - forms[1]
+def unpinned_ttft_s(forms: tuple[str, float, float] | None, measured_level: str) -> float:
+    """`Calibration.unpinned_ttft_s` from a model's `moe_latency_forms`: 0 where it has none, or where the user's
+    measurements of the model (or the deployment: `measured_level`) set its TTFT."""
+    return 0.0 if forms is None or measured_level in ("model", "deployment") else forms[2] - forms[1]
 
 
 def estimate(dep: Deployment, wl: Workload, catalog: Catalog, *, device_memory_gb: float | None = None,

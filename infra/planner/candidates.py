@@ -37,6 +37,7 @@ from infra.perf.estimate import (
     max_rate_search,
     meets,
     missed,
+    moe_latency_forms,
     overrun,
     run_searches,
     shape_problems,
@@ -906,8 +907,8 @@ def _score(record: Considered, dep: Deployment, wl: Workload, slo: dict[tuple[st
         measured = correction_for(resolved, dep, wl)
         cal = lookup(dep.framework, device, resolved.catalog.framework(dep.framework).calibration_from)
         level = measured.level if measured else ""
-        unpinned = unpinned_ttft_s(resolved.catalog.model(dep.model), resolved.catalog,
-                                   dataclasses.replace(cal, measured_level=level))
+        forms = moe_latency_forms(resolved.catalog.model(dep.model), resolved.catalog, cal.factors.expert_latency_ms)
+        unpinned = unpinned_ttft_s(forms, level)
         slo = confident(slo, dep, confidence, cal.calibrated, level, cal.vendor_measured,
                         doublings_past(wl.isl, wl.osl), unpinned)
     try:

@@ -570,7 +570,7 @@ def test_the_error_band_and_a_confident_plan_span_both_forms_of_an_unpinned_fixe
     band reaches down by its 225 ms, Qwen3-Next-80B-A3B's objectives tighten by its 200 ms; a model the
     measurements pin has neither."""
     from infra.perf.calibration import band_for
-    from infra.perf.estimate import compile_deployment
+    from infra.perf.estimate import compile_deployment, moe_latency_forms, unpinned_ttft_s
     from infra.planner.candidates import confident
 
     cat = load_catalog()
@@ -594,6 +594,10 @@ def test_the_error_band_and_a_confident_plan_span_both_forms_of_an_unpinned_fixe
         assert kept[("tpot", "p99")] == plain[("tpot", "p99")]
         for metric in ("ttft", "e2e"):
             assert kept[(metric, "p99")] == pytest.approx(plain[(metric, "p99")] - max(d, 0.0))
+    # The user's measurements of the model, or of the deployment, set its TTFT; of the framework or device, not.
+    forms = moe_latency_forms(cat.model("Mixtral-8x22B"), cat, 6.8)
+    assert unpinned_ttft_s(forms, "framework") == unpinned_ttft_s(forms, "") == forms[2] - forms[1] < 0
+    assert unpinned_ttft_s(forms, "model") == unpinned_ttft_s(forms, "deployment") == unpinned_ttft_s(None, "") == 0
 
 
 def test_a_workload_at_a_rate_is_what_replace_makes():
