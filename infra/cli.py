@@ -6,6 +6,7 @@ Exit codes: 0 ok, 1 bad input (a file, a flag, a name), 2 infeasible intent, 3 v
 from __future__ import annotations
 
 import gc
+import inspect
 import json
 import sys
 import warnings
@@ -879,6 +880,17 @@ def review(
     code = api.review(path, console=_console(), script=script, intent_path=intent, catalog_dirs=tuple(catalog or ()))
     if code:
         sys.exit(code)
+
+
+def _flowed(doc: str) -> str:
+    """A docstring's paragraphs each on one line: rich help prints a docstring's lines as they are wrapped in the
+    source, mid-sentence, where a terminal wraps them again."""
+    return "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(doc).split("\n\n"))
+
+
+for _info in app.registered_commands:
+    if _info.help is None and _info.callback is not None and _info.callback.__doc__:
+        _info.help = _flowed(_info.callback.__doc__)
 
 
 def _fail(message: str, code: int) -> None:

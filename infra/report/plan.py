@@ -56,7 +56,7 @@ def _alloc_line(a: Allocation) -> str:
     where = (", ".join(f"{n} x{k}" for n, k in a.placement.items()) if a.placement
              else f"{a.nodes_used} node{'s' if a.nodes_used != 1 else ''}")
     return (f"{a.replicas} x {a.device} ({_layout(a)}, {a.framework}, {a.precision}) in pool "
-            f"{a.pool} ({where}): {a.devices:g} devices, ${a.cost_per_hour:.2f}/h")
+            f"{a.pool} ({where}): {a.devices:g} device{'s' if a.devices != 1 else ''}, ${a.cost_per_hour:.2f}/h")
 
 
 def rationale(plan: DeploymentPlan) -> str:
@@ -230,8 +230,9 @@ def print_plan(console: Console, plan: DeploymentPlan, considered: list[Consider
         for a in svc.allocations:
             # One objective a line keeps the table within an ordinary terminal however many objectives there are.
             obj = "\n".join(f"{k} {v.predicted_ms:g}/{v.target_ms:g}ms" for k, v in a.predicted.items())
-            t.add_row(svc.name, str(a.replicas), f"{a.device} {_layout(a)}", f"{a.framework} {a.precision}",
-                      f"{a.cost_per_hour:.2f}", obj)
+            # The pool tells apart allocations of one service that differ only in where they run (zones).
+            t.add_row(svc.name, str(a.replicas), f"{a.device} {_layout(a)}\npool {a.pool}",
+                      f"{a.framework} {a.precision}", f"{a.cost_per_hour:.2f}", obj)
     console.print(t)
     counts = Counter(c.outcome if c.outcome == "candidate" else "dropped" for c in considered)
     console.print(f"{counts['candidate']} candidates scored, {counts['dropped']} shapes dropped "

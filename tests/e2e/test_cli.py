@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -139,3 +140,15 @@ def test_every_command_has_help():
     for cmd in ("check", "schema", "catalog"):
         out = infra(cmd, "--help")
         assert out.returncode == 0 and "Usage" in out.stdout, cmd
+
+
+def test_help_flows_docstrings_as_paragraphs():
+    # A docstring wraps at the source's width; the help says each of its paragraphs as one run of text.
+    out = subprocess.run([sys.executable, "-m", "infra", "--help"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "COLUMNS": "200"})
+    assert out.returncode == 0
+    line = next(x for x in out.stdout.splitlines() if "│ calibrate" in x)
+    assert "calibration file for plan, estimate, bench --simulate and pr" in line, out.stdout
+    bench = infra("bench", "--help")
+    assert "with the workload of --intent" in " ".join(bench.stdout.split())
+    assert not any(x.rstrip().endswith(" with the") for x in bench.stdout.splitlines()), bench.stdout

@@ -21,6 +21,11 @@ def test_plan_main_job(tmp_path):
         # Device-weighted peak load over capacity: the plan leaves headroom (10% asked) and rounds up replicas.
         assert 0 < pool["busy_at_peak"] <= 1 / 1.1 + 1e-3
     assert "## Devices used" in (tmp_path / "report.md").read_text()
+    # The service spreads over two zones' pools of the same device and layout: each row of the table says which.
+    rows = [(a["pool"], a["replicas"]) for s in spec["services"] for a in s["allocations"]]
+    assert len({pool for pool, _ in rows}) == len(rows) > 1
+    for pool, _ in rows:
+        assert re.search(rf"│ +│ +│ pool {re.escape(pool)} +│", out.stdout), out.stdout
 
 
 def test_plan_json():
