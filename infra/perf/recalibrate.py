@@ -327,6 +327,7 @@ def _nodes(rows: list[Row], step: dict[tuple[str, str], tuple[float, float]]) ->
         return ABOVE_SHARE * statistics.median(own[r.keys["deployment"]]) if level == "deployment" else 0.0
 
     ttft = _levels(rows, ttft_residual, ttft_parent, ttft, bound)
+    ttft.update(_upper_ttft(rows, step))
     groups: dict[tuple[str, str], list[Row]] = {}
     for r in rows:
         for level in LEVELS:
@@ -349,6 +350,28 @@ def _nodes(rows: list[Row], step: dict[tuple[str, str], tuple[float, float]]) ->
             node = _load_tails(members, node.model_copy(update={"tails": _tails(members, node)}))
         nodes.append(node)
     return nodes
+
+
+def _upper_ttft(rows: list[Row], step: dict[tuple[str, str], tuple[float, float]]
+                ) -> dict[tuple[str, str], tuple[float, float]]:
+    """The TTFT correction (log, weight 0) of every level above a deployment: what undoes the level's step
+    correction on the prior's TTFT. The step is fitted to the measured TPOT and lengthens the prompts' steps as
+    much as the decodes'; carried alone to another layout or workload it moved TTFT by as much, where a
+    deployment's own TTFT miss does not carry over at all (`closed_loop.py`: calibrated on a model's largest
+    sweep, its other sweeps' TTFT 28.0/79.5% median/p90 error with the step alone, 27.9/79.3% undone, 27.8/79.3%
+    uncalibrated; 11 workloads of Qwen3-235B on vLLM tp4, each predicted from the others: 69.4/134.0%,
+    28.7/74.6%, 26.9/83.0%). A level's correction is the mean over its deployments of each one's median."""
+    out: dict[tuple[str, str], tuple[float, float]] = {}
+    for level in LEVELS[:-1]:
+        by_key: dict[str, dict[str, list[float]]] = {}
+        for r in rows:
+            key = r.keys[level]
+            pred = r.at(step[(level, key)][0])
+            undo = math.log(r.prior[0] / pred[0]) if _finite(pred) and _finite(r.prior) else 0.0
+            by_key.setdefault(key, {}).setdefault(r.keys["deployment"], []).append(undo)
+        for key, per_dep in sorted(by_key.items()):
+            out[(level, key)] = (_bound(statistics.fmean(statistics.median(v) for v in per_dep.values())), 0.0)
+    return out
 
 
 def _calibrated(r: Row, node: Node) -> Prediction | None:

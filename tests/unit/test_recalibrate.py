@@ -114,6 +114,25 @@ def test_many_deployments_pin_their_own_levels_and_share_only_what_they_agree_on
     assert match(nodes, third, rows3[0].m.case.workload).level == "framework"
 
 
+def test_above_the_deployment_the_step_correction_leaves_the_priors_ttft():
+    """A deployment whose decodes run 1.6 times the prior's steps and whose TTFT the prior had right: another
+    workload of it (matched at the model level) takes the slower steps for its TPOT, and its TTFT stays the
+    prior's rather than stretching with the steps."""
+    t, p = _prior(16, 1000)
+    rows, _ = prepare([_measured(t, 1.6 * p, 16, 1000)], CAT)
+    nodes = fit(rows)
+    by = {n.level: n for n in nodes}
+    assert by["model"].step > 1.3 and by["model"].ttft < 0.85
+    t4, p4 = _prior(16, 4000)
+    other, _ = prepare([_measured(t4, p4, 16, 4000)], CAT)
+    assert match(nodes, DEP, other[0].m.case.workload).level == "model"
+    ttft, tpot = predict(other[0], nodes)
+    stretched = other[0].run(by["model"].step)[0]
+    assert stretched > 1.3 * t4
+    assert ttft == pytest.approx(t4, rel=0.1)
+    assert tpot > 1.3 * p4
+
+
 def test_the_deployment_level_matches_only_a_near_workload():
     t, p = _prior(16, 1000)
     rows, _ = prepare([_measured(1.5 * t, 1.3 * p, 16, 1000)], CAT)
