@@ -174,7 +174,8 @@ class Correction:
         by_load = ", ".join(f"x{m:.3g} at {_load_words(kind, x)}" for kind, x, m in self.ttft_loads)
         text = (f"calibrated on {self.rows} measured load point(s) of {self.deployments} deployment(s) "
                 f"({LEVEL_WORDS[self.level]}, {self.measured}; {self.calibration}): step time x{self.step:.3g}, "
-                f"TTFT x{self.ttft:.3g}" + (f" ({by_load}, in between by load)" if by_load else ""))
+                f"TTFT x{self.ttft:.3g}" + (f" ({by_load}, in between by load)" if by_load else "")
+                + (" (the prior's TTFT under that step)" if self.level != "deployment" and self.ttft != 1 else ""))
         if self.tails != NO_TAILS:
             text += "; measured percentiles: " + ", ".join(
                 f"{name} {tail_words(t)}" for name, t in zip(("TTFT", "TPOT"), self.tails) if t != NO_TAIL)

@@ -57,6 +57,9 @@ def print_calibration(console: Console, doc: Any, written: Any) -> None:
         t.add_row(n.level, n.key, f"x{n.step:.3g}", f"x{n.ttft:.3g}", *spread, str(n.rows), str(n.deployments),
                   f"{n.weight:.2f}", when)
     console.print(t)
+    if any(n.level != "deployment" and n.ttft != 1 for n in doc.corrections):
+        console.print("TTFT above the deployment level: what keeps the prior's TTFT under that level's step time (a "
+                      "deployment's own TTFT miss does not carry to other workloads or layouts)")
     if tails:
         console.print("tails: what the measured percentiles make of the model's TTFT / TPOT spread: x the share "
                       "of it kept, + what they add beyond it at p99, in means of each")
