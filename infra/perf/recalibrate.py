@@ -355,23 +355,36 @@ def _nodes(rows: list[Row], step: dict[tuple[str, str], tuple[float, float]]) ->
 def _upper_ttft(rows: list[Row], step: dict[tuple[str, str], tuple[float, float]]
                 ) -> dict[tuple[str, str], tuple[float, float]]:
     """The TTFT correction (log, weight 0) of every level above a deployment: what undoes the level's step
-    correction on the prior's TTFT. The step is fitted to the measured TPOT and lengthens the prompts' steps as
-    much as the decodes'; carried alone to another layout or workload it moved TTFT by as much, where a
-    deployment's own TTFT miss does not carry over at all (`closed_loop.py`: calibrated on a model's largest
-    sweep, its other sweeps' TTFT 28.0/79.5% median/p90 error with the step alone, 27.9/79.3% undone, 27.8/79.3%
-    uncalibrated; 11 workloads of Qwen3-235B on vLLM tp4, each predicted from the others: 69.4/134.0%,
-    28.7/74.6%, 26.9/83.0%). A level's correction is the mean over its deployments of each one's median."""
+    correction on the prior's TTFT (through each point's `_ttft_elasticity`). The step is fitted to the measured
+    TPOT and lengthens the prompts' steps as much as the decodes'; carried alone to another layout or workload it
+    moved TTFT by as much, where a deployment's own TTFT miss does not carry over at all (`closed_loop.py`:
+    calibrated on a model's largest sweep, its other sweeps' TTFT 28.0/79.5% median/p90 error with the step alone,
+    27.8/79.3% undone, 27.8/79.3% uncalibrated; 11 workloads of Qwen3-235B on vLLM tp4, each predicted from the
+    others: 69.4/134.0%, 28.7/74.8%, 26.9/83.0%). A level's correction is the mean over its deployments of each
+    one's median. Predicting every point again at each level's step instead of reading its elasticity gives the
+    same figures within 0.2 points and made `infra calibrate` three times as slow (every fold of its
+    cross-validations predicts every point once per level)."""
     out: dict[tuple[str, str], tuple[float, float]] = {}
     for level in LEVELS[:-1]:
         by_key: dict[str, dict[str, list[float]]] = {}
         for r in rows:
             key = r.keys[level]
-            pred = r.at(step[(level, key)][0])
-            undo = math.log(r.prior[0] / pred[0]) if _finite(pred) and _finite(r.prior) else 0.0
-            by_key.setdefault(key, {}).setdefault(r.keys["deployment"], []).append(undo)
+            by_key.setdefault(key, {}).setdefault(r.keys["deployment"], []).append(
+                -_ttft_elasticity(r, step[("deployment", r.keys["deployment"])][0]) * step[(level, key)][0])
         for key, per_dep in sorted(by_key.items()):
             out[(level, key)] = (_bound(statistics.fmean(statistics.median(v) for v in per_dep.values())), 0.0)
     return out
+
+
+def _ttft_elasticity(r: Row, log_step: float) -> float:
+    """How a point's predicted TTFT follows the step multiplier (d log TTFT / d log step), read off the prediction
+    at its deployment's step against the prior's (1, as a prompt's own steps, where that step is the prior's or
+    leaves the load unsustainable): the levels above take their steps' effect on TTFT from it without predicting
+    every point again at each of their steps."""
+    pred = r.at(log_step)
+    if log_step == 0.0 or not (_finite(pred) and _finite(r.prior)):
+        return 1.0
+    return math.log(pred[0] / r.prior[0]) / log_step
 
 
 def _calibrated(r: Row, node: Node) -> Prediction | None:
