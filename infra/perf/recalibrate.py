@@ -308,11 +308,11 @@ def _nodes(rows: list[Row], step: dict[tuple[str, str], tuple[float, float]]) ->
     """Every level's correction: its step (`_step_levels`), the TTFT correction the rows' predictions under it
     leave, and a deployment's TTFT by load and its tails."""
     bound = _bound
-    ttft: dict[tuple[str, str], tuple[float, float]] = {}
+    # The levels above a deployment undo their step's effect on TTFT (`_upper_ttft`); a deployment's own is fitted
+    # on its points.
+    ttft = _upper_ttft(rows, step)
 
     def ttft_residual(r: Row, level: str) -> float:
-        if level != "deployment":
-            return 0.0
         pred = r.at(step[(level, r.keys[level])][0])
         # Where the level's step leaves the point's load unsustainable, the TTFT it would take is unknown: the
         # prior's stands in (the step correction then says more than the TTFT one could).
@@ -324,10 +324,9 @@ def _nodes(rows: list[Row], step: dict[tuple[str, str], tuple[float, float]]) ->
 
     def ttft_parent(r: Row, level: str) -> float:
         # A deployment's TTFT is shrunk towards none by as much as its step is by the levels above it alone.
-        return ABOVE_SHARE * statistics.median(own[r.keys["deployment"]]) if level == "deployment" else 0.0
+        return ABOVE_SHARE * statistics.median(own[r.keys["deployment"]])
 
-    ttft = _levels(rows, ttft_residual, ttft_parent, ttft, bound)
-    ttft.update(_upper_ttft(rows, step))
+    ttft = _levels(rows, ttft_residual, ttft_parent, ttft, bound, ("deployment",))
     groups: dict[tuple[str, str], list[Row]] = {}
     for r in rows:
         for level in LEVELS:
@@ -480,10 +479,10 @@ def _ttft_loads(members: list[Row], residual: Callable[[Row], float], parent: fl
 
 
 def _levels(rows: list[Row], residual: Callable[[Row, str], float], parent: Callable[[Row, str], float],
-            into: dict[tuple[str, str], tuple[float, float]],
-            bound: Callable[[float], float]) -> dict[tuple[str, str], tuple[float, float]]:
-    """Fill `into` level by level (each level's parent read from it) and return it."""
-    for level in LEVELS:
+            into: dict[tuple[str, str], tuple[float, float]], bound: Callable[[float], float],
+            levels: tuple[str, ...] = LEVELS) -> dict[tuple[str, str], tuple[float, float]]:
+    """Fill `into` level by level (`levels`, broadest first; each level's parent read from it) and return it."""
+    for level in levels:
         by_key: dict[str, list[Row]] = {}
         for r in rows:
             by_key.setdefault(r.keys[level], []).append(r)
