@@ -114,12 +114,14 @@ def test_plan_measure_calibrate_predict_and_verify_on_a_real_engine(vllm_server,
 
 TAIL_REQUESTS = 120
 """Requests per measured load: p90 needs 100 (ten beyond it) before a calibration fits a tail on it."""
-TAIL_BOUND = 0.25
-"""How far the calibrated TPOT p90 at the unmeasured load may be from the measured one: the mean's error and the
-spread's, whose measured ratio to the mean moves by 0.1 or so run to run. The engine's mean TPOT need not follow
-the model's course between the loads (on a 2-vCPU machine it has run 14.1 / 11.3 / 12.4 ms at 2 / 4 / 6 clients,
-where the model's rises): the calibrated mean at 4 is then some 13% high, which is why the spread is judged as a
-ratio to each side's own mean."""
+SPREAD_BOUND = 0.12
+"""How far the calibrated TPOT p90's ratio to its mean at the unmeasured load may be from the measured ratio: the
+measured ratio moves by 0.1 or so run to run (1.2-1.5 over these loads)."""
+# The p90 itself is held to the mean's bound (BOUND): its error is the mean's and the spread's, and the engine's mean
+# TPOT need not follow the model's course between the loads. On two shared vCPUs it has run 14.1 / 11.3 / 12.4 ms at
+# 2 / 4 / 6 clients (the model's rises with the load: the calibrated mean at 4 some 13% high) and, in another run,
+# about 16 / 12.5 / 16 ms (29% high, the p90's ratio to its mean 3% from the measured one): a bound on the p90 tighter
+# than the mean's failed on the mean's noise, not on the spread this test is about.
 
 
 def test_measured_tails_carry_to_a_load_between_the_measured_ones(vllm_server, tiny_model, tmp_path):
@@ -161,10 +163,14 @@ def test_measured_tails_carry_to_a_load_between_the_measured_ones(vllm_server, t
         measured, predicted = got["p90"] / got["mean"], est["tpot_ms"]["p90"] / est["tpot_ms"]["mean"]
         return abs(est["tpot_ms"]["p90"] / got["p90"] - 1), abs(predicted / measured - 1), abs(1 / measured - 1)
 
-    p90, tails, flat = errors(1)
-    if p90 > TAIL_BOUND or tails >= flat:
-        p90, tails, flat = errors(2)  # shared cores are noisy: once more before it counts
-    assert p90 <= TAIL_BOUND and tails < flat, (p90, tails, flat, est["tpot_ms"])
+    def judged(got: tuple[float, float, float]) -> bool:
+        p90, tails, flat = got
+        return p90 <= BOUND and tails <= SPREAD_BOUND and tails < flat
+
+    got = errors(1)
+    if not judged(got):
+        got = errors(2)  # shared cores are noisy: once more before it counts
+    assert judged(got), (got, est["tpot_ms"])
 
 
 def test_observe_reads_what_a_real_engine_served(vllm_server, tiny_model, tmp_path):
