@@ -116,11 +116,16 @@ def _kind(data: bytes) -> str:
 
 
 def _case(fields: dict[str, Any], where: Location, catalog: Catalog, ttft: float, tpot: float, source: str,
-          date: str | None, tails: tuple[tuple[str, str, float], ...] = (), samples: int = 0) -> Measured:
+          date: str | None, tails: tuple[tuple[str, str, float], ...] = (), samples: int = 0,
+          own_client: bool = False) -> Measured:
+    """A measured point; `own_client` where `infra bench` measured it, whose closed loop's first wave (every client
+    starting at once, measured with the rest) is the clients' share of the `samples` requests (`Case.wave`)."""
     est: EstimateCase = case_from(fields, where)
     dep = est.deployment(catalog)
-    return Measured(Case({"source": source}, f"{dep.framework}/{dep.device}", dep.model, dep, est.workload(), ttft,
-                         tpot, recipe=False, tails=tails, samples=samples), source, date)
+    workload = est.workload()
+    wave = min(1.0, workload.concurrency / samples) if own_client and workload.concurrency and samples else None
+    return Measured(Case({"source": source}, f"{dep.framework}/{dep.device}", dep.model, dep, workload, ttft,
+                         tpot, recipe=False, wave=wave, tails=tails, samples=samples), source, date)
 
 
 def _as_tails(tails: dict[str, dict[str, float]]) -> tuple[tuple[str, str, float], ...]:
@@ -169,7 +174,7 @@ def _infra_bench(path: Path, data: bytes, deployment: dict[str, Any] | None, cat
             pcts = obj.get("percentiles")
             tails = _as_tails(_summary_tails(pcts if isinstance(pcts, dict) else {}))
             src.points.append(_case(obj["case"], where, catalog, ttft, tpot, f"{path}:{n}", obj.get("date"), tails,
-                                    int(obj.get("requests") or 0)))
+                                    int(obj.get("requests") or 0), own_client=True))
         except (KeyError, TypeError, ValueError):
             src.skipped.append(f"{path}:{n}: a case line needs a `case` object and positive ttft_ms and tpot_ms")
         except InfraError as exc:
@@ -226,7 +231,7 @@ def _from_point(p: ResultPoint, deployment: dict[str, Any] | None, catalog: Cata
         fields["rate"] = f"{p.rate:.6g}/s"
     try:
         src.points.append(_case(fields, Location(p.source), catalog, p.ttft_ms, p.tpot_ms, p.source, p.date,
-                                _as_tails(p.tails), p.requests))
+                                _as_tails(p.tails), p.requests, own_client=p.format == "infra-bench"))
     except InfraError as exc:
         src.skipped.append(f"{p.source}: {exc.problems[0].message}")
 

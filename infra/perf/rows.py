@@ -393,7 +393,11 @@ def as_measured(case: Case, role: str, factors: Factors) -> Factors:
     attention data parallelism balance prompts across the ranks (`recipe_balance_steps`), SGLang engines that poll
     for requests every few steps leave them unseen meanwhile (`recipe_poll` of `Case.recv_interval`), and a client
     whose request count is known puts its own share of them in the first wave (`Case.wave` as `queue`)."""
-    if not case.recipe or role not in ("agg", "decode"):
+    if not case.recipe:
+        # A user's own closed loop whose request count is known (`infra bench`): its clients start together, and
+        # that share of its requests is the first wave; the prefill worker's factors price it in a P/D loop.
+        return replace(factors, queue=case.wave) if case.wave is not None and role in ("agg", "prefill") else factors
+    if role not in ("agg", "decode"):
         return factors
     return _as_measured(factors, role, case.deployment.framework, case.wave, case.recv_interval, case.speculative,
                         case.draft)

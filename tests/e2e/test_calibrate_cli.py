@@ -433,3 +433,29 @@ def test_observe_says_when_every_window_is_far_below_the_plan_s_peak(tmp_path: P
     assert any("of the 8/s peak the plan sized for" in note for note in result.observation.notes)
     # Predicted at the window's load with the calibration the plan was made with, which is still there.
     assert result.basis.endswith("chat-h100.yaml") and result.predicted[0] is not None
+
+
+def test_a_closed_loops_first_wave_is_its_clients_share_of_the_requests(tmp_path: Path):
+    """`infra bench` starts every client at once and measures that first wave with the rest: 32 clients over 64
+    requests put half of them in it, over 640 a twentieth. The prior of each saved point takes that share (not the
+    share fitted for clients whose request count is unknown), so it follows the simulated engines' TTFT at both."""
+    fleet = ROOT / "examples" / "chat-mixed-fleet.yaml"
+    assert infra("plan", str(fleet), "-o", str(tmp_path / "out"), "--no-verify").returncode == 0
+    runs = []
+    for n in (64, 640):
+        runs.append(tmp_path / f"c32-n{n}.jsonl")
+        assert infra("bench", "--simulate", str(tmp_path / "out" / "plan.yaml"), "--concurrency", "32", "--requests",
+                     str(n), "--input-tokens", "2000", "--output-tokens", "200", "--save", str(runs[-1])
+                     ).returncode in (0, 3)
+    out = infra("calibrate", *map(str, runs), "-o", str(tmp_path / "cal.yaml"))
+    assert out.returncode == 0, out.stderr
+    points = yaml.safe_load((tmp_path / "cal.yaml").read_text())["points"]
+    by_run = {n: [p for p in points if f"-n{n}.jsonl" in p["source"]] for n in (64, 640)}
+    assert all(len(v) == 2 for v in by_run.values())  # one point per allocation
+    for p in points:
+        assert p["prior"]["ttft_ms"] == pytest.approx(p["measured"]["ttft_ms"], rel=0.25), p
+
+    def ratio(kind: str) -> float:
+        return sum(p[kind]["ttft_ms"] for p in by_run[64]) / sum(p[kind]["ttft_ms"] for p in by_run[640])
+
+    assert ratio("measured") > 1.8 and ratio("prior") == pytest.approx(ratio("measured"), rel=0.25)
