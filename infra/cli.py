@@ -242,6 +242,10 @@ def estimate(
     osl_cv: Annotated[float, typer.Option("--osl-cv", help="Output-length coefficient of variation.")] = 0.0,
     concurrency: Annotated[Optional[int], typer.Option(help="Closed loop: concurrent clients.",
                                                        show_default=False)] = None,
+    requests: Annotated[Optional[int], typer.Option(
+        help="Closed loop: requests the run sends in all; its clients start at once, and their share of the "
+             "requests is that first wave (as `infra bench --requests` measures it). Default: the share fitted to "
+             "benchmarks that do not say.", show_default=False)] = None,
     rate: Annotated[Optional[str], typer.Option(help="Open loop: request rate, e.g. 20/s.",
                                                 show_default=False)] = None,
     arrival_cv: Annotated[float, typer.Option("--arrival-cv", help="Inter-arrival CV (1 = Poisson).")] = 1.0,
@@ -274,7 +278,7 @@ def estimate(
         "ep": ep, "moe_tp": moe_tp, "dp": dp, "batch": batch, "workers": workers, "max_num_tokens": max_num_tokens,
         "mode": mode, "prefill": _role_option(prefill, "--prefill"), "decode": _role_option(decode, "--decode"),
         "isl": isl, "osl": osl, "isl_cv": isl_cv, "osl_cv": osl_cv, "concurrency": concurrency, "rate": rate,
-        "arrival_cv": arrival_cv, "prefix_hit": prefix_hit, "max_rate": max_rate,
+        "requests": requests, "arrival_cv": arrival_cv, "prefix_hit": prefix_hit, "max_rate": max_rate,
         "slo": parse_slo(slo) if slo else {},
     }
     missing = [flag for flag, key in (("--model", "model"), ("--device", "device"), ("--isl", "isl"),

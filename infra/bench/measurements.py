@@ -120,12 +120,12 @@ def _case(fields: dict[str, Any], where: Location, catalog: Catalog, ttft: float
           own_client: bool = False) -> Measured:
     """A measured point; `own_client` where `infra bench` measured it, whose closed loop's first wave (every client
     starting at once, measured with the rest) is the clients' share of the `samples` requests (`Case.wave`)."""
+    if own_client and samples and fields.get("concurrency"):
+        fields = {**fields, "requests": samples}
     est: EstimateCase = case_from(fields, where)
     dep = est.deployment(catalog)
-    workload = est.workload()
-    wave = min(1.0, workload.concurrency / samples) if own_client and workload.concurrency and samples else None
-    return Measured(Case({"source": source}, f"{dep.framework}/{dep.device}", dep.model, dep, workload, ttft,
-                         tpot, recipe=False, wave=wave, tails=tails, samples=samples), source, date)
+    return Measured(Case({"source": source}, f"{dep.framework}/{dep.device}", dep.model, dep, est.workload(), ttft,
+                         tpot, recipe=False, wave=est.first_wave(), tails=tails, samples=samples), source, date)
 
 
 def _as_tails(tails: dict[str, dict[str, float]]) -> tuple[tuple[str, str, float], ...]:

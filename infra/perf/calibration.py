@@ -130,6 +130,13 @@ class Factors:
         return asdict(self)
 
 
+def first_wave(factors: Factors, role: str, share: float | None) -> Factors:
+    """The factors of a worker measured by a closed loop whose clients all start at once, `share` of its requests
+    in that first wave (the aggregated worker's `queue`, or the prefill worker's in a P/D loop); unchanged for a
+    decode worker or where the share is not known."""
+    return replace(factors, queue=share) if share is not None and role in ("agg", "prefill") else factors
+
+
 SHARED_FACTORS = ("expert_latency_ms", "expert_step_us", "moe_ns", "queue")
 """Factors fitted once over every framework, never per framework: what routed experts cost per token, per prompt
 step and per request. A framework's measurements hold one or two MoE models, so a value of its own would learn

@@ -24,7 +24,6 @@ from infra.perf.estimate import (
     Compiled,
     Estimate,
     compile_deployment,
-    estimate,
     estimates,
     finite_ms,
     max_rate,
@@ -93,6 +92,10 @@ class EstimateCase(RoleCase):
     """Coefficient of variation of output lengths."""
     concurrency: int | None = Field(default=None, ge=1)
     """Closed loop: concurrent clients."""
+    requests: int | None = Field(default=None, ge=1)
+    """Closed loop: requests the run sends in all. Its clients start at once, so their share of the requests is a
+    first wave whose prompts queue behind each other (`infra bench` measures it with the rest); without it, the
+    share fitted to benchmarks that do not say."""
     rate: Rate | None = None
     """Open loop: requests per second."""
     arrival_cv: float = Field(default=1.0, ge=0, le=MAX_CV, allow_inf_nan=False)
@@ -126,6 +129,9 @@ class EstimateCase(RoleCase):
                                  "concurrency, or drop max_rate to predict that closed loop")
         elif (self.concurrency is None) == (self.rate is None):
             raise ValueError("give exactly one of concurrency (closed loop) or rate (open loop)")
+        if self.requests is not None and self.concurrency is None:
+            raise ValueError("requests counts a closed loop's requests, whose clients start together; give "
+                             "concurrency with it, or drop requests")
         for key in self.slo:
             metric, _, pct = key.partition("_")
             try:
@@ -164,6 +170,12 @@ class EstimateCase(RoleCase):
                         rate=self.rate if self.rate is not None else (1.0 if self.max_rate else None),
                         arrival_cv=self.arrival_cv, isl_cv=self.isl_cv, osl_cv=self.osl_cv,
                         prefix_hit=self.prefix_hit)
+
+    def first_wave(self) -> float | None:
+        """Share of a closed loop's requests in its clients' first wave, where `requests` is given."""
+        if self.requests is None or self.concurrency is None:
+            return None
+        return min(1.0, self.concurrency / self.requests)
 
     def objectives(self) -> dict[tuple[str, str], float]:
         return {(k.partition("_")[0], k.partition("_")[2]): v for k, v in self.slo.items()}
@@ -225,7 +237,8 @@ def run_case(case: EstimateCase, catalog: Catalog, calibration: UserCalibration 
             out["missed_at_trickle_ms"] = {k: None if v is None else finite_ms(v)
                                            for k, v in missed(est.prediction, case.objectives()).items()}
         return out
-    return _result(case, estimate(dep, wl, catalog, correction=measured))
+    compiled = compile_deployment(dep, catalog, correction=measured).with_first_wave(case.first_wave())
+    return _result(case, compiled.at(wl))
 
 
 def _result(case: EstimateCase, est: Estimate) -> dict[str, Any]:
@@ -257,9 +270,9 @@ def run_cases(cases: list[EstimateCase], catalog: Catalog,
                 continue
             dep, wl = case.deployment(catalog), case.workload()
             measured = calibration.correction(dep, wl) if calibration is not None else None
-            key = (dep, measured)
+            key = (dep, measured, case.first_wave())
             if key not in compiled:
-                compiled[key] = compile_deployment(dep, catalog, correction=measured)
+                compiled[key] = compile_deployment(dep, catalog, correction=measured).with_first_wave(key[2])
             loads.append((i, compiled[key], wl))
         except InfraError as exc:
             out[i] = exc

@@ -22,6 +22,7 @@ from infra.perf.calibration import (
     Factors,
     band_for,
     doublings_past,
+    first_wave,
     lookup,
     measured_models,
     table,
@@ -397,6 +398,14 @@ class Compiled:
 
     def at(self, load: Workload) -> Estimate:
         return self.estimate(load, self.predict(load))
+
+    def with_first_wave(self, share: float | None) -> Compiled:
+        """This deployment driven by a closed loop whose clients start at once, `share` of its requests in that
+        first wave (`infra.perf.calibration.first_wave`); itself where the share is not known."""
+        if share is None:
+            return self
+        return replace(self, workers={name: w.with_factors(first_wave(w.factors, name, share))
+                                      for name, w in self.workers.items()})
 
     def predict(self, load: Workload) -> Prediction:
         """The prediction alone: what a search compares with its objectives (the estimate is made of the one it

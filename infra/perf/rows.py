@@ -23,7 +23,7 @@ from infra.catalog.loader import Catalog
 from infra.catalog.schema import ModelSpec
 from infra.errors import InfraError, Location, Problem
 from infra.perf.arch import Worker, model_terms
-from infra.perf.calibration import Factors
+from infra.perf.calibration import Factors, first_wave
 from infra.perf.cases import read_measured
 from infra.perf.estimate import build_workers, predict_all
 from infra.perf.estimate import predict as serving_predict
@@ -395,8 +395,8 @@ def as_measured(case: Case, role: str, factors: Factors) -> Factors:
     whose request count is known puts its own share of them in the first wave (`Case.wave` as `queue`)."""
     if not case.recipe:
         # A user's own closed loop whose request count is known (`infra bench`): its clients start together, and
-        # that share of its requests is the first wave; the prefill worker's factors price it in a P/D loop.
-        return replace(factors, queue=case.wave) if case.wave is not None and role in ("agg", "prefill") else factors
+        # that share of its requests is the first wave.
+        return first_wave(factors, role, case.wave)
     if role not in ("agg", "decode"):
         return factors
     return _as_measured(factors, role, case.deployment.framework, case.wave, case.recv_interval, case.speculative,

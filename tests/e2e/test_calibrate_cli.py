@@ -438,7 +438,8 @@ def test_observe_says_when_every_window_is_far_below_the_plan_s_peak(tmp_path: P
 def test_a_closed_loops_first_wave_is_its_clients_share_of_the_requests(tmp_path: Path):
     """`infra bench` starts every client at once and measures that first wave with the rest: 32 clients over 64
     requests put half of them in it, over 640 a twentieth. The prior of each saved point takes that share (not the
-    share fitted for clients whose request count is unknown), so it follows the simulated engines' TTFT at both."""
+    share fitted for clients whose request count is unknown), so it follows the simulated engines' TTFT at both;
+    `infra estimate --requests` predicts the same."""
     fleet = ROOT / "examples" / "chat-mixed-fleet.yaml"
     assert infra("plan", str(fleet), "-o", str(tmp_path / "out"), "--no-verify").returncode == 0
     runs = []
@@ -459,3 +460,15 @@ def test_a_closed_loops_first_wave_is_its_clients_share_of_the_requests(tmp_path
         return sum(p[kind]["ttft_ms"] for p in by_run[64]) / sum(p[kind]["ttft_ms"] for p in by_run[640])
 
     assert ratio("measured") > 1.8 and ratio("prior") == pytest.approx(ratio("measured"), rel=0.25)
+
+    # `infra estimate` of a saved point's case with its request count is the calibration's prior of that point.
+    lines = [json.loads(line) for line in runs[0].read_text().splitlines()]
+    [first, *_] = [o for o in lines if o["kind"] == "case"]
+    [point] = [p for p in by_run[64] if p["source"].endswith(f":{lines.index(first) + 1}")]
+    case = {**first["case"], "requests": first["requests"]}
+    assert api.estimate(case)["ttft_ms"]["mean"] == pytest.approx(
+        point["prior"]["ttft_ms"], rel=1e-3)
+    assert api.estimate(first["case"])["ttft_ms"]["mean"] != pytest.approx(point["prior"]["ttft_ms"], rel=0.05)
+    refused = infra("estimate", "--model", "Llama-3.1-8B", "--device", "H100-SXM", "--isl", "256", "--osl", "16",
+                    "--rate", "2/s", "--requests", "10")
+    assert refused.returncode == 1 and "requests" in refused.stderr and "concurrency" in refused.stderr
