@@ -301,5 +301,8 @@ def read_measured(path: Path) -> list[tuple[int, EstimateCase, float, float]]:
                                      "write it with `infra bench --save`")) from None
         if not isinstance(obj.get("case"), dict):
             raise InfraError(Problem("a case line needs a `case` object", where, "write it with `infra bench --save`"))
-        out.append((n, case_from(obj["case"], where), ttft, tpot))
+        case = obj["case"]
+        if case.get("concurrency") and type(obj.get("requests")) is int and obj["requests"] > 0:
+            case = {**case, "requests": obj["requests"]}  # its clients' first wave is that share of them
+        out.append((n, case_from(case, where), ttft, tpot))
     return out

@@ -382,7 +382,7 @@ def measured_cases(path: str | Path, catalog: Catalog) -> list[Case]:
     for n, case, ttft, tpot in read_measured(Path(path)):
         dep = case.deployment(catalog)
         out.append(Case({"source": f"{path}:{n}"}, f"{dep.framework}/{dep.device}", dep.model, dep, case.workload(),
-                        ttft, tpot, recipe=False))
+                        ttft, tpot, recipe=False, wave=case.first_wave()))
     return out
 
 

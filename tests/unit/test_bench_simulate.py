@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import numpy as np
 import pytest
@@ -196,3 +197,19 @@ def test_decode_workers_run_one_engine_per_attention_group_of_their_own_layout()
     group = plan_groups(plan, svc.name)[0]
     assert len(group.entry) == alloc.replicas * alloc.prefill_workers
     assert len(group.decode) == alloc.replicas * alloc.decode_workers * 8
+
+
+def test_a_saved_closed_loop_replays_with_its_clients_first_wave(chat_plan, tmp_path):
+    """A closed loop's clients start at once: a saved run's case lines replay with the share of their requests
+    that wave is (each allocation's clients over its requests), not the share fitted where a run does not say."""
+    plan = DeploymentPlan.model_validate(chat_plan)
+    result = simulate_service(plan, requests=40, seed=1, concurrency=8, intent=CHAT)
+    out = tmp_path / "run.jsonl"
+    save(result, out)
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    groups = {f"{out}:{n}": o for n, o in enumerate(lines, 1) if o["kind"] == "case"}
+    replayed = measured_cases(out, load_catalog())
+    assert len(replayed) == len(groups) == 2
+    for case in replayed:
+        line = groups[case.row["source"]]
+        assert case.wave == pytest.approx(line["case"]["concurrency"] / line["requests"])
