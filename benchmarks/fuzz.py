@@ -414,7 +414,8 @@ def _plan_case(case: Case, inputs: Inputs, rng: random.Random) -> None:
 ESTIMATE = ["estimate", "--model", "Llama-3.1-8B-Instruct", "--device", "H100-SXM", "--isl", "2k", "--osl", "256",
             "--rate", "5/s", "--json"]
 ESTIMATE_FLAGS = ["--tp", "--pp", "--ep", "--moe-tp", "--dp", "--batch", "--workers", "--max-num-tokens", "--isl",
-                  "--osl", "--isl-cv", "--osl-cv", "--concurrency", "--rate", "--arrival-cv", "--prefix-hit"]
+                  "--osl", "--isl-cv", "--osl-cv", "--concurrency", "--requests", "--rate", "--arrival-cv",
+                  "--prefix-hit"]
 BENCH_FLAGS = ["--requests", "--rate", "--concurrency", "--seed", "--input-tokens", "--output-tokens"]
 
 
