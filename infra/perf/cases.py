@@ -238,12 +238,29 @@ def run_case(case: EstimateCase, catalog: Catalog, calibration: UserCalibration 
                                            for k, v in missed(est.prediction, case.objectives()).items()}
         return out
     compiled = compile_deployment(dep, catalog, correction=measured).with_first_wave(case.first_wave())
-    return _result(case, compiled.at(wl))
+    return _result(case, compiled.at(wl), compiled)
 
 
-def _result(case: EstimateCase, est: Estimate) -> dict[str, Any]:
+def _wave_note(case: EstimateCase, compiled: Compiled) -> str | None:
+    """What a closed loop's TTFT takes its clients' first wave to be, which makes its tail."""
+    if case.concurrency is None:
+        return None
+    if case.requests is not None:
+        whose = f"{case.concurrency} clients over {case.requests} requests"
+    else:
+        whose = ("the share fitted to benchmarks that do not say how many requests they send; --requests, or "
+                 "requests in a case file, gives a run's own")
+    worker = compiled.workers.get("agg") or compiled.workers["prefill"]
+    return (f"closed loop: the clients start at once, and that first wave is {worker.factors.queue:.0%} of the "
+            f"requests ({whose}); its prompts queue behind each other and make the TTFT tail")
+
+
+def _result(case: EstimateCase, est: Estimate, compiled: Compiled) -> dict[str, Any]:
     """The JSON result of a case predicted at its load, its objectives checked there."""
     out = est.to_json()
+    note = _wave_note(case, compiled)
+    if note is not None:
+        out["notes"] = [*out["notes"], note]
     if case.slo:
         pred = est.prediction
         misses = missed(pred, case.objectives())
@@ -276,8 +293,8 @@ def run_cases(cases: list[EstimateCase], catalog: Catalog,
             loads.append((i, compiled[key], wl))
         except InfraError as exc:
             out[i] = exc
-    for (i, _, _), got in zip(loads, estimates([(one, wl) for _, one, wl in loads])):
-        out[i] = got if isinstance(got, InfraError) else _result(cases[i], got)
+    for (i, one, _), got in zip(loads, estimates([(one, wl) for _, one, wl in loads])):
+        out[i] = got if isinstance(got, InfraError) else _result(cases[i], got, one)
     return out  # type: ignore[return-value]
 
 

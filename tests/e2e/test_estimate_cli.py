@@ -17,6 +17,15 @@ def test_estimate_closed_loop_json():
     assert r["model"] == "Llama-3.1-70B" and r["workload"]["concurrency"] == 32
     assert 0 < r["ttft_ms"]["mean"] < 60_000 and 0 < r["tpot_ms"]["mean"] < 1000
     assert r["calibrated"] is True and r["devices"] == 4
+    [wave] = [n for n in r["notes"] if n.startswith("closed loop:")]
+    assert "share fitted to benchmarks" in wave
+    # A run of 64 requests puts half of them in its 32 clients' first wave: its TTFT is longer than at the fitted
+    # share, and one of 640 requests' shorter; the decodes are the same.
+    runs = {n: json.loads(infra(*BASE, "--concurrency", "32", "--requests", str(n), "--json").stdout)
+            for n in (64, 640)}
+    assert "50% of the requests (32 clients over 64 requests)" in " ".join(runs[64]["notes"])
+    assert runs[64]["ttft_ms"]["mean"] > r["ttft_ms"]["mean"] > runs[640]["ttft_ms"]["mean"]
+    assert runs[64]["tpot_ms"] == r["tpot_ms"] == runs[640]["tpot_ms"]
 
 
 def test_estimate_table_and_open_loop():
