@@ -252,7 +252,8 @@ def _wave_note(case: EstimateCase, compiled: Compiled) -> str | None:
                  "requests in a case file, gives a run's own")
     worker = compiled.workers.get("agg") or compiled.workers["prefill"]
     return (f"closed loop: the clients start at once, and that first wave is {worker.factors.queue:.0%} of the "
-            f"requests ({whose}); its prompts queue behind each other and make the TTFT tail")
+            f"requests ({whose}); its prompts queue behind each other, and those that wait longer than the steady "
+            "state's make the TTFT tail")
 
 
 def _result(case: EstimateCase, est: Estimate, compiled: Compiled) -> dict[str, Any]:
