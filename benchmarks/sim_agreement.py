@@ -15,7 +15,10 @@ are cut into chunks that ride in decode steps. It compares simulated and predict
 (pooled gaps) at rising rates, and prints the largest relative difference of each. A third table does the same for
 TPOT p99 on a disaggregated deployment (three prefill workers and one decode worker, decode batch capped at 256) as
 the decode batch nears its cap (70, 85 and 95% of the predicted capacity), where the batch's fluctuation and waits
-for a slot make the tail.
+for a slot make the tail. A fourth checks closed loops of variable lengths (four mixes of lognormal prompts and
+answers, 4 to 64 clients, a 2048-token step budget), each prediction taking the run's first wave (its clients over
+its requests): simulated vs predicted p90 and p99 of TTFT, TPOT, ITL and E2E, and the median and largest relative
+difference of each.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from infra.bench.metrics import summarize  # noqa: E402
 from infra.bench.simulate import Group, simulate  # noqa: E402
 from infra.bench.workload import Load, RequestSpec  # noqa: E402
 from infra.catalog.loader import load_catalog  # noqa: E402
-from infra.perf.estimate import build_workers, max_rate, predict  # noqa: E402
+from infra.perf.estimate import build_workers, compile_deployment, max_rate, predict  # noqa: E402
 from infra.perf.shape import Deployment, Parallel, Role, Workload  # noqa: E402
 
 DEPLOYMENTS = (("Llama-3.1-8B", 1), ("Llama-3.1-70B", 4))
@@ -135,6 +138,50 @@ def tails(catalog, requests: int) -> list[dict]:
     return rows
 
 
+CLOSED_MIXES = ((2000, 1.0, 200, 0.7), (1000, 0.5, 400, 1.0), (4096, 0.2, 64, 0.2), (8000, 0.5, 500, 0.5))
+"""(prompt, prompt CV, answer, answer CV) of the closed loops whose tails the fourth table checks."""
+CLOSED_CLIENTS = (4, 16, 64)
+CLOSED_METRICS = ("ttft", "tpot", "itl", "e2e")
+
+
+def closed_tails(catalog, requests: int) -> list[dict]:
+    """Simulated vs predicted p90 and p99 of closed loops with variable lengths, each prediction taking the run's
+    first wave (its clients over its requests), as `infra estimate --requests` does."""
+    rows = []
+    for model, tp in DEPLOYMENTS:
+        dep = Deployment(model, "H100-SXM", "vllm", "bf16", agg=Role(Parallel(tp=tp), batch_cap=256,
+                                                                     max_num_tokens=TAIL_BUDGET))
+        compiled = compile_deployment(dep, catalog)
+        w = compiled.workers["agg"]
+        engine_model = EngineModel.from_worker(w, max_num_seqs=256, max_num_batched_tokens=TAIL_BUDGET,
+                                               kv_tokens=w.memory.kv_tokens)
+        for isl, isl_cv, osl, osl_cv in CLOSED_MIXES:
+            for clients in CLOSED_CLIENTS:
+                rng = np.random.default_rng(3)
+                i_len, o_len = _lognormal(rng, isl, isl_cv, requests), _lognormal(rng, osl, osl_cv, requests)
+                load = Load([RequestSpec(i, None, int(i_len[i]), int(o_len[i]), -1, 0) for i in range(requests)],
+                            None, clients, "closed")
+                wl = Workload(isl=isl, osl=osl, concurrency=clients, isl_cv=isl_cv, osl_cv=osl_cv)
+                wave = compiled.with_first_wave(clients / requests)
+                pred = predict(dep, wl, wave.workers, wave.link)
+                sim = simulate([Group([Engine(engine_model)])], load)
+                got = summarize(sim.records, itl_pool=sim.itl_pool).metrics
+                row = {"model": model, "isl": isl, "isl_cv": isl_cv, "osl": osl, "osl_cv": osl_cv,
+                       "clients": clients}
+                for metric in CLOSED_METRICS:
+                    for q in ("p90", "p99"):
+                        measured = got[metric].get(q) or 0.0
+                        predicted = getattr(pred, metric)[q] * 1e3
+                        row[f"{metric}_{q}_sim_ms"] = round(measured, 2)
+                        row[f"{metric}_{q}_pred_ms"] = round(predicted, 2)
+                        row[f"{metric}_{q}_diff"] = round(measured / predicted - 1, 4)
+                rows.append(row)
+                print(f"{model:14s} {isl:5d}/{isl_cv:<3g} {osl:4d}/{osl_cv:<3g} {clients:3d} clients  " + "  ".join(
+                    f"{m.upper()} p99 {row[f'{m}_p99_sim_ms']:7.1f}/{row[f'{m}_p99_pred_ms']:7.1f}"
+                    for m in CLOSED_METRICS))
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=4000,
@@ -198,8 +245,18 @@ def main() -> int:
     decode_worst = max(diffs) if len(diffs) == len(decode_rows) else None
     print("decode near its cap: largest TPOT p99 difference "
           + (f"{decode_worst:.1%}" if decode_worst is not None else "- (a load predicted unstable)"))
+    print(f"closed loops with variable lengths ({TAIL_BUDGET}-token step budget), simulated / predicted in ms:")
+    closed_rows = closed_tails(catalog, args.requests)
+    closed_diffs = {}
+    for metric in CLOSED_METRICS:
+        for q in ("p90", "p99"):
+            diffs = sorted(abs(r[f"{metric}_{q}_diff"]) for r in closed_rows)
+            closed_diffs[f"{metric}_{q}"] = {"median": diffs[len(diffs) // 2], "max": diffs[-1]}
+    print("closed loops: |sim / pred - 1| median / max " + ", ".join(
+        f"{k.upper()} {v['median']:.1%} / {v['max']:.1%}" for k, v in closed_diffs.items()))
     if args.json:
-        print(json.dumps({"rows": rows, "low_load_max_abs_diff": worst, "closed_ttft_p99_max_abs_diff": closed_worst,
+        print(json.dumps({"rows": rows, "closed_tail_rows": closed_rows, "closed_tail_abs_diff": closed_diffs,
+                          "low_load_max_abs_diff": worst, "closed_ttft_p99_max_abs_diff": closed_worst,
                           "tail_rows": tail_rows,
                           "tail_p99_max_abs_diff": tail_worst, "decode_rows": decode_rows,
                           "decode_tpot_p99_max_abs_diff": decode_worst}, sort_keys=True))

@@ -193,6 +193,56 @@ def _wave_mixture(steady: float, share: float, lo: float, hi: float) -> dict[str
     return out
 
 
+def _own_lengths(ttft: dict[str, float], service: float, service_q: dict[str, float], wait: float,
+                 busy: float) -> dict[str, float]:
+    """A closed loop's TTFT (`_wave_mixture`'s, its steady state priced at the mean prompt and the mean wait) with
+    each prompt's own prefill at its length and its own wait behind the others' prompts: `service_q`, the
+    prefill's percentiles over the prompt lengths (`_service_spread`), less its mean `service`; the wait, `wait` on
+    average, 0 with probability 1 - `busy` and exponential otherwise (as `_queue_percentiles`'). Which prompt is
+    long and which waits does not depend on whether it came in the first wave, so the parts combine as `_e2e`'s
+    do, the mean plus the root sum of squares of each one's excess over its mean; the mean is unchanged. Without
+    them a closed loop of prompts of CV 1 had its steady TTFT p99 at its mean (Llama-3.1-8B on H100, 2000-token
+    prompts: 86 ms at one client where the simulator's was 330 ms, now 335 ms)."""
+    mean = ttft["mean"]
+    out = {"mean": mean}
+    for p in PERCENTILES:
+        own = service_q[p] - service
+        if float(p[1:]) <= 50:
+            out[p] = ttft[p] + own
+        else:
+            tail = 1 - float(p[1:]) / 100
+            queued = (wait / busy) * math.log(busy / tail) if busy > tail else 0.0
+            out[p] = mean + math.sqrt(max(ttft[p] - mean, 0.0) ** 2 + max(own, 0.0) ** 2
+                                      + max(queued - wait, 0.0) ** 2)
+    return out
+
+
+def _closed_steps(w: Worker, b: float, ctx: float, lam: float, busy: float, wl: Workload, chunk: int, tpot: float
+                  ) -> tuple[dict[str, float], dict[str, float]]:
+    """(ITL, TPOT) percentiles of a closed loop's decoding client, `b` decoding beside it, the other clients'
+    prompts arriving at `lam` and finding one waiting with probability `busy`, its mean token time `tpot`: the
+    steps that carry their chunks make the ITL's tail, and the more of their prompt tokens a client's answer
+    meets the slower its TPOT (`_step_percentiles`, the decode step at the batch its lone step: a closed loop's
+    batch is its clients, so arrivals ride in the steps without adding to it). Clients whose lengths all match
+    stay in step, their prompts as regular as their cycles; any spread in the lengths dephases them, and the
+    prompts of many dephased clients arrive as a Poisson stream. Against the simulator's closed loops (Llama-3.1
+    8B and 70B on H100, 2000-token prompts of CV 1 and 200-token answers of CV 0.7, 4 to 64 clients) TPOT p90 and
+    p99 come within 6%, ITL p99 within 9%, where both were flat at the mean (TPOT p99 up to 29% under). One client
+    meets no prompt but its own, which comes after its answer; once every step is full to its token budget, every
+    client's steps are alike."""
+    if lam <= 0:
+        return _flat(tpot), _flat(tpot)
+    f = w.factors
+    lone = w.step(b, ctx)
+    zero = dict.fromkeys(PERCENTILES, 0.0)
+    dephased = 1.0 if wl.isl_cv > 0 or wl.osl_cv > 0 else 0.0
+    itl, tp = _step_percentiles(tpot, lone, _chunk_steps(w, b, ctx, lam, wl, chunk, busy), wl.osl, wl.osl_cv,
+                                f.accept, zero, zero, lam, wl.isl_cv, lone, dephased, closed=True)
+    # No answer's token time exceeds the step full to its budget: as the loads nears it, the tail closes on it.
+    most = max(_full_step(w, b, ctx, wl.isl, chunk) / f.accept, tpot)
+    return itl, {k: min(v, most) for k, v in tp.items()}
+
+
 def _flat(value: float) -> dict[str, float]:
     return {"mean": value, **{p: value for p in PERCENTILES}}
 
@@ -434,13 +484,25 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     first, _, last = _burst_ttft(w, min(c, cap), isl_eff, isl, chunk, 0.5)
     # Benchmarks start every client at once; that first wave's queue of prefills weighs on TTFT.
     ttft = _wave_mixture(ttft_ss, f.queue, req + first, req + last)
-    tp = _flat(tpot)
-    e2e_d = {k: ttft[k] + (osl - 1) * tpot for k in ttft}
+    # Each prompt's own prefill at its length, and the wait behind the others' prompts, spread the steady state's
+    # TTFT; the prompts riding in a decoding client's steps spread its token times.
+    hit = 1 - wl.prefix_hit
+    service, cs, service_q = _service_spread(
+        lambda n: w.step(b, ctx, min(n * hit, chunk), n / 2) * max(1.0, n * hit / chunk), isl, wl.isl_cv,
+        wl.isl_quantiles)
+    rho = min(x * occupy, 0.999)
+    busy = rho * others
+    # The wait's tail takes the prompts' spread as an M/G/1 queue's does ((1 + cs^2) / 2 where the mean, fitted to
+    # fixed lengths, takes 1 / 2): a long prompt ahead holds the others longer.
+    wait = min(rho * others / (1 - rho) * occupy / 2, most_ahead) * (1 + cs * cs)
+    ttft = _own_lengths(ttft, service, service_q, wait, busy)
+    itl, tp = _closed_steps(w, max(b, 1.0), ctx, x * others, busy, wl, chunk, tpot)
+    e2e_d = _e2e(ttft, tp, osl, wl.osl_cv)
     if saturated:
         # The binding resource is the steps' token budget, not the batch slots.
-        return Prediction(ttft, tp, tp, e2e_d, x * groups, x * groups * osl, b, 1.0, True, {"agg": workers},
+        return Prediction(ttft, tp, itl, e2e_d, x * groups, x * groups * osl, b, 1.0, True, {"agg": workers},
                           [budget_full(chunk)])
-    return Prediction(ttft, tp, tp, e2e_d, x * groups, x * groups * osl, b, b / cap, True, {"agg": workers})
+    return Prediction(ttft, tp, itl, e2e_d, x * groups, x * groups * osl, b, b / cap, True, {"agg": workers})
 
 
 def budget_full(chunk: int) -> str:
@@ -813,7 +875,8 @@ def _arrivals_quantile(n: float, cv: float, z: float, arrival_cv: float) -> floa
 
 def _step_percentiles(t_mean: float, t_decode: float, steps: list[tuple[float, float]], osl: float, osl_cv: float,
                       accept: float, batch: dict[str, float], gap: dict[str, float], lam: float, isl_cv: float,
-                      t_lone: float, arrival_cv: float) -> tuple[dict[str, float], dict[str, float]]:
+                      t_lone: float, arrival_cv: float, closed: bool = False
+                      ) -> tuple[dict[str, float], dict[str, float]]:
     """(ITL, TPOT) percentiles of a group whose decode steps take `t_decode` seconds except the `steps` that
     carry prompt chunks (their durations, and their relative frequencies), with `batch` the token time and `gap`
     the decode-only gap a percentile of the batch's fluctuation adds to the mean's. A gap is one step, so the
@@ -824,7 +887,9 @@ def _step_percentiles(t_mean: float, t_decode: float, steps: list[tuple[float, f
     `t_lone`, a share rho of the mean step; the window stretches with what it meets (a window that meets more
     arrivals lasts longer and meets more still, by 1 / (1 - rho)). Over m gaps of t_mean, n = lam m t_mean
     requests arrive on average, and TPOT at a quantile exceeds the mean by t_mean rho / (1 - rho) (S_q - n) / n,
-    with S_q the quantile of their prompt tokens in mean prompts."""
+    with S_q the quantile of their prompt tokens in mean prompts. In a `closed` loop the window does not stretch:
+    its prompts come from clients finishing their answers, who advance by steps, so a window of m steps meets as
+    many of them however long its steps take."""
     chunk_rate = sum(r for _, r in steps)
     mean_d = sum(d * r for d, r in steps) / chunk_rate if chunk_rate > 0 else t_decode
     delta = max(mean_d - t_decode, 0.0)
@@ -850,7 +915,7 @@ def _step_percentiles(t_mean: float, t_decode: float, steps: list[tuple[float, f
                 break
         itl[p] = value
         more = max(_arrivals_quantile(n, isl_cv, z, arrival_cv) - n, 0.0) / n if n > 0 else 0.0
-        excess = t_mean * rho / (1 - rho) * more
+        excess = (t_mean * rho if closed else t_mean * rho / (1 - rho)) * more
         floor = tpot[p] = max(t_mean + math.hypot(excess, batch[p]), floor)
     return itl, tpot
 
@@ -1076,8 +1141,12 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
             e2e = c / x
             ttft_mean = max(ttft_mean, e2e - (osl - 1) * tpot)
         ttft = _spread(ttft_mean, req + first + transfer, max(req + last + transfer, 2 * ttft_mean - req - first))
+        # Each prompt's prefill at its own length (no queue behind the others' beyond the wave's: the prefill
+        # workers are sized to keep up).
+        service, _, service_q = prefill_spread(wp, wl)
+        ttft = _own_lengths(ttft, service, service_q, 0.0, 0.0)
         tp = _flat(tpot)
-        e2e_d = {k: ttft[k] + (osl - 1) * tpot for k in ttft}
+        e2e_d = _e2e(ttft, tp, osl, wl.osl_cv)
         if assumed_d or prefill.workers is None:
             notes.append(_sized_note(prefill.workers is None, n_p, assumed_d, n_d, "assumed"))
         return Prediction(ttft, tp, tp, e2e_d, x, x * osl, b, b / cap, True, {"prefill": n_p, "decode": n_d}, notes)

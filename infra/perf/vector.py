@@ -816,12 +816,18 @@ def _arrivals_quantiles(n: np.ndarray, cv: np.ndarray, arrival_cv: np.ndarray) -
         gamma = np.where(positive, np.maximum(n + sd * 2 / skew * (cube - 1), 0.0), 0.0)
         one = np.where(cv > 0, np.exp(np.sqrt(s2) * _inv_cdf(1 - tail / some) - s2 / 2), 1.0)
         out[k, i] = np.where(tail >= some, gamma, np.maximum(gamma, one))
+        # Where a single prompt may make the quantile (or the test between the two is close), numpy's exp, log
+        # and expm1 round the last bit otherwise than the C library: those few take the scalar function itself.
+        near = np.flatnonzero(((tail < some) & (one >= gamma * (1 - 1e-9))) | (np.abs(tail - some) <= 1e-12))
+        if near.size:
+            out[k, i[near]] = _py(lambda n_, cv_, a_, z=z: serving._arrivals_quantile(n_, cv_, z, a_), n[near],
+                                  cv[near], arrival_cv[i][near])
     return out
 
 
 def _step_percentiles(c: _Cases, t_mean: np.ndarray, t_decode: np.ndarray, durations: np.ndarray,
                       rates: np.ndarray, batch: np.ndarray, gap: np.ndarray, t_lone: np.ndarray,
-                      arrival_cv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                      arrival_cv: np.ndarray, closed: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """`serving._step_percentiles` as (ITL, TPOT), each (6, n): rows mean, p50 .. p99.9; `batch` and `gap` are
     (5, n), one row per percentile."""
     n_el = t_mean.size
@@ -855,7 +861,7 @@ def _step_percentiles(c: _Cases, t_mean: np.ndarray, t_decode: np.ndarray, durat
         first = reached.argmax(axis=1)
         d = d_sorted[rows, first]
         itl[k + 1] = np.where(reached[rows, first] & ~(value > d), d, value)
-        excess = t_mean * rho / (1 - rho) * more[k]
+        excess = (t_mean * rho if closed else t_mean * rho / (1 - rho)) * more[k]
         floor = tpot[k + 1] = np.maximum(t_mean + _hypot(excess, batch[k]), floor)
     return itl, tpot
 

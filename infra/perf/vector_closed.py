@@ -16,6 +16,7 @@ loads run there, and its results are the scalar ones by construction.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -28,16 +29,23 @@ from infra.perf.shape import Role, Workload
 from infra.perf.vector import (
     _KEYS,
     _Q,
+    _TAIL,
     _Cases,
     _chunk_cost,
+    _chunk_steps,
     _dicts,
+    _e2e,
     _mixed_step,
     _pack,
     _part,
     _prediction,
     _Pricer,
+    _py,
     _regula_falsi,
+    _service_spread,
+    _square,
     _step,
+    _step_percentiles,
 )
 
 _NO_FIT = "one request does not fit the KV cache"
@@ -214,9 +222,75 @@ def _closed_loop(c: _Cases) -> dict[str, np.ndarray]:
     first = np.where(small, alone, t_chunk * c.chunks)
     last = np.where(small, alone, t_chunk * (total / c.chunk))
     ttft = _wave_mixture(ttft, c.queue, c.request_s + first, c.request_s + last)
-    return {"ttft": ttft, "tpot": tpot, "e2e": ttft + c.osl1 * tpot, "throughput": x * groups,
-            "output": x * groups * c.osl, "batch": b, "load": np.where(saturated, 1.0, b / c.cap),
-            "saturated": saturated}
+    service, cs, service_q = _own_spread(c, b)
+    rho = np.minimum(x * c.occupy, 0.999)
+    busy = rho * c.others
+    wait = np.minimum(rho * c.others / (1 - rho) * c.occupy / 2, c.most_ahead) * (1 + cs * cs)
+    ttft = _own_lengths(ttft, service, service_q, wait, busy)
+    itl, tpot_q = _closed_steps(c, np.maximum(b, 1.0), x * c.others, busy, tpot)
+    return {"ttft": ttft, "tpot": tpot_q, "itl": itl, "e2e": _e2e(ttft, tpot_q, c.osl, c.osl_cv),
+            "throughput": x * groups, "output": x * groups * c.osl, "batch": b,
+            "load": np.where(saturated, 1.0, b / c.cap), "saturated": saturated}
+
+
+def _own_spread(c: _Cases, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`_service_spread` of a prompt's own prefill beside b decoding sequences: (mean, CV, rows p50 .. p99.9). Fixed
+    prompts are left at 0 (their spread, the differences `_own_lengths` takes, is an exact 0): the calibration's
+    rows, which a fit replays at every step, have fixed lengths."""
+    service, cs, service_q = np.zeros(c.n), np.zeros(c.n), np.zeros((len(_Q), c.n))
+    varied = c.isl_cv > 0
+    if varied.any():
+        s, at = _part(c, varied)
+        keep, b_s = 1 - s.prefix_hit, b[at]
+        got = _service_spread(s, lambda n: _step(s, b_s, s.ctx, np.minimum(n * keep, s.chunk), n / 2)
+                              * np.maximum(1.0, n * keep / s.chunk))
+        service[at], cs[at], service_q[:, at] = got
+        service, cs = np.where(varied, service, 0.0), np.where(varied, cs, 0.0)
+        service_q = np.where(varied, service_q, 0.0)
+    return service, cs, service_q
+
+
+def _own_lengths(ttft: np.ndarray, service: np.ndarray, service_q: np.ndarray, wait: np.ndarray, busy: np.ndarray
+                 ) -> np.ndarray:
+    """`serving._own_lengths`: the rows mean, p50 .. p99.9."""
+    out = np.empty_like(ttft)
+    out[0] = mean = ttft[0]
+    for k, (q, tail) in enumerate(zip(_Q, _TAIL)):
+        own = service_q[k] - service
+        if q <= 0.5:
+            out[k + 1] = ttft[k + 1] + own
+            continue
+        waits = busy > tail
+        queued = np.zeros(busy.size)
+        queued[waits] = (wait[waits] / busy[waits]) * _py(math.log, busy[waits] / tail)
+        out[k + 1] = mean + np.sqrt(_square(np.maximum(ttft[k + 1] - mean, 0.0)) + _square(np.maximum(own, 0.0))
+                                    + _square(np.maximum(queued - wait, 0.0)))
+    return out
+
+
+def _closed_steps(c: _Cases, b: np.ndarray, lam: np.ndarray, busy: np.ndarray, tpot: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """`serving._closed_steps`: (ITL, TPOT), each the rows mean, p50 .. p99.9."""
+    flat = np.broadcast_to(tpot, (len(_KEYS), tpot.size))
+    some = lam > 0
+    if not some.any():
+        return flat, flat
+    s, at = _part(c, some)
+    s = s.take(None)
+    s.lam = lam[at]
+    b_s = b[at]
+    lone = _step(s, b_s, s.ctx)
+    durations, rates = _chunk_steps(s, b_s, busy[at])
+    zero = np.zeros((len(_Q), s.n))
+    dephased = np.where((s.isl_cv > 0) | (s.osl_cv > 0), 1.0, 0.0)
+    itl_s, tpot_s = _step_percentiles(s, tpot[at], lone, durations, rates, zero, zero, lone, dephased, closed=True)
+    most = _step(s, b_s, s.ctx, np.maximum(s.chunk - b_s, 1.0), s.isl / 2) / s.accept
+    most = np.where(most > tpot[at], most, tpot[at])
+    tpot_s = np.where(tpot_s < most, tpot_s, most)
+    itl, tpot_q = flat.copy(), flat.copy()
+    itl[:, at] = np.where(some[at], itl_s, flat[:, at])
+    tpot_q[:, at] = np.where(some[at], tpot_s, flat[:, at])
+    return itl, tpot_q
 
 
 def _spread(mean: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
@@ -232,10 +306,12 @@ def _spread(mean: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray
 
 
 def _closed_disagg(cp: _Cases, cd: _Cases, link: np.ndarray, devices: np.ndarray, transfer_ms: np.ndarray,
-                   prefill_workers: np.ndarray, decode_workers: np.ndarray) -> dict[str, np.ndarray]:
+                   prefill_workers: np.ndarray, decode_workers: np.ndarray, service: np.ndarray
+                   ) -> dict[str, np.ndarray]:
     """`serving.disagg`'s closed loop over cases whose decode KV cache holds a request: `cp` the prefill workers
     (with the cases' workloads and prefill roles), `cd` the decode workers (decode roles); a role's workers 0
-    where the model sizes them."""
+    where the model sizes them; `service` a prompt's prefill over the prompt lengths (`serving.prefill_spread`'s
+    mean and percentiles, rows mean, p50 .. p99.9)."""
     clients, osl, isl = cd.clients, cd.osl, cd.isl
     # `_size_decode`
     cap = cd.cap
@@ -292,8 +368,11 @@ def _closed_disagg(cp: _Cases, cd: _Cases, link: np.ndarray, devices: np.ndarray
     ttft_mean = np.where(~held & (behind > ttft_mean), behind, ttft_mean)
     early, late = req + first + transfer, req + last + transfer
     ttft = _spread(ttft_mean, early, np.where(2 * ttft_mean - req - first > late, 2 * ttft_mean - req - first, late))
-    return {"ttft": ttft, "tpot": tpot, "e2e": ttft + steps * tpot, "throughput": x, "output": x * osl, "batch": b,
-            "load": b / cap, "prefill": n_p, "decode": n_d, "sized_p": sized_p, "sized_d": sized_d}
+    none = np.zeros(clients.size)
+    ttft = _own_lengths(ttft, service[0], service[1:], none, none)
+    flat = np.broadcast_to(tpot, (len(_KEYS), tpot.size))
+    return {"ttft": ttft, "tpot": tpot, "e2e": _e2e(ttft, flat, osl, cd.osl_cv), "throughput": x, "output": x * osl,
+            "batch": b, "load": b / cap, "prefill": n_p, "decode": n_d, "sized_p": sized_p, "sized_d": sized_d}
 
 
 def predict_closed_agg(cases: Sequence[tuple[Worker, Role, Workload]], *, exact: bool = False) -> list[Prediction]:
@@ -317,14 +396,19 @@ def _predictions(cases: Sequence[tuple[Worker, Role, Workload]], fits: np.ndarra
         preds[i] = serving._unstable({"agg": cases[i][1].workers or 1}, float("inf"), _NO_FIT)
     if figures is None:
         return preds  # type: ignore[return-value]
-    ttft, e2e = _dicts(figures["ttft"]), _dicts(figures["e2e"])
-    columns = [figures[k].tolist() for k in ("tpot", "throughput", "output", "batch", "load", "saturated")]
-    for i, t, e, tpot, x, out, b, load, saturated in zip(some.tolist(), ttft, e2e, *columns):
+    ttft, tpot, itl, e2e = (_dicts(figures[m]) for m in ("ttft", "tpot", "itl", "e2e"))
+    columns = [figures[k].tolist() for k in ("throughput", "output", "batch", "load", "saturated")]
+    for i, t, tp, it, e, x, out, b, load, saturated in zip(some.tolist(), ttft, tpot, itl, e2e, *columns):
         role = cases[i][1]
-        tp = dict.fromkeys(_KEYS, tpot)
-        preds[i] = _prediction(t, tp, tp, e, x, out, b, load, True, {"agg": role.workers or 1},
+        preds[i] = _prediction(t, tp, it, e, x, out, b, load, True, {"agg": role.workers or 1},
                                [serving.budget_full(role.max_num_tokens)] if saturated else [])
     return preds  # type: ignore[return-value]
+
+
+def _prefill_spread(wp: Worker, wl: Workload) -> tuple[float, ...]:
+    """`serving.prefill_spread`'s mean and percentiles (p50 .. p99.9)."""
+    mean, _, quantiles = serving.prefill_spread(wp, wl)
+    return (mean, *(quantiles[p] for p in PERCENTILES))
 
 
 def predict_closed_disagg(cases: Sequence[tuple[Worker, Worker, Role, Role, Workload, float]], *,
@@ -347,7 +431,8 @@ def predict_closed_disagg(cases: Sequence[tuple[Worker, Worker, Role, Role, Work
         cp = _pack([(wp, prefill, wl) for wp, _, prefill, _, wl, _ in picked], exact, closed=True)
         per_case = np.array([(link, wp.parallel.devices, wd.factors.transfer_ms, prefill.workers or 0,
                               decode.workers or 0) for wp, wd, prefill, decode, _, link in picked], float).T
-        got = _closed_disagg(cp, cd.take(some), *per_case)
+        service = np.array([_prefill_spread(wp, wl) for wp, _, _, _, wl, _ in picked], float).T
+        got = _closed_disagg(cp, cd.take(some), *per_case, service)
         ttft, e2e = _dicts(got["ttft"]), _dicts(got["e2e"])
         columns = [got[k].tolist() for k in ("tpot", "throughput", "output", "batch", "load", "prefill", "decode",
                                              "sized_p", "sized_d")]
