@@ -242,7 +242,7 @@ def run_case(case: EstimateCase, catalog: Catalog, calibration: UserCalibration 
 
 
 def _wave_note(case: EstimateCase, compiled: Compiled) -> str | None:
-    """What a closed loop's TTFT takes its clients' first wave to be, which makes its tail."""
+    """What a closed loop's TTFT takes its clients' first wave to be, which lengthens its tail."""
     if case.concurrency is None:
         return None
     if case.requests is not None:
@@ -253,7 +253,7 @@ def _wave_note(case: EstimateCase, compiled: Compiled) -> str | None:
     worker = compiled.workers.get("agg") or compiled.workers["prefill"]
     return (f"closed loop: the clients start at once, and that first wave is {worker.factors.queue:.0%} of the "
             f"requests ({whose}); its prompts queue behind each other, and those that wait longer than the steady "
-            "state's make the TTFT tail")
+            "state's lengthen the TTFT tail, as long prompts and waits behind the other clients' do")
 
 
 def _result(case: EstimateCase, est: Estimate, compiled: Compiled) -> dict[str, Any]:
