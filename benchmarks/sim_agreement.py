@@ -18,7 +18,10 @@ the decode batch nears its cap (70, 85 and 95% of the predicted capacity), where
 for a slot make the tail. A fourth checks closed loops of variable lengths (four mixes of lognormal prompts and
 answers, 4 to 64 clients, a 2048-token step budget), each prediction taking the run's first wave (its clients over
 its requests): simulated vs predicted p90 and p99 of TTFT, TPOT, ITL and E2E, and the median and largest relative
-difference of each.
+difference of each. A fifth does the same for the TTFT (mean, p50, p99) of disaggregated closed loops (two prefill
+workers and one decode worker, 4 to 128 clients), apart for varied lengths (the model's steady state) and fixed
+ones (clients the model takes to stay in step, every round a burst at the prefill workers, as the calibration
+set's measured loops fit; the simulator's dephase even then).
 """
 
 from __future__ import annotations
@@ -182,6 +185,51 @@ def closed_tails(catalog, requests: int) -> list[dict]:
     return rows
 
 
+PD_CLOSED_MIXES = ((1000, 0.0, 200, 0.0), (2000, 1.0, 200, 0.7))
+PD_CLOSED_CLIENTS = (4, 16, 64, 128)
+
+
+def pd_closed(catalog, requests: int) -> list[dict]:
+    """Simulated vs predicted TTFT (mean, p50, p99) and mean TPOT of disaggregated closed loops (two prefill
+    workers, one decode worker), each prediction taking the run's first wave."""
+    rows = []
+    for model, tp in DEPLOYMENTS:
+        dep = Deployment(model, "H100-SXM", "sglang", "bf16", "disagg",
+                         prefill=Role(Parallel(tp=tp), batch_cap=256, workers=2),
+                         decode=Role(Parallel(tp=tp), batch_cap=256, workers=1))
+        compiled = compile_deployment(dep, catalog)
+        models = {role: EngineModel.from_worker(w, max_num_seqs=256, max_num_batched_tokens=8192,
+                                                kv_tokens=w.memory.kv_tokens)
+                  for role, w in compiled.workers.items()}
+        for isl, isl_cv, osl, osl_cv in PD_CLOSED_MIXES:
+            for clients in PD_CLOSED_CLIENTS:
+                rng = np.random.default_rng(3)
+                i_len, o_len = _lognormal(rng, isl, isl_cv, requests), _lognormal(rng, osl, osl_cv, requests)
+                load = Load([RequestSpec(i, None, int(i_len[i]), int(o_len[i]), -1, 0) for i in range(requests)],
+                            None, clients, "closed")
+                wave = compiled.with_first_wave(clients / requests)
+                wl = Workload(isl=isl, osl=osl, concurrency=clients, isl_cv=isl_cv, osl_cv=osl_cv)
+                pred = predict(dep, wl, wave.workers, wave.link)
+                group = Group([Engine(models["prefill"], "prefill") for _ in range(2)],
+                              [Engine(models["decode"], "decode")])
+                sim = simulate([group], load)
+                got = summarize(sim.records, itl_pool=sim.itl_pool).metrics
+                row = {"model": model, "isl": isl, "isl_cv": isl_cv, "osl": osl, "osl_cv": osl_cv,
+                       "clients": clients, "tpot_mean_sim_ms": round(got["tpot"].mean or 0.0, 2),
+                       "tpot_mean_pred_ms": round(pred.tpot["mean"] * 1e3, 2)}
+                for key in ("mean", "p50", "p99"):
+                    measured = (got["ttft"].mean if key == "mean" else got["ttft"].get(key)) or 0.0
+                    row[f"ttft_{key}_sim_ms"] = round(measured, 2)
+                    row[f"ttft_{key}_pred_ms"] = round(pred.ttft[key] * 1e3, 2)
+                    row[f"ttft_{key}_diff"] = round(measured / (pred.ttft[key] * 1e3) - 1, 4)
+                rows.append(row)
+                print(f"{model:14s} P/D {isl:5d}/{isl_cv:<3g} {osl:4d}/{osl_cv:<3g} {clients:3d} clients  " + "  ".join(
+                    f"TTFT {k} {row[f'ttft_{k}_sim_ms']:7.1f}/{row[f'ttft_{k}_pred_ms']:7.1f}"
+                    for k in ("mean", "p50", "p99"))
+                    + f"  TPOT {row['tpot_mean_sim_ms']:5.1f}/{row['tpot_mean_pred_ms']:5.1f}")
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=4000,
@@ -254,8 +302,22 @@ def main() -> int:
             closed_diffs[f"{metric}_{q}"] = {"median": diffs[len(diffs) // 2], "max": diffs[-1]}
     print("closed loops: |sim / pred - 1| median / max " + ", ".join(
         f"{k.upper()} {v['median']:.1%} / {v['max']:.1%}" for k, v in closed_diffs.items()))
+    print("disaggregated closed loops (2 prefill workers, 1 decode worker), simulated / predicted in ms:")
+    pd_rows = pd_closed(catalog, args.requests)
+    # The model takes clients whose lengths all match to stay in step (every round a burst at the prefill
+    # workers, as the calibration set's measured loops fit); the simulator's dephase even then.
+    pd_diffs: dict[str, dict[str, dict[str, float]]] = {}
+    for lengths, picked in (("varied", [r for r in pd_rows if r["isl_cv"] or r["osl_cv"]]),
+                            ("fixed", [r for r in pd_rows if not (r["isl_cv"] or r["osl_cv"])])):
+        pd_diffs[lengths] = {}
+        for key in ("mean", "p50", "p99"):
+            diffs = sorted(abs(r[f"ttft_{key}_diff"]) for r in picked)
+            pd_diffs[lengths][f"ttft_{key}"] = {"median": diffs[len(diffs) // 2], "max": diffs[-1]}
+        print(f"disaggregated closed loops, {lengths} lengths: |sim / pred - 1| median / max " + ", ".join(
+            f"{k.upper()} {v['median']:.1%} / {v['max']:.1%}" for k, v in pd_diffs[lengths].items()))
     if args.json:
         print(json.dumps({"rows": rows, "closed_tail_rows": closed_rows, "closed_tail_abs_diff": closed_diffs,
+                          "pd_closed_rows": pd_rows, "pd_closed_abs_diff": pd_diffs,
                           "low_load_max_abs_diff": worst, "closed_ttft_p99_max_abs_diff": closed_worst,
                           "tail_rows": tail_rows,
                           "tail_p99_max_abs_diff": tail_worst, "decode_rows": decode_rows,

@@ -58,6 +58,9 @@ from infra.perf.shape import Role, Workload
 PERCENTILES = ("p50", "p90", "p95", "p99", "p99.9")
 _Z = {"p50": 0.0, "p90": 1.2816, "p95": 1.6449, "p99": 2.3263, "p99.9": 3.0902}
 PREFILL_TARGET_LOAD = 0.8
+PD_BISECTIONS = 48
+"""Bisections of a disaggregated closed loop's TTFT between a prompt alone and one behind every other client's:
+to 2^-48 of that span, a fixed count so that the vector path takes the same ones."""
 _PHI = statistics.NormalDist()
 
 
@@ -194,11 +197,12 @@ def _wave_mixture(steady: float, share: float, lo: float, hi: float) -> dict[str
 
 
 def _own_lengths(ttft: dict[str, float], service: float, service_q: dict[str, float], wait: float,
-                 busy: float) -> dict[str, float]:
+                 busy: float, most: float) -> dict[str, float]:
     """A closed loop's TTFT (`_wave_mixture`'s, its steady state priced at the mean prompt and the mean wait) with
     each prompt's own prefill at its length and its own wait behind the others' prompts: `service_q`, the
     prefill's percentiles over the prompt lengths (`_service_spread`), less its mean `service`; the wait, `wait` on
-    average, 0 with probability 1 - `busy` and exponential otherwise (as `_queue_percentiles`'). Which prompt is
+    average, 0 with probability 1 - `busy` and exponential otherwise (as `_queue_percentiles`'), and never longer
+    than `most`, every other client's prompt ahead of it. Which prompt is
     long and which waits does not depend on whether it came in the first wave, so the parts combine as `_e2e`'s
     do, the mean plus the root sum of squares of each one's excess over its mean; the mean is unchanged. Without
     them a closed loop of prompts of CV 1 had its steady TTFT p99 at its mean (Llama-3.1-8B on H100, 2000-token
@@ -211,7 +215,7 @@ def _own_lengths(ttft: dict[str, float], service: float, service_q: dict[str, fl
             out[p] = ttft[p] + own
         else:
             tail = 1 - float(p[1:]) / 100
-            queued = (wait / busy) * math.log(busy / tail) if busy > tail else 0.0
+            queued = min((wait / busy) * math.log(busy / tail), most) if busy > tail else 0.0
             out[p] = mean + math.sqrt(max(ttft[p] - mean, 0.0) ** 2 + max(own, 0.0) ** 2
                                       + max(queued - wait, 0.0) ** 2)
     return out
@@ -495,7 +499,7 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     # The wait's tail takes the prompts' spread as an M/G/1 queue's does ((1 + cs^2) / 2 where the mean, fitted to
     # fixed lengths, takes 1 / 2): a long prompt ahead holds the others longer.
     wait = min(rho * others / (1 - rho) * occupy / 2, most_ahead) * (1 + cs * cs)
-    ttft = _own_lengths(ttft, service, service_q, wait, busy)
+    ttft = _own_lengths(ttft, service, service_q, wait, busy, most_ahead * (1 + cs * cs))
     itl, tp = _closed_steps(w, max(b, 1.0), ctx, x * others, busy, wl, chunk, tpot)
     e2e_d = _e2e(ttft, tp, osl, wl.osl_cv)
     if saturated:
@@ -1089,6 +1093,22 @@ def prefill_spread(wp: Worker, wl: Workload) -> tuple[float, float, dict[str, fl
     return spread
 
 
+def _decoding(wd: Worker, c: float, d_groups: float, osl: float, ctx: float, ttft: float, b: float, tpot: float
+              ) -> tuple[float, float]:
+    """(decode batch, TPOT) of a disaggregated closed loop of `c` clients over `d_groups` decode groups whose
+    TTFT is `ttft`, from the batch `b` and its `tpot`: clients waiting for or in their prefill are not decoding,
+    so by Little's law the batch is the decode share of each client's loop, b = c (osl - 1) TPOT / E2E per group
+    (twelve steps at most, to 0.1%)."""
+    for _ in range(12):
+        b_new = c * (osl - 1) * tpot / (ttft + (osl - 1) * tpot) / d_groups
+        done = abs(b_new - b) < 1e-3 * b
+        b = b_new
+        tpot = wd.token_time(b, ctx)
+        if done:
+            break
+    return b, tpot
+
+
 def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, link_bytes_s: float) -> Prediction:
     f = wd.factors
     isl, osl = wl.isl, wl.osl
@@ -1121,30 +1141,52 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
         n_p = prefill.workers or max(1, math.ceil(x_decode / (PREFILL_TARGET_LOAD * per_prefill_group)
                                                   / wp.parallel.attention_dp))
         p_groups = n_p * wp.parallel.attention_dp
-        first, mean, last = _burst_ttft(wp, c / p_groups if c / d_groups <= cap else b * d_groups / p_groups,
-                                        isl_eff, isl, chunk, wp.factors.queue)
-        ttft_mean = req + mean + transfer
-        if c / d_groups <= cap:
-            # Clients waiting for or in their prefill are not decoding: by Little's law the decode batch is the
-            # decode share of each client's loop, b = c (osl - 1) TPOT / E2E per group.
-            for _ in range(12):
-                b_new = c * (osl - 1) * tpot / (ttft_mean + (osl - 1) * tpot) / d_groups
-                done = abs(b_new - b) < 1e-3 * b
-                b = b_new
-                tpot = wd.token_time(b, ctx)
-                if done:
-                    break
-            e2e = ttft_mean + (osl - 1) * tpot
-            x = c / e2e
+        service, cs, service_q = prefill_spread(wp, wl)
+        top = p_groups * per_prefill_group
+        held = c / d_groups <= cap
+        first, mean, last = _burst_ttft(wp, c / p_groups if held else b * d_groups / p_groups, isl_eff, isl, chunk,
+                                        wp.factors.queue)
+        if held and (wl.isl_cv > 0 or wl.osl_cv > 0):
+            # Lengths that vary dephase the clients: in the steady state a prompt reaches a prefill group as the
+            # others' answers end, at the loop's throughput x, and is prefilled on its own (`service`) after a
+            # wait that grows with the groups' load (Kingman's, no longer than every other client's prompt ahead
+            # of it), then handed off.
+            ahead = max(c / p_groups - 1.0, 0.0) / per_prefill_group
+            alone = req + service + transfer
+            ttft_mean = alone
+            for _ in range(2):
+                # The decode batch that TTFT leaves, and the TTFT the throughput it leaves makes, found by
+                # bisection (the wait falls as the TTFT rises).
+                b, tpot = _decoding(wd, c, d_groups, osl, ctx, ttft_mean, b, tpot)
+                decoding = (osl - 1) * tpot
+                lo, hi = alone, alone + ahead
+                for _ in range(PD_BISECTIONS):
+                    mid = (lo + hi) / 2
+                    rho = min(c / (mid + decoding) / top, 0.999)
+                    if alone + min(_kingman_wait(rho, service, 1.0, cs), ahead) > mid:
+                        lo = mid
+                    else:
+                        hi = mid
+                ttft_mean = hi
+            x = c / (ttft_mean + (osl - 1) * tpot)
+            rho = min(x / top, 0.999)
+            wait = min(_kingman_wait(rho, service, 1.0, cs), ahead)
+            # Benchmarks start every client at once: that first wave's prompts queue at the prefill groups
+            # together.
+            ttft = _wave_mixture(ttft_mean, wp.factors.queue, req + first + transfer, req + last + transfer)
         else:
-            x = min(x_decode, p_groups * per_prefill_group)
-            e2e = c / x
-            ttft_mean = max(ttft_mean, e2e - (osl - 1) * tpot)
-        ttft = _spread(ttft_mean, req + first + transfer, max(req + last + transfer, 2 * ttft_mean - req - first))
-        # Each prompt's prefill at its own length (no queue behind the others' beyond the wave's: the prefill
-        # workers are sized to keep up).
-        service, _, service_q = prefill_spread(wp, wl)
-        ttft = _own_lengths(ttft, service, service_q, 0.0, 0.0)
+            # Clients whose lengths all match stay in step: every round's prompts reach the prefill groups
+            # together, a burst of c / groups (the measured loops of the calibration set, lengths within 6%).
+            ttft_mean = req + mean + transfer
+            if held:
+                b, tpot = _decoding(wd, c, d_groups, osl, ctx, ttft_mean, b, tpot)
+                x = c / (ttft_mean + (osl - 1) * tpot)
+            else:
+                x = min(x_decode, top)
+                ttft_mean = max(ttft_mean, c / x - (osl - 1) * tpot)
+            ttft = _spread(ttft_mean, req + first + transfer, max(req + last + transfer, 2 * ttft_mean - req - first))
+            rho = wait = ahead = 0.0
+        ttft = _own_lengths(ttft, service, service_q, wait, rho, ahead)
         tp = _flat(tpot)
         e2e_d = _e2e(ttft, tp, osl, wl.osl_cv)
         if assumed_d or prefill.workers is None:

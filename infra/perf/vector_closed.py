@@ -35,6 +35,7 @@ from infra.perf.vector import (
     _chunk_steps,
     _dicts,
     _e2e,
+    _kingman_wait,
     _mixed_step,
     _pack,
     _part,
@@ -226,7 +227,7 @@ def _closed_loop(c: _Cases) -> dict[str, np.ndarray]:
     rho = np.minimum(x * c.occupy, 0.999)
     busy = rho * c.others
     wait = np.minimum(rho * c.others / (1 - rho) * c.occupy / 2, c.most_ahead) * (1 + cs * cs)
-    ttft = _own_lengths(ttft, service, service_q, wait, busy)
+    ttft = _own_lengths(ttft, service, service_q, wait, busy, c.most_ahead * (1 + cs * cs))
     itl, tpot_q = _closed_steps(c, np.maximum(b, 1.0), x * c.others, busy, tpot)
     return {"ttft": ttft, "tpot": tpot_q, "itl": itl, "e2e": _e2e(ttft, tpot_q, c.osl, c.osl_cv),
             "throughput": x * groups, "output": x * groups * c.osl, "batch": b,
@@ -250,8 +251,8 @@ def _own_spread(c: _Cases, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
     return service, cs, service_q
 
 
-def _own_lengths(ttft: np.ndarray, service: np.ndarray, service_q: np.ndarray, wait: np.ndarray, busy: np.ndarray
-                 ) -> np.ndarray:
+def _own_lengths(ttft: np.ndarray, service: np.ndarray, service_q: np.ndarray, wait: np.ndarray, busy: np.ndarray,
+                 most: np.ndarray) -> np.ndarray:
     """`serving._own_lengths`: the rows mean, p50 .. p99.9."""
     out = np.empty_like(ttft)
     out[0] = mean = ttft[0]
@@ -262,7 +263,7 @@ def _own_lengths(ttft: np.ndarray, service: np.ndarray, service_q: np.ndarray, w
             continue
         waits = busy > tail
         queued = np.zeros(busy.size)
-        queued[waits] = (wait[waits] / busy[waits]) * _py(math.log, busy[waits] / tail)
+        queued[waits] = np.minimum((wait[waits] / busy[waits]) * _py(math.log, busy[waits] / tail), most[waits])
         out[k + 1] = mean + np.sqrt(_square(np.maximum(ttft[k + 1] - mean, 0.0)) + _square(np.maximum(own, 0.0))
                                     + _square(np.maximum(queued - wait, 0.0)))
     return out
@@ -305,13 +306,30 @@ def _spread(mean: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray
     return np.array(rows)
 
 
+def _little(cd: _Cases, live: np.ndarray, b: np.ndarray, tpot: np.ndarray, clients: np.ndarray, steps: np.ndarray,
+            ttft: np.ndarray, d_groups: np.ndarray) -> None:
+    """`serving.disagg`'s decode batch by Little's law with the TTFT `ttft`, in place on `b` and `tpot`: twelve
+    steps at most, each element of `live` stopping at its own test."""
+    live = live.copy()
+    for _ in range(12):
+        i = np.flatnonzero(live)
+        if not i.size:
+            break
+        b_i, tpot_i = b[i], tpot[i]
+        b_new = clients[i] * steps[i] * tpot_i / (ttft[i] + steps[i] * tpot_i) / d_groups[i]
+        done = np.abs(b_new - b_i) < 1e-3 * b_i
+        b[i] = b_new
+        tpot[i] = _step(cd.take(i), b_new, cd.ctx[i]) / cd.accept[i]
+        live[i] = ~done
+
+
 def _closed_disagg(cp: _Cases, cd: _Cases, link: np.ndarray, devices: np.ndarray, transfer_ms: np.ndarray,
                    prefill_workers: np.ndarray, decode_workers: np.ndarray, service: np.ndarray
                    ) -> dict[str, np.ndarray]:
     """`serving.disagg`'s closed loop over cases whose decode KV cache holds a request: `cp` the prefill workers
     (with the cases' workloads and prefill roles), `cd` the decode workers (decode roles); a role's workers 0
     where the model sizes them; `service` a prompt's prefill over the prompt lengths (`serving.prefill_spread`'s
-    mean and percentiles, rows mean, p50 .. p99.9)."""
+    mean, CV and percentiles, rows mean, CV, p50 .. p99.9)."""
     clients, osl, isl = cd.clients, cd.osl, cd.isl
     # `_size_decode`
     cap = cd.cap
@@ -347,29 +365,50 @@ def _closed_disagg(cp: _Cases, cd: _Cases, link: np.ndarray, devices: np.ndarray
     first = np.where(small, alone, t_chunk * np.maximum(1.0, isl_eff / chunk))
     last = np.where(small, alone, t_chunk * (total / chunk))
     mean = np.where(small, alone, first + cp.queue * (last - first))
+    own, cs, own_q = service[0], service[1], service[2:]
+    top = p_groups * per_prefill
+    steady = held & ((cp.isl_cv > 0) | (cd.osl_cv > 0))
+    b0, tpot0 = b.copy(), tpot.copy()
+    # Clients in step (`serving.disagg`): every round's prompts a burst at the prefill groups.
     ttft_mean = req + mean + transfer
-    # Clients waiting for or in their prefill are not decoding: the decode batch by Little's law, in twelve steps
-    # at most, each element stopping at its own test.
-    live = held.copy()
-    for _ in range(12):
-        i = np.flatnonzero(live)
-        if not i.size:
-            break
-        b_i, tpot_i = b[i], tpot[i]
-        b_new = clients[i] * steps[i] * tpot_i / (ttft_mean[i] + steps[i] * tpot_i) / d_groups[i]
-        done = np.abs(b_new - b_i) < 1e-3 * b_i
-        b[i] = b_new
-        tpot[i] = _step(cd.take(i), b_new, cd.ctx[i]) / cd.accept[i]
-        live[i] = ~done
+    _little(cd, held, b, tpot, clients, steps, ttft_mean, d_groups)
     e2e = np.where(held, ttft_mean + steps * tpot, 0.0)
-    x = np.where(held, clients / e2e, np.minimum(x_decode, p_groups * per_prefill))
+    x = np.where(held, clients / e2e, np.minimum(x_decode, top))
     e2e = np.where(held, e2e, clients / x)
     behind = e2e - steps * tpot
     ttft_mean = np.where(~held & (behind > ttft_mean), behind, ttft_mean)
     early, late = req + first + transfer, req + last + transfer
     ttft = _spread(ttft_mean, early, np.where(2 * ttft_mean - req - first > late, 2 * ttft_mean - req - first, late))
-    none = np.zeros(clients.size)
-    ttft = _own_lengths(ttft, service[0], service[1:], none, none)
+    rho = wait = ahead = np.zeros(clients.size)
+    if steady.any():
+        # Dephased clients: a prompt prefilled on its own after Kingman's wait at the loop's throughput, found by
+        # bisection between a prompt alone and one behind every other client's, twice over with the decode batch
+        # that TTFT leaves.
+        i = np.flatnonzero(steady)
+        s_cd = cd.take(i)
+        c_i, steps_i, d_i, top_i, own_i, cs_i = clients[i], steps[i], d_groups[i], top[i], own[i], cs[i]
+        ahead_i = np.maximum(c_i / p_groups[i] - 1.0, 0.0) / per_prefill[i]
+        lone = req[i] + own_i + transfer[i]
+        b_i, tpot_i = b0[i], tpot0[i]
+        mean_i = lone.copy()
+        for _ in range(2):
+            _little(s_cd, np.ones(i.size, bool), b_i, tpot_i, c_i, steps_i, mean_i, d_i)
+            decoding = steps_i * tpot_i
+            lo, hi = lone, lone + ahead_i
+            for _ in range(serving.PD_BISECTIONS):
+                mid = (lo + hi) / 2
+                r = np.minimum(c_i / (mid + decoding) / top_i, 0.999)
+                above = lone + np.minimum(_kingman_wait(r, own_i, 1.0, cs_i), ahead_i) > mid
+                lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
+            mean_i = hi
+        x_i = c_i / (mean_i + steps_i * tpot_i)
+        rho_i = np.minimum(x_i / top_i, 0.999)
+        b[i], tpot[i], x[i] = b_i, tpot_i, x_i
+        rho, wait, ahead = rho.copy(), wait.copy(), ahead.copy()
+        rho[i], ahead[i] = rho_i, ahead_i
+        wait[i] = np.minimum(_kingman_wait(rho_i, own_i, 1.0, cs_i), ahead_i)
+        ttft[:, i] = _wave_mixture(mean_i, cp.queue[i], early[i], req[i] + last[i] + transfer[i])
+    ttft = _own_lengths(ttft, own, own_q, wait, rho, ahead)
     flat = np.broadcast_to(tpot, (len(_KEYS), tpot.size))
     return {"ttft": ttft, "tpot": tpot, "e2e": _e2e(ttft, flat, osl, cd.osl_cv), "throughput": x, "output": x * osl,
             "batch": b, "load": b / cap, "prefill": n_p, "decode": n_d, "sized_p": sized_p, "sized_d": sized_d}
@@ -406,9 +445,9 @@ def _predictions(cases: Sequence[tuple[Worker, Role, Workload]], fits: np.ndarra
 
 
 def _prefill_spread(wp: Worker, wl: Workload) -> tuple[float, ...]:
-    """`serving.prefill_spread`'s mean and percentiles (p50 .. p99.9)."""
-    mean, _, quantiles = serving.prefill_spread(wp, wl)
-    return (mean, *(quantiles[p] for p in PERCENTILES))
+    """`serving.prefill_spread`'s mean, CV and percentiles (p50 .. p99.9)."""
+    mean, cv, quantiles = serving.prefill_spread(wp, wl)
+    return (mean, cv, *(quantiles[p] for p in PERCENTILES))
 
 
 def predict_closed_disagg(cases: Sequence[tuple[Worker, Worker, Role, Role, Workload, float]], *,

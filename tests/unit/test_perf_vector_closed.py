@@ -126,7 +126,10 @@ def _pd_kind(case, pred) -> str:
     if not pred.stable:
         return "no fit"
     groups = pred.workers["decode"] * wd.parallel.attention_dp
-    return "clients past the decode batch" if wl.concurrency / groups > pred.batch / pred.load + 1e-9 else "held"
+    if wl.concurrency / groups > pred.batch / pred.load + 1e-9:
+        return "clients past the decode batch"
+    # Clients whose lengths vary dephase (a steady state solved by bisection); in step, every round is a burst.
+    return "held, dephased" if wl.isl_cv > 0 or wl.osl_cv > 0 else "held, in step"
 
 
 def test_vector_disaggregated_closed_loop_equals_the_scalar_one_to_the_last_bit():
@@ -140,7 +143,8 @@ def test_vector_disaggregated_closed_loop_equals_the_scalar_one_to_the_last_bit(
             cases.append((wp, wd, prefill, decode, wl, link))
     want = [disagg(*c) for c in cases]
     assert predict_closed_disagg(cases, exact=True) == want
-    assert {_pd_kind(c, p) for c, p in zip(cases, want)} == {"no fit", "clients past the decode batch", "held"}
+    assert {_pd_kind(c, p) for c, p in zip(cases, want)} == {"no fit", "clients past the decode batch",
+                                                              "held, dephased", "held, in step"}
     notes = {p.assumptions[0].split(" worker(s)")[0] for p in want if p.assumptions}
     assert len(notes) >= 3, notes  # prefill, decode, or both sized by the model
     assert any(p.stable and not p.assumptions for p in want)
