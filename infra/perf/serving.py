@@ -1168,7 +1168,15 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
                     else:
                         hi = mid
                 ttft_mean = hi
+            # The decode batch of the TTFT found last, so that the batch and the throughput agree.
+            b, tpot = _decoding(wd, c, d_groups, osl, ctx, ttft_mean, b, tpot)
             x = c / (ttft_mean + (osl - 1) * tpot)
+            if x > top:
+                # No more than the prefill groups take: the clients over wait for them, and the decode batch is
+                # what that throughput keeps.
+                x = top
+                b, tpot = _decoding(wd, c, d_groups, osl, ctx, c / x - (osl - 1) * tpot, b, tpot)
+                ttft_mean = c / x - (osl - 1) * tpot
             rho = min(x / top, 0.999)
             wait = min(_kingman_wait(rho, service, 1.0, cs), ahead)
             # Benchmarks start every client at once: that first wave's prompts queue at the prefill groups

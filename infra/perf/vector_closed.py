@@ -401,7 +401,13 @@ def _closed_disagg(cp: _Cases, cd: _Cases, link: np.ndarray, devices: np.ndarray
                 above = lone + np.minimum(_kingman_wait(r, own_i, 1.0, cs_i), ahead_i) > mid
                 lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
             mean_i = hi
+        _little(s_cd, np.ones(i.size, bool), b_i, tpot_i, c_i, steps_i, mean_i, d_i)
         x_i = c_i / (mean_i + steps_i * tpot_i)
+        over = x_i > top_i
+        x_i = np.where(over, top_i, x_i)
+        if over.any():
+            _little(s_cd, over, b_i, tpot_i, c_i, steps_i, c_i / x_i - steps_i * tpot_i, d_i)
+        mean_i = np.where(over, c_i / x_i - steps_i * tpot_i, mean_i)
         rho_i = np.minimum(x_i / top_i, 0.999)
         b[i], tpot[i], x[i] = b_i, tpot_i, x_i
         rho, wait, ahead = rho.copy(), wait.copy(), ahead.copy()
