@@ -201,10 +201,12 @@ def _own_lengths(ttft: dict[str, float], service: float, service_q: dict[str, fl
     """A closed loop's TTFT (`_wave_mixture`'s, its steady state priced at the mean prompt and the mean wait) with
     each prompt's own prefill at its length and its own wait behind the others' prompts: `service_q`, the
     prefill's percentiles over the prompt lengths (`_service_spread`), less its mean `service`; the wait, `wait` on
-    average, 0 with probability 1 - `busy` and exponential otherwise (as `_queue_percentiles`'), and never longer
-    than `most`, every other client's prompt ahead of it. Which prompt is
-    long and which waits does not depend on whether it came in the first wave, so the parts combine as `_e2e`'s
-    do, the mean plus the root sum of squares of each one's excess over its mean; the mean is unchanged. Without
+    average, 0 with probability 1 - `busy` and exponential otherwise (as `_queue_percentiles`'), and no longer
+    than `most` (a saturated disaggregated prefill group's: every other client's prompt ahead of it; an aggregated
+    loop's is not capped, as its wait is, since its tail would then shrink as clients are added: 57 of
+    `benchmarks/monotone.py`'s 21,546 closed-loop steps stepped back, none without). Which prompt is long and which
+    waits does not depend on whether it came in the first wave, so the parts combine as `_e2e`'s do, the mean
+    plus the root sum of squares of each one's excess over its mean; the mean is unchanged. Without
     them a closed loop of prompts of CV 1 had its steady TTFT p99 at its mean (Llama-3.1-8B on H100, 2000-token
     prompts: 86 ms at one client where the simulator's was 330 ms, now 335 ms)."""
     mean = ttft["mean"]
@@ -499,7 +501,7 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     # The wait's tail takes the prompts' spread as an M/G/1 queue's does ((1 + cs^2) / 2 where the mean, fitted to
     # fixed lengths, takes 1 / 2): a long prompt ahead holds the others longer.
     wait = min(rho * others / (1 - rho) * occupy / 2, most_ahead) * (1 + cs * cs)
-    ttft = _own_lengths(ttft, service, service_q, wait, busy, most_ahead * (1 + cs * cs))
+    ttft = _own_lengths(ttft, service, service_q, wait, busy, math.inf)
     itl, tp = _closed_steps(w, max(b, 1.0), ctx, x * others, busy, wl, chunk, tpot)
     e2e_d = _e2e(ttft, tp, osl, wl.osl_cv)
     if saturated:

@@ -227,7 +227,7 @@ def _closed_loop(c: _Cases) -> dict[str, np.ndarray]:
     rho = np.minimum(x * c.occupy, 0.999)
     busy = rho * c.others
     wait = np.minimum(rho * c.others / (1 - rho) * c.occupy / 2, c.most_ahead) * (1 + cs * cs)
-    ttft = _own_lengths(ttft, service, service_q, wait, busy, c.most_ahead * (1 + cs * cs))
+    ttft = _own_lengths(ttft, service, service_q, wait, busy, np.full(busy.size, np.inf))
     itl, tpot_q = _closed_steps(c, np.maximum(b, 1.0), x * c.others, busy, tpot)
     return {"ttft": ttft, "tpot": tpot_q, "itl": itl, "e2e": _e2e(ttft, tpot_q, c.osl, c.osl_cv),
             "throughput": x * groups, "output": x * groups * c.osl, "batch": b,
