@@ -1095,14 +1095,14 @@ def prefill_spread(wp: Worker, wl: Workload) -> tuple[float, float, dict[str, fl
     return spread
 
 
-def _decoding(wd: Worker, c: float, d_groups: float, osl: float, ctx: float, ttft: float, b: float, tpot: float
-              ) -> tuple[float, float]:
+def _decoding(wd: Worker, c: float, d_groups: float, osl: float, ctx: float, ttft: float, b: float, tpot: float,
+              cap: float = math.inf) -> tuple[float, float]:
     """(decode batch, TPOT) of a disaggregated closed loop of `c` clients over `d_groups` decode groups whose
     TTFT is `ttft`, from the batch `b` and its `tpot`: clients waiting for or in their prefill are not decoding,
-    so by Little's law the batch is the decode share of each client's loop, b = c (osl - 1) TPOT / E2E per group
-    (twelve steps at most, to 0.1%)."""
+    so by Little's law the batch is the decode share of each client's loop, b = c (osl - 1) TPOT / E2E per group,
+    no more than the `cap` its slots hold (twelve steps at most, to 0.1%)."""
     for _ in range(12):
-        b_new = c * (osl - 1) * tpot / (ttft + (osl - 1) * tpot) / d_groups
+        b_new = min(c * (osl - 1) * tpot / (ttft + (osl - 1) * tpot) / d_groups, cap)
         done = abs(b_new - b) < 1e-3 * b
         b = b_new
         tpot = wd.token_time(b, ctx)
@@ -1148,18 +1148,18 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
         held = c / d_groups <= cap
         first, mean, last = _burst_ttft(wp, c / p_groups if held else b * d_groups / p_groups, isl_eff, isl, chunk,
                                         wp.factors.queue)
-        if held and (wl.isl_cv > 0 or wl.osl_cv > 0):
+        if wl.isl_cv > 0 or wl.osl_cv > 0:
             # Lengths that vary dephase the clients: in the steady state a prompt reaches a prefill group as the
             # others' answers end, at the loop's throughput x, and is prefilled on its own (`service`) after a
             # wait that grows with the groups' load (Kingman's, no longer than every other client's prompt ahead
-            # of it), then handed off.
+            # of it), then handed off; the decode batch is what that throughput keeps, up to its slots.
             ahead = max(c / p_groups - 1.0, 0.0) / per_prefill_group
             alone = req + service + transfer
             ttft_mean = alone
             for _ in range(2):
                 # The decode batch that TTFT leaves, and the TTFT the throughput it leaves makes, found by
                 # bisection (the wait falls as the TTFT rises).
-                b, tpot = _decoding(wd, c, d_groups, osl, ctx, ttft_mean, b, tpot)
+                b, tpot = _decoding(wd, c, d_groups, osl, ctx, ttft_mean, b, tpot, cap)
                 decoding = (osl - 1) * tpot
                 lo, hi = alone, alone + ahead
                 for _ in range(PD_BISECTIONS):
@@ -1171,13 +1171,14 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
                         hi = mid
                 ttft_mean = hi
             # The decode batch of the TTFT found last, so that the batch and the throughput agree.
-            b, tpot = _decoding(wd, c, d_groups, osl, ctx, ttft_mean, b, tpot)
+            b, tpot = _decoding(wd, c, d_groups, osl, ctx, ttft_mean, b, tpot, cap)
             x = c / (ttft_mean + (osl - 1) * tpot)
-            if x > top:
-                # No more than the prefill groups take: the clients over wait for them, and the decode batch is
-                # what that throughput keeps.
-                x = top
-                b, tpot = _decoding(wd, c, d_groups, osl, ctx, c / x - (osl - 1) * tpot, b, tpot)
+            most = min(top, d_groups * cap / ((osl - 1) * wd.token_time(cap, ctx)))
+            if x > most:
+                # No more than the prefill groups or the decode slots take: the clients over wait, and the decode
+                # batch is what that throughput keeps.
+                x = most
+                b, tpot = _decoding(wd, c, d_groups, osl, ctx, c / x - (osl - 1) * tpot, b, tpot, cap)
                 ttft_mean = c / x - (osl - 1) * tpot
             rho = min(x / top, 0.999)
             wait = min(_kingman_wait(rho, service, 1.0, cs), ahead)

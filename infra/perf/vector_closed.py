@@ -307,9 +307,9 @@ def _spread(mean: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray
 
 
 def _little(cd: _Cases, live: np.ndarray, b: np.ndarray, tpot: np.ndarray, clients: np.ndarray, steps: np.ndarray,
-            ttft: np.ndarray, d_groups: np.ndarray) -> None:
-    """`serving.disagg`'s decode batch by Little's law with the TTFT `ttft`, in place on `b` and `tpot`: twelve
-    steps at most, each element of `live` stopping at its own test."""
+            ttft: np.ndarray, d_groups: np.ndarray, cap: np.ndarray | None = None) -> None:
+    """`serving._decoding`: the decode batch by Little's law with the TTFT `ttft` (no more than `cap`, where
+    given), in place on `b` and `tpot`: twelve steps at most, each element of `live` stopping at its own test."""
     live = live.copy()
     for _ in range(12):
         i = np.flatnonzero(live)
@@ -317,6 +317,8 @@ def _little(cd: _Cases, live: np.ndarray, b: np.ndarray, tpot: np.ndarray, clien
             break
         b_i, tpot_i = b[i], tpot[i]
         b_new = clients[i] * steps[i] * tpot_i / (ttft[i] + steps[i] * tpot_i) / d_groups[i]
+        if cap is not None:
+            b_new = np.minimum(b_new, cap[i])
         done = np.abs(b_new - b_i) < 1e-3 * b_i
         b[i] = b_new
         tpot[i] = _step(cd.take(i), b_new, cd.ctx[i]) / cd.accept[i]
@@ -367,7 +369,7 @@ def _closed_disagg(cp: _Cases, cd: _Cases, link: np.ndarray, devices: np.ndarray
     mean = np.where(small, alone, first + cp.queue * (last - first))
     own, cs, own_q = service[0], service[1], service[2:]
     top = p_groups * per_prefill
-    steady = held & ((cp.isl_cv > 0) | (cd.osl_cv > 0))
+    steady = (cp.isl_cv > 0) | (cd.osl_cv > 0)
     b0, tpot0 = b.copy(), tpot.copy()
     # Clients in step (`serving.disagg`): every round's prompts a burst at the prefill groups.
     ttft_mean = req + mean + transfer
@@ -387,12 +389,13 @@ def _closed_disagg(cp: _Cases, cd: _Cases, link: np.ndarray, devices: np.ndarray
         i = np.flatnonzero(steady)
         s_cd = cd.take(i)
         c_i, steps_i, d_i, top_i, own_i, cs_i = clients[i], steps[i], d_groups[i], top[i], own[i], cs[i]
+        cap_i = cap[i]
         ahead_i = np.maximum(c_i / p_groups[i] - 1.0, 0.0) / per_prefill[i]
         lone = req[i] + own_i + transfer[i]
         b_i, tpot_i = b0[i], tpot0[i]
         mean_i = lone.copy()
         for _ in range(2):
-            _little(s_cd, np.ones(i.size, bool), b_i, tpot_i, c_i, steps_i, mean_i, d_i)
+            _little(s_cd, np.ones(i.size, bool), b_i, tpot_i, c_i, steps_i, mean_i, d_i, cap_i)
             decoding = steps_i * tpot_i
             lo, hi = lone, lone + ahead_i
             for _ in range(serving.PD_BISECTIONS):
@@ -401,12 +404,14 @@ def _closed_disagg(cp: _Cases, cd: _Cases, link: np.ndarray, devices: np.ndarray
                 above = lone + np.minimum(_kingman_wait(r, own_i, 1.0, cs_i), ahead_i) > mid
                 lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
             mean_i = hi
-        _little(s_cd, np.ones(i.size, bool), b_i, tpot_i, c_i, steps_i, mean_i, d_i)
+        _little(s_cd, np.ones(i.size, bool), b_i, tpot_i, c_i, steps_i, mean_i, d_i, cap_i)
         x_i = c_i / (mean_i + steps_i * tpot_i)
-        over = x_i > top_i
-        x_i = np.where(over, top_i, x_i)
+        most = d_i * cap_i / (steps_i * (_step(s_cd, cap_i, s_cd.ctx) / s_cd.accept))
+        most = np.where(most < top_i, most, top_i)
+        over = x_i > most
+        x_i = np.where(over, most, x_i)
         if over.any():
-            _little(s_cd, over, b_i, tpot_i, c_i, steps_i, c_i / x_i - steps_i * tpot_i, d_i)
+            _little(s_cd, over, b_i, tpot_i, c_i, steps_i, c_i / x_i - steps_i * tpot_i, d_i, cap_i)
         mean_i = np.where(over, c_i / x_i - steps_i * tpot_i, mean_i)
         rho_i = np.minimum(x_i / top_i, 0.999)
         b[i], tpot[i], x[i] = b_i, tpot_i, x_i
