@@ -8,7 +8,8 @@ answers). Open loop: `--rates` rates from near zero up past the first rate predi
 400 clients. For every pair of neighbouring loads it checks the mean and p50..p99.9 of TTFT, TPOT, ITL and E2E
 (and the throughput of a closed loop) and prints how many pairs stepped back by more than 0.01%, by how much at
 worst, and how many rates were held above one predicted unstable (a second capacity, which a capacity search
-bisecting on the rate would trip on).
+bisecting on the rate would trip on). Then the same closed loops on three prefill/decode deployments with their
+workers given, and how often and how far those step back.
 """
 
 from __future__ import annotations
@@ -49,6 +50,38 @@ def deployments(catalog) -> list[Deployment]:
             dep("Qwen3-32B", "H100-SXM", "vllm", 2, batch=256), dep("Llama-3.1-8B", "L40S", "vllm", 1, batch=32,
                                                                     budget=4096),
             dep("DeepSeek-R1", "H200", "sglang", 8, "fp8", ep=8)]
+
+
+def disaggregated(catalog) -> list[Deployment]:
+    """Prefill/decode deployments with their workers given (the model sizes them otherwise, and more workers at
+    more clients lower latencies by design)."""
+    def dep(model, device, tp, prefill_workers, precision=None, ep=1, batch=None):
+        m = catalog.model(model)
+        par = Parallel(tp=tp, ep=ep, moe_tp=max(1, tp // ep)) if m.moe else Parallel(tp=tp)
+        return Deployment(model, device, "sglang", precision or m.native_precision, "disagg",
+                          prefill=Role(parallel=par, workers=prefill_workers),
+                          decode=Role(parallel=par, batch_cap=batch, workers=1))
+
+    return [dep("Llama-3.1-8B", "H100-SXM", 1, 2, batch=128), dep("Llama-3.1-70B", "H200", 4, 1),
+            dep("DeepSeek-R1", "H200", 8, 1, "fp8", ep=8)]
+
+
+def scan_closed(dep, catalog) -> dict:
+    """The closed-loop half of `scan` alone."""
+    workers, _, link = build_workers(dep, catalog)
+    figures = {"closed_pairs": 0, "closed_back": 0, "worst": {}}
+    for isl, osl, isl_cv, osl_cv in MIXES:
+        prev = None
+        for c in CLIENTS:
+            p = predict(dep, Workload(isl=isl, osl=osl, isl_cv=isl_cv, osl_cv=osl_cv, concurrency=c), workers, link)
+            if prev is not None and p.stable:
+                figures["closed_pairs"] += 1
+                drops = step_backs(prev, p, closed=True)
+                figures["closed_back"] += bool(drops)
+                for name, drop in drops.items():
+                    figures["worst"][name] = max(figures["worst"].get(name, 0.0), drop)
+            prev = p if p.stable else prev
+    return figures
 
 
 def step_backs(prev, cur, closed: bool) -> dict[str, float]:
@@ -130,10 +163,25 @@ def main() -> int:
           f"unstable one: {total['second_capacity']}")
     for key, drop in sorted(worst.items(), key=lambda kv: -kv[1]):
         print(f"  worst {key}: {100 * drop:.2f}%")
+    pd = {"pairs": 0, "back": 0}
+    pd_worst: dict[str, float] = {}
+    for dep in disaggregated(catalog):
+        figures = scan_closed(dep, catalog)
+        pd["pairs"] += figures["closed_pairs"]
+        pd["back"] += figures["closed_back"]
+        for key, drop in figures["worst"].items():
+            pd_worst[key] = max(pd_worst.get(key, 0.0), drop)
+        print(f"{dep.model:16s} {dep.framework:7s} {dep.device:9s} P/D closed {figures['closed_back']:3d}/"
+              f"{figures['closed_pairs']:4d}, worst {100 * max(figures['worst'].values(), default=0.0):.2f}%")
+    print(f"disaggregated closed loop: {pd['back']} of {pd['pairs']} neighbouring client counts stepped back")
+    for key, drop in sorted(pd_worst.items(), key=lambda kv: -kv[1])[:6]:
+        print(f"  worst P/D closed: {key}: {100 * drop:.2f}%")
     means = max((d for k, d in worst.items() if k.endswith((" mean", "throughput"))), default=0.0)
     if args.json:
         print(json.dumps({**total, "worst_mean_or_throughput": round(means, 6),
-                          "worst_any": round(max(worst.values(), default=0.0), 6)}, sort_keys=True))
+                          "worst_any": round(max(worst.values(), default=0.0), 6), "pd_closed_pairs": pd["pairs"],
+                          "pd_closed_back": pd["back"], "pd_worst_any": round(max(pd_worst.values(), default=0.0), 6)},
+                         sort_keys=True))
     return 0
 
 
