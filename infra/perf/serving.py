@@ -164,6 +164,10 @@ def _spread(mean: float, first: float, last: float) -> dict[str, float]:
         q = float(p[1:]) / 100
         out[p] = max(mean if q <= 0.5 and first == last else first + q * (last - first), 0.0)
     out["p50"] = max(out["p50"], min(mean, last))
+    # A burst of less than one prompt per group ends before its first chunk would (last < first): no percentile
+    # below the one before it.
+    for lower, upper in zip(PERCENTILES, PERCENTILES[1:]):
+        out[upper] = max(out[upper], out[lower])
     return out
 
 
@@ -493,15 +497,19 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     # Each prompt's own prefill at its length, and the wait behind the others' prompts, spread the steady state's
     # TTFT; the prompts riding in a decoding client's steps spread its token times.
     hit = 1 - wl.prefix_hit
-    service, cs, service_q = _service_spread(
-        lambda n: w.step(b, ctx, min(n * hit, chunk), n / 2) * max(1.0, n * hit / chunk), isl, wl.isl_cv,
-        wl.isl_quantiles)
+    def price(n: float) -> float:
+        return w.step(b, ctx, min(n * hit, chunk), n / 2) * max(1.0, n * hit / chunk)
+
+    _, cs, service_q = _service_spread(price, isl, wl.isl_cv, wl.isl_quantiles)
     rho = min(x * occupy, 0.999)
     busy = rho * others
     # The wait's tail takes the prompts' spread as an M/G/1 queue's does ((1 + cs^2) / 2 where the mean, fitted to
     # fixed lengths, takes 1 / 2): a long prompt ahead holds the others longer.
     wait = min(rho * others / (1 - rho) * occupy / 2, most_ahead) * (1 + cs * cs)
-    ttft = _own_lengths(ttft, service, service_q, wait, busy, math.inf)
+    # Each prompt's own prefill against the mean prompt's, which the steady state's TTFT is priced with (not the
+    # mean of the prefills over the lengths, which a prompt's attention makes larger: lengths of CV 3 put the
+    # median's TTFT below 0).
+    ttft = _own_lengths(ttft, price(isl), service_q, wait, busy, math.inf)
     itl, tp = _closed_steps(w, max(b, 1.0), ctx, x * others, busy, wl, chunk, tpot)
     e2e_d = _e2e(ttft, tp, osl, wl.osl_cv)
     if saturated:
@@ -939,7 +947,8 @@ def _e2e(ttft: dict[str, float], tpot: dict[str, float], osl: float, osl_cv: flo
         q = float(p[1:]) / 100
         length = lognormal_q(osl, osl_cv, z_of(p))
         if q <= 0.5:
-            out[p] = ttft[p] + (length - 1) * tpot["mean"] + wait.quantile(q)
+            # (an answer has one token at least: a short, widely spread one's median length is under it)
+            out[p] = ttft[p] + (max(length, 1.0) - 1) * tpot["mean"] + wait.quantile(q)
             continue
         excess = math.sqrt(max(ttft[p] - ttft["mean"], 0.0) ** 2 + (max(length - osl, 0.0) * tpot["mean"]) ** 2
                            + ((osl - 1) * max(tpot[p] - tpot["mean"], 0.0)) ** 2

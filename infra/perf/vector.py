@@ -880,7 +880,7 @@ def _e2e(ttft: np.ndarray, tpot: np.ndarray, osl: np.ndarray, osl_cv: np.ndarray
         length = _lognormal_q(osl, osl_cv, z)
         wait = _slot_quantile(slot[1], slot[2], q) if slot is not None else None
         if q <= 0.5:
-            out[k + 1] = ttft[k + 1] + (length - 1) * tpot[0]
+            out[k + 1] = ttft[k + 1] + (np.maximum(length, 1.0) - 1) * tpot[0]
             if wait is not None:
                 out[k + 1] = out[k + 1] + wait
             continue

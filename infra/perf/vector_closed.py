@@ -235,17 +235,21 @@ def _closed_loop(c: _Cases) -> dict[str, np.ndarray]:
 
 
 def _own_spread(c: _Cases, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`_service_spread` of a prompt's own prefill beside b decoding sequences: (mean, CV, rows p50 .. p99.9). Fixed
-    prompts are left at 0 (their spread, the differences `_own_lengths` takes, is an exact 0): the calibration's
-    rows, which a fit replays at every step, have fixed lengths."""
+    """`serving.closed_loop_agg`'s prompt's own prefill beside b decoding sequences: (at the mean prompt, CV and
+    rows p50 .. p99.9 over the prompt lengths, `_service_spread`'s). Fixed prompts are left at 0 (their spread,
+    the differences `_own_lengths` takes, is an exact 0): the calibration's rows, which a fit replays at every
+    step, have fixed lengths."""
     service, cs, service_q = np.zeros(c.n), np.zeros(c.n), np.zeros((len(_Q), c.n))
     varied = c.isl_cv > 0
     if varied.any():
         s, at = _part(c, varied)
         keep, b_s = 1 - s.prefix_hit, b[at]
-        got = _service_spread(s, lambda n: _step(s, b_s, s.ctx, np.minimum(n * keep, s.chunk), n / 2)
-                              * np.maximum(1.0, n * keep / s.chunk))
-        service[at], cs[at], service_q[:, at] = got
+
+        def price(n: np.ndarray) -> np.ndarray:
+            return _step(s, b_s, s.ctx, np.minimum(n * keep, s.chunk), n / 2) * np.maximum(1.0, n * keep / s.chunk)
+
+        _, cs[at], service_q[:, at] = _service_spread(s, price)
+        service[at] = price(s.isl[None, :])[0]
         service, cs = np.where(varied, service, 0.0), np.where(varied, cs, 0.0)
         service_q = np.where(varied, service_q, 0.0)
     return service, cs, service_q
@@ -303,6 +307,8 @@ def _spread(mean: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray
             point = np.where(first == last, mean, point)
         rows.append(np.maximum(point, 0.0))
     rows[1] = np.maximum(rows[1], np.minimum(mean, last))
+    for k in range(2, len(rows)):
+        rows[k] = np.maximum(rows[k], rows[k - 1])
     return np.array(rows)
 
 

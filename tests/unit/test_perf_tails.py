@@ -279,3 +279,21 @@ def test_a_disaggregated_closed_loop_prefills_each_prompt_as_it_comes_in_the_ste
         pred = predict(dep, wl, wave.workers, wave.link).ttft
         assert pred["mean"] * 1e3 == pytest.approx(got.mean, rel=0.25), clients
         assert pred["p50"] <= pred["mean"] < pred["p99"]
+
+
+def test_closed_loop_percentiles_stay_ordered_and_positive_at_extreme_lengths():
+    # Prompts of CV 3 made an aggregated loop's TTFT median negative (each prompt's prefill taken against the mean
+    # of the prefills over the lengths, not the mean prompt's the TTFT is priced with); a burst of less than one
+    # prompt per prefill group put its p50 above its p90; a 2-token answer of CV 2.5 made E2E's median negative.
+    deps = [Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16", agg=Role(Parallel(tp=1), max_num_tokens=2048)),
+            Deployment("Llama-3.1-8B", "H100-SXM", "sglang", "bf16", "disagg", prefill=Role(Parallel(tp=1), workers=2),
+                       decode=Role(Parallel(tp=1), workers=1))]
+    for dep in deps:
+        workers, _, link = build_workers(dep, CAT)
+        for isl, osl, isl_cv, osl_cv, clients in ((120000, 8000, 1.5, 0.0, 2), (30000, 1000, 3.0, 2.5, 1),
+                                                 (30000, 64, 0.0, 0.0, 1), (1, 2, 1.5, 2.5, 5000)):
+            pred = predict(dep, Workload(isl=isl, osl=osl, concurrency=clients, isl_cv=isl_cv, osl_cv=osl_cv,
+                                         prefix_hit=0.9 if isl > 1 else 1.0), workers, link)
+            for metric in ("ttft", "tpot", "itl", "e2e"):
+                got = [getattr(pred, metric)[p] for p in ("p50", "p90", "p95", "p99", "p99.9")]
+                assert got[0] >= 0 and got == sorted(got), (dep.mode, isl, isl_cv, clients, metric, got)
