@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -147,6 +148,23 @@ CLOSED_CLIENTS = (4, 16, 64)
 CLOSED_METRICS = ("ttft", "tpot", "itl", "e2e")
 
 
+def _closed_run(dep: Deployment, compiled, group: Callable[[], Group], lengths: tuple[float, float, float, float],
+                clients: int, requests: int):
+    """(prediction, simulated metrics) of a closed loop of `clients` over `requests` with lognormal (prompt, CV,
+    answer, CV) `lengths`, the prediction taking the run's first wave (its clients over its requests), as
+    `infra estimate --requests` does; `group` makes the simulated engines afresh."""
+    isl, isl_cv, osl, osl_cv = lengths
+    rng = np.random.default_rng(3)
+    i_len, o_len = _lognormal(rng, isl, isl_cv, requests), _lognormal(rng, osl, osl_cv, requests)
+    load = Load([RequestSpec(i, None, int(i_len[i]), int(o_len[i]), -1, 0) for i in range(requests)], None,
+                clients, "closed")
+    wave = compiled.with_first_wave(clients / requests)
+    pred = predict(dep, Workload(isl=isl, osl=osl, concurrency=clients, isl_cv=isl_cv, osl_cv=osl_cv),
+                   wave.workers, wave.link)
+    sim = simulate([group()], load)
+    return pred, summarize(sim.records, itl_pool=sim.itl_pool).metrics
+
+
 def closed_tails(catalog, requests: int) -> list[dict]:
     """Simulated vs predicted p90 and p99 of closed loops with variable lengths, each prediction taking the run's
     first wave (its clients over its requests), as `infra estimate --requests` does."""
@@ -160,15 +178,8 @@ def closed_tails(catalog, requests: int) -> list[dict]:
                                                kv_tokens=w.memory.kv_tokens)
         for isl, isl_cv, osl, osl_cv in CLOSED_MIXES:
             for clients in CLOSED_CLIENTS:
-                rng = np.random.default_rng(3)
-                i_len, o_len = _lognormal(rng, isl, isl_cv, requests), _lognormal(rng, osl, osl_cv, requests)
-                load = Load([RequestSpec(i, None, int(i_len[i]), int(o_len[i]), -1, 0) for i in range(requests)],
-                            None, clients, "closed")
-                wl = Workload(isl=isl, osl=osl, concurrency=clients, isl_cv=isl_cv, osl_cv=osl_cv)
-                wave = compiled.with_first_wave(clients / requests)
-                pred = predict(dep, wl, wave.workers, wave.link)
-                sim = simulate([Group([Engine(engine_model)])], load)
-                got = summarize(sim.records, itl_pool=sim.itl_pool).metrics
+                pred, got = _closed_run(dep, compiled, lambda m=engine_model: Group([Engine(m)]),
+                                        (isl, isl_cv, osl, osl_cv), clients, requests)
                 row = {"model": model, "isl": isl, "isl_cv": isl_cv, "osl": osl, "osl_cv": osl_cv,
                        "clients": clients}
                 for metric in CLOSED_METRICS:
@@ -203,17 +214,10 @@ def pd_closed(catalog, requests: int) -> list[dict]:
                   for role, w in compiled.workers.items()}
         for isl, isl_cv, osl, osl_cv in PD_CLOSED_MIXES:
             for clients in PD_CLOSED_CLIENTS:
-                rng = np.random.default_rng(3)
-                i_len, o_len = _lognormal(rng, isl, isl_cv, requests), _lognormal(rng, osl, osl_cv, requests)
-                load = Load([RequestSpec(i, None, int(i_len[i]), int(o_len[i]), -1, 0) for i in range(requests)],
-                            None, clients, "closed")
-                wave = compiled.with_first_wave(clients / requests)
-                wl = Workload(isl=isl, osl=osl, concurrency=clients, isl_cv=isl_cv, osl_cv=osl_cv)
-                pred = predict(dep, wl, wave.workers, wave.link)
-                group = Group([Engine(models["prefill"], "prefill") for _ in range(2)],
-                              [Engine(models["decode"], "decode")])
-                sim = simulate([group], load)
-                got = summarize(sim.records, itl_pool=sim.itl_pool).metrics
+                pred, got = _closed_run(
+                    dep, compiled, lambda m=models: Group([Engine(m["prefill"], "prefill") for _ in range(2)],
+                                                          [Engine(m["decode"], "decode")]),
+                    (isl, isl_cv, osl, osl_cv), clients, requests)
                 row = {"model": model, "isl": isl, "isl_cv": isl_cv, "osl": osl, "osl_cv": osl_cv,
                        "clients": clients, "tpot_mean_sim_ms": round(got["tpot"].mean or 0.0, 2),
                        "tpot_mean_pred_ms": round(pred.tpot["mean"] * 1e3, 2)}

@@ -204,7 +204,9 @@ def _own_lengths(ttft: dict[str, float], service: float, service_q: dict[str, fl
                  busy: float, most: float) -> dict[str, float]:
     """A closed loop's TTFT (`_wave_mixture`'s, its steady state priced at the mean prompt and the mean wait) with
     each prompt's own prefill at its length and its own wait behind the others' prompts: `service_q`, the
-    prefill's percentiles over the prompt lengths (`_service_spread`), less its mean `service`; the wait, `wait` on
+    prefill's percentiles over the prompt lengths (`_service_spread`), less `service`, the prefill the mean TTFT
+    was priced with (the mean prompt's in an aggregated loop, the mean over the lengths in a disaggregated one);
+    the wait, `wait` on
     average, 0 with probability 1 - `busy` and exponential otherwise (as `_queue_percentiles`'), and no longer
     than `most` (a saturated disaggregated prefill group's: every other client's prompt ahead of it; an aggregated
     loop's is not capped, as its wait is, since its tail would then shrink as clients are added: 57 of
@@ -248,7 +250,7 @@ def _closed_steps(w: Worker, b: float, ctx: float, lam: float, busy: float, wl: 
     dephased = 1.0 if wl.isl_cv > 0 or wl.osl_cv > 0 else 0.0
     itl, tp = _step_percentiles(tpot, lone, _chunk_steps(w, b, ctx, lam, wl, chunk, busy), wl.osl, wl.osl_cv,
                                 f.accept, zero, zero, lam, wl.isl_cv, lone, dephased, closed=True)
-    # No answer's token time exceeds the step full to its budget: as the loads nears it, the tail closes on it.
+    # No answer's token time exceeds the step full to its budget: as the load nears it, the tail closes on it.
     most = max(_full_step(w, b, ctx, wl.isl, chunk) / f.accept, tpot)
     return itl, {k: min(v, most) for k, v in tp.items()}
 
@@ -497,6 +499,7 @@ def closed_loop_agg(w: Worker, role: Role, wl: Workload) -> Prediction:
     # Each prompt's own prefill at its length, and the wait behind the others' prompts, spread the steady state's
     # TTFT; the prompts riding in a decoding client's steps spread its token times.
     hit = 1 - wl.prefix_hit
+
     def price(n: float) -> float:
         return w.step(b, ctx, min(n * hit, chunk), n / 2) * max(1.0, n * hit / chunk)
 
