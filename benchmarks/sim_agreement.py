@@ -21,7 +21,9 @@ its requests): simulated vs predicted p90 and p99 of TTFT, TPOT, ITL and E2E, an
 difference of each. A fifth does the same for the TTFT (mean, p50, p99) of disaggregated closed loops (two prefill
 workers and one decode worker, 4 to 128 clients), apart for varied lengths (the model's steady state) and fixed
 ones (clients the model takes to stay in step, every round a burst at the prefill workers, as the calibration
-set's measured loops fit; the simulator's dephase even then).
+set's measured loops fit; the simulator's dephase even then). A sixth puts the fourth's loops as a plan prices
+them, served for good with no first wave, against what `infra bench --simulate` judges (the requests sent once
+every client's first one has ended), beside the figures plans priced before with the first wave's fitted share.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from infra.bench.engine import Engine, EngineModel  # noqa: E402
 from infra.bench.metrics import summarize  # noqa: E402
+from infra.bench.run import past_start_up  # noqa: E402
 from infra.bench.simulate import Group, simulate  # noqa: E402
 from infra.bench.workload import Load, RequestSpec  # noqa: E402
 from infra.catalog.loader import load_catalog  # noqa: E402
@@ -149,33 +152,72 @@ CLOSED_METRICS = ("ttft", "tpot", "itl", "e2e")
 
 
 def _closed_run(dep: Deployment, compiled, group: Callable[[], Group], lengths: tuple[float, float, float, float],
-                clients: int, requests: int):
+                clients: int, requests: int, served: bool = False):
     """(prediction, simulated metrics) of a closed loop of `clients` over `requests` with lognormal (prompt, CV,
     answer, CV) `lengths`, the prediction taking the run's first wave (its clients over its requests), as
-    `infra estimate --requests` does; `group` makes the simulated engines afresh."""
+    `infra estimate --requests` does; `served`: the deployment serving the load for good, as a plan prices it,
+    against the requests a run judges past its start-up (`past_start_up`). `group` makes the simulated engines
+    afresh."""
     isl, isl_cv, osl, osl_cv = lengths
     rng = np.random.default_rng(3)
     i_len, o_len = _lognormal(rng, isl, isl_cv, requests), _lognormal(rng, osl, osl_cv, requests)
     load = Load([RequestSpec(i, None, int(i_len[i]), int(o_len[i]), -1, 0) for i in range(requests)], None,
                 clients, "closed")
-    wave = compiled.with_first_wave(clients / requests)
-    pred = predict(dep, Workload(isl=isl, osl=osl, concurrency=clients, isl_cv=isl_cv, osl_cv=osl_cv),
-                   wave.workers, wave.link)
+    wl = Workload(isl=isl, osl=osl, concurrency=clients, isl_cv=isl_cv, osl_cv=osl_cv)
+    wave = compiled.serving(wl) if served else compiled.with_first_wave(clients / requests)
+    pred = predict(dep, wl, wave.workers, wave.link)
     sim = simulate([group()], load)
-    return pred, summarize(sim.records, itl_pool=sim.itl_pool).metrics
+    judged = past_start_up(sim.records, clients)[0] if served else sim.records
+    return pred, summarize(judged, itl_pool=sim.itl_pool).metrics
+
+
+def _tail_deployments(catalog):
+    """(model, deployment, compiled, simulated engine model) of each of `DEPLOYMENTS` aggregated on H100 with the
+    tails' step budget."""
+    for model, tp in DEPLOYMENTS:
+        dep = Deployment(model, "H100-SXM", "vllm", "bf16", agg=Role(Parallel(tp=tp), batch_cap=256,
+                                                                     max_num_tokens=TAIL_BUDGET))
+        compiled = compile_deployment(dep, catalog)
+        w = compiled.workers["agg"]
+        yield model, dep, compiled, EngineModel.from_worker(w, max_num_seqs=256, max_num_batched_tokens=TAIL_BUDGET,
+                                                            kv_tokens=w.memory.kv_tokens)
+
+
+SERVED_METRICS = (("ttft", "mean"), ("ttft", "p90"), ("ttft", "p99"), ("e2e", "p99"))
+
+
+def served_closed(catalog, requests: int) -> list[dict]:
+    """Closed loops with variable lengths as a plan prices them (`Compiled.serving`: no first wave) against what
+    `infra bench --simulate` judges (past the start-up), and as plans priced them before (the first wave's share
+    fitted to benchmarks that do not say), aggregated deployments as in `closed_tails`."""
+    rows = []
+    for model, dep, compiled, engine_model in _tail_deployments(catalog):
+        for isl, isl_cv, osl, osl_cv in CLOSED_MIXES:
+            for clients in CLOSED_CLIENTS:
+                wl = Workload(isl=isl, osl=osl, concurrency=clients, isl_cv=isl_cv, osl_cv=osl_cv)
+                pred, got = _closed_run(dep, compiled, lambda m=engine_model: Group([Engine(m)]),
+                                        (isl, isl_cv, osl, osl_cv), clients, requests, served=True)
+                before = predict(dep, wl, compiled.workers, compiled.link)
+                row = {"model": model, "isl": isl, "isl_cv": isl_cv, "osl": osl, "osl_cv": osl_cv,
+                       "clients": clients}
+                for metric, q in SERVED_METRICS:
+                    measured = (got[metric].mean if q == "mean" else got[metric].get(q)) or 0.0
+                    row[f"{metric}_{q}_sim_ms"] = round(measured, 2)
+                    for name, p in (("pred", pred), ("before", before)):
+                        row[f"{metric}_{q}_{name}_ms"] = round(getattr(p, metric)[q] * 1e3, 2)
+                        row[f"{metric}_{q}_{name}_diff"] = round(measured / (getattr(p, metric)[q] * 1e3) - 1, 4)
+                rows.append(row)
+                print(f"{model:14s} {isl:5d}/{isl_cv:<3g} {osl:4d}/{osl_cv:<3g} {clients:3d} clients  " + "  ".join(
+                    f"{m.upper()} {q} {row[f'{m}_{q}_sim_ms']:7.1f}/{row[f'{m}_{q}_pred_ms']:7.1f}"
+                    f"/{row[f'{m}_{q}_before_ms']:7.1f}" for m, q in SERVED_METRICS))
+    return rows
 
 
 def closed_tails(catalog, requests: int) -> list[dict]:
     """Simulated vs predicted p90 and p99 of closed loops with variable lengths, each prediction taking the run's
     first wave (its clients over its requests), as `infra estimate --requests` does."""
     rows = []
-    for model, tp in DEPLOYMENTS:
-        dep = Deployment(model, "H100-SXM", "vllm", "bf16", agg=Role(Parallel(tp=tp), batch_cap=256,
-                                                                     max_num_tokens=TAIL_BUDGET))
-        compiled = compile_deployment(dep, catalog)
-        w = compiled.workers["agg"]
-        engine_model = EngineModel.from_worker(w, max_num_seqs=256, max_num_batched_tokens=TAIL_BUDGET,
-                                               kv_tokens=w.memory.kv_tokens)
+    for model, dep, compiled, engine_model in _tail_deployments(catalog):
         for isl, isl_cv, osl, osl_cv in CLOSED_MIXES:
             for clients in CLOSED_CLIENTS:
                 pred, got = _closed_run(dep, compiled, lambda m=engine_model: Group([Engine(m)]),
@@ -306,6 +348,18 @@ def main() -> int:
             closed_diffs[f"{metric}_{q}"] = {"median": diffs[len(diffs) // 2], "max": diffs[-1]}
     print("closed loops: |sim / pred - 1| median / max " + ", ".join(
         f"{k.upper()} {v['median']:.1%} / {v['max']:.1%}" for k, v in closed_diffs.items()))
+    print("closed loops served for good (past the start-up), simulated / predicted / as plans priced them before, "
+          "in ms:")
+    served_rows = served_closed(catalog, args.requests)
+    served_diffs = {}
+    for metric, q in SERVED_METRICS:
+        for name in ("pred", "before"):
+            diffs = sorted(abs(r[f"{metric}_{q}_{name}_diff"]) for r in served_rows)
+            served_diffs[f"{metric}_{q}_{name}"] = {"median": diffs[len(diffs) // 2], "max": diffs[-1]}
+    print("closed loops served: |sim / pred - 1| median / max, now (before) " + ", ".join(
+        f"{m.upper()} {q} {served_diffs[f'{m}_{q}_pred']['median']:.1%} / {served_diffs[f'{m}_{q}_pred']['max']:.1%}"
+        f" ({served_diffs[f'{m}_{q}_before']['median']:.1%} / {served_diffs[f'{m}_{q}_before']['max']:.1%})"
+        for m, q in SERVED_METRICS))
     print("disaggregated closed loops (2 prefill workers, 1 decode worker), simulated / predicted in ms:")
     pd_rows = pd_closed(catalog, args.requests)
     # The model takes clients whose lengths all match to stay in step (every round a burst at the prefill
@@ -321,6 +375,7 @@ def main() -> int:
             f"{k.upper()} {v['median']:.1%} / {v['max']:.1%}" for k, v in pd_diffs[lengths].items()))
     if args.json:
         print(json.dumps({"rows": rows, "closed_tail_rows": closed_rows, "closed_tail_abs_diff": closed_diffs,
+                          "served_closed_rows": served_rows, "served_closed_abs_diff": served_diffs,
                           "pd_closed_rows": pd_rows, "pd_closed_abs_diff": pd_diffs,
                           "low_load_max_abs_diff": worst, "closed_ttft_p99_max_abs_diff": closed_worst,
                           "tail_rows": tail_rows,

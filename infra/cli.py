@@ -244,8 +244,10 @@ def estimate(
                                                        show_default=False)] = None,
     requests: Annotated[Optional[int], typer.Option(
         help="Closed loop: requests the run sends in all; its clients start at once, and their share of the "
-             "requests is that first wave (as `infra bench --requests` measures it). Default: the share fitted to "
-             "benchmarks that do not say.", show_default=False)] = None,
+             "requests is that first wave (as `infra bench --requests` measures it). Default: the deployment serving "
+             "the load for good, as a plan prices it (no first wave where the lengths vary; where they all "
+             "match, the clients stay in step, at the share fitted to such measured loops).",
+        show_default=False)] = None,
     rate: Annotated[Optional[str], typer.Option(help="Open loop: request rate, e.g. 20/s.",
                                                 show_default=False)] = None,
     arrival_cv: Annotated[float, typer.Option("--arrival-cv", help="Inter-arrival CV (1 = Poisson).")] = 1.0,

@@ -15,14 +15,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 from infra.bench.client import MAX_USAGE_TOKENS, BenchRun, ClientOptions, Progress, run
 from infra.bench.engine import plan_allocation
-from infra.bench.metrics import Summary, parse_objective, summarize
-from infra.bench.run import BenchResult, _group_cases, predicted
+from infra.bench.metrics import RequestRecord, Summary, parse_objective, summarize
+from infra.bench.run import BenchResult, _group_cases, past_start_up, predicted, warm_up_notes
 from infra.bench.verdict import DEFAULT_MAX_FAILED, judge
 from infra.bench.workload import Load, generate
 from infra.errors import IntentError, Location, Problem
@@ -228,17 +229,19 @@ def bench_endpoint(opts: ClientOptions, load: Load, source: Source | None, objec
     measured = run(load, opts, progress)
     slo = dict(source.objectives if source else {})
     slo.update(objectives or {})
-    verdict = judge(measured.records, slo, predicted=source.predicted if source else None,
+    judged, warm = past_start_up(measured.records, load.concurrency)
+    verdict = judge(judged, slo, predicted=source.predicted if source else None,
                     attainment_target=source.attainment if source else None, max_failed=max_failed, seed=opts.seed)
-    summary = summarize(measured.records, slo)
+    summary = summarize(judged, slo)
     info: dict[str, Any] = {"requests": len(load.requests), "sent": len(measured.records),
                             "warmup": len(measured.warmup), "seed": opts.seed, "arrival": load.arrival,
                             **({"rate_rps": load.rate} if load.rate is not None else {}),
-                            **({"concurrency": load.concurrency} if load.concurrency is not None else {})}
-    notes = list(verdict.notes) + _run_notes(measured, summary)
+                            **({"concurrency": load.concurrency} if load.concurrency is not None else {}),
+                            **({"warm_up": warm} if warm else {})}
+    notes = list(verdict.notes) + warm_up_notes(warm, load.concurrency) + _run_notes(measured, summary)
     groups = None
     if source is not None and source.plan is not None and source.service is not None:
-        groups = _plan_case(source.plan, source.service, load, measured)
+        groups = _plan_case(source.plan, source.service, load, measured, judged, warm)
         if groups is None:
             notes.append("the service has several allocations and a client cannot tell which one served a "
                           "request, so --save writes no case for calibration")
@@ -247,12 +250,10 @@ def bench_endpoint(opts: ClientOptions, load: Load, source: Source | None, objec
     return EndpointResult(measured, result, source, slo)
 
 
-def _plan_case(plan: Any, service: str, load: Load, measured: BenchRun) -> list[dict[str, Any]] | None:
+def _plan_case(plan: Any, service: str, load: Load, measured: BenchRun, judged: list[RequestRecord],
+               left_out: int) -> list[dict[str, Any]] | None:
     """The estimate case a single-allocation service ran as, with what was measured (the simulator's form, so
     that `--save` writes it for `benchmarks/calibrate.py --extra`); None when the service has several."""
-    from types import SimpleNamespace
-
-
     svc, alloc = plan_allocation(plan, service, 0)
     if len(svc.allocations) != 1 or not measured.records:
         return None
@@ -261,4 +262,4 @@ def _plan_case(plan: Any, service: str, load: Load, measured: BenchRun) -> list[
     view = SimpleNamespace(load=load, records=measured.records, group=np.zeros(n, dtype=np.int64),
                            groups=[f"{alloc.device}/{alloc.framework}/{alloc.mode}#0"],
                            cached_tokens=np.zeros(n, dtype=np.int64))
-    return _group_cases(plan, service, view)
+    return _group_cases(plan, service, view, judged, left_out)

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from infra.bench.engine import plan_allocation
-from infra.bench.results import ResultPoint, read_results
+from infra.bench.metrics import distribution
+from infra.bench.results import ResultPoint, cv_of, read_results
 from infra.bench.run import allocation_deployment, pick_service
 from infra.catalog.loader import Catalog
 from infra.errors import InfraError, Location, Problem
 from infra.limits import MAX_RECORDS_BYTES, read_jsonl, read_limited
-from infra.perf.cases import EstimateCase, case_from
+from infra.perf.cases import EstimateCase, case_from, measured_wave
 from infra.perf.correction import load_calibration
 from infra.perf.recalibrate import Measured
 from infra.perf.rows import REQUIRED_COLUMNS, Case, load_rows, to_case
@@ -117,15 +118,17 @@ def _kind(data: bytes) -> str:
 
 def _case(fields: dict[str, Any], where: Location, catalog: Catalog, ttft: float, tpot: float, source: str,
           date: str | None, tails: tuple[tuple[str, str, float], ...] = (), samples: int = 0,
-          own_client: bool = False) -> Measured:
+          own_client: bool = False, steady: bool = False) -> Measured:
     """A measured point; `own_client` where `infra bench` measured it, whose closed loop's first wave (every client
-    starting at once, measured with the rest) is the clients' share of the `samples` requests (`Case.wave`)."""
-    if own_client and samples and fields.get("concurrency"):
+    starting at once, measured with the rest) is the clients' share of the `samples` requests (`Case.wave`), or
+    none where it was judged past its start-up (`steady`: `measured_wave`)."""
+    if own_client and samples and fields.get("concurrency") and not steady:
         fields = {**fields, "requests": samples}
     est: EstimateCase = case_from(fields, where)
     dep = est.deployment(catalog)
     return Measured(Case({"source": source}, f"{dep.framework}/{dep.device}", dep.model, dep, est.workload(), ttft,
-                         tpot, recipe=False, wave=est.first_wave(), tails=tails, samples=samples), source, date)
+                         tpot, recipe=False, wave=measured_wave(est, steady), tails=tails, samples=samples),
+                    source, date)
 
 
 def _as_tails(tails: dict[str, dict[str, float]]) -> tuple[tuple[str, str, float], ...]:
@@ -174,7 +177,7 @@ def _infra_bench(path: Path, data: bytes, deployment: dict[str, Any] | None, cat
             pcts = obj.get("percentiles")
             tails = _as_tails(_summary_tails(pcts if isinstance(pcts, dict) else {}))
             src.points.append(_case(obj["case"], where, catalog, ttft, tpot, f"{path}:{n}", obj.get("date"), tails,
-                                    int(obj.get("requests") or 0), own_client=True))
+                                    int(obj.get("requests") or 0), own_client=True, steady=obj.get("steady") is True))
         except (KeyError, TypeError, ValueError):
             src.skipped.append(f"{path}:{n}: a case line needs a `case` object and positive ttft_ms and tpot_ms")
         except InfraError as exc:
@@ -193,19 +196,34 @@ def _infra_bench(path: Path, data: bytes, deployment: dict[str, Any] | None, cat
                                  "--framework and the layout (--tp ...)"))
     ins = [float(o["input_tokens"]) for o in requests if o.get("input_tokens")]
     outs = [float(o["output_tokens"]) for o in requests if o.get("output_tokens")]
+    load = s.get("load") if isinstance(s.get("load"), dict) else {}
+    warm = type(load.get("warm_up")) is int and load["warm_up"] > 0
+    varied = bool(ins and outs) and (cv_of(ins) > 0 or cv_of(outs) > 0)
+    if warm and not varied:
+        # The summary judged what followed the start-up, but clients whose lengths all match stay in step, which
+        # the model prices over the whole run with its first wave: every completed request, as `_group_cases`.
+        got = {m: distribution(float(v) / 1000 for o in requests if _positive(v := o.get(m)))
+               for m in ("ttft_ms", "tpot_ms")}
+        s = {**s, **{m: {"mean": d.mean, **d.percentiles} for m, d in got.items()}}
     try:
         ttft, tpot = float(s["ttft_ms"]["mean"]), float(s["tpot_ms"]["mean"])
-        load = s.get("load") or {}
         if not (ins and outs and ttft > 0 and tpot > 0):
             raise ValueError
     except (KeyError, TypeError, ValueError):
         raise InfraError(Problem("infra-bench run: the summary has no mean ttft_ms and tpot_ms, or no request "
                                  "completed", Location(str(path), n, 1),
                                  "give a run with completed requests")) from None
+    steady = warm and varied
     point = ResultPoint(f"{path}:{n}", "infra-bench", ttft, tpot, sum(ins) / len(ins), sum(outs) / len(outs),
-                        load.get("concurrency"), load.get("rate_rps"), len(requests), s.get("date"), None, None,
-                        tails=_summary_tails(s))
+                        load.get("concurrency"), load.get("rate_rps"),
+                        int(s.get("completed") or 0) if steady else len(requests), s.get("date"), None, None,
+                        cv_of(ins), cv_of(outs), tails=_summary_tails(s), steady=steady)
     _from_point(point, deployment, catalog, src)
+
+
+def _positive(value: Any) -> bool:
+    """A measured time: a finite number above 0."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 def _from_point(p: ResultPoint, deployment: dict[str, Any] | None, catalog: Catalog, src: Source) -> None:
@@ -231,7 +249,8 @@ def _from_point(p: ResultPoint, deployment: dict[str, Any] | None, catalog: Cata
         fields["rate"] = f"{p.rate:.6g}/s"
     try:
         src.points.append(_case(fields, Location(p.source), catalog, p.ttft_ms, p.tpot_ms, p.source, p.date,
-                                _as_tails(p.tails), p.requests, own_client=p.format == "infra-bench"))
+                                _as_tails(p.tails), p.requests, own_client=p.format == "infra-bench",
+                                steady=p.steady))
     except InfraError as exc:
         src.skipped.append(f"{p.source}: {exc.problems[0].message}")
 

@@ -74,6 +74,9 @@ class ResultPoint:
     """Measured percentiles in ms where the file records them: {"ttft_ms": {"p90": ..., "p99": ...}, "tpot_ms":
     {...}}, only of `PERCENTILES`; a metric the file gives no percentile of is absent. Left out of the hash so that a
     point stays hashable."""
+    steady: bool = False
+    """A closed loop measured past its start-up (`infra.bench.run.past_start_up`): its figures are the steady
+    state's, with no first wave in them."""
 
 
 @dataclass(frozen=True)
@@ -405,7 +408,8 @@ def _load(rate: float | None, concurrency: int | None) -> tuple[int | None, floa
     return concurrency, None, []
 
 
-def _cv(values: list[float]) -> float:
+def cv_of(values: list[float]) -> float:
+    """Coefficient of variation of the lengths a run sent (population standard deviation over the mean)."""
     mean = statistics.fmean(values)
     return statistics.pstdev(values) / mean if mean > 0 else 0.0
 
@@ -545,8 +549,8 @@ def _lengths(obj: dict, completed: int) -> dict[str, Any]:
     if per_request is not None:
         inputs, outputs = per_request
         return dict(isl=_positive(statistics.fmean(inputs), "input_lens"),
-                    osl=_positive(statistics.fmean(outputs), "output_lens"), isl_cv=_cv(inputs),
-                    osl_cv=_cv(outputs), notes=["isl/osl from the per-request input_lens/output_lens"])
+                    osl=_positive(statistics.fmean(outputs), "output_lens"), isl_cv=cv_of(inputs),
+                    osl_cv=cv_of(outputs), notes=["isl/osl from the per-request input_lens/output_lens"])
     notes = ["per-request lengths disagree with completed; isl/osl from the totals"] \
         if isinstance(obj.get("input_lens"), list) else []
     return dict(isl=_pos(obj, "total_input_tokens") / completed, osl=_pos(obj, "total_output_tokens") / completed,

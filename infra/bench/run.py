@@ -116,19 +116,26 @@ def allocation_deployment(svc: Any, alloc: Any) -> dict[str, Any]:
     return out
 
 
-def _group_cases(plan: Any, service: str, sim: Any) -> list[dict[str, Any]]:
-    """Per allocation, the estimate case it ran as and the mean TTFT/TPOT its requests measured (with their
-    percentiles)."""
+def _group_cases(plan: Any, service: str, sim: Any, judged: list[RequestRecord],
+                 left_out: int) -> list[dict[str, Any]]:
+    """Per allocation, the estimate case it ran as and the mean TTFT/TPOT of its `judged` requests (with their
+    percentiles); `steady` where `left_out` requests of a start-up went before them (`past_start_up`) and the
+    lengths vary."""
     svc, _ = plan_allocation(plan, service, 0)
     lengths_in = np.array([s.input_tokens for s in sim.load.requests], dtype=float)
     lengths_out = np.array([s.output_tokens for s in sim.load.requests], dtype=float)
-    duration = max((r.end for r in sim.records if r.ok), default=0.0) - min(r.t_send for r in sim.records)
+    if left_out and lengths_in.std() == 0 and lengths_out.std() == 0:
+        # Clients whose lengths all match stay in step, which the model prices over the whole run with its first
+        # wave (`infra.perf.cases.measured_wave`): every request.
+        judged, left_out = sim.records, 0
+    duration = max((r.end for r in judged if r.ok), default=0.0) - min(r.t_send for r in judged)
     out = []
     for g, alloc in enumerate(svc.allocations):
-        mine = [r for r in sim.records if sim.group[r.index] == g]
+        mine = [r for r in judged if sim.group[r.index] == g]
         ok = [r for r in mine if r.ok]
         tpots = [t for r in ok if (t := r.tpot) is not None]
-        entry: dict[str, Any] = {"group": g, "label": sim.groups[g], "requests": len(mine), "completed": len(ok)}
+        entry: dict[str, Any] = {"group": g, "label": sim.groups[g], "requests": len(mine), "completed": len(ok),
+                                 **({"steady": True} if left_out else {})}
         if ok and tpots:
             idx = np.array([r.index for r in mine])
             wl = svc.workload
@@ -140,7 +147,7 @@ def _group_cases(plan: Any, service: str, sim: Any) -> list[dict[str, Any]]:
                 "prefix_hit": round(float(sim.cached_tokens[idx].sum() / lengths_in[idx].sum()), 4),
             }
             if sim.load.concurrency is not None:
-                case["concurrency"] = max(1, round(sim.load.concurrency * len(mine) / len(sim.records)))
+                case["concurrency"] = max(1, round(sim.load.concurrency * len(mine) / len(judged)))
             else:
                 case["rate"] = round(len(mine) / duration, 6) if duration > 0 else 0.0
                 case["arrival_cv"] = {"constant": 0.0, "gamma": float((wl.get("arrival") or {}).get("cv", 1.0))}.get(
@@ -153,6 +160,32 @@ def _group_cases(plan: Any, service: str, sim: Any) -> list[dict[str, Any]]:
                                       for name, d in (("ttft_ms", ttft), ("tpot_ms", tpot))})
         out.append(entry)
     return out
+
+
+def past_start_up(records: list[RequestRecord], clients: int | None) -> tuple[list[RequestRecord], int]:
+    """(the requests a run's verdict judges, how many it leaves out). A closed loop's clients all send their first
+    request at once onto empty caches, and the queue that start-up wave makes delays the requests sent while it
+    lasts (a wave of long prompts, the next round's too); that is warm-up (as `--warmup`'s requests are), not the
+    steady state a plan prices (`infra.perf.estimate.Compiled.serving`). Left out: every request sent before the
+    first wave's last one ended, by when each client has left the start-up behind, but never more than half the
+    run, and never a failed one (a failure is one whenever it happens: verdicts cannot flatter); a run of no
+    more than twice its clients, or an open loop, is judged whole."""
+    if not clients or len(records) <= 2 * clients:
+        return records, 0
+    order = sorted(records, key=lambda r: (r.t_send, r.index))
+    settled = max(r.end for r in order[:clients])
+    cut = min(max(clients, sum(1 for r in order if r.t_send < settled)), len(order) // 2)
+    judged = [r for i, r in enumerate(order) if i >= cut or not r.ok]
+    return judged, len(order) - len(judged)
+
+
+def warm_up_notes(left_out: int, clients: int | None) -> list[str]:
+    """What a reader of a verdict must know of the start-up `past_start_up` left out."""
+    if not left_out:
+        return []
+    return [f"{left_out} requests completed of those sent before the last of the {clients} clients' first "
+            "requests (sent at once) ended are the start-up's warm-up: not judged, nor taken by --save's case lines "
+            "(a failed one is judged)"]
 
 
 def check_load(*, rate: float | None = None, concurrency: int | None = None, input_tokens: int | None = None,
@@ -192,12 +225,7 @@ def simulate_service(plan: Any, *, service: str | None = None, requests: int = D
     sim = simulate_plan(plan, name, requests=requests, seed=seed, router=router, catalog=catalog,  # type: ignore[arg-type]
                         rate=rate, concurrency=concurrency, input_tokens=input_tokens, output_tokens=output_tokens,
                         intent=intent, plan_path=plan_path, calibration=calibration)
-    judged, warm = sim.records, 0
-    if sim.load.concurrency and len(sim.records) > 2 * sim.load.concurrency:
-        # A closed loop's clients all send their first request at once, onto empty caches: that synchronized
-        # start-up wave is warm-up (as --warmup is against an endpoint), not the steady state the plan is for.
-        warm = sim.load.concurrency
-        judged = [r for r in sim.records if r.index >= warm]
+    judged, warm = past_start_up(sim.records, sim.load.concurrency)
     # What the plan held each replica to for its attainment is judged with the stated objectives, so that a miss
     # says which metric's tail to tighten.
     held = {**svc.objectives, **svc.attainment_objectives}
@@ -206,16 +234,15 @@ def simulate_service(plan: Any, *, service: str | None = None, requests: int = D
                     attainment_target=svc.attainment)
     load = {"requests": requests, "seed": seed, "arrival": sim.load.arrival, "router": router,
             **({"rate_rps": sim.load.rate} if sim.load.rate is not None else {}),
-            **({"concurrency": sim.load.concurrency} if sim.load.concurrency is not None else {})}
-    notes = list(verdict.notes)
-    if warm:
-        notes.append(f"the first {warm} requests, sent at once as the {warm} clients start, are warm-up: not judged")
+            **({"concurrency": sim.load.concurrency} if sim.load.concurrency is not None else {}),
+            **({"warm_up": warm} if warm else {})}
+    notes = list(verdict.notes) + warm_up_notes(warm, sim.load.concurrency)
     if sim.preemptions:
         notes.append(f"{sim.preemptions} preemptions (KV cache full; requests recomputed)")
     if sim.truncated:
         notes.append(f"{sim.truncated} requests' output cut at max_model_len")
     return BenchResult("simulation", name, sim.records, summary, verdict, load, sim.itl_pool,
-                       _group_cases(plan, name, sim), notes)
+                       _group_cases(plan, name, sim, judged, warm), notes)
 
 
 def save(result: BenchResult, path: str | Path, *, force: bool = False) -> Path:
@@ -243,10 +270,12 @@ def saved_text(result: BenchResult) -> str:
         if "case" in g:
             lines.append({"kind": "case", "source": result.source, "service": result.service, "label": g["label"],
                           "requests": g["completed"], "case": g["case"], "ttft_ms": g["ttft_ms"],
-                          "tpot_ms": g["tpot_ms"], "percentiles": g["percentiles"], **when})
+                          "tpot_ms": g["tpot_ms"], "percentiles": g["percentiles"],
+                          **({"steady": True} if g.get("steady") else {}), **when})
     lines.append({"kind": "summary", **result.to_json(), **when})
     return "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines)
 
 
 __all__ = ["DEFAULT_REQUESTS", "MAX_SIMULATED_REQUESTS", "BenchResult", "allocation_deployment", "check_load",
-           "pick_service", "predicted", "save", "saved_text", "simulate_service"]
+           "past_start_up", "pick_service", "predicted", "save", "saved_text", "simulate_service",
+           "warm_up_notes"]

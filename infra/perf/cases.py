@@ -95,7 +95,7 @@ class EstimateCase(RoleCase):
     requests: int | None = Field(default=None, ge=1)
     """Closed loop: requests the run sends in all. Its clients start at once, so their share of the requests is a
     first wave whose prompts queue behind each other (`infra bench` measures it with the rest); without it, the
-    share fitted to benchmarks that do not say."""
+    deployment serving the load for good (`Compiled.serving`), as a plan prices it."""
     rate: Rate | None = None
     """Open loop: requests per second."""
     arrival_cv: float = Field(default=1.0, ge=0, le=MAX_CV, allow_inf_nan=False)
@@ -237,19 +237,30 @@ def run_case(case: EstimateCase, catalog: Catalog, calibration: UserCalibration 
             out["missed_at_trickle_ms"] = {k: None if v is None else finite_ms(v)
                                            for k, v in missed(est.prediction, case.objectives()).items()}
         return out
-    compiled = compile_deployment(dep, catalog, correction=measured).with_first_wave(case.first_wave())
+    compiled = _as_run(case, compile_deployment(dep, catalog, correction=measured), wl)
     return _result(case, compiled.at(wl), compiled)
+
+
+def _as_run(case: EstimateCase, compiled: Compiled, wl: Workload) -> Compiled:
+    """The deployment as the case's load meets it: a benchmark of `requests` with its clients' first wave, else as
+    it serves the load for good (`Compiled.serving`)."""
+    share = case.first_wave()
+    return compiled.serving(wl) if share is None else compiled.with_first_wave(share)
 
 
 def _wave_note(case: EstimateCase, compiled: Compiled) -> str | None:
     """What a closed loop's TTFT takes its clients' first wave to be, which lengthens its tail."""
     if case.concurrency is None:
         return None
+    run = ("--requests, or requests in a case file, prices a benchmark's run of that many, whose clients start at "
+           "once")
+    if case.requests is None and case.workload().dephased:
+        return (f"closed loop: its steady state, the clients dephased by their varied lengths, as a deployment "
+                f"serves them for good and `infra bench` judges them past their start-up; {run}")
     if case.requests is not None:
         whose = f"{case.concurrency} clients over {case.requests} requests"
     else:
-        whose = ("the share fitted to benchmarks that do not say how many requests they send; --requests, or "
-                 "requests in a case file, gives a run's own")
+        whose = (f"clients whose lengths all match stay in step: the share fitted to the measured such loops; {run}")
     worker = compiled.workers.get("agg") or compiled.workers["prefill"]
     return (f"closed loop: the clients start at once, and that first wave is {worker.factors.queue:.0%} of the "
             f"requests ({whose}); its prompts queue behind each other, and those that wait longer than the steady "
@@ -288,9 +299,9 @@ def run_cases(cases: list[EstimateCase], catalog: Catalog,
                 continue
             dep, wl = case.deployment(catalog), case.workload()
             measured = calibration.correction(dep, wl) if calibration is not None else None
-            key = (dep, measured, case.first_wave())
+            key = (dep, measured, case.first_wave(), wl.dephased)
             if key not in compiled:
-                compiled[key] = compile_deployment(dep, catalog, correction=measured).with_first_wave(key[2])
+                compiled[key] = _as_run(case, compile_deployment(dep, catalog, correction=measured), wl)
             loads.append((i, compiled[key], wl))
         except InfraError as exc:
             out[i] = exc
@@ -304,9 +315,19 @@ def read_cases(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return read_jsonl(path, "cases file")
 
 
-def read_measured(path: Path) -> list[tuple[int, EstimateCase, float, float]]:
-    """(line, case, measured mean TTFT ms, measured mean TPOT ms) for every `case` line of a saved benchmark run
-    (`infra bench --save`); other lines (requests, summary) are skipped."""
+def measured_wave(case: EstimateCase, steady: bool) -> float | None:
+    """The first-wave share a measured closed loop is replayed with (`infra.perf.rows.Case.wave`): where it was
+    measured past its start-up (`infra.bench.run.past_start_up`), as the deployment serves the load for good
+    (`Compiled.serving`: none where its lengths vary); else its clients' share of its requests where it counted
+    them, and the share fitted to loops that do not say (None) where it did not."""
+    if steady:
+        return 0.0 if case.workload().dephased else None
+    return case.first_wave()
+
+
+def read_measured(path: Path) -> list[tuple[int, EstimateCase, float, float, float | None]]:
+    """(line, case, measured mean TTFT ms, measured mean TPOT ms, its first-wave share `measured_wave`) for every
+    `case` line of a saved benchmark run (`infra bench --save`); other lines (requests, summary) are skipped."""
     out = []
     for n, obj in read_jsonl(path, "measurements file", "give a file written by `infra bench --save`"):
         if obj.get("kind") != "case":
@@ -319,8 +340,9 @@ def read_measured(path: Path) -> list[tuple[int, EstimateCase, float, float]]:
                                      "write it with `infra bench --save`")) from None
         if not isinstance(obj.get("case"), dict):
             raise InfraError(Problem("a case line needs a `case` object", where, "write it with `infra bench --save`"))
-        case = obj["case"]
-        if case.get("concurrency") and type(obj.get("requests")) is int and obj["requests"] > 0:
+        case, steady = obj["case"], obj.get("steady") is True
+        if case.get("concurrency") and type(obj.get("requests")) is int and obj["requests"] > 0 and not steady:
             case = {**case, "requests": obj["requests"]}  # its clients' first wave is that share of them
-        out.append((n, case_from(case, where), ttft, tpot))
+        est = case_from(case, where)
+        out.append((n, est, ttft, tpot, measured_wave(est, steady)))
     return out

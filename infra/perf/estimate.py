@@ -407,6 +407,13 @@ class Compiled:
         return replace(self, workers={name: w.with_factors(first_wave(w.factors, name, share))
                                       for name, w in self.workers.items()})
 
+    def serving(self, load: Workload) -> Compiled:
+        """This deployment as it serves `load` for good, not as a benchmark starts it: a closed loop whose lengths
+        vary (`Workload.dephased`) has no first wave, its clients long dephased (what `infra bench` judges past
+        its first requests); one whose lengths all match keeps the share fitted to the measured loops, whose
+        clients stay in step; an open loop has none to take."""
+        return self.with_first_wave(0.0) if load.dephased else self
+
     def predict(self, load: Workload) -> Prediction:
         """The prediction alone: what a search compares with its objectives (the estimate is made of the one it
         keeps)."""
@@ -464,11 +471,11 @@ def unpinned_ttft_s(forms: tuple[str, float, float] | None, measured_level: str)
 def estimate(dep: Deployment, wl: Workload, catalog: Catalog, *, device_memory_gb: float | None = None,
              factors: Factors | None = None, device_spec: DeviceSpec | None = None,
              correction: Correction | None = None) -> Estimate:
-    """Predict the metrics of `dep` under `wl`; raises ShapeError when the deployment cannot run. `factors`
-    replaces the calibrated efficiency factors (for fitting them); `device_spec` the device's figures;
-    `correction` is what the user's measurements say of this deployment."""
+    """Predict the metrics of `dep` serving `wl` (`Compiled.serving`); raises ShapeError when the deployment cannot
+    run. `factors` replaces the calibrated efficiency factors (for fitting them); `device_spec` the device's
+    figures; `correction` is what the user's measurements say of this deployment."""
     return compile_deployment(dep, catalog, device_memory_gb=device_memory_gb, factors=factors,
-                              device_spec=device_spec, correction=correction).at(wl)
+                              device_spec=device_spec, correction=correction).serving(wl).at(wl)
 
 
 TRICKLE_RPS = 1e-3

@@ -379,10 +379,10 @@ def measured_cases(path: str | Path, catalog: Catalog) -> list[Case]:
     """The cases of a saved benchmark run (`infra bench --save`), each with its measured mean TTFT and TPOT."""
 
     out = []
-    for n, case, ttft, tpot in read_measured(Path(path)):
+    for n, case, ttft, tpot, wave in read_measured(Path(path)):
         dep = case.deployment(catalog)
         out.append(Case({"source": f"{path}:{n}"}, f"{dep.framework}/{dep.device}", dep.model, dep, case.workload(),
-                        ttft, tpot, recipe=False, wave=case.first_wave()))
+                        ttft, tpot, recipe=False, wave=wave))
     return out
 
 

@@ -247,7 +247,7 @@ def _closed_steps(w: Worker, b: float, ctx: float, lam: float, busy: float, wl: 
     f = w.factors
     lone = w.step(b, ctx)
     zero = dict.fromkeys(PERCENTILES, 0.0)
-    dephased = 1.0 if wl.isl_cv > 0 or wl.osl_cv > 0 else 0.0
+    dephased = 1.0 if wl.dephased else 0.0
     itl, tp = _step_percentiles(tpot, lone, _chunk_steps(w, b, ctx, lam, wl, chunk, busy), wl.osl, wl.osl_cv,
                                 f.accept, zero, zero, lam, wl.isl_cv, lone, dephased, closed=True)
     # No answer's token time exceeds the step full to its budget: as the load nears it, the tail closes on it.
@@ -1160,7 +1160,7 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
         held = c / d_groups <= cap
         first, mean, last = _burst_ttft(wp, c / p_groups if held else b * d_groups / p_groups, isl_eff, isl, chunk,
                                         wp.factors.queue)
-        if wl.isl_cv > 0 or wl.osl_cv > 0:
+        if wl.dephased:
             # Lengths that vary dephase the clients: in the steady state a prompt reaches a prefill group as the
             # others' answers end, at the loop's throughput x, and is prefilled on its own (`service`) after a
             # wait that grows with the groups' load (Kingman's, no longer than every other client's prompt ahead

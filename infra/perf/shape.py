@@ -121,6 +121,12 @@ class Workload:
             raise InfraError(Problem(f"input and output lengths must be at least 1 token (got {self.isl:g}, "
                                      f"{self.osl:g})", fix="give positive token counts"))
 
+    @property
+    def dephased(self) -> bool:
+        """A closed loop whose lengths vary: its clients, started together, drift apart as their requests end at
+        different times, so that a prompt meets the others' at random rather than in a wave each round."""
+        return self.concurrency is not None and (self.isl_cv > 0 or self.osl_cv > 0)
+
     def at_rate(self, rate: float) -> Workload:
         """This workload as an open loop of `rate` requests/s: `dataclasses.replace(self, rate=rate,
         concurrency=None)` with only the rate checked anew (the rest was checked when this one was made), in

@@ -495,8 +495,8 @@ def _capacity(dep: Deployment, wl: Workload, slo: dict[tuple[str, str], float], 
         return hit
     finding = scores.capacity[key] = Pending()
     try:
-        compiled = _compiled(scores, _Key(shape), lambda: compile_deployment(
-            dep, catalog, device_memory_gb=mem, device_spec=device, correction=measured, **cross))
+        compiled = _compiled(scores, _Key((shape, wl.dephased)), lambda: compile_deployment(
+            dep, catalog, device_memory_gb=mem, device_spec=device, correction=measured, **cross).serving(wl))
         found = yield from _find_capacity(compiled, wl, slo, room, worth, even)
         if found[0] is not None:  # a dominated shape is so only against its own service's others
             scores.capacity[key] = found  # type: ignore[assignment]

@@ -18,7 +18,13 @@ def test_estimate_closed_loop_json():
     assert 0 < r["ttft_ms"]["mean"] < 60_000 and 0 < r["tpot_ms"]["mean"] < 1000
     assert r["calibrated"] is True and r["devices"] == 4
     [wave] = [n for n in r["notes"] if n.startswith("closed loop:")]
-    assert "share fitted to benchmarks" in wave
+    assert "share fitted to the measured such loops" in wave  # fixed lengths: the clients stay in step
+    # Lengths that vary dephase the clients: served for good, the loop has no first wave, which a benchmark of
+    # 640 requests adds back.
+    varied = {n: json.loads(infra(*BASE, "--isl-cv", "0.5", "--concurrency", "32", *n, "--json").stdout)
+              for n in ((), ("--requests", "640"))}
+    assert "its steady state" in " ".join(varied[()]["notes"])
+    assert varied[()]["ttft_ms"]["p99"] < varied[("--requests", "640")]["ttft_ms"]["p99"]
     # A run of 64 requests puts half of them in its 32 clients' first wave: its TTFT is longer than at the fitted
     # share, and one of 640 requests' shorter; the decodes are the same.
     runs = {n: json.loads(infra(*BASE, "--concurrency", "32", "--requests", str(n), "--json").stdout)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import numpy as np
@@ -10,8 +11,9 @@ import pytest
 
 from infra import api
 from infra.bench.engine import Engine, EngineModel, engine_for
-from infra.bench.metrics import summarize
-from infra.bench.run import save, simulate_service
+from infra.bench.measurements import deployment_of_plan, read_measurements
+from infra.bench.metrics import RequestRecord, summarize
+from infra.bench.run import past_start_up, save, simulate_service
 from infra.bench.simulate import Group, plan_groups, simulate
 from infra.bench.verify import verify_plan
 from infra.bench.workload import Load, RequestSpec
@@ -66,7 +68,7 @@ def test_simulating_a_planned_service(chat_plan, tmp_path):
     out = tmp_path / "run.jsonl"
     save(result, out)
     cases = read_measured(out)
-    assert cases and all(ttft > 0 and tpot > 0 for _, _, ttft, tpot in cases)
+    assert cases and all(ttft > 0 and tpot > 0 for _, _, ttft, tpot, _ in cases)
     replayed = measured_cases(out, load_catalog())
     assert {c.deployment.device for c in replayed} <= {a.device for a in plan.spec.services[0].allocations}
 
@@ -179,11 +181,60 @@ def test_a_closed_loops_start_up_wave_is_warm_up_not_judged(chat_plan):
     result = simulate_service(plan, service="chat", requests=200, concurrency=8, intent=CHAT)
     assert len(result.records) == 200
     ttft = next(o for o in result.verdict.objectives if o.key.startswith("ttft"))
-    assert ttft.n == 192 and result.summary.completed == 192
-    assert any("first 8 requests" in n and "warm-up" in n for n in result.notes or [])
+    # Judged from the first request sent once every client's first one had ended.
+    settled = max(r.end for r in result.records if r.index < 8)
+    judged = sum(1 for r in result.records if r.t_send >= settled)
+    assert 8 < 200 - judged < 100 and ttft.n == judged == result.summary.completed == 200 - result.load["warm_up"]
+    assert any(f"{200 - judged} requests completed of those sent before" in n and "warm-up" in n
+               for n in result.notes or [])
     # An open loop has no such wave: every request is judged.
     open_loop = simulate_service(plan, service="chat", requests=200, rate=5.0, intent=CHAT)
     assert next(o for o in open_loop.verdict.objectives if o.key.startswith("ttft")).n == 200
+
+
+def test_a_saved_run_without_case_lines_is_read_as_its_summary_judged_it(chat_plan, tmp_path):
+    """A run saved without case lines (an endpoint measured without a plan) is one point of its summary: judged
+    past its start-up, a steady state with no first wave where its lengths vary; where they all match, the clients
+    stay in step, and the point is the whole run with its clients' share of it in that wave."""
+    plan = DeploymentPlan.model_validate(chat_plan)
+    dep = deployment_of_plan(plan, "chat", "plan.yaml", 0)
+    for lengths, steady in (({}, True), ({"input_tokens": 500, "output_tokens": 100}, False)):
+        out = tmp_path / f"run-{steady}.jsonl"
+        save(simulate_service(plan, requests=40, seed=1, concurrency=8, intent=CHAT, **lengths), out)
+        kept = [line for line in out.read_text().splitlines() if json.loads(line)["kind"] != "case"]
+        out.write_text("\n".join(kept) + "\n")
+        summary = json.loads(kept[-1])
+        assert summary["load"]["warm_up"] >= 8
+        [point] = read_measurements(out, dep, load_catalog()).points
+        if steady:
+            assert point.case.wave == 0.0 and point.case.samples == summary["completed"] < 40
+            assert point.case.ttft_ms == pytest.approx(summary["ttft_ms"]["mean"], rel=1e-6)
+        else:
+            every = [json.loads(line)["ttft_ms"] for line in kept[:-1]]
+            assert point.case.wave == pytest.approx(8 / 40) and point.case.samples == 40
+            assert point.case.ttft_ms == pytest.approx(sum(every) / 40, rel=1e-6)
+
+
+def _sent(index: int, t_send: float, e2e: float) -> RequestRecord:
+    return RequestRecord(index, t_send, t_send, ttft=e2e / 10, e2e=e2e, input_tokens=100, output_tokens=10)
+
+
+def test_the_start_up_left_out_is_what_was_sent_before_the_first_wave_ended():
+    """Four clients start at once; the slowest first request ends at 10 s: what was sent before then met the
+    start-up's queue and is left out, however many it is, up to half the run."""
+    wave = [_sent(i, 0.0, e2e) for i, e2e in enumerate((1.0, 2.0, 3.0, 10.0))]
+    later = [_sent(4 + i, t, 1.0) for i, t in enumerate((1.0, 2.0, 2.5, 3.0, 4.0, 9.5, *np.arange(10.0, 17.0, 0.5)))]
+    judged, cut = past_start_up(later[::-1] + wave, 4)
+    assert cut == 10 and [r.index for r in judged] == list(range(10, 24))
+    # Never more than half the run; a run of no more than twice its clients, or an open loop, is judged whole.
+    judged, cut = past_start_up(wave + later[:6], 4)
+    assert cut == 5 and len(judged) == 5
+    assert past_start_up(wave + later[:4], 4) == (wave + later[:4], 0)
+    assert past_start_up(wave + later, None) == (wave + later, 0)
+    # A request that failed in the start-up is judged all the same.
+    failed = dataclasses.replace(later[2], ttft=None, e2e=None, error="http_500")
+    judged, cut = past_start_up(wave + later[:2] + [failed] + later[3:], 4)
+    assert cut == 9 and [r.index for r in judged] == [6, *range(10, 24)]
 
 
 def test_decode_workers_run_one_engine_per_attention_group_of_their_own_layout():
@@ -200,16 +251,24 @@ def test_decode_workers_run_one_engine_per_attention_group_of_their_own_layout()
 
 
 def test_a_saved_closed_loop_replays_with_its_clients_first_wave(chat_plan, tmp_path):
-    """A closed loop's clients start at once: a saved run's case lines replay with the share of their requests
-    that wave is (each allocation's clients over its requests), not the share fitted where a run does not say."""
+    """A closed loop's clients start at once: a run too short to leave its start-up out (no more than twice its
+    clients) replays its case lines with the share of their requests that wave is (each allocation's clients over
+    its requests), not the share fitted where a run does not say; a longer one judges, and saves, what followed
+    its start-up, which replays as the deployment serves its varied lengths for good: no first wave."""
     plan = DeploymentPlan.model_validate(chat_plan)
-    result = simulate_service(plan, requests=40, seed=1, concurrency=8, intent=CHAT)
-    out = tmp_path / "run.jsonl"
-    save(result, out)
-    lines = [json.loads(line) for line in out.read_text().splitlines()]
-    groups = {f"{out}:{n}": o for n, o in enumerate(lines, 1) if o["kind"] == "case"}
-    replayed = measured_cases(out, load_catalog())
-    assert len(replayed) == len(groups) == 2
-    for case in replayed:
-        line = groups[case.row["source"]]
-        assert case.wave == pytest.approx(line["case"]["concurrency"] / line["requests"])
+    for requests, steady in ((16, False), (40, True)):
+        result = simulate_service(plan, requests=requests, seed=1, concurrency=8, intent=CHAT)
+        out = tmp_path / f"run-{requests}.jsonl"
+        save(result, out)
+        lines = [json.loads(line) for line in out.read_text().splitlines()]
+        groups = {f"{out}:{n}": o for n, o in enumerate(lines, 1) if o["kind"] == "case"}
+        assert (lines[-1]["load"].get("warm_up", 0) >= 8) is steady
+        assert sum(o["requests"] for o in groups.values()) == requests - lines[-1]["load"].get("warm_up", 0)
+        replayed = measured_cases(out, load_catalog())
+        assert len(replayed) == len(groups) == 2
+        for case in replayed:
+            line = groups[case.row["source"]]
+            assert line.get("steady", False) is steady
+            assert case.wave == (0.0 if steady else pytest.approx(line["case"]["concurrency"] / line["requests"]))
+
+
