@@ -46,6 +46,7 @@ from typing import Any, Literal
 import httpx
 
 from infra.bench.metrics import RequestRecord
+from infra.bench.observe import prefix_hit_between
 from infra.bench.scrape import histogram_totals, server_means
 from infra.bench.workload import Load, RequestSpec
 from infra.errors import EndpointError, Location, Problem
@@ -117,6 +118,9 @@ class BenchRun:
     a chunk that arrives waits about this long before it is stamped, so it bounds the client's timing error."""
     cut_short: str | None = None
     """Why fewer requests were sent than planned (the duration, or the run's time bound); None when all were."""
+    prefix_hit: float | None = None
+    """Share of the prompt tokens the server's prefix cache held over the run, from its /metrics counters (the
+    warm-up's requests apart); None where it does not count them."""
 
 
 def base_url(url: str) -> str:
@@ -337,17 +341,17 @@ class LoadClient:
         self.model = ids[0]
         return self.model
 
-    async def scrape(self) -> dict[str, tuple[float, float]]:
-        """The server's latency histograms (sum, count), or nothing when it has no Prometheus /metrics."""
+    async def scrape(self) -> str:
+        """The server's Prometheus /metrics text, or nothing ("") when it has none."""
         try:
             async with asyncio.timeout(self.opts.timeout_s):
                 resp = await self.http.get(self.base.removesuffix("/v1") + "/metrics")
-            totals = histogram_totals(resp.text) if resp.status_code == 200 else {}
+            if resp.status_code != 200:
+                return ""
+            histogram_totals(resp.text)  # text the parser refuses is no /metrics
+            return resp.text
         except (httpx.HTTPError, ValueError, TimeoutError):
-            return {}
-        # The server's word only: a NaN or infinite total would turn its means into NaN (and its counts into an
-        # overflow), so such a histogram counts as not exported.
-        return {k: v for k, v in totals.items() if all(map(math.isfinite, v))}
+            return ""
 
     async def send(self, spec: RequestSpec, t_sched: float) -> RequestRecord:
         """One streamed request; never raises for what the server or the network does."""
@@ -456,11 +460,22 @@ async def run_async(load: Load, opts: ClientOptions, progress: Progress | None =
             await _open_loop(client, load.requests, slots, deadline, done)
         wall = time.perf_counter() - t0
         probe.cancel()
-        server = server_means(before, await client.scrape()) if before else {}
+        after = await client.scrape() if before else ""
+        server = server_means(_finite(before), _finite(after)) if after else {}
+        try:
+            prefix_hit = prefix_hit_between(before, after) if after else None
+        except (ValueError, KeyError):  # a counter or bucket no engine writes: the server says nothing usable
+            prefix_hit = None
     records.sort(key=lambda r: r.index)
     return BenchRun(records, warm, model, client.base, opts.api, load, wall,
                     [r.t_send - r.t_sched for r in records], server, lags,
-                    _cut_short(len(records), total, len(warm), len(warm_specs), opts))
+                    _cut_short(len(records), total, len(warm), len(warm_specs), opts), prefix_hit)
+
+
+def _finite(text: str) -> dict[str, tuple[float, float]]:
+    """A scrape's latency histograms (sum, count), the server's word only: a NaN or infinite total would turn its
+    means into NaN (and its counts into an overflow), so such a histogram counts as not exported."""
+    return {k: v for k, v in histogram_totals(text).items() if all(map(math.isfinite, v))}
 
 
 def _cut_short(sent: int, planned: int, warm_sent: int, warm_planned: int, opts: ClientOptions) -> str | None:

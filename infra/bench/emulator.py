@@ -270,6 +270,10 @@ class _Metrics:
     generation_tokens: Any = None
     request_tpot: Any = None
     cached: Any = None
+    """Prompt tokens each request found cached (a histogram: Dynamo's)."""
+    cache_queries: Any = None
+    cache_hits: Any = None
+    """Prompt tokens looked up in, and found in, the prefix cache (counters: vLLM's)."""
     finished: Callable[[str], str] = str
     """The second label of a finished request's count, from its finish reason."""
 
@@ -323,6 +327,11 @@ def _metrics(model: str, family: str = "vllm") -> _Metrics:
         generation_tokens=Counter("vllm:generation_tokens", "Tokens generated.", labels, registry=reg).labels(model),
         request_tpot=hist("vllm:request_time_per_output_token_seconds", "A finished request's decode time per "
                           "output token after the first."),
+        # The emulated engines keep no prefix cache: every prompt token looked up, none found.
+        cache_queries=Counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", labels,
+                              registry=reg).labels(model),
+        cache_hits=Counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", labels,
+                           registry=reg).labels(model),
     )
 
 
@@ -496,6 +505,9 @@ class Emulator:
             m.generation_tokens.inc(n)
         if m.cached is not None:
             m.cached.observe(0)
+        if m.cache_queries is not None:
+            m.cache_queries.inc(plan.prompt_tokens)
+            m.cache_hits.inc(0)
 
 
 @dataclass

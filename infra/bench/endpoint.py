@@ -211,6 +211,12 @@ def check_client_flags(*, warmup: int, timeout_s: float, max_failed: float | Non
 def _run_notes(measured: BenchRun, summary: Summary) -> list[str]:
     """What a reader must know about how the numbers were taken."""
     notes = [PROMPT_NOTE]
+    if measured.prefix_hit is not None:
+        notes.append(f"the server's prefix cache held {measured.prefix_hit:.1%} of the prompt tokens over the run "
+                     "(its /metrics counters): what --save's case lines take the prompts to have found cached")
+    elif any(s.prefix_tokens for s in measured.load.requests):
+        notes.append("the prompts share prefixes, but the server counts no prefix-cache hits on /metrics: --save's "
+                     "case lines take them to have found none")
     bad = [r.bad_usage for r in measured.records if r.bad_usage]
     if bad:
         notes.append(BAD_USAGE_NOTE.format(n=len(bad), example=bad[0]))
@@ -237,7 +243,8 @@ def bench_endpoint(opts: ClientOptions, load: Load, source: Source | None, objec
                             "warmup": len(measured.warmup), "seed": opts.seed, "arrival": load.arrival,
                             **({"rate_rps": load.rate} if load.rate is not None else {}),
                             **({"concurrency": load.concurrency} if load.concurrency is not None else {}),
-                            **({"warm_up": warm} if warm else {})}
+                            **({"warm_up": warm} if warm else {}),
+                            **({"prefix_hit": measured.prefix_hit} if measured.prefix_hit is not None else {})}
     notes = list(verdict.notes) + warm_up_notes(warm, load.concurrency) + _run_notes(measured, summary)
     groups = None
     if source is not None and source.plan is not None and source.service is not None:
@@ -258,8 +265,10 @@ def _plan_case(plan: Any, service: str, load: Load, measured: BenchRun, judged: 
     if len(svc.allocations) != 1 or not measured.records:
         return None
     n = len(load.requests)
-    # Prefix-cache hits are the server's business: unknown to the client, counted as none.
+    # Prefix-cache hits are the server's business: its counters' share over the run, spread evenly over the
+    # prompts, where it counts them; none where it does not.
+    hit = measured.prefix_hit or 0.0
+    cached = np.array([round(hit * s.input_tokens) for s in load.requests], dtype=np.int64)
     view = SimpleNamespace(load=load, records=measured.records, group=np.zeros(n, dtype=np.int64),
-                           groups=[f"{alloc.device}/{alloc.framework}/{alloc.mode}#0"],
-                           cached_tokens=np.zeros(n, dtype=np.int64))
+                           groups=[f"{alloc.device}/{alloc.framework}/{alloc.mode}#0"], cached_tokens=cached)
     return _group_cases(plan, service, view, judged, left_out)

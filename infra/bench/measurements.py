@@ -217,8 +217,14 @@ def _infra_bench(path: Path, data: bytes, deployment: dict[str, Any] | None, cat
     point = ResultPoint(f"{path}:{n}", "infra-bench", ttft, tpot, sum(ins) / len(ins), sum(outs) / len(outs),
                         load.get("concurrency"), load.get("rate_rps"),
                         int(s.get("completed") or 0) if steady else len(requests), s.get("date"), None, None,
-                        cv_of(ins), cv_of(outs), tails=_summary_tails(s), steady=steady)
+                        cv_of(ins), cv_of(outs), tails=_summary_tails(s), prefix_hit=_share(load.get("prefix_hit")),
+                        steady=steady)
     _from_point(point, deployment, catalog, src)
+
+
+def _share(value: Any) -> float:
+    """A saved share (0..1), 0 where the file has none."""
+    return float(value) if _positive(value) and value <= 1 else 0.0
 
 
 def _positive(value: Any) -> bool:
@@ -242,7 +248,7 @@ def _from_point(p: ResultPoint, deployment: dict[str, Any] | None, catalog: Cata
         # Every request sent at once: one wave of that many clients.
         concurrency = p.requests
     fields.update(isl=max(1, round(p.isl)), osl=max(1, round(p.osl)), isl_cv=round(p.isl_cv, 4),
-                  osl_cv=round(p.osl_cv, 4))
+                  osl_cv=round(p.osl_cv, 4), **({"prefix_hit": p.prefix_hit} if p.prefix_hit else {}))
     if concurrency is not None:
         fields["concurrency"] = int(concurrency)
     else:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from infra.bench.scrape import Series, bucket_quantile, window
+from infra.bench.scrape import Series, bucket_quantile, snapshot, window
 from infra.catalog import metrics
 from infra.errors import InfraError, Location, Problem
 from infra.perf.serving import PERCENTILES
@@ -119,6 +119,22 @@ class Observation:
     """The engine whose series these are (`Exporter.engine`)."""
 
 
+def cache_hit(e: Exporter, got: dict[str, Series]) -> float | None:
+    """Share of the prompt tokens the engine's prefix cache held over a window (`scrape.window`), where it counts
+    them and looked some up; None where it does not."""
+    if not e.cache or any(name not in got for name in e.cache):
+        return None
+    hits, looked = (getattr(got[name], "sum" if e.cache_histograms else "count") for name in e.cache)
+    return round(min(max(hits / looked, 0.0), 1.0), 4) if looked > 0 else None
+
+
+def prefix_hit_between(before: str, after: str) -> float | None:
+    """Share of the prompt tokens an engine's prefix cache held between two scrapes of its /metrics (Prometheus
+    text), as the first exporter of `EXPORTERS` that counts them says; None where none does."""
+    got = window(snapshot(before), snapshot(after))
+    return next((hit for e in EXPORTERS if (hit := cache_hit(e, got)) is not None), None)
+
+
 def metrics_url(url: str) -> str:
     """The /metrics beside an engine's OpenAI API (`http://host:8000/v1` -> `http://host:8000/metrics`)."""
     base = url.rstrip("/")
@@ -207,14 +223,11 @@ def observation(before: dict[str, Series], after: dict[str, Series], seconds: fl
     if not pcts:
         notes.append("the latency buckets are too wide to read percentiles from (wider than "
                      "x1.25): a calibration from this window corrects the means only")
-    hit = 0.0
-    if e.cache:
-        hits, looked = (getattr(got.get(name, Series(0.0, 0.0)), "sum" if e.cache_histograms else "count")
-                        for name in e.cache)
-        if hits > 0 and looked > 0:
-            hit = round(min(hits / looked, 1.0), 4)
-            notes.append(f"the prefix cache held {hit:.1%} of the prompt tokens ({e.cache[0]} over {e.cache[1]}): "
-                         "the point's prompts are that much shorter to prefill")
+    hit = cache_hit(e, got) or 0.0
+    if hit > 0:
+        assert e.cache is not None
+        notes.append(f"the prefix cache held {hit:.1%} of the prompt tokens ({e.cache[0]} over {e.cache[1]}): "
+                     "the point's prompts are that much shorter to prefill")
     ttft, tpot = got[e.latency.ttft], got[e.latency.tpot]
     return Observation(source, date, seconds, n, ttft.count / seconds, isl, osl, *cvs, 1000 * ttft.sum / ttft.count,
                        1000 * tpot.sum / tpot.count, pcts, tuple(notes), hit,

@@ -74,6 +74,8 @@ class ResultPoint:
     """Measured percentiles in ms where the file records them: {"ttft_ms": {"p90": ..., "p99": ...}, "tpot_ms":
     {...}}, only of `PERCENTILES`; a metric the file gives no percentile of is absent. Left out of the hash so that a
     point stays hashable."""
+    prefix_hit: float = 0.0
+    """Share of the prompt tokens found in the server's prefix cache, where the run measured it."""
     steady: bool = False
     """A closed loop measured past its start-up (`infra.bench.run.past_start_up`): its figures are the steady
     state's, with no first wave in them."""

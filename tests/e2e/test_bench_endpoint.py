@@ -200,6 +200,8 @@ def test_a_measured_run_saves_the_case_calibration_reads(tmp_path):
     assert out.returncode == 0, out.stderr
     saved = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()]
     assert saved[-1]["load"]["warm_up"] >= 2  # the verdict judged what followed the start-up
+    # The emulated engines keep no prefix cache, and their /metrics counters say so: the run measured none.
+    assert saved[-1]["load"]["prefix_hit"] == 0.0 and any("prefix cache held 0.0%" in n for n in saved[-1]["notes"])
     [case] = measured_cases(tmp_path / "run.jsonl", load_catalog())
     assert case.workload.concurrency == 2 and case.workload.isl == 128 and case.workload.osl == 8
     # Clients whose lengths all match stay in step: the case is the whole run, with its first wave.

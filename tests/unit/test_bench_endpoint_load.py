@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from infra.bench.endpoint import parse_objectives, plan_load, source_from
+from infra import api
+from infra.bench.client import BenchRun
+from infra.bench.endpoint import _plan_case, parse_objectives, plan_load, source_from
+from infra.bench.metrics import RequestRecord
 from infra.errors import InfraError
+from infra.planner.types import load_plan
 
 from ..conftest import EXAMPLES
 
@@ -53,3 +57,19 @@ def test_unknown_service_and_both_sources_are_refused():
         source_from(EXAMPLES / "chat-mixed-fleet.yaml", EXAMPLES / "x.yaml", None)
     with pytest.raises(InfraError, match="unknown objective"):
         parse_objectives("latency_p99=3ms")
+
+
+def test_the_prefix_cache_share_a_server_counted_is_the_case_line_s(tmp_path):
+    """The share of the prompt tokens the server's prefix cache held over a run (its /metrics counters) is what a
+    saved case line takes its prompts to have found cached, so a calibration does not read the cache's speed-up
+    as the engine's; where the server counts none, none."""
+    api.plan(EXAMPLES / "small-model-shared.yaml", tmp_path, verify=False)
+    plan = load_plan(tmp_path / "plan.yaml")
+    service = next(s.name for s in plan.spec.services if len(s.allocations) == 1)
+    load = plan_load(None, concurrency=2, rate=None, requests=8, duration_s=None, input_tokens=400, output_tokens=8)
+    records = [RequestRecord(i, 0.1 * i, 0.1 * i, ttft=0.05, e2e=0.2, input_tokens=400, output_tokens=8)
+               for i in range(8)]
+    for share, expected in ((0.6, 0.6), (None, 0.0)):
+        run = BenchRun(records, [], "m", "http://127.0.0.1:9/v1", "chat", load, 1.0, prefix_hit=share)
+        [group] = _plan_case(plan, service, load, run, records, 0)
+        assert group["case"]["prefix_hit"] == pytest.approx(expected)

@@ -12,7 +12,17 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from infra.bench.measurements import read_measurements
-from infra.bench.observe import DYNAMO, GENERATION, MIN_REQUESTS, PROMPT, TPOT, TTFT, observation, observation_lines
+from infra.bench.observe import (
+    DYNAMO,
+    GENERATION,
+    MIN_REQUESTS,
+    PROMPT,
+    TPOT,
+    TTFT,
+    observation,
+    observation_lines,
+    prefix_hit_between,
+)
 from infra.bench.promql import matrix, queries, read_windows, selector, total, window_series
 from infra.bench.scrape import FINE, Series, bucket_quantile, snapshot, window
 from infra.catalog.loader import load_catalog
@@ -144,6 +154,22 @@ def test_a_window_keeps_the_share_of_prompt_tokens_the_prefix_cache_held(tmp_pat
     path.write_text("".join(json.dumps(x) + "\n" for x in observation_lines([(obs, deployment)], obs, "chat")))
     [m] = read_measurements(path, None, load_catalog()).points
     assert m.case.workload.prefix_hit == pytest.approx(0.4)
+
+
+def test_a_benchmark_run_reads_the_prefix_cache_s_share_between_its_scrapes():
+    """`infra bench --endpoint` scrapes the server's /metrics before and after its requests: the prefix cache's
+    share of the prompt tokens between the two is what its case lines take the prompts to have found cached; a
+    server that counts none, or looked none up, says nothing (None), never a share of 0 it did not measure."""
+    engine = Engine()
+    before = generate_latest(engine.registry).decode()
+    assert prefix_hit_between(before, before) is None  # nothing looked up
+    engine.cache_queries.inc(10_000)
+    engine.cache_hits.inc(8_500)
+    assert prefix_hit_between(before, generate_latest(engine.registry).decode()) == pytest.approx(0.85)
+    bare = CollectorRegistry()
+    Counter("vllm:request_success", "", registry=bare).inc()
+    text = generate_latest(bare).decode()
+    assert prefix_hit_between(text, text) is None
 
 
 def _answer(*series: tuple[dict[str, str], list[tuple[float, str]]]) -> str:
