@@ -11,7 +11,9 @@ labelled by the served model).
 Token timing comes from a `Timing` source. `FixedTiming` gives every request the same TTFT and gap between tokens
 (measured from when the request arrived), which is what a timing-accuracy check needs. The answer always runs to
 `max_tokens` (16 when unset), as a model that never emits end-of-sequence would; prompt tokens are counted as
-whitespace-separated words, the load client's own approximation.
+whitespace-separated words, the load client's own approximation. `EngineTiming` finds the prompts' shared
+prefixes in those words as a prefix cache would (`PrefixIndex`), and its engines cache them; `/metrics` counts the
+prompt tokens looked up and found (`vllm:prefix_cache_queries`, `vllm:prefix_cache_hits`).
 
 Faults, each drawn per request from a seeded generator: `error_rate` answers HTTP 500; `stall_rate` pauses the
 stream once for `stall_ms` at a random token; `disconnect_rate` ends the stream at a random token with no
@@ -28,7 +30,8 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -47,7 +50,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from infra.bench.engine import SimRequest
+from infra.bench.engine import BLOCK_SIZE, SimRequest
 from infra.bench.simulate import front_router
 from infra.errors import IntentError, Location, Problem
 
@@ -101,8 +104,10 @@ class Timing(Protocol):
         """Why such a request can never be served (answered HTTP 400), else None."""
         ...
 
-    def tokens(self, prompt_tokens: int, max_tokens: int, arrived: float) -> AsyncIterator[int]:
-        """Yield the number of tokens that became available, each at the time they do (perf_counter clock)."""
+    def tokens(self, prompt_tokens: int, max_tokens: int, arrived: float, prompt: Sequence[str] = (),
+               found: Callable[[int], None] | None = None) -> AsyncIterator[int]:
+        """Yield the number of tokens that became available, each at the time they do (perf_counter clock);
+        `prompt` is the prompt's words, and `found` hears how many of them the prefix cache held."""
         ...
 
 
@@ -117,13 +122,57 @@ class FixedTiming:
     def rejects(self, prompt_tokens: int, max_tokens: int) -> str | None:
         return None
 
-    async def tokens(self, prompt_tokens: int, max_tokens: int, arrived: float) -> AsyncIterator[int]:
+    async def tokens(self, prompt_tokens: int, max_tokens: int, arrived: float, prompt: Sequence[str] = (),
+                     found: Callable[[int], None] | None = None) -> AsyncIterator[int]:
         for i in range(max_tokens):
             due = arrived + (self.ttft_ms + i * self.itl_ms) / 1000.0
             delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             yield 1
+
+
+MAX_INDEXED_BLOCKS = 1 << 20
+"""Prompt blocks `PrefixIndex` remembers, over every group (the least recently met groups are forgotten first)."""
+
+
+class PrefixIndex:
+    """Prompts as the prefix groups the engines cache by (`SimRequest.prefix_group`), read from their words as a
+    prefix cache reads tokens: in whole blocks (`BLOCK_SIZE`), each block's hash chained to those before it. A
+    prompt belongs to the group of its first block, and its prefix is as many leading blocks as an earlier prompt
+    of the group had in common with it: what a cache holding every earlier prompt could find. The first prompt of a
+    group finds none, so the engines cache a group from its second prompt on, one miss more per group than a
+    cache of every block; whether a prefix is still cached when it is met is the engines' business."""
+
+    def __init__(self, block: int = BLOCK_SIZE, most: int = MAX_INDEXED_BLOCKS):
+        self.block, self.most = block, most
+        self.groups: OrderedDict[int, tuple[int, set[int]]] = OrderedDict()
+        """First block's hash -> (group, the chained hashes of every block its prompts had)."""
+        self.size = 0
+        self.next_id = 0
+
+    def find(self, words: Sequence[str]) -> tuple[int, int]:
+        """(prefix group, leading tokens an earlier prompt of the group shares); (-1, 0) under one block."""
+        b = self.block
+        chain, h = [], 0
+        for i in range(len(words) // b):
+            h = hash((h, *words[i * b:(i + 1) * b]))
+            chain.append(h)
+        if not chain:
+            return -1, 0
+        got = self.groups.get(chain[0])
+        if got is None:
+            got = self.groups[chain[0]] = (self.next_id, set())
+            self.next_id += 1
+        self.groups.move_to_end(chain[0])
+        group, seen = got
+        shared = next((i for i, h in enumerate(chain) if h not in seen), len(chain))
+        seen.update(chain[shared:])
+        self.size += len(chain) - shared
+        while self.size > self.most and len(self.groups) > 1:
+            _, (_, old) = self.groups.popitem(last=False)
+            self.size -= len(old)
+        return group, shared * b
 
 
 class EngineTiming:
@@ -158,6 +207,7 @@ class EngineTiming:
         self.tasks: list[asyncio.Task[None]] = []
         self.next_id = 0
         self.t0 = time.perf_counter()
+        self.prefixes = PrefixIndex()
 
     def rejects(self, prompt_tokens: int, max_tokens: int) -> str | None:
 
@@ -173,12 +223,15 @@ class EngineTiming:
         self.engines[i].add(req, time.perf_counter() - self.t0)
         self.wake[i].set()
 
-    async def tokens(self, prompt_tokens: int, max_tokens: int, arrived: float) -> AsyncIterator[int]:
+    async def tokens(self, prompt_tokens: int, max_tokens: int, arrived: float, prompt: Sequence[str] = (),
+                     found: Callable[[int], None] | None = None) -> AsyncIterator[int]:
 
         self._start()
         k = self.front.pick()
         i = self.entries[k]
-        req = SimRequest(self.next_id, prompt_tokens, max_tokens, context=k, entry=k)
+        group, shared = self.prefixes.find(prompt)
+        req = SimRequest(self.next_id, prompt_tokens, max_tokens, prefix_group=group,
+                         prefix_tokens=min(shared, prompt_tokens), context=k, entry=k)
         self.next_id += 1
         queue: asyncio.Queue[tuple[int, bool]] = asyncio.Queue()
         self.live[req.id] = queue
@@ -187,8 +240,12 @@ class EngineTiming:
             if delay > 0:
                 await asyncio.sleep(delay)
             self._add(i, req)
+            first = True
             while True:
                 n, finished = await queue.get()
+                if first and (n or finished) and found is not None:
+                    found(req.cached_tokens)  # what its prefill found cached
+                    first = False
                 if n:
                     yield n
                 if finished:
@@ -327,7 +384,6 @@ def _metrics(model: str, family: str = "vllm") -> _Metrics:
         generation_tokens=Counter("vllm:generation_tokens", "Tokens generated.", labels, registry=reg).labels(model),
         request_tpot=hist("vllm:request_time_per_output_token_seconds", "A finished request's decode time per "
                           "output token after the first."),
-        # The emulated engines keep no prefix cache: every prompt token looked up, none found.
         cache_queries=Counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", labels,
                               registry=reg).labels(model),
         cache_hits=Counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", labels,
@@ -415,11 +471,12 @@ class Emulator:
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
         if not isinstance(max_tokens, int) or max_tokens < 1:
             return self._fail(400, "max_tokens must be a positive integer", "bad_request")
-        why = self.timing.rejects(len(prompt.split()), max_tokens)
+        words = prompt.split()
+        why = self.timing.rejects(len(words), max_tokens)
         if why is not None:
             return self._fail(400, why, "bad_request")
         plan = _RequestPlan(
-            chat=chat, model=model, prompt_tokens=len(prompt.split()), max_tokens=max_tokens, arrived=arrived,
+            chat=chat, model=model, prompt_tokens=len(words), max_tokens=max_tokens, arrived=arrived, words=words,
             stall_at=self.rng.randrange(max_tokens) if self.rng.random() < self.faults.stall_rate else None,
             cut_at=self.rng.randrange(max_tokens) if self.rng.random() < self.faults.disconnect_rate else None)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage")) and self.usage
@@ -444,7 +501,8 @@ class Emulator:
         m.running.inc()
         last = None
         try:
-            async for k in self.timing.tokens(plan.prompt_tokens, plan.max_tokens, plan.arrived):
+            async for k in self.timing.tokens(plan.prompt_tokens, plan.max_tokens, plan.arrived, plan.words,
+                                              plan.found):
                 if plan.stall_at is not None and sent <= plan.stall_at < sent + k:
                     await asyncio.sleep(self.faults.stall_ms / 1000.0)
                 if plan.cut_at is not None and sent <= plan.cut_at < sent + k:
@@ -504,10 +562,10 @@ class Emulator:
             m.prompt_tokens.inc(plan.prompt_tokens)
             m.generation_tokens.inc(n)
         if m.cached is not None:
-            m.cached.observe(0)
+            m.cached.observe(plan.cached)
         if m.cache_queries is not None:
             m.cache_queries.inc(plan.prompt_tokens)
-            m.cache_hits.inc(0)
+            m.cache_hits.inc(plan.cached)
 
 
 @dataclass
@@ -522,8 +580,15 @@ class _RequestPlan:
     cut: bool = False
     first_at: float | None = None
     """When its first token was written (perf_counter)."""
+    words: list[str] = field(default_factory=list)
+    """The prompt's words (its tokens, as the emulator counts them)."""
+    cached: int = 0
+    """Prompt tokens its prefill found in the prefix cache."""
     id: str = field(default_factory=lambda: "cmpl-" + uuid.uuid4().hex[:16])
     created: int = field(default_factory=lambda: int(time.time()))
+
+    def found(self, cached: int) -> None:
+        self.cached = cached
 
     @property
     def object(self) -> str:

@@ -22,7 +22,7 @@ import asyncio
 import itertools
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from infra.bench.emulator import EngineTiming
@@ -166,7 +166,10 @@ class PipelineTiming:
         else:
             await stage.run(upstream, out)
 
-    async def tokens(self, prompt_tokens: int, max_tokens: int, arrived: float) -> AsyncIterator[int]:
+    async def tokens(self, prompt_tokens: int, max_tokens: int, arrived: float, prompt: Sequence[str] = (),
+                     found: Callable[[int], None] | None = None) -> AsyncIterator[int]:
+        """The last stage's tokens as the pipeline makes them (its prompt's words and their prefix-cache hits are
+        not followed)."""
         start = _Progress()
         await start.advance(1.0)
         client: asyncio.Queue[int] = asyncio.Queue()

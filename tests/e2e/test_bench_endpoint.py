@@ -172,6 +172,8 @@ def test_emulator_times_tokens_with_the_plans_engine_model(tmp_path):
     s = r.summary
     assert s.completed == 24 - r.bench.load["warm_up"] and all(rec.output_tokens == 24 for rec in r.run.records)
     assert r.run.model == "chat" and r.objectives  # the plan's objectives are judged
+    # Its prompts share prefixes as the intent says, and the emulated engines' prefix caches find them.
+    assert r.bench.load["prefix_hit"] > 0.05
     sim = api.bench(simulate=plan, **load).summary
     assert abs(s.metrics["tpot"].mean - sim.metrics["tpot"].mean) <= 0.15 * sim.metrics["tpot"].mean
     assert abs(s.metrics["ttft"].mean - sim.metrics["ttft"].mean) <= 30 + 0.25 * sim.metrics["ttft"].mean
