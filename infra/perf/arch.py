@@ -245,10 +245,19 @@ class Worker:
         return (self.kv_full_per_token * context + self.kv_swa_per_token * min(context, self.window)
                 + self.state_bytes)
 
-    def max_sequences(self, context: float) -> int:
-        """Sequences of this length that fit the KV cache of one attention group."""
+    def max_sequences(self, context: float, spread: float = 0.0) -> int:
+        """Sequences of this length that fit the KV cache of one attention group; with `spread`, those n whose
+        contexts, `context` each on average, fit it with `spread` tokens more per square root of n (the headroom
+        the spread of their sum asks)."""
         per = self.kv_bytes(context)
-        return int(self.memory.kv_gb * GB / per) if per > 0 else 1 << 30
+        if per <= 0:
+            return 1 << 30
+        room = self.memory.kv_gb * GB
+        grow = spread * (self.kv_full_per_token + (self.kv_swa_per_token if context < self.window else 0.0))
+        if grow <= 0 or room <= 0:
+            return int(room / per)
+        root = (math.sqrt(grow * grow + 4 * per * room) - grow) / (2 * per)
+        return int(root * root)
 
     def request_s(self) -> float:
         """Fixed latency before a request's first token: the framework's per-request overhead plus the part that

@@ -275,11 +275,32 @@ def peak_context(wl: Workload) -> float:
     return resident_context(wl)
 
 
+KV_HOLD_Z = 2.326
+"""The batch a KV cache holds is the one whose sequences' contexts fit it 99% of the time (the normal's 99th
+percentile): sequences of varied lengths at every stage of their answers sum to more than their mean as often as
+to less, and an engine whose sequences outgrow its cache preempts one and computes it again."""
+
+
+def context_spread(wl: Workload) -> float:
+    """Standard deviation of the context a sequence keeps resident (`peak_context`'s): its prompt's, and the
+    answer's tokens so far, uniform over an answer drawn in proportion to its length (a long answer stays longer
+    in the batch); clients in step with fixed answers are all at their full length."""
+    prompt = wl.isl * wl.isl_cv
+    if wl.concurrency is not None and wl.osl_cv == 0:
+        return prompt
+    b = 1 + wl.osl_cv * wl.osl_cv
+    return math.sqrt(prompt * prompt + wl.osl * wl.osl * (b * b * b / 3 - b * b / 4))
+
+
 def batch_slots(w: Worker, role: Role, wl: Workload) -> int:
     """Sequences one attention group of a decoding (or aggregated) worker runs at once under `wl`: its batch cap,
-    or what the KV cache holds at the context each sequence keeps resident. The planner renders this as the
-    engine's max_num_seqs, so that the engine runs the batch the prediction assumed."""
-    return min(role.batch_cap or 1 << 30, w.max_sequences(peak_context(wl)))
+    or what the KV cache holds at the context each sequence keeps resident, its spread allowed for (`KV_HOLD_Z`).
+    The planner renders this as the engine's max_num_seqs, so that the engine runs the batch the prediction
+    assumed. Held at the mean context alone, a closed loop of 8k-token prompts (CV 0.5) at 64 clients on
+    Llama-3.1-8B (H100) ran 52 sequences on the simulator, preempted 1,448 times in 3,000 requests, and ran TPOT
+    26% and throughput 24% off the prediction; at the 45 this holds (and below) it preempts hardly at all and
+    both come within 3%."""
+    return min(role.batch_cap or 1 << 30, w.max_sequences(peak_context(wl), KV_HOLD_Z * context_spread(wl)))
 
 
 def _agg_basics(w: Worker, role: Role, wl: Workload) -> tuple[int, int, float, float, float]:
@@ -1078,11 +1099,11 @@ def _prefill_rate(wp: Worker, isl_eff: float, isl: float, chunk: int) -> float:
     return 1.0 / (wp.step(0.0, 0.0, chunk, isl / 2) * isl_eff / chunk)
 
 
-def _size_decode(wd: Worker, role: Role, clients: float, ctx: float) -> tuple[int, float, bool]:
-    cap = min(role.batch_cap or 1 << 30, wd.max_sequences(ctx))
+def _size_decode(wd: Worker, role: Role, wl: Workload) -> tuple[int, float, bool]:
+    cap = batch_slots(wd, role, wl)
     if role.workers:
         return role.workers, cap, False
-    groups_needed = math.ceil(clients / max(cap, 1))
+    groups_needed = math.ceil(wl.concurrency / max(cap, 1))
     return max(1, math.ceil(groups_needed / wd.parallel.attention_dp)), cap, True
 
 
@@ -1130,7 +1151,7 @@ def disagg(wp: Worker, wd: Worker, prefill: Role, decode: Role, wl: Workload, li
     ctx = resident_context(wl)
     notes: list[str] = []
     if wl.concurrency is not None:
-        n_d, cap, assumed_d = _size_decode(wd, decode, wl.concurrency, peak_context(wl))
+        n_d, cap, assumed_d = _size_decode(wd, decode, wl)
     else:
         # Open loop: size decode for the rate at the batch cap's step time.
         cap = batch_slots(wd, decode, wl)

@@ -1063,7 +1063,17 @@ def _pack(cases: Sequence[tuple[Worker, Role, Workload]], exact: bool, closed: b
     # `peak_context`: closed-loop clients with fixed answer lengths stay in step, each at its full length at once.
     peak = np.where(c.osl_cv == 0, c.isl + c.osl, c.ctx) if closed else c.ctx
     kv = c.kv_full * peak + c.kv_swa_token * np.minimum(peak, c.k.window) + c.state_bytes
-    c.cap = np.minimum(c.batch_cap, np.where(kv > 0, np.trunc(c.kv_gb * GB / kv), _NO_SLOTS))
+    # `serving.batch_slots`: `context_spread`, and `Worker.max_sequences` with that headroom
+    prompt = c.isl * c.isl_cv
+    b = 1 + c.osl_cv * c.osl_cv
+    spread = np.sqrt(prompt * prompt + c.osl * c.osl * (b * b * b / 3 - b * b / 4))
+    if closed:
+        spread = np.where(c.osl_cv == 0, prompt, spread)
+    room = c.kv_gb * GB
+    grow = (serving.KV_HOLD_Z * spread) * (c.kv_full + np.where(peak < c.k.window, c.kv_swa_token, 0.0))
+    root = (np.sqrt(grow * grow + 4 * kv * room) - grow) / (2 * kv)
+    held = np.where((grow > 0) & (room > 0), np.trunc(root * root), np.trunc(room / kv))
+    c.cap = np.minimum(c.batch_cap, np.where(kv > 0, held, _NO_SLOTS))
     if closed:
         c.clients = c.__dict__.pop("rate")
         c.stall = np.ones(c.n)  # the measured closed loops line their groups' prefills up (`attention_dp_stall`)

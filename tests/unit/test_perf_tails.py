@@ -17,7 +17,7 @@ from infra.bench.simulate import Group, simulate
 from infra.bench.workload import Load, RequestSpec
 from infra.catalog.loader import load_catalog
 from infra.perf.estimate import build_workers, compile_deployment, estimate, predict
-from infra.perf.serving import _arrivals_quantile, _erlang_c, _slot_wait, _wave_mixture
+from infra.perf.serving import _arrivals_quantile, _erlang_c, _slot_wait, _wave_mixture, batch_slots
 from infra.perf.shape import Deployment, Parallel, Role, Workload
 
 from ..conftest import VLLM_H100
@@ -259,6 +259,34 @@ def test_a_dephased_closed_loop_is_priced_as_served_past_its_start_up():
     assert benchmark["p90"] > 3 * served["p90"] and benchmark["p99"] > 3 * served["p99"]
     in_step = dataclasses.replace(wl, isl_cv=0.0, osl_cv=0.0)
     assert estimate(dep, in_step, CAT).prediction.ttft == compiled.predict(in_step).ttft
+
+
+def test_the_batch_a_kv_cache_holds_allows_for_the_spread_of_the_lengths():
+    """Sequences of varied lengths outgrow a KV cache filled at their mean context, and the engine preempts and
+    recomputes them: Llama-3.1-8B on an H100 left 56k KV tokens, 2000-token prompts (CV 0.5) at 32 clients. Held
+    at the mean context (26 sequences) the simulator preempted 0.6 times a request and its TPOT ran 36% over the
+    prediction; at what the cache holds with the lengths' spread allowed for (21), hardly at all, within 5%.
+    Clients in step with fixed lengths are all at their full length: nothing to allow for."""
+    dep = Deployment("Llama-3.1-8B", "H100-SXM", "vllm", "bf16",
+                     agg=Role(Parallel(tp=1), max_num_tokens=2048), memory_utilization=0.3)
+    w = compile_deployment(dep, CAT).workers["agg"]
+    wl = Workload(isl=2000, osl=200, concurrency=32, isl_cv=0.5, osl_cv=0.5)
+    held, at_mean = batch_slots(w, dep.agg, wl), w.max_sequences(2000 + 200 * 1.25 / 2)
+    assert held < at_mean
+    predicted = estimate(dep, wl, CAT).prediction.tpot["mean"] * 1e3
+    rng = np.random.default_rng(3)
+    prompts, answers = _lognormal_lengths(rng, 2000, 0.5, 1000), _lognormal_lengths(rng, 200, 0.5, 1000)
+    specs = [RequestSpec(i, None, int(prompts[i]), int(answers[i]), -1, 0) for i in range(1000)]
+    for seqs, thrash in ((held, False), (at_mean, True)):
+        model = EngineModel.from_worker(w, max_num_seqs=seqs, max_num_batched_tokens=2048,
+                                        kv_tokens=w.memory.kv_tokens)
+        sim = simulate([Group([Engine(model)])], Load(specs, None, 32, "closed"))
+        tpot = summarize(past_start_up(sim.records, 32)[0]).metrics["tpot"].mean
+        assert (sim.preemptions > 300, tpot > 1.2 * predicted) == (thrash, thrash), (seqs, sim.preemptions, tpot)
+        if not thrash:
+            assert sim.preemptions < 100 and tpot == pytest.approx(predicted, rel=0.05)
+    fixed = Workload(isl=2000, osl=200, concurrency=32)
+    assert batch_slots(w, dep.agg, fixed) == w.max_sequences(2200)
 
 
 def test_a_closed_loop_whose_steps_are_full_has_every_answer_at_the_full_step():
