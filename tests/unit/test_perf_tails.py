@@ -287,6 +287,10 @@ def test_the_batch_a_kv_cache_holds_allows_for_the_spread_of_the_lengths():
             assert sim.preemptions < 100 and tpot == pytest.approx(predicted, rel=0.05)
     fixed = Workload(isl=2000, osl=200, concurrency=32)
     assert batch_slots(w, dep.agg, fixed) == w.max_sequences(2200)
+    # A batch cap above what the cache holds lets an engine admit past it: an estimate says it does not price that.
+    over = dataclasses.replace(dep, agg=dataclasses.replace(dep.agg, batch_cap=256))
+    assert any("preempts (recomputes)" in n for n in estimate(over, wl, CAT).notes)
+    assert not any("preempts (recomputes)" in n for n in estimate(dep, wl, CAT).notes)
 
 
 def test_a_closed_loop_whose_steps_are_full_has_every_answer_at_the_full_step():
