@@ -46,6 +46,7 @@ from infra.bench.simulate import Group, simulate  # noqa: E402
 from infra.bench.workload import Load, RequestSpec  # noqa: E402
 from infra.catalog.loader import load_catalog  # noqa: E402
 from infra.perf.estimate import build_workers, compile_deployment, max_rate, predict  # noqa: E402
+from infra.perf.serving import batch_slots  # noqa: E402
 from infra.perf.shape import Deployment, Parallel, Role, Workload  # noqa: E402
 
 DEPLOYMENTS = (("Llama-3.1-8B", 1), ("Llama-3.1-70B", 4))
@@ -172,15 +173,21 @@ def _closed_run(dep: Deployment, compiled, group: Callable[[], Group], lengths: 
 
 
 def _tail_deployments(catalog):
-    """(model, deployment, compiled, simulated engine model) of each of `DEPLOYMENTS` aggregated on H100 with the
-    tails' step budget."""
+    """(model, deployment, compiled, simulated engines of a workload) of each of `DEPLOYMENTS` aggregated on H100
+    with the tails' step budget, the engines capped at the batch the prediction lets them run
+    (`serving.batch_slots`, a plan's max_num_seqs)."""
     for model, tp in DEPLOYMENTS:
         dep = Deployment(model, "H100-SXM", "vllm", "bf16", agg=Role(Parallel(tp=tp), batch_cap=256,
                                                                      max_num_tokens=TAIL_BUDGET))
         compiled = compile_deployment(dep, catalog)
         w = compiled.workers["agg"]
-        yield model, dep, compiled, EngineModel.from_worker(w, max_num_seqs=256, max_num_batched_tokens=TAIL_BUDGET,
-                                                            kv_tokens=w.memory.kv_tokens)
+
+        def engines(wl: Workload, w=w, role=dep.agg) -> Group:
+            return Group([Engine(EngineModel.from_worker(w, max_num_seqs=batch_slots(w, role, wl),
+                                                         max_num_batched_tokens=TAIL_BUDGET,
+                                                         kv_tokens=w.memory.kv_tokens))])
+
+        yield model, dep, compiled, engines
 
 
 SERVED_METRICS = (("ttft", "mean"), ("ttft", "p90"), ("ttft", "p99"), ("e2e", "p99"))
@@ -191,11 +198,11 @@ def served_closed(catalog, requests: int) -> list[dict]:
     `infra bench --simulate` judges (past the start-up), and as plans priced them before (the first wave's share
     fitted to benchmarks that do not say), aggregated deployments as in `closed_tails`."""
     rows = []
-    for model, dep, compiled, engine_model in _tail_deployments(catalog):
+    for model, dep, compiled, engines in _tail_deployments(catalog):
         for isl, isl_cv, osl, osl_cv in CLOSED_MIXES:
             for clients in CLOSED_CLIENTS:
                 wl = Workload(isl=isl, osl=osl, concurrency=clients, isl_cv=isl_cv, osl_cv=osl_cv)
-                pred, got = _closed_run(dep, compiled, lambda m=engine_model: Group([Engine(m)]),
+                pred, got = _closed_run(dep, compiled, lambda wl=wl, engines=engines: engines(wl),
                                         (isl, isl_cv, osl, osl_cv), clients, requests, served=True)
                 before = predict(dep, wl, compiled.workers, compiled.link)
                 row = {"model": model, "isl": isl, "isl_cv": isl_cv, "osl": osl, "osl_cv": osl_cv,
@@ -217,10 +224,11 @@ def closed_tails(catalog, requests: int) -> list[dict]:
     """Simulated vs predicted p90 and p99 of closed loops with variable lengths, each prediction taking the run's
     first wave (its clients over its requests), as `infra estimate --requests` does."""
     rows = []
-    for model, dep, compiled, engine_model in _tail_deployments(catalog):
+    for model, dep, compiled, engines in _tail_deployments(catalog):
         for isl, isl_cv, osl, osl_cv in CLOSED_MIXES:
             for clients in CLOSED_CLIENTS:
-                pred, got = _closed_run(dep, compiled, lambda m=engine_model: Group([Engine(m)]),
+                wl = Workload(isl=isl, osl=osl, concurrency=clients, isl_cv=isl_cv, osl_cv=osl_cv)
+                pred, got = _closed_run(dep, compiled, lambda wl=wl, engines=engines: engines(wl),
                                         (isl, isl_cv, osl, osl_cv), clients, requests)
                 row = {"model": model, "isl": isl, "isl_cv": isl_cv, "osl": osl, "osl_cv": osl_cv,
                        "clients": clients}
