@@ -140,9 +140,9 @@ class PrefixIndex:
     """Prompts as the prefix groups the engines cache by (`SimRequest.prefix_group`), read from their words as a
     prefix cache reads tokens: in whole blocks (`BLOCK_SIZE`), each block's hash chained to those before it. A
     prompt belongs to the group of its first block, and its prefix is as many leading blocks as an earlier prompt
-    of the group had in common with it: what a cache holding every earlier prompt could find. The first prompt of a
-    group finds none, so the engines cache a group from its second prompt on, one miss more per group than a
-    cache of every block; whether a prefix is still cached when it is met is the engines' business."""
+    of the group had in common with it: what a cache holding every earlier prompt could find. The first prompt of
+    a group offers all its whole blocks (it finds none cached, and the engines keep them for the group's later
+    prompts); whether a prefix is still cached when it is met is the engines' business."""
 
     def __init__(self, block: int = BLOCK_SIZE, most: int = MAX_INDEXED_BLOCKS):
         self.block, self.most = block, most
@@ -152,7 +152,8 @@ class PrefixIndex:
         self.next_id = 0
 
     def find(self, words: Sequence[str]) -> tuple[int, int]:
-        """(prefix group, leading tokens an earlier prompt of the group shares); (-1, 0) under one block."""
+        """(prefix group, leading tokens an earlier prompt of the group shares, or all its whole blocks' for the
+        group's first); (-1, 0) under one block."""
         b = self.block
         chain, h = [], 0
         for i in range(len(words) // b):
@@ -161,18 +162,19 @@ class PrefixIndex:
         if not chain:
             return -1, 0
         got = self.groups.get(chain[0])
+        first = got is None
         if got is None:
             got = self.groups[chain[0]] = (self.next_id, set())
             self.next_id += 1
         self.groups.move_to_end(chain[0])
         group, seen = got
-        shared = next((i for i, h in enumerate(chain) if h not in seen), len(chain))
+        shared = 0 if first else next((i for i, h in enumerate(chain) if h not in seen), len(chain))
         seen.update(chain[shared:])
         self.size += len(chain) - shared
         while self.size > self.most and len(self.groups) > 1:
             _, (_, old) = self.groups.popitem(last=False)
             self.size -= len(old)
-        return group, shared * b
+        return group, (len(chain) if first else shared) * b
 
 
 class EngineTiming:

@@ -121,19 +121,20 @@ def test_prompts_share_their_group_prefix_and_have_the_requested_length():
 
 def test_the_emulator_finds_the_client_s_shared_prefixes_as_a_prefix_cache_would():
     """`infra emulate` reads a prompt's words in whole blocks of chained hashes: a prompt of a group shares the
-    leading blocks an earlier prompt of it had (the first of a group finds none), prompts of another group or under
-    a block share nothing, and the groups met longest ago are forgotten first once the blocks run over."""
+    leading blocks an earlier prompt of it had (the first of a group offers all its whole blocks, for the engines
+    to keep), prompts under a block nothing, and the groups met longest ago are forgotten first once the blocks
+    run over."""
     index = PrefixIndex()
     specs = [RequestSpec(i, None, n, 8, prefix_group=g, prefix_tokens=p)
              for i, (n, g, p) in enumerate([(400, 1, 300), (500, 1, 200), (600, 1, 350), (400, 2, 300), (10, 1, 10)])]
     got = [index.find(prompt_words(s)) for s in specs]
-    assert got[:3] == [(0, 0), (0, 192), (0, 288)]  # 200 and min(300, 350) words in common, in blocks of 16
-    assert got[3] == (1, 0) and got[4] == (-1, 0)
+    assert got[:3] == [(0, 400), (0, 192), (0, 288)]  # 200 and min(300, 350) words in common, in blocks of 16
+    assert got[3] == (1, 400) and got[4] == (-1, 0)
     small = PrefixIndex(most=40)
     first = prompt_words(specs[0])
-    assert small.find(first) == (0, 0) and small.find(first) == (0, 400)
-    assert small.find(prompt_words(specs[3])) == (1, 0)  # 25 + 25 blocks, over 40: the first group forgotten
-    assert small.find(first) == (2, 0)
+    assert small.find(first) == (0, 400) and small.find(first) == (0, 400)
+    assert small.find(prompt_words(specs[3])) == (1, 400)  # 25 + 25 blocks, over 40: the first group forgotten
+    assert small.find(first) == (2, 400)
 
 
 def test_request_body_asks_for_usage_and_the_output_length():
