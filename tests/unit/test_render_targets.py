@@ -125,7 +125,7 @@ DEFECTS = [
     ("kserve", PD, "PLN003", LLMISVC, f"  replicas: {UNITS}\n", f"  replicas: {UNITS + 3}\n"),
     ("kserve", PD, "PLN004", LLMISVC, "    tensor: 2\n", "    tensor: 4\n"),
     ("kserve", PD, "PLN004", LLMISVC, "uri: hf://meta-llama/Llama-3.1-70B-Instruct", "uri: hf://Qwen/Qwen3-8B"),
-    ("kserve", PD, "PLN004", LLMISVC, "- --max-num-seqs\n      - '149'", "- --max-num-seqs\n      - '64'"),
+    ("kserve", PD, "PLN004", LLMISVC, "- --max-num-seqs\n      - '132'", "- --max-num-seqs\n      - '64'"),
     ("kserve", PD, "PLN005", LLMISVC, "nvidia.com/gpu: 2\n        requests", "nvidia.com/gpu: 1\n        requests"),
     ("kserve", PD, "PLN007", LLMISVC, "infra.dev/plan-fingerprint: sha256:", "infra.dev/plan-fingerprint: sha256:00"),
     ("kserve", PD, "PLN004", LLMISVC, "      - --enable-ssl-refresh\n", ""),
