@@ -417,8 +417,9 @@ def bench(
                                                        "workload's).", show_default=False)] = None,
     rate: Annotated[Optional[str], typer.Option(help="Open loop: request rate, e.g. 20/s (default: the workload's "
                                                 "peak).", show_default=False)] = None,
-    requests: Annotated[Optional[int], typer.Option(help="Requests to send (default 2000 simulated; 100 against "
-                                                    "an endpoint, or what --duration allows).",
+    requests: Annotated[Optional[int], typer.Option(help="Requests to send (default 2000 simulated; against an "
+                                                    "endpoint 100, ten per client of a larger closed loop, or "
+                                                    "what --duration allows).",
                                                     show_default=False)] = None,
     input_tokens: Annotated[Optional[str], typer.Option("--input-tokens", help="Fixed prompt length instead of the "
                                                         "workload's distribution.", show_default=False)] = None,
@@ -628,8 +629,9 @@ def verify(
                                                       "share of the load.", show_default=False)] = None,
     intent: Annotated[Optional[Path], typer.Option(help="The intent to re-plan (default: the one the plan records).",
                                                    show_default=False)] = None,
-    requests: Annotated[Optional[int], typer.Option(help="Requests per load (default 100, or what --duration "
-                                                    "allows).", show_default=False)] = None,
+    requests: Annotated[Optional[int], typer.Option(help="Requests per load (default 100, ten per client of a "
+                                                    "larger closed loop, or what --duration allows).",
+                                                    show_default=False)] = None,
     duration: Annotated[Optional[float], typer.Option(help="Send no request after this many seconds per load; with "
                                                       "--prometheus, the seconds of traffic read (default 3600).",
                                                       show_default=False)] = None,

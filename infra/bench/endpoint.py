@@ -35,6 +35,10 @@ from infra.planner.types import load_plan
 
 DEFAULT_REQUESTS = 100
 """Requests in a run bounded by neither --requests nor --duration."""
+ROUNDS_PER_CLIENT = 10
+"""Requests per client a closed loop bounded by neither sends, when that is more than `DEFAULT_REQUESTS`: its
+verdict leaves out the start-up (`infra.bench.run.past_start_up`), a round or two, and a run of no more than
+twice its clients would be judged with its start-up wave in it."""
 DURATION_CAP = 100_000
 """Requests prepared for a closed loop bounded only by --duration."""
 DEFAULT_INPUT_TOKENS = 128
@@ -171,7 +175,8 @@ def plan_load(source: Source | None, *, concurrency: int | None, rate: float | N
         workload, base = source.workload, source.base
     if requests is None:
         if duration_s is None:
-            requests = DEFAULT_REQUESTS
+            clients = concurrency or (workload.concurrency if rate is None else None) or 0
+            requests = max(DEFAULT_REQUESTS, min(ROUNDS_PER_CLIENT * clients, MAX_REQUESTS))
         else:
             peak = rate or (workload.rate.peak_rps if workload.rate is not None and concurrency is None else None)
             requests = math.ceil(peak * duration_s) + 1 if peak else DURATION_CAP

@@ -35,6 +35,13 @@ def test_flags_alone_and_duration_bounds():
     timed = plan_load(None, concurrency=None, rate=5.0, requests=None, duration_s=10.0, input_tokens=8,
                       output_tokens=4)
     assert timed.arrival == "poisson" and len(timed.requests) == 51
+    # A larger closed loop sends ten requests per client, so that what follows its start-up is judged.
+    many = plan_load(None, concurrency=32, rate=None, requests=None, duration_s=None, input_tokens=8,
+                     output_tokens=4)
+    assert len(many.requests) == 320
+    agents = plan_load(source_from(EXAMPLES / "agent-workload.yaml", None, None), concurrency=None, rate=None,
+                       requests=None, duration_s=None, input_tokens=None, output_tokens=None)
+    assert agents.concurrency == 64 and len(agents.requests) == 640
 
 
 @pytest.mark.parametrize("kw, flag", [
