@@ -172,22 +172,25 @@ def _closed_run(dep: Deployment, compiled, group: Callable[[], Group], lengths: 
     return pred, summarize(judged, itl_pool=sim.itl_pool).metrics
 
 
-def _tail_deployments(catalog):
-    """(model, deployment, compiled, simulated engines of a workload) of each of `DEPLOYMENTS` aggregated on H100
-    with the tails' step budget, the engines capped at the batch the prediction lets them run
+def _tail_loops(catalog, requests: int, served: bool = False):
+    """(deployment, compiled, workload, prediction, simulated metrics, the row's workload fields) of every closed
+    loop of `CLOSED_MIXES` and `CLOSED_CLIENTS` on each of `DEPLOYMENTS` aggregated on H100 with the tails' step
+    budget (`_closed_run`), the simulated engines capped at the batch the prediction lets them run
     (`serving.batch_slots`, a plan's max_num_seqs)."""
     for model, tp in DEPLOYMENTS:
         dep = Deployment(model, "H100-SXM", "vllm", "bf16", agg=Role(Parallel(tp=tp), batch_cap=256,
                                                                      max_num_tokens=TAIL_BUDGET))
         compiled = compile_deployment(dep, catalog)
         w = compiled.workers["agg"]
-
-        def engines(wl: Workload, w=w, role=dep.agg) -> Group:
-            return Group([Engine(EngineModel.from_worker(w, max_num_seqs=batch_slots(w, role, wl),
-                                                         max_num_batched_tokens=TAIL_BUDGET,
-                                                         kv_tokens=w.memory.kv_tokens))])
-
-        yield model, dep, compiled, engines
+        for isl, isl_cv, osl, osl_cv in CLOSED_MIXES:
+            for clients in CLOSED_CLIENTS:
+                wl = Workload(isl=isl, osl=osl, concurrency=clients, isl_cv=isl_cv, osl_cv=osl_cv)
+                model_ = EngineModel.from_worker(w, max_num_seqs=batch_slots(w, dep.agg, wl),
+                                                 max_num_batched_tokens=TAIL_BUDGET, kv_tokens=w.memory.kv_tokens)
+                pred, got = _closed_run(dep, compiled, lambda m=model_: Group([Engine(m)]),
+                                        (isl, isl_cv, osl, osl_cv), clients, requests, served)
+                yield dep, compiled, wl, pred, got, {"model": model, "isl": isl, "isl_cv": isl_cv, "osl": osl,
+                                                     "osl_cv": osl_cv, "clients": clients}
 
 
 SERVED_METRICS = (("ttft", "mean"), ("ttft", "p90"), ("ttft", "p99"), ("e2e", "p99"))
@@ -198,25 +201,17 @@ def served_closed(catalog, requests: int) -> list[dict]:
     `infra bench --simulate` judges (past the start-up), and as plans priced them before (the first wave's share
     fitted to benchmarks that do not say), aggregated deployments as in `closed_tails`."""
     rows = []
-    for model, dep, compiled, engines in _tail_deployments(catalog):
-        for isl, isl_cv, osl, osl_cv in CLOSED_MIXES:
-            for clients in CLOSED_CLIENTS:
-                wl = Workload(isl=isl, osl=osl, concurrency=clients, isl_cv=isl_cv, osl_cv=osl_cv)
-                pred, got = _closed_run(dep, compiled, lambda wl=wl, engines=engines: engines(wl),
-                                        (isl, isl_cv, osl, osl_cv), clients, requests, served=True)
-                before = predict(dep, wl, compiled.workers, compiled.link)
-                row = {"model": model, "isl": isl, "isl_cv": isl_cv, "osl": osl, "osl_cv": osl_cv,
-                       "clients": clients}
-                for metric, q in SERVED_METRICS:
-                    measured = (got[metric].mean if q == "mean" else got[metric].get(q)) or 0.0
-                    row[f"{metric}_{q}_sim_ms"] = round(measured, 2)
-                    for name, p in (("pred", pred), ("before", before)):
-                        row[f"{metric}_{q}_{name}_ms"] = round(getattr(p, metric)[q] * 1e3, 2)
-                        row[f"{metric}_{q}_{name}_diff"] = round(measured / (getattr(p, metric)[q] * 1e3) - 1, 4)
-                rows.append(row)
-                print(f"{model:14s} {isl:5d}/{isl_cv:<3g} {osl:4d}/{osl_cv:<3g} {clients:3d} clients  " + "  ".join(
-                    f"{m.upper()} {q} {row[f'{m}_{q}_sim_ms']:7.1f}/{row[f'{m}_{q}_pred_ms']:7.1f}"
-                    f"/{row[f'{m}_{q}_before_ms']:7.1f}" for m, q in SERVED_METRICS))
+    for dep, compiled, wl, pred, got, row in _tail_loops(catalog, requests, served=True):
+        before = predict(dep, wl, compiled.workers, compiled.link)
+        for metric, q in SERVED_METRICS:
+            measured = (got[metric].mean if q == "mean" else got[metric].get(q)) or 0.0
+            row[f"{metric}_{q}_sim_ms"] = round(measured, 2)
+            for name, p in (("pred", pred), ("before", before)):
+                row[f"{metric}_{q}_{name}_ms"] = round(getattr(p, metric)[q] * 1e3, 2)
+                row[f"{metric}_{q}_{name}_diff"] = round(measured / (getattr(p, metric)[q] * 1e3) - 1, 4)
+        rows.append(row)
+        print(_label(row) + "  ".join(f"{m.upper()} {q} {row[f'{m}_{q}_sim_ms']:7.1f}/{row[f'{m}_{q}_pred_ms']:7.1f}"
+                                      f"/{row[f'{m}_{q}_before_ms']:7.1f}" for m, q in SERVED_METRICS))
     return rows
 
 
@@ -224,26 +219,24 @@ def closed_tails(catalog, requests: int) -> list[dict]:
     """Simulated vs predicted p90 and p99 of closed loops with variable lengths, each prediction taking the run's
     first wave (its clients over its requests), as `infra estimate --requests` does."""
     rows = []
-    for model, dep, compiled, engines in _tail_deployments(catalog):
-        for isl, isl_cv, osl, osl_cv in CLOSED_MIXES:
-            for clients in CLOSED_CLIENTS:
-                wl = Workload(isl=isl, osl=osl, concurrency=clients, isl_cv=isl_cv, osl_cv=osl_cv)
-                pred, got = _closed_run(dep, compiled, lambda wl=wl, engines=engines: engines(wl),
-                                        (isl, isl_cv, osl, osl_cv), clients, requests)
-                row = {"model": model, "isl": isl, "isl_cv": isl_cv, "osl": osl, "osl_cv": osl_cv,
-                       "clients": clients}
-                for metric in CLOSED_METRICS:
-                    for q in ("p90", "p99"):
-                        measured = got[metric].get(q) or 0.0
-                        predicted = getattr(pred, metric)[q] * 1e3
-                        row[f"{metric}_{q}_sim_ms"] = round(measured, 2)
-                        row[f"{metric}_{q}_pred_ms"] = round(predicted, 2)
-                        row[f"{metric}_{q}_diff"] = round(measured / predicted - 1, 4)
-                rows.append(row)
-                print(f"{model:14s} {isl:5d}/{isl_cv:<3g} {osl:4d}/{osl_cv:<3g} {clients:3d} clients  " + "  ".join(
-                    f"{m.upper()} p99 {row[f'{m}_p99_sim_ms']:7.1f}/{row[f'{m}_p99_pred_ms']:7.1f}"
-                    for m in CLOSED_METRICS))
+    for _, _, _, pred, got, row in _tail_loops(catalog, requests):
+        for metric in CLOSED_METRICS:
+            for q in ("p90", "p99"):
+                measured = got[metric].get(q) or 0.0
+                predicted = getattr(pred, metric)[q] * 1e3
+                row[f"{metric}_{q}_sim_ms"] = round(measured, 2)
+                row[f"{metric}_{q}_pred_ms"] = round(predicted, 2)
+                row[f"{metric}_{q}_diff"] = round(measured / predicted - 1, 4)
+        rows.append(row)
+        print(_label(row) + "  ".join(f"{m.upper()} p99 {row[f'{m}_p99_sim_ms']:7.1f}/{row[f'{m}_p99_pred_ms']:7.1f}"
+                                      for m in CLOSED_METRICS))
     return rows
+
+
+def _label(row: dict) -> str:
+    """A closed loop's row as the tables print it: model, prompt/CV, answer/CV, clients."""
+    return (f"{row['model']:14s} {row['isl']:5d}/{row['isl_cv']:<3g} {row['osl']:4d}/{row['osl_cv']:<3g} "
+            f"{row['clients']:3d} clients  ")
 
 
 PD_CLOSED_MIXES = ((1000, 0.0, 200, 0.0), (2000, 1.0, 200, 0.7))
