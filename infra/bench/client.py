@@ -119,8 +119,8 @@ class BenchRun:
     cut_short: str | None = None
     """Why fewer requests were sent than planned (the duration, or the run's time bound); None when all were."""
     prefix_hit: float | None = None
-    """Share of the prompt tokens the server's prefix cache held over the run, from its /metrics counters (the
-    warm-up's requests apart); None where it does not count them."""
+    """Share of the prompt tokens the server's prefix cache held over the measured requests (`--warmup`'s apart),
+    from its /metrics counters; None where it does not count them."""
 
 
 def base_url(url: str) -> str:

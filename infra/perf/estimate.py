@@ -459,8 +459,8 @@ def over_admitted(dep: Deployment, workers: dict[str, Worker], load: Workload, p
     and the predicted batch fills what it holds: an engine admits a prompt by the blocks it needs now and
     preempts (recomputes) sequences as their answers grow, which the prediction, capped at what the cache holds,
     does not price. The simulator's such loops (Llama-3.1 8B and 70B on an H100, 8k-token prompts of CV 0.5,
-    64 clients, a cap of 256 where the cache holds 45 and 49: `serving.batch_slots`) preempted 1.2-1.4 times per
-    request and ran TPOT 35-48% and TTFT 50-63% above the prediction made at what it holds; capped there, within
+    64 clients, a cap of 256 where the cache holds 45 and 49: `serving.batch_slots`) preempted about once per
+    request and ran TPOT 1.8-2.0 times the prediction made at what it holds (TTFT alike); capped there, within
     3%."""
     out = []
     for name, role in dep.roles().items():
@@ -471,7 +471,7 @@ def over_admitted(dep: Deployment, workers: dict[str, Worker], load: Workload, p
             out.append(f"the {name} batch cap ({role.batch_cap}) is above the {held} sequences the KV cache holds "
                        f"at this workload's context, and the batch fills them: an engine admits past them and "
                        f"preempts (recomputes) sequences as their answers grow, which this prediction does not "
-                       f"price (simulated such loops ran TPOT 35-48% above it); cap the batch at {held} "
+                       f"price (simulated such loops ran TPOT 1.8-2.0 times it); cap the batch at {held} "
                        f"(max_num_seqs) to run what it predicts")
     return out
 
