@@ -117,6 +117,8 @@ SESSIONS = [
         Step("ceiling", "python benchmarks/ceiling.py --csv ../shared/data/silicon_calibration.csv", cwd_root=True,
              slow=True),
         Step("sim-agreement", "python benchmarks/sim_agreement.py", cwd_root=True),
+        Step("sim-fidelity", "python benchmarks/sim_fidelity.py --csv ../shared/data/silicon_calibration.csv",
+             cwd_root=True, slow=True),
         Step("closed-loop", "python benchmarks/closed_loop.py --csv ../shared/data/silicon_calibration.csv",
              cwd_root=True),
         Step("closed-loop-lomo", "python benchmarks/closed_loop.py --csv ../shared/data/silicon_calibration.csv "

@@ -556,9 +556,7 @@ def engine_model(plan: Any, service: str, allocation: int, role: str = "agg", ca
 
         raise ShapeError([Problem(p.message, layout(p), p.fix) for p in exc.problems]) from None
     worker = workers[role]
-    per_token = 0.0
-    if role == "prefill":
-        per_token = worker.memory.kv_bytes_per_token * worker.parallel.devices / max(link, 1.0)
+    per_token = kv_seconds_per_token(worker, link) if role == "prefill" else 0.0
     settings: dict[str, Any] = {}
     if cal.ttft != 1.0 and role != "decode" and workload is not None:
         # An unloaded request's first token: its fixed latency and its prompt's prefill, stretched by the TTFT
@@ -571,6 +569,12 @@ def engine_model(plan: Any, service: str, allocation: int, role: str = "agg", ca
                                    kv_tokens=engine.kv_cache_tokens, max_model_len=engine.max_model_len,
                                    chunked_prefill=engine.chunked_prefill, prefix_caching=engine.prefix_caching,
                                    kv_bytes_per_token_s=per_token)
+
+
+def kv_seconds_per_token(worker: Any, link: float) -> float:
+    """Seconds one prompt token's KV cache, from every device of a prefill `worker`, takes over a prefill-to-decode
+    link of `link` bytes/s."""
+    return worker.memory.kv_bytes_per_token * worker.parallel.devices / max(link, 1.0)
 
 
 def plan_allocation(plan: Any, service: str, allocation: int) -> tuple[Any, Any]:

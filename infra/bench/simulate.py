@@ -27,11 +27,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from infra.bench.engine import Engine, SimRequest, engine_model, plan_allocation
+from infra.bench.engine import Engine, EngineModel, SimRequest, engine_model, kv_seconds_per_token, plan_allocation
 from infra.bench.metrics import RequestRecord
 from infra.bench.workload import Load, RequestSpec, generate
 from infra.errors import IntentError, Location, Problem
 from infra.intent.models import Workload
+from infra.perf.serving import batch_slots
+from infra.perf.shape import Deployment
 from infra.perf.shape import Workload as MeanLoad
 from infra.planner.routing import policy, route_weights
 
@@ -406,6 +408,26 @@ def plan_groups(plan: Any, service: str, catalog: Any = None, calibration: Any =
                      for w in range(per_p)]
             groups.append(Group(entry, [], alloc.capacity_per_replica / per_p, label, route, per_p))
     return groups
+
+
+def deployment_group(dep: Deployment, workers: dict[str, Any], link: float, load: MeanLoad) -> Group:
+    """The engines of one deployment of the performance model (`infra.perf.estimate.build_workers`'s `workers` and
+    `link`) under `load`: one per attention group of every worker, stepping at its worker's prices, holding the
+    batch the prediction lets it run (`batch_slots`, what a plan renders as max_num_seqs) within its role's token
+    budget, a prefill engine's KV cache crossing `link` bytes/s. How a measured deployment is replayed."""
+
+    def engines(role: str) -> list[Engine]:
+        w, spec = workers[role], getattr(dep, role)
+        model = EngineModel.from_worker(
+            w, max_num_seqs=max(1, batch_slots(w, spec, load)), max_num_batched_tokens=spec.max_num_tokens,
+            kv_tokens=w.memory.kv_tokens,
+            kv_bytes_per_token_s=kv_seconds_per_token(w, link) if role == "prefill" else 0.0)
+        count = (spec.workers or 1) * w.parallel.attention_dp
+        return [Engine(model, role, f"{role}{i}") for i in range(count)]  # type: ignore[arg-type]
+
+    if dep.mode == "agg":
+        return Group(engines("agg"), label=f"{dep.device}/{dep.framework}/agg")
+    return Group(engines("prefill"), engines("decode"), label=f"{dep.device}/{dep.framework}/disagg")
 
 
 def _attention_groups(alloc: Any) -> tuple[int, int]:

@@ -94,6 +94,9 @@ class Case:
     `serving.PERCENTILES`, milliseconds)."""
     samples: int = 0
     """Requests the percentiles were taken over."""
+    range_ratio: float = 1.0
+    """The measuring client drew each request's input and output lengths uniformly on [r L, L] for the row's
+    recorded L (`SWEEP_RANGE_RATIO` for the sweeps); `workload` holds their means. 1: every request had L."""
 
 
 SGLANG_CHUNKS = ((35, 2048), (160, 8192), (math.inf, 16384))
@@ -357,12 +360,12 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
     if framework.name == "sglang" and dep.mode == "agg" and dep.agg.parallel.attention_dp > 1:
         dep = replace(dep, agg=replace(dep.agg, max_num_tokens=sglang_chunk(device.memory_gb.value)
                                        // dep.agg.parallel.attention_dp))
-    wave = None
+    wave, ratio = None, 1.0
     if _SWEEP.search(row.get("silicon_data_source", "")):
         # Uniform lengths on [r L, L]: the mean is (1 + r) / 2 of L, with a coefficient of variation of
         # (1 - r) / (1 + r) / sqrt(3) (6.4% at r = 0.8) that is left out.
         isl, osl = isl * (1 + SWEEP_RANGE_RATIO) / 2, osl * (1 + SWEEP_RANGE_RATIO) / 2
-        wave = 1 / SWEEP_PROMPTS_PER_CLIENT
+        wave, ratio = 1 / SWEEP_PROMPTS_PER_CLIENT, SWEEP_RANGE_RATIO
     recv = 1
     if (wave is not None and framework.name == "sglang" and dep.mode == "agg" and device.name in SWEEP_RECV_INTERVAL
             and model.family in SWEEP_RECV_FAMILIES):
@@ -372,7 +375,7 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
     return Case(row, f"{framework.name}/{device.name}", model.name, dep,
                 Workload(isl=isl, osl=osl, concurrency=clients), ttft, tpot, wave=wave, recv_interval=recv,
                 speculative=recipes[0][1] if recipes else None, draft=recipes[0][2] if recipes else 0.0,
-                alternatives=tuple(recipes[1:]))
+                alternatives=tuple(recipes[1:]), range_ratio=ratio)
 
 
 def measured_cases(path: str | Path, catalog: Catalog) -> list[Case]:
@@ -423,7 +426,8 @@ def _as_measured(factors: Factors, role: str, framework: str, wave: float | None
     return replace(factors, **changes) if changes else factors
 
 
-def _variants(case: Case) -> list[Case]:
+def variants(case: Case) -> list[Case]:
+    """The case as each recipe it may have run (`Case.alternatives`), itself first."""
     return [case] + [replace(case, deployment=d, speculative=s, draft=k, alternatives=())
                      for d, s, k in case.alternatives]
 
@@ -438,7 +442,7 @@ def _geomean(values: list[tuple[float, float]]) -> tuple[float, float]:
 def predict(case: Case, catalog: Catalog, factors: Factors | None = None) -> tuple[float, float] | str:
     """(TTFT ms, TPOT ms) predicted for a case, or why not."""
     got = []
-    for one in _variants(case):
+    for one in variants(case):
         try:
             workers, _, link = build_workers(one.deployment, catalog, factors=factors)
             ws = {k: w.with_factors(as_measured(one, k, w.factors)) for k, w in workers.items()}
@@ -504,7 +508,7 @@ def compiled(case: Case, catalog: Catalog, shared: dict[Deployment, tuple[dict[s
     their factors change. `shared` keeps the workers compiled for each deployment, for the cases of a sweep (one
     deployment at many loads) to share them, and `replay` to rebind them once for all of those cases."""
     built = []
-    for one in _variants(case):
+    for one in variants(case):
         try:
             got = shared.get(one.deployment) if shared is not None else None
             if got is None:

@@ -272,3 +272,26 @@ def test_a_saved_closed_loop_replays_with_its_clients_first_wave(chat_plan, tmp_
             assert case.wave == (0.0 if steady else pytest.approx(line["case"]["concurrency"] / line["requests"]))
 
 
+
+
+def test_a_deployment_replays_as_one_engine_per_attention_group_at_the_batch_its_prediction_holds():
+    """`deployment_group` (how `benchmarks/sim_fidelity.py` replays a measured deployment): every worker's
+    attention groups, each role at its own layout, the batch `batch_slots` lets it hold, and only the prefill
+    side's KV cache crossing the link."""
+    from infra.bench.simulate import deployment_group
+    from infra.perf.serving import batch_slots
+
+    catalog = load_catalog()
+    dep = Deployment("Llama-3.1-8B", "H100-SXM", "sglang", "bf16", "disagg",
+                     prefill=Role(Parallel(tp=2), batch_cap=16, workers=3),
+                     decode=Role(Parallel(tp=4), batch_cap=512, workers=2))
+    workers, _, link = build_workers(dep, catalog)
+    wl = Workload(isl=4000, osl=500, concurrency=64)
+    group = deployment_group(dep, workers, link, wl)
+    assert len(group.entry) == 3 and len(group.decode) == 2
+    assert group.entry[0].model.max_num_seqs == batch_slots(workers["prefill"], dep.prefill, wl) == 16
+    assert group.decode[0].model.max_num_seqs == batch_slots(workers["decode"], dep.decode, wl) <= 512
+    assert group.entry[0].model.kv_bytes_per_token_s > 0 and group.decode[0].model.kv_bytes_per_token_s == 0
+    load = Load([RequestSpec(i, None, 4000, 500, -1, 0) for i in range(128)], None, 64, "closed")
+    records = simulate([group], load).records
+    assert len(records) == 128 and not any(r.error for r in records)

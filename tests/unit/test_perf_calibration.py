@@ -720,3 +720,15 @@ def test_a_fits_replay_of_many_rows_is_each_rows_own_prediction_with_workers_com
     one, other = Factors(), Factors(gemm=0.5, queue=0.7, accept=1.3, request_ms=40.0)
     for each in ([one] * len(runs), [one, other] * (len(runs) // 2) + [other] * (len(runs) % 2)):
         assert replay(runs, each) == [run(f) for run, f in zip(runs, each)]
+
+
+def test_a_sweep_row_records_lengths_drawn_on_a_range_and_its_mean():
+    """The sweeps' client drew lengths uniformly on [0.8 L, L]: the case predicts at their mean and says how they
+    were drawn, for a replay that draws them again (`benchmarks/sim_fidelity.py`)."""
+    from infra.perf.rows import SWEEP_RANGE_RATIO, to_case
+
+    sweep = to_case(_row(silicon_data_source="source_file=2026-03-25.csv; silicon_concurrency=8"), CAT)
+    assert sweep.range_ratio == SWEEP_RANGE_RATIO == 0.8
+    assert sweep.workload.isl == pytest.approx(1024 * 0.9) and sweep.wave == pytest.approx(0.1)
+    other = to_case(_row(), CAT)
+    assert other.range_ratio == 1.0 and other.workload.isl == 1024 and other.wave is None
