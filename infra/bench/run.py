@@ -188,6 +188,24 @@ def warm_up_notes(left_out: int, clients: int | None) -> list[str]:
             "(a failed one is judged)"]
 
 
+def simulator_notes(svc: Any, load: Any) -> list[str]:
+    """Where the simulator's verdict is known to part from measured engines (`benchmarks/sim_fidelity.py`, the
+    calibration set replayed through it): a reader of a simulated pass or fail must weigh it."""
+    notes = []
+    objectives = {**svc.objectives, **svc.attainment_objectives}
+    if any(a.mode == "disagg" for a in svc.allocations) and any(k.startswith("ttft") for k in objectives):
+        notes.append("disaggregated: on the published P/D deployments the simulator's TTFT ran under what their "
+                     "engines measured once their clients queued (benchmarks/sim_fidelity.py); a TTFT objective met "
+                     "here under load is weaker evidence than the plan's prediction or a run against the "
+                     "endpoint")
+    specs = load.requests
+    if (load.concurrency or 0) > 1 and specs and len({(r.input_tokens, r.output_tokens) for r in specs}) == 1:
+        notes.append("every request has the same lengths: the simulated clients stay in step, their prompts "
+                     "prefilled together every round, which measured engines' clients did not (their TTFT ran under "
+                     "the simulated, benchmarks/sim_fidelity.py); give the lengths' spread to judge the steady state")
+    return notes
+
+
 def check_load(*, rate: float | None = None, concurrency: int | None = None, input_tokens: int | None = None,
                output_tokens: int | None = None, requests: int | None = None) -> None:
     """The load flags of a simulated run: a rate or a concurrency, not both, every one given above 0, and none
@@ -236,7 +254,7 @@ def simulate_service(plan: Any, *, service: str | None = None, requests: int = D
             **({"rate_rps": sim.load.rate} if sim.load.rate is not None else {}),
             **({"concurrency": sim.load.concurrency} if sim.load.concurrency is not None else {}),
             **({"warm_up": warm} if warm else {})}
-    notes = list(verdict.notes) + warm_up_notes(warm, sim.load.concurrency)
+    notes = list(verdict.notes) + warm_up_notes(warm, sim.load.concurrency) + simulator_notes(svc, sim.load)
     if sim.preemptions:
         notes.append(f"{sim.preemptions} preemptions (KV cache full; requests recomputed)")
     if sim.truncated:
@@ -278,4 +296,4 @@ def saved_text(result: BenchResult) -> str:
 
 __all__ = ["DEFAULT_REQUESTS", "MAX_SIMULATED_REQUESTS", "BenchResult", "allocation_deployment", "check_load",
            "past_start_up", "pick_service", "predicted", "save", "saved_text", "simulate_service",
-           "warm_up_notes"]
+           "simulator_notes", "warm_up_notes"]

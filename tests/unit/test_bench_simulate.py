@@ -295,3 +295,21 @@ def test_a_deployment_replays_as_one_engine_per_attention_group_at_the_batch_its
     load = Load([RequestSpec(i, None, 4000, 500, -1, 0) for i in range(128)], None, 64, "closed")
     records = simulate([group], load).records
     assert len(records) == 128 and not any(r.error for r in records)
+
+
+def test_a_simulated_verdict_says_where_the_simulator_parts_from_measured_engines(chat_plan):
+    """`benchmarks/sim_fidelity.py`: the simulator's TTFT runs under the published P/D deployments' once their
+    clients queue, and clients of exactly equal requests stay in step where measured ones did not. A verdict
+    resting on either says so; a run of varied lengths on aggregated engines carries neither note."""
+    plan = DeploymentPlan.model_validate(copy.deepcopy(api.plan(EXAMPLES / "deepseek-moe.yaml", top=0).plan.document()))
+    pd = simulate_service(plan, requests=200, seed=0)
+    assert any(n.startswith("disaggregated:") for n in pd.notes)
+    chat = DeploymentPlan.model_validate(chat_plan)
+    varied = simulate_service(chat, requests=200, seed=0, concurrency=8, intent=CHAT)
+    assert not any(n.startswith(("disaggregated:", "every request has the same lengths")) for n in varied.notes)
+    fixed = simulate_service(chat, requests=200, seed=0, concurrency=8, input_tokens=1000, output_tokens=100,
+                             intent=CHAT)
+    assert any(n.startswith("every request has the same lengths") for n in fixed.notes)
+    alone = simulate_service(chat, requests=50, seed=0, concurrency=1, input_tokens=1000, output_tokens=100,
+                             intent=CHAT)
+    assert not any(n.startswith("every request has the same lengths") for n in alone.notes)
