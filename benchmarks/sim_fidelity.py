@@ -13,12 +13,15 @@ requests a client, uniform on [0.8 L, L]; other rows: every request L, and since
 count, one over the first wave's share fitted to such rows, `Factors.queue`, about five a client). The simulated
 mean TTFT and TPOT over every request (what the measuring client reports) are scored against the measured, beside
 the model's prediction of the same rows; a row of several candidate recipes takes the geometric mean of theirs.
+Last, the rows whose client drew their lengths are predicted again with that spread, the path a plan of a closed
+loop whose lengths vary takes (its clients dephased), beside the fit's own (the rows at their mean lengths).
 
 The step prices are the model's, fitted on these rows; what the simulator adds is the dynamics (batches that form
 and drain, chunked prefill, the queues and the clients' waves), so where the two part the rows say which dynamics
 hold. The mechanisms the model fits to published recipes and this product's engines do not run (SGLang polling
 every few steps, TRT-LLM's attention-DP balancing) are not simulated. With --json the last line is one JSON object:
-n, skipped and, for `sim` and `model`, the error and lean blocks of `fidelity.py`.
+n, skipped and, for `sim` and `model`, the error and lean blocks of `fidelity.py`; `model_spread`, the leans of the
+last comparison.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from infra.catalog.loader import load_catalog  # noqa: E402
 from infra.errors import InfraError  # noqa: E402
 from infra.fitting.replay import lean, replay, summarize  # noqa: E402
 from infra.perf.estimate import build_workers  # noqa: E402
-from infra.perf.rows import Case, as_measured, load_rows, variants  # noqa: E402
+from infra.perf.rows import Case, as_measured, load_rows, predict, variants, with_spread  # noqa: E402
 
 MAX_CLIENTS = 1024
 """Rows of more clients are left out by default: the wide-EP racks' sweeps run up to 16,384 clients on 72 attention
@@ -132,11 +135,33 @@ def main() -> int:
         other = model_lean[name]
         print(f"{name:24s} {block['n']:5d}  {block['ttft']:8.2f} {block['tpot']:8.2f}  |  {other['ttft']:8.2f} "
               f"{other['tpot']:8.2f}")
+    # The rows whose clients drew their lengths, predicted with that spread: the path a plan of a closed loop whose
+    # lengths vary takes (its clients dephased), which the fit (at the mean lengths alone) never replays.
+    plans, fitted = [], []
+    for case, ttft, tpot in kept:
+        got = predict(with_spread(case), catalog) if case.range_ratio < 1 else None
+        if got is not None and not isinstance(got, str):
+            plans.append((case, *got))
+            fitted.append((case, ttft, tpot))
+    spread_lean, fitted_lean = lean(plans), lean(fitted)
+    if plans:
+        print(f"as plans price lengths that vary: the {len(plans)} rows whose client drew them, given their spread "
+              "| at their mean lengths alone, as fitted")
+        a, b = summarize(plans, []), summarize(fitted, [])
+        line("overall", a, b)
+        for name, block in a["by_mode"].items():
+            line(f"mode {name}", block, b["by_mode"][name])
+        for name, block in spread_lean.items():
+            if name.startswith(("mode", "clients")):
+                other = fitted_lean[name]
+                print(f"{'leans, ' + name:24s} {block['n']:5d}  {block['ttft']:8.2f} {block['tpot']:8.2f}  |  "
+                      f"{other['ttft']:8.2f} {other['tpot']:8.2f}")
     if args.json:
         keep = ("n", "ttft_median_ape", "ttft_p90_ape", "tpot_median_ape", "tpot_p90_ape", "by_mode", "by_backend",
                 "by_system", "by_model")
         print(json.dumps({"n": s["n"], "skipped": s["skipped"], "sim": {**{k: s[k] for k in keep}, "lean": sim_lean},
-                          "model": {**{k: m[k] for k in keep}, "lean": model_lean}}, sort_keys=True))
+                          "model": {**{k: m[k] for k in keep}, "lean": model_lean},
+                          "model_spread": {"lean": spread_lean, "at_mean_lengths": fitted_lean}}, sort_keys=True))
     return 0
 
 

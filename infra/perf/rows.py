@@ -430,6 +430,15 @@ def _as_measured(factors: Factors, role: str, framework: str, wave: float | None
     return replace(factors, **changes) if changes else factors
 
 
+def with_spread(case: Case) -> Case:
+    """The case with its lengths' coefficient of variation, (1 - r) / (1 + r) / sqrt(3) for lengths uniform on
+    [r L, L] (`Case.range_ratio`): how a plan prices a closed loop whose lengths vary (`Workload.dephased`), where
+    the fit replays the row at its mean lengths alone."""
+    r = case.range_ratio
+    cv = (1 - r) / (1 + r) / math.sqrt(3)
+    return replace(case, workload=replace(case.workload, isl_cv=cv, osl_cv=cv)) if cv > 0 else case
+
+
 def variants(case: Case) -> list[Case]:
     """The case as each recipe it may have run (`Case.alternatives`), itself first."""
     return [case] + [replace(case, deployment=d, speculative=s, draft=k, alternatives=())

@@ -732,3 +732,10 @@ def test_a_sweep_row_records_lengths_drawn_on_a_range_and_its_mean():
     assert sweep.workload.isl == pytest.approx(1024 * 0.9) and sweep.wave == pytest.approx(0.1)
     other = to_case(_row(), CAT)
     assert other.range_ratio == 1.0 and other.workload.isl == 1024 and other.wave is None
+    # Given that spread, the row is priced as a plan prices a closed loop whose lengths vary (its clients dephased).
+    from infra.perf.rows import with_spread
+
+    spread = with_spread(sweep)
+    assert spread.workload.isl_cv == spread.workload.osl_cv == pytest.approx(0.0642, abs=1e-4)
+    assert spread.workload.dephased and not sweep.workload.dephased
+    assert with_spread(other) is other
