@@ -366,8 +366,9 @@ def to_case(row: dict[str, str], catalog: Catalog) -> Case | str:
         # (1 - r) / (1 + r) / sqrt(3) (6.4% at r = 0.8) that is left out. Given it, the rows run the dephased
         # closed loop (`Workload.dephased`): disaggregated TTFT 27.1% median error against 30.8% on the packaged
         # factors, but refitted on it they hold out worse (leave-one-model-out TTFT 30.6% -> 31.8%, p90 83.7% ->
-        # 89.2%; Llama-3.1-8B held out 54% -> 63%): the published P/D recipes' TTFT grows with the clients as the
-        # burst form prices it, however their lengths vary (`benchmarks/sim_fidelity.py`).
+        # 89.2%; Llama-3.1-8B held out 54% -> 63%): ten rounds of lengths that vary this little leave the clients
+        # bunched (a client's start wanders by sqrt(10) x 6.4% of a round), and the published P/D recipes' TTFT
+        # grows with the clients as the burst form prices it (`benchmarks/sim_fidelity.py`).
         isl, osl = isl * (1 + SWEEP_RANGE_RATIO) / 2, osl * (1 + SWEEP_RANGE_RATIO) / 2
         wave, ratio = 1 / SWEEP_PROMPTS_PER_CLIENT, SWEEP_RANGE_RATIO
     recv = 1
