@@ -5,6 +5,7 @@ The same typed case serves both, so a flag and a JSON key mean the same thing an
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -248,6 +249,29 @@ def _as_run(case: EstimateCase, compiled: Compiled, wl: Workload) -> Compiled:
     return compiled.serving(wl) if share is None else compiled.with_first_wave(share)
 
 
+BUNCHED_SPREAD = 0.5
+"""Share of a round over which the clients' starts have spread below which a run's later rounds still bring their
+prompts in bunches."""
+
+
+def _bunching(case: EstimateCase) -> str | None:
+    """For a disaggregated benchmark whose lengths vary too little to dephase its clients in the rounds it runs: a
+    client's start wanders by a round's relative spread each round, independently, so after k rounds the starts
+    spread over about sqrt(k) x that of a round (the answer's CV, which sets most of a round). The prediction prices
+    the rounds after the first wave dephased; the published P/D sweeps (6.4% over ten rounds) ran TTFT above such
+    predictions as bursts do, where their aggregated sweeps did not (`benchmarks/sim_fidelity.py`)."""
+    cv = case.osl_cv or case.isl_cv
+    rounds = (case.requests or 0) / (case.concurrency or 1)
+    if not cv or rounds < 2:
+        return None
+    spread = math.sqrt(rounds) * cv
+    if spread >= BUNCHED_SPREAD:
+        return None
+    return (f"; lengths varying by {cv:.1%} over its {rounds:.3g} rounds leave the clients' starts spread over about "
+            f"{spread:.0%} of a round, so its later rounds' prompts still arrive in bunches that this prediction, "
+            "pricing them dephased, does not queue: expect its TTFT higher")
+
+
 def _wave_note(case: EstimateCase, compiled: Compiled) -> str | None:
     """What a closed loop's TTFT takes its clients' first wave to be, which lengthens its tail."""
     if case.concurrency is None:
@@ -259,6 +283,9 @@ def _wave_note(case: EstimateCase, compiled: Compiled) -> str | None:
                 f"serves them for good and `infra bench` judges them past their start-up; {run}")
     if case.requests is not None:
         whose = f"{case.concurrency} clients over {case.requests} requests"
+        bunched = _bunching(case) if "prefill" in compiled.workers else None
+        if bunched is not None:
+            whose += bunched
     else:
         whose = (f"clients whose lengths all match stay in step: the share fitted to the measured such loops; {run}")
     worker = compiled.workers.get("agg") or compiled.workers["prefill"]

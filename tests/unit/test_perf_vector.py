@@ -477,3 +477,28 @@ def test_lockstep_regula_falsi_brackets_each_root_as_the_scalar_one_does(closing
             return float(np.log(k / (1 - x / s) / t)) if x < s else math.inf
         want = serving.regula_falsi(one, 1e-3, one(1e-3), hi, one(hi), 1e-10, closing=closing)
         assert (a, b) == want, (s, k, t, hi)
+
+
+def test_a_disaggregated_benchmark_of_barely_varying_lengths_is_said_to_arrive_in_bunches():
+    """A client's start wanders by about its round's CV each round, so ten rounds of lengths varying by 6.4% leave
+    the starts within a fifth of a round: the published P/D sweeps queued so, above the dephased prediction. The
+    note says so for a disaggregated run of too few rounds, not for one of many, nor for an aggregated one."""
+    from infra.errors import Location
+    from infra.perf.cases import case_from, run_case
+
+    cat = load_catalog()
+    pd = {"model": "Llama-3.1-8B", "device": "H100-SXM", "framework": "sglang", "mode": "disagg",
+          "prefill": {"tp": 1, "workers": 1}, "decode": {"tp": 1}, "isl": 1000, "osl": 500, "isl_cv": 0.064,
+          "osl_cv": 0.064, "concurrency": 64}
+
+    def bunched(**kw) -> bool:
+        got = run_case(case_from({**pd, **kw}, Location(path="")), cat)
+        return any("arrive in bunches" in n for n in got.get("notes", []))
+
+    assert bunched(requests=640)
+    assert not bunched(requests=640 * 100)  # a hundred rounds: starts spread over 64% of a round
+    assert not bunched(requests=640, osl_cv=0.5, isl_cv=0.5)
+    assert not bunched()  # no --requests: the steady state a plan prices
+    agg = {k: v for k, v in pd.items() if k not in ("mode", "prefill", "decode")}
+    assert not any("arrive in bunches" in n for n in run_case(case_from({**agg, "requests": 640},
+                                                                       Location(path="")), cat).get("notes", []))
