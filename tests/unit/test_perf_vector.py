@@ -253,8 +253,8 @@ def test_no_cases_and_closed_loops():
 
 
 def test_a_file_of_cases_gives_what_each_case_gives_alone():
-    from infra.perf.cases import case_from, run_case, run_cases
     from infra.errors import Location
+    from infra.perf.cases import case_from, run_case, run_cases
 
     cat = load_catalog()
     rows = [
