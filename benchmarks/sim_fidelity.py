@@ -44,7 +44,7 @@ from infra.catalog.loader import load_catalog  # noqa: E402
 from infra.errors import InfraError  # noqa: E402
 from infra.fitting.replay import lean, replay, summarize  # noqa: E402
 from infra.perf.estimate import build_workers  # noqa: E402
-from infra.perf.rows import Case, as_measured, load_rows, predict, variants, with_spread  # noqa: E402
+from infra.perf.rows import Case, as_measured, geomean, load_rows, predict, variants, with_spread  # noqa: E402
 
 MAX_CLIENTS = 1024
 """Rows of more clients are left out by default: the wide-EP racks' sweeps run up to 16,384 clients on 72 attention
@@ -82,8 +82,18 @@ def simulated(case: Case, catalog) -> tuple[float, float]:
         if not ttft or not tpot:
             return math.inf, math.inf
         got.append((ttft, tpot))
-    return (math.exp(sum(math.log(t) for t, _ in got) / len(got)),
-            math.exp(sum(math.log(p) for _, p in got) / len(got)))
+    return geomean(got)
+
+
+def _clients(text: str) -> int:
+    """--max-clients: a whole number of clients, 0 for no limit."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a client count: give 0 (no limit) or more")
+    return value
 
 
 def _pct(v: float | None) -> str:
@@ -93,7 +103,7 @@ def _pct(v: float | None) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--csv", required=True, help="measurements in the silicon_calibration.csv format")
-    ap.add_argument("--max-clients", type=int, default=MAX_CLIENTS,
+    ap.add_argument("--max-clients", type=_clients, default=MAX_CLIENTS,
                     help=f"skip rows of more clients (default {MAX_CLIENTS}; 0: none skipped)")
     ap.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
     args = ap.parse_args()

@@ -446,7 +446,7 @@ def variants(case: Case) -> list[Case]:
                      for d, s, k in case.alternatives]
 
 
-def _geomean(values: list[tuple[float, float]]) -> tuple[float, float]:
+def geomean(values: list[tuple[float, float]]) -> tuple[float, float]:
     # (`statistics.fmean`'s own sum and division, without its generator machinery: a fit takes it per row)
     n = len(values)
     return (math.exp(math.fsum([math.log(t) for t, _ in values]) / n),
@@ -466,7 +466,7 @@ def predict(case: Case, catalog: Catalog, factors: Factors | None = None) -> tup
         if not p.stable:
             return "prediction unstable: " + "; ".join(p.assumptions)
         got.append((p.ttft["mean"] * 1000, p.tpot["mean"] * 1000))
-    return _geomean(got)
+    return geomean(got)
 
 
 class Replay:
@@ -513,7 +513,7 @@ def _summary(preds: list[Prediction]) -> tuple[float, float]:
         if not p.stable:
             return float("inf"), float("inf")
         got.append((p.ttft["mean"] * 1000, p.tpot["mean"] * 1000))
-    return _geomean(got)
+    return geomean(got)
 
 
 def compiled(case: Case, catalog: Catalog, shared: dict[Deployment, tuple[dict[str, Worker], float]] | None = None
